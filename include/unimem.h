@@ -1,0 +1,398 @@
+/* unimem — one way to allocate, pool, move and inspect memory on the host
+ * CPU, OpenCL devices and NVIDIA GPUs.
+ *
+ * Conventions of this header:
+ * - Every function that can fail returns int: UM_OK (0) or a negative UM_E*
+ *   code. Results come back through out-parameters, which are written only
+ *   on success.
+ * - Handles (um_manager, um_device, um_buffer, um_event) are opaque. A
+ *   um_device belongs to its manager and lives as long as it does; a
+ *   um_buffer is owned by the caller from allocation until um_release; a
+ *   um_event is owned by the caller until um_event_release.
+ * - Thread safety: every function may be called from any thread. Operations
+ *   on one buffer take effect in the order they were issued.
+ * - On failure, um_last_error() returns a thread-local text with the detail
+ *   (the backend's own error name where there is one).
+ */
+#ifndef UNIMEM_H
+#define UNIMEM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "unimem_version.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(UNIMEM_STATIC)
+#define UM_EXTERN
+#elif defined(__GNUC__) || defined(__clang__)
+#define UM_EXTERN __attribute__((visibility("default")))
+#else
+#define UM_EXTERN
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Status codes                                                              */
+
+/* One list generates the enum, um_strerror() and um_err_name(). */
+#define UM_ERRNO_MAP(XX)                                                       \
+  XX(OK, 0, "success")                                                         \
+  XX(EINVAL, -1, "invalid argument")                                           \
+  XX(ERANGE, -2, "offset or length outside the buffer")                        \
+  XX(EOVERFLOW, -3, "size computation overflows")                              \
+  XX(ENOMEM, -4, "out of memory")                                              \
+  XX(ENODEV, -5, "no such device")                                             \
+  XX(ENOTSUP, -6, "not supported by this device")                              \
+  XX(ESTATE, -7, "operation not allowed in the object's current state")        \
+  XX(EAGAIN, -8, "operation still pending")                                    \
+  XX(ECANCELED, -9, "operation was canceled")                                  \
+  XX(EBUSY, -10, "operation has already started")                              \
+  XX(EBACKEND, -11, "backend failure")                                         \
+  XX(ELEAK, -12, "buffers were never released")
+
+typedef enum {
+#define UM_ERRNO_ENUM_(name, value, text) UM_##name = (value),
+  UM_ERRNO_MAP(UM_ERRNO_ENUM_)
+#undef UM_ERRNO_ENUM_
+} um_status;
+
+/* Static text for a status code ("invalid argument"); never NULL. */
+UM_EXTERN const char *um_strerror(int status);
+/* The code's name ("UM_EINVAL"); "UM_UNKNOWN" for codes not in the list. */
+UM_EXTERN const char *um_err_name(int status);
+/* Thread-local detail of the last failure on this thread ("" when none).
+ * Valid until the next unimem call on this thread. */
+UM_EXTERN const char *um_last_error(void);
+
+/* Library version, as UM_VERSION_HEX. */
+UM_EXTERN unsigned um_version(void);
+/* Library version, as "major.minor.patch". */
+UM_EXTERN const char *um_version_string(void);
+
+/* ------------------------------------------------------------------------ */
+/* Types                                                                     */
+
+typedef struct um_manager um_manager;
+typedef struct um_device um_device;
+typedef struct um_buffer um_buffer;
+typedef struct um_event um_event;
+
+/* Where a buffer's memory lives. */
+typedef enum {
+  UM_HOST = 0,    /* ordinary host memory */
+  UM_DEVICE = 1,  /* device memory; may have no host view */
+  UM_PINNED = 2,  /* page-locked host memory the device can DMA from */
+  UM_UNIFIED = 3  /* memory shared by host and device (managed, SVM) */
+} um_location;
+#define UM_LOCATION_COUNT 4
+
+/* um_alloc flags. */
+enum {
+  UM_ALLOC_UNPOOLED = 1u << 0, /* take a fresh block; never return it to a pool */
+  UM_ALLOC_ZERO = 1u << 1      /* the buffer's bytes read as zero */
+};
+/* um_wrap_host flags. */
+enum {
+  UM_WRAP_READONLY = 1u << 0, /* writes through unimem answer UM_ESTATE */
+  UM_WRAP_PIN = 1u << 1       /* page-lock the range while wrapped */
+};
+/* um_buffer_valid bits: which copies hold the current data. */
+enum { UM_VALID_HOST = 1u << 0, UM_VALID_DEVICE = 1u << 1 };
+
+typedef enum {
+  UM_MAP_READ = 0,
+  UM_MAP_WRITE = 1,
+  UM_MAP_READ_WRITE = 2,
+  UM_MAP_WRITE_DISCARD = 3 /* the previous contents need not be fetched */
+} um_map_mode;
+
+/* Device capability bits (um_device_info.caps). */
+enum {
+  UM_CAP_PINNED = 1u << 0,  /* UM_PINNED allocations */
+  UM_CAP_UNIFIED = 1u << 1, /* UM_UNIFIED allocations */
+  UM_CAP_PEER = 1u << 2,    /* peer access to some other device */
+  UM_CAP_ASYNC = 1u << 3    /* copies run asynchronously on the device */
+};
+
+/* Log levels for um_options.log. */
+typedef enum {
+  UM_LOG_ERROR = 0,
+  UM_LOG_WARN = 1,
+  UM_LOG_INFO = 2,
+  UM_LOG_DEBUG = 3
+} um_log_level;
+
+typedef void (*um_log_fn)(void *ctx, um_log_level level, const char *msg);
+
+/* Called when a device allocation failed even after the pool released its
+ * idle blocks. Return nonzero to have unimem retry the allocation once more
+ * (after the application freed memory), 0 to fail with UM_ENOMEM. */
+typedef int (*um_oom_fn)(void *ctx, um_device *device, size_t bytes);
+
+/* Configuration. um_options_init() fills the defaults and then applies the
+ * UNIMEM_<NAME> environment variables (upper-case field name, e.g.
+ * UNIMEM_MAX_POOL_BYTES=1g, UNIMEM_BACKENDS=cpu,opencl). */
+typedef struct um_options {
+  int enable_pooling;                /* 1: released blocks are kept for reuse */
+  uint64_t max_pool_bytes;           /* idle bytes kept in all pools together */
+  uint64_t max_pool_bytes_per_class; /* idle bytes kept in one size class */
+  uint32_t trim_interval_ms;   /* trim blocks idle this long; 0: no timer */
+  int max_concurrent_transfers; /* transfers running at once (>= 1) */
+  int use_pinned_staging; /* pageable copies go through pinned chunks */
+  size_t staging_chunk_bytes;  /* size of one pinned staging chunk */
+  uint64_t pinned_pool_bytes;  /* pinned memory kept for staging */
+  int enable_peer;        /* enable peer access between devices at start */
+  int trim_on_pressure;   /* on a failed allocation, trim and retry once */
+  int scrub;              /* zero every pooled block handed to a new owner */
+  int debug;              /* quarantine released handles, poison freed blocks */
+  int huge_pages;         /* madvise(MADV_HUGEPAGE) large host blocks */
+  uint64_t device_limit_bytes; /* cap each non-host device's memory (0: none) */
+  char backends[128];     /* comma list: "cpu,opencl,cuda"; "" means all */
+  um_log_level log_level; /* messages above this level are dropped */
+  um_log_fn log;          /* NULL: messages go to stderr */
+  void *log_ctx;
+  um_oom_fn on_oom; /* optional; see um_oom_fn */
+  void *oom_ctx;
+} um_options;
+
+/* Description of a device. */
+typedef struct um_device_info {
+  char name[128];
+  char backend[16];    /* "cpu", "opencl", "cuda" */
+  int index;           /* position in the manager, 0 is the host CPU */
+  unsigned caps;       /* UM_CAP_* */
+  unsigned locations;  /* bit (1u << loc) for each um_location it can give */
+  uint64_t total_bytes; /* device memory (host: physical RAM) */
+} um_device_info;
+
+/* Statistics. One list generates the struct, the JSON dump and the table of
+ * the `unimem stats` command, so they cannot disagree.
+ * XX(type, name, description) */
+#define UM_STATS_FIELDS(XX)                                                    \
+  XX(uint64_t, active_buffers, "live buffers")                                 \
+  XX(uint64_t, bytes_in_use, "requested bytes of live buffers")                \
+  XX(uint64_t, bytes_reserved, "bytes held from devices, live and idle")       \
+  XX(uint64_t, bytes_pooled, "bytes idle in the pool")                         \
+  XX(uint64_t, peak_bytes_in_use, "highest bytes_in_use seen")                 \
+  XX(uint64_t, allocations, "successful allocations")                          \
+  XX(uint64_t, releases, "buffers released")                                   \
+  XX(uint64_t, pool_hits, "pooled allocations served from the pool")           \
+  XX(uint64_t, pool_misses, "pooled allocations that needed a new block")      \
+  XX(double, hit_rate, "pool_hits / (pool_hits + pool_misses)")                \
+  XX(uint64_t, device_allocs, "blocks taken from the device")                  \
+  XX(uint64_t, device_frees, "blocks given back to the device")                \
+  XX(uint64_t, trims, "idle blocks released by trimming")                      \
+  XX(uint64_t, bytes_trimmed, "bytes released by trimming")                    \
+  XX(uint64_t, oom_retries, "allocations retried after releasing idle blocks") \
+  XX(uint64_t, largest_pooled_block, "largest idle block")                     \
+  XX(double, fragmentation, "1 - largest idle block / idle bytes")             \
+  XX(uint64_t, bytes_h2d, "bytes copied host to device")                       \
+  XX(uint64_t, bytes_d2h, "bytes copied device to host")                       \
+  XX(uint64_t, bytes_d2d, "bytes copied within one device")                    \
+  XX(uint64_t, bytes_peer, "bytes copied between devices")                     \
+  XX(uint64_t, xfer_local, "copies run as device-local copies")                \
+  XX(uint64_t, xfer_peer, "copies run over peer access")                       \
+  XX(uint64_t, xfer_direct, "copies run as direct DMA or host memcpy")         \
+  XX(uint64_t, xfer_pipelined, "copies run through pinned staging chunks")     \
+  XX(uint64_t, xfer_staged, "copies staged through host memory")               \
+  XX(uint64_t, fills, "fill operations")
+
+typedef struct um_stats {
+#define UM_STATS_MEMBER_(type, name, desc) type name;
+  UM_STATS_FIELDS(UM_STATS_MEMBER_)
+#undef UM_STATS_MEMBER_
+} um_stats;
+
+/* One copy of um_copy_batch: exactly one of src/host_src and exactly one of
+ * dst/host_dst is set. */
+typedef struct um_copy_op {
+  um_buffer *dst;
+  size_t dst_off;
+  um_buffer *src;
+  size_t src_off;
+  const void *host_src;
+  void *host_dst;
+  size_t bytes;
+} um_copy_op;
+
+/* ------------------------------------------------------------------------ */
+/* Manager                                                                   */
+
+/* Fill *opts with the defaults, then apply UNIMEM_* environment variables.
+ * Values that do not parse are ignored with a warning on stderr. */
+UM_EXTERN void um_options_init(um_options *opts);
+
+/* Create a manager: discovers the devices of the chosen backends. opts may
+ * be NULL (defaults plus environment). A backend that cannot load is
+ * skipped with a log line. Returns UM_EINVAL (NULL out or bad option),
+ * UM_ENOMEM. */
+UM_EXTERN int um_manager_create(const um_options *opts, um_manager **out);
+
+/* Wait for every pending operation, report each buffer never released
+ * (size, device, allocation site when known) through the log, free
+ * everything. Returns UM_OK, UM_ELEAK when buffers were leaked (they are
+ * freed all the same), UM_EINVAL for NULL. */
+UM_EXTERN int um_manager_destroy(um_manager *m);
+
+/* The options the manager runs with. */
+UM_EXTERN int um_manager_options(const um_manager *m, um_options *out);
+
+/* ------------------------------------------------------------------------ */
+/* Devices                                                                   */
+
+/* Number of devices (>= 1: index 0 is the host CPU); UM_EINVAL for NULL. */
+UM_EXTERN int um_device_count(const um_manager *m);
+/* Device at index, or NULL when out of range. */
+UM_EXTERN um_device *um_device_get(um_manager *m, int index);
+UM_EXTERN int um_device_info_get(const um_device *d, um_device_info *out);
+/* Free and total memory as the device reports them now. */
+UM_EXTERN int um_device_memory(um_device *d, uint64_t *free_bytes,
+                               uint64_t *total_bytes);
+/* Wait until every operation issued on the device has finished. */
+UM_EXTERN int um_device_synchronize(um_device *d);
+
+/* ------------------------------------------------------------------------ */
+/* Buffers                                                                   */
+
+/* Allocate bytes on device d at location loc. flags: UM_ALLOC_*. Pooled
+ * unless UM_ALLOC_UNPOOLED or pooling is off. Returns UM_EINVAL (NULL,
+ * zero size, unknown location or flags, device of another manager),
+ * UM_ENOTSUP (the device cannot give loc), UM_ENOMEM (after releasing idle
+ * pool blocks and retrying). The caller owns *out until um_release. */
+UM_EXTERN int um_alloc(um_manager *m, um_device *d, size_t bytes,
+                       um_location loc, unsigned flags, um_buffer **out);
+/* um_alloc of count * elem_size bytes; UM_EOVERFLOW when that overflows. */
+UM_EXTERN int um_alloc_array(um_manager *m, um_device *d, size_t count,
+                             size_t elem_size, um_location loc, unsigned flags,
+                             um_buffer **out);
+/* As um_alloc / um_alloc_array, recording the allocation site that the leak
+ * report prints. Define UNIMEM_TRACK_SITES before including this header to
+ * have um_alloc and um_alloc_array record their callers' sites. */
+UM_EXTERN int um_alloc_at(um_manager *m, um_device *d, size_t bytes,
+                          um_location loc, unsigned flags, um_buffer **out,
+                          const char *file, int line);
+UM_EXTERN int um_alloc_array_at(um_manager *m, um_device *d, size_t count,
+                                size_t elem_size, um_location loc,
+                                unsigned flags, um_buffer **out,
+                                const char *file, int line);
+
+/* A HOST buffer over caller memory on device 0, zero-copy: the buffer's
+ * host view is host itself. flags: UM_WRAP_*. The caller keeps ownership
+ * of the memory and must keep it alive until um_release. */
+UM_EXTERN int um_wrap_host(um_manager *m, void *host, size_t bytes,
+                           unsigned flags, um_buffer **out);
+
+/* Give the buffer back. Its block returns to the pool when every operation
+ * issued on it has finished (at once when none is pending). The handle is
+ * invalid afterwards: using it answers UM_ESTATE until the block is handed
+ * to a new allocation. Returns UM_ESTATE when already released or still
+ * mapped... (a mapped buffer is unmapped first). */
+UM_EXTERN int um_release(um_buffer *b);
+
+/* Getters; 0/NULL for NULL or released buffers. */
+UM_EXTERN size_t um_buffer_size(const um_buffer *b);
+UM_EXTERN um_device *um_buffer_device(const um_buffer *b);
+UM_EXTERN um_location um_buffer_location(const um_buffer *b);
+UM_EXTERN unsigned um_buffer_valid(const um_buffer *b);
+/* Zero-copy host view of the whole buffer, or NULL when none exists (a
+ * DEVICE buffer on a discrete device). */
+UM_EXTERN void *um_buffer_host_ptr(um_buffer *b);
+
+/* ------------------------------------------------------------------------ */
+/* Data movement. done == NULL: the call blocks until the data has moved and
+ * returns the operation's status. Otherwise the call returns once the
+ * operation is issued and *done receives an event the caller must release.
+ * Ranges are checked: UM_ERANGE when off + bytes exceeds the buffer.
+ * Host memory passed to an asynchronous call must stay valid until its
+ * event completes. */
+
+UM_EXTERN int um_copy_from_host(um_buffer *dst, size_t dst_off,
+                                const void *src, size_t bytes,
+                                um_event **done);
+UM_EXTERN int um_copy_to_host(um_buffer *src, size_t src_off, void *dst,
+                              size_t bytes, um_event **done);
+UM_EXTERN int um_copy(um_buffer *dst, size_t dst_off, um_buffer *src,
+                      size_t src_off, size_t bytes, um_event **done);
+/* Issue n copies; at most max_concurrent_transfers run at once. Every op is
+ * checked before any is issued. *done (or the blocking return) carries the
+ * first failure among them. */
+UM_EXTERN int um_copy_batch(um_manager *m, const um_copy_op *ops, size_t n,
+                            um_event **done);
+/* Set bytes bytes from off to the value (unsigned char)byte. */
+UM_EXTERN int um_fill(um_buffer *dst, size_t off, int byte, size_t bytes,
+                      um_event **done);
+
+/* Host view of [off, off + len) for the given mode, fetching the device copy
+ * first when the mode reads and the host copy is stale. One mapping per
+ * buffer at a time: UM_ESTATE when already mapped. */
+UM_EXTERN int um_map(um_buffer *b, um_map_mode mode, size_t off, size_t len,
+                     void **host);
+/* End the mapping that returned host; after a writing mode the device copy
+ * is made current. UM_ESTATE when not mapped, UM_EINVAL when host is not
+ * the pointer um_map returned. */
+UM_EXTERN int um_unmap(um_buffer *b, void *host);
+
+/* ------------------------------------------------------------------------ */
+/* Events                                                                    */
+
+/* Block until the operation finishes; returns its status (UM_ECANCELED when
+ * it was canceled). */
+UM_EXTERN int um_event_wait(um_event *e);
+/* UM_EAGAIN while pending, else the operation's status. */
+UM_EXTERN int um_event_query(um_event *e);
+/* Cancel an operation that has not started: UM_OK (it will not run, and
+ * waiting on it answers UM_ECANCELED), UM_EBUSY once it started or ended. */
+UM_EXTERN int um_event_cancel(um_event *e);
+/* Drop the caller's reference. The operation itself goes on. */
+UM_EXTERN void um_event_release(um_event *e);
+
+/* ------------------------------------------------------------------------ */
+/* Peers                                                                     */
+
+/* Let device a read and write b's memory directly (and copies between them
+ * take the peer path). UM_ENOTSUP when the pair cannot; UM_OK when already
+ * enabled or a == b. */
+UM_EXTERN int um_peer_enable(um_device *a, um_device *b);
+/* 1 when peer access from a to b is enabled (or a == b), 0 otherwise,
+ * UM_EINVAL for NULL. */
+UM_EXTERN int um_peer_enabled(const um_device *a, const um_device *b);
+/* 1 when the pair could be enabled, 0 when not. */
+UM_EXTERN int um_peer_possible(const um_device *a, const um_device *b);
+
+/* ------------------------------------------------------------------------ */
+/* Pool and statistics                                                       */
+
+/* Statistics of device d, or of all devices together when d is NULL. */
+UM_EXTERN int um_stats_get(um_manager *m, um_device *d, um_stats *out);
+/* Write stats as one JSON object into buf (NUL-terminated, truncated to
+ * cap); returns the length it needed, as snprintf does, or a UM_E* code. */
+UM_EXTERN int um_stats_json(const um_stats *s, char *buf, size_t cap);
+/* Release idle pool blocks, oldest first, until at most keep_bytes stay
+ * idle in all pools together. */
+UM_EXTERN int um_pool_trim(um_manager *m, uint64_t keep_bytes);
+
+/* ------------------------------------------------------------------------ */
+/* Huge data                                                                 */
+
+/* Map a file as a HOST buffer on device 0 (zero-copy, mmap). mode
+ * UM_MAP_READ maps read-only (writes through unimem answer UM_ESTATE);
+ * UM_MAP_READ_WRITE / UM_MAP_WRITE map shared, so writes reach the file.
+ * Returns UM_EINVAL for an empty file, UM_ENODEV when it cannot be opened. */
+UM_EXTERN int um_map_file(um_manager *m, const char *path, um_map_mode mode,
+                          um_buffer **out);
+
+#ifdef UNIMEM_TRACK_SITES
+#define um_alloc(m, d, bytes, loc, flags, out)                                 \
+  um_alloc_at((m), (d), (bytes), (loc), (flags), (out), __FILE__, __LINE__)
+#define um_alloc_array(m, d, count, size, loc, flags, out)                     \
+  um_alloc_array_at((m), (d), (count), (size), (loc), (flags), (out),          \
+                    __FILE__, __LINE__)
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* UNIMEM_H */

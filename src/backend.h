@@ -1,0 +1,161 @@
+/* The backend contract.
+ *
+ * A backend turns one vendor API (the host itself, OpenCL, the CUDA driver,
+ * a test-only fault injector) into devices the core can allocate on and
+ * move data with. The core never includes a vendor header; every vendor
+ * call lives behind this table. Adding a backend (Metal, Level Zero) is
+ * adding one file that fills a um__backend and one line in the table of
+ * manager.c.
+ *
+ * Threading: every operation below may be called from any thread, several at
+ * once, on the same device. A backend serialises what its vendor API needs
+ * serialised.
+ *
+ * Errors: an operation returns UM_OK or a negative UM_E* code. A backend
+ * turns its vendor's codes into UM_E* in exactly one function and records
+ * the vendor's own text with um__set_error() before returning, so that
+ * um_last_error() shows it.
+ */
+#ifndef UNIMEM_BACKEND_H
+#define UNIMEM_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "unimem.h"
+
+/* One block of memory given by a backend. The core keeps it in a buffer or
+ * in the pool and hands it back verbatim to the operations below. */
+typedef struct um__mem {
+  void *host;       /* host-addressable view of the whole block, or NULL when
+                       the memory can only be reached through transfers */
+  uintptr_t handle; /* the backend's handle (cl_mem, CUdeviceptr, ...) */
+  void *priv;       /* the backend's own bookkeeping, opaque to the core */
+} um__mem;
+
+/* What a transfer does. The device whose xfer is called is the one named in
+ * the comment; offsets are bytes from the start of the block. */
+typedef enum {
+  UM__XFER_H2D,  /* host -> dst block (called on dst's device) */
+  UM__XFER_D2H,  /* src block -> host (called on src's device) */
+  UM__XFER_D2D,  /* src block -> dst block, same device (called on it) */
+  UM__XFER_FILL, /* value -> dst block (called on dst's device) */
+  UM__XFER_PEER  /* src block on src_bdev -> dst block (called on dst's
+                    device; only after peer_enable(dst dev, src dev)) */
+} um__xfer_kind;
+
+typedef struct um__xfer {
+  um__xfer_kind kind;
+  um__mem *dst;          /* H2D, D2D, FILL, PEER */
+  um_location dst_loc;
+  size_t dst_off;
+  um__mem *src;          /* D2H, D2D, PEER */
+  um_location src_loc;
+  size_t src_off;
+  void *host;            /* H2D: source; D2H: destination */
+  int host_pinned;       /* host lies in page-locked memory this device may
+                            DMA from (a PINNED block of this device) */
+  size_t bytes;          /* > 0; ranges are checked by the core */
+  unsigned char value;   /* FILL */
+  void *src_bdev;        /* PEER: the device owning src */
+} um__xfer;
+
+/* Completion of an asynchronous transfer: called exactly once, from any
+ * thread (a driver thread included), possibly before xfer_async returns.
+ * The core's callback only records the outcome and hands follow-up work to
+ * its own threads: it makes no backend call. */
+typedef void (*um__done_fn)(void *arg, int status);
+
+/* Description of one device, filled by describe(). */
+typedef struct um__bdev_desc {
+  char name[128];
+  unsigned caps;         /* UM_CAP_* */
+  unsigned locations;    /* 1u << loc for each location it can allocate */
+  uint64_t total_bytes;
+  void *bdev;            /* the backend's device state, passed back below */
+} um__bdev_desc;
+
+typedef struct um__backend {
+  const char *name; /* "cpu", "opencl", "cuda": also the UNIMEM_BACKENDS key */
+
+  /* Load the vendor library (once per process, pthread_once) and open every
+   * device for one manager. *ctx receives the backend's per-manager state,
+   * *count the number of devices (0 is a valid answer: "none here").
+   * Returns UM_OK; UM_ENODEV when the vendor library or a needed entry point
+   * is missing (with the reason in um_last_error(); the manager logs it and
+   * goes on without this backend); other codes for real failures. */
+  int (*open)(const um_options *opts, void **ctx, int *count);
+  /* Describe device i (0 <= i < count) of an opened ctx. */
+  int (*describe)(void *ctx, int i, um__bdev_desc *out);
+  /* Close what open() made. Called once every block was freed and every
+   * transfer finished. */
+  void (*close)(void *ctx);
+
+  /* Allocate bytes (> 0) at loc, which the device's locations include.
+   * Fills *out. Returns UM_ENOMEM when the device is out of memory (the
+   * core then trims its pool and retries), UM_ENOTSUP, UM_EBACKEND. */
+  int (*mem_alloc)(void *bdev, um_location loc, size_t bytes, um__mem *out);
+  /* Free a block from mem_alloc. Never fails from the caller's view. */
+  void (*mem_free)(void *bdev, um_location loc, size_t bytes, um__mem *mem);
+
+  /* Optional (NULL: not offered). Register caller memory for UM_WRAP_PIN:
+   * page-lock it and make it DMA-able. *out->host must be host. */
+  int (*host_register)(void *bdev, void *host, size_t bytes, um__mem *out);
+  void (*host_unregister)(void *bdev, um__mem *mem);
+
+  /* Free and total memory of the device now. */
+  int (*memory)(void *bdev, uint64_t *free_bytes, uint64_t *total_bytes);
+  /* Wait for all work the backend has queued on the device. */
+  int (*synchronize)(void *bdev);
+
+  /* Run a transfer and return when it has finished. */
+  int (*xfer)(void *bdev, const um__xfer *x);
+
+  /* Optional (NULL: the core runs xfer() on its own threads).
+   * Start a transfer without waiting for it. It runs after every transfer
+   * in after[0..nafter) (tokens this device returned earlier, not yet
+   * released). On UM_OK, *native receives a token for later after[] lists,
+   * valid until native_release, and done(arg, status) will be called once
+   * the transfer finishes. On failure, done is never called and *native is
+   * untouched. */
+  int (*xfer_async)(void *bdev, const um__xfer *x, void *const *after,
+                    int nafter, um__done_fn done, void *arg, void **native);
+  void (*native_release)(void *bdev, void *native);
+
+  /* Optional (NULL: the core keeps a host shadow and moves data with xfer).
+   * Map [off, off + len) of a block that has no host view; the pointer
+   * returned is valid until unmap. mode follows um_map_mode: read modes
+   * fetch the device's data. unmap after a writing mode makes the device
+   * copy current. Both block until done. */
+  int (*map)(void *bdev, um__mem *mem, um_location loc, size_t off, size_t len,
+             um_map_mode mode, void **host);
+  int (*unmap)(void *bdev, um__mem *mem, um_location loc, void *host);
+
+  /* Optional (NULL: no peer access). Whether device a can access device b's
+   * memory directly (1 or 0), and enable it (UM_OK, UM_ENOTSUP). Only asked
+   * for two different devices of this backend in one manager. */
+  int (*peer_possible)(void *a, void *b);
+  int (*peer_enable)(void *a, void *b);
+} um__backend;
+
+/* The backends this build knows, for the manager's table. Each is defined
+ * in src/backends/<name>.c. */
+extern const um__backend um__backend_cpu;
+#ifdef UNIMEM_HAVE_OPENCL
+extern const um__backend um__backend_opencl;
+#endif
+#ifdef UNIMEM_HAVE_CUDA
+extern const um__backend um__backend_cuda;
+#endif
+
+/* Services the core offers backends. */
+
+/* Record a failure's detail for um_last_error() (printf format) and return
+ * status, so a backend can write: return um__set_error(UM_ENOMEM, "..."). */
+int um__set_error(int status, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Log through the options' log callback (stderr when none). */
+void um__log(const um_options *opts, um_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#endif /* UNIMEM_BACKEND_H */

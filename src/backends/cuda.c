@@ -1,0 +1,951 @@
+/* The cuda backend: NVIDIA GPUs through the CUDA driver API, loaded at run
+ * time.
+ *
+ * libcuda.so.1 is dlopen()ed once per process (UNIMEM_CUDA_LIBRARY names
+ * another file, e.g. a test double) and every entry point is fetched by the
+ * symbol the driver exports. cuda.h maps most API names onto versioned ABI
+ * symbols (cuMemAlloc -> cuMemAlloc_v2), so the table below spells out the
+ * exported names; the function types come from cuda.h's own prototypes, so a
+ * signature can never drift from the header. Nothing here links libcuda.
+ *
+ * Per device: its primary context (shared with the application and the CUDA
+ * runtime, so unimem memory works with their kernels) and three non-blocking
+ * streams -- h2d, d2h and local (D2D, FILL, PEER) -- so that uploads,
+ * downloads and on-device work overlap. Every call sets the device's context
+ * current first: calls come from any thread, and the current context is
+ * per thread.
+ *
+ * Memory: DEVICE = cuMemAlloc, PINNED = cuMemHostAlloc (portable, mapped),
+ * UNIFIED = cuMemAllocManaged where the device has managed memory. HOST
+ * belongs to the cpu backend. Unified virtual addressing (every 64-bit
+ * Linux device) makes a pinned or managed block's host pointer also its
+ * device address, so every block's handle is a CUdeviceptr.
+ */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda.h>
+
+#include "backend.h"
+
+#if defined(__CUDA_API_PER_THREAD_DEFAULT_STREAM)
+#error "the cuda backend uses explicit streams; build without per-thread default stream"
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Driver entry points                                                       */
+
+/* REQUIRED(symbol) / OPTIONAL(symbol), by the exact name libcuda exports.
+ * A missing required one makes the backend unavailable; a missing optional
+ * one disables its feature (error names, stream-ordered allocation). */
+#define CUDA_ENTRY_POINTS(REQUIRED, OPTIONAL)                                  \
+  REQUIRED(cuInit)                                                             \
+  REQUIRED(cuDeviceGetCount)                                                   \
+  REQUIRED(cuDeviceGet)                                                        \
+  REQUIRED(cuDeviceGetName)                                                    \
+  REQUIRED(cuDeviceTotalMem_v2)                                                \
+  REQUIRED(cuDeviceGetAttribute)                                               \
+  REQUIRED(cuDeviceCanAccessPeer)                                              \
+  REQUIRED(cuDevicePrimaryCtxRetain)                                           \
+  REQUIRED(cuDevicePrimaryCtxRelease_v2)                                       \
+  REQUIRED(cuCtxSetCurrent)                                                    \
+  REQUIRED(cuCtxSynchronize)                                                   \
+  REQUIRED(cuCtxEnablePeerAccess)                                              \
+  REQUIRED(cuMemGetInfo_v2)                                                    \
+  REQUIRED(cuMemAlloc_v2)                                                      \
+  REQUIRED(cuMemFree_v2)                                                       \
+  REQUIRED(cuMemHostAlloc)                                                     \
+  REQUIRED(cuMemFreeHost)                                                      \
+  REQUIRED(cuMemAllocManaged)                                                  \
+  REQUIRED(cuMemHostRegister_v2)                                               \
+  REQUIRED(cuMemHostUnregister)                                                \
+  REQUIRED(cuStreamCreate)                                                     \
+  REQUIRED(cuStreamDestroy_v2)                                                 \
+  REQUIRED(cuStreamSynchronize)                                                \
+  REQUIRED(cuStreamWaitEvent)                                                  \
+  REQUIRED(cuStreamAddCallback)                                                \
+  REQUIRED(cuEventCreate)                                                      \
+  REQUIRED(cuEventRecord)                                                      \
+  REQUIRED(cuEventDestroy_v2)                                                  \
+  REQUIRED(cuMemcpyHtoDAsync_v2)                                               \
+  REQUIRED(cuMemcpyDtoHAsync_v2)                                               \
+  REQUIRED(cuMemcpyDtoDAsync_v2)                                               \
+  REQUIRED(cuMemcpyPeerAsync)                                                  \
+  REQUIRED(cuMemsetD8Async)                                                    \
+  OPTIONAL(cuGetErrorName)                                                     \
+  OPTIONAL(cuGetErrorString)                                                   \
+  OPTIONAL(cuMemAllocAsync)                                                    \
+  OPTIONAL(cuMemFreeAsync)                                                     \
+  OPTIONAL(cuDeviceGetDefaultMemPool)                                          \
+  OPTIONAL(cuMemPoolSetAttribute)                                              \
+  OPTIONAL(cuMemPoolTrimTo)
+
+/* One pointer per entry point, typed by cuda.h's prototype of that symbol. */
+typedef struct cuda_driver_api {
+#define CUDA_API_FIELD_(symbol) __typeof__(symbol) *symbol;
+  CUDA_ENTRY_POINTS(CUDA_API_FIELD_, CUDA_API_FIELD_)
+#undef CUDA_API_FIELD_
+} cuda_driver_api;
+
+typedef struct cuda_entry_point {
+  const char *symbol;
+  size_t offset; /* of its pointer in cuda_driver_api */
+  int required;
+} cuda_entry_point;
+
+static const cuda_entry_point cuda_entry_points[] = {
+#define CUDA_REQUIRED_(symbol) {#symbol, offsetof(cuda_driver_api, symbol), 1},
+#define CUDA_OPTIONAL_(symbol) {#symbol, offsetof(cuda_driver_api, symbol), 0},
+    CUDA_ENTRY_POINTS(CUDA_REQUIRED_, CUDA_OPTIONAL_)
+#undef CUDA_REQUIRED_
+#undef CUDA_OPTIONAL_
+};
+
+/* dlsym() answers a void *; POSIX guarantees it converts to a function
+ * pointer, which we store by copying the representation. */
+_Static_assert(sizeof(void *) == sizeof(void (*)(void)),
+               "function pointers must be as wide as object pointers");
+
+/* What the one-time load found; read-only once driver_once has run. */
+static struct {
+  int status;          /* UM_OK, or UM_ENODEV: the backend is unavailable */
+  int no_devices;      /* cuInit answered CUDA_ERROR_NO_DEVICE */
+  char reason[512];    /* why status is not UM_OK, or why no devices */
+  void *library;       /* the dlopen() handle, kept for the process */
+  cuda_driver_api api;
+} driver;
+static pthread_once_t driver_once = PTHREAD_ONCE_INIT;
+
+#define CU (driver.api) /* CU.cuMemAlloc_v2(...) reads as the driver call */
+
+/* The one translation of a CUresult into a UM_E* code. With call != NULL it
+ * also records the driver's error name for um_last_error(). Stream
+ * callbacks pass call == NULL: they run on a driver thread where no CUDA
+ * call is allowed, cuGetErrorName included. */
+static int cuda_status(CUresult result, const char *call) {
+  int status;
+  const char *name = NULL;
+  const char *text = NULL;
+
+  switch (result) {
+  case CUDA_SUCCESS:
+    return UM_OK;
+  case CUDA_ERROR_OUT_OF_MEMORY:
+    status = UM_ENOMEM;
+    break;
+  case CUDA_ERROR_INVALID_VALUE:
+    status = UM_EINVAL;
+    break;
+  case CUDA_ERROR_NO_DEVICE:
+  case CUDA_ERROR_INVALID_DEVICE:
+    status = UM_ENODEV;
+    break;
+  case CUDA_ERROR_NOT_SUPPORTED:
+  case CUDA_ERROR_PEER_ACCESS_UNSUPPORTED:
+  case CUDA_ERROR_TOO_MANY_PEERS: /* this pair cannot have peer access */
+    status = UM_ENOTSUP;
+    break;
+  default:
+    status = UM_EBACKEND;
+    break;
+  }
+  if (call == NULL)
+    return status;
+  if (CU.cuGetErrorName == NULL || CU.cuGetErrorName(result, &name) != CUDA_SUCCESS)
+    name = NULL;
+  if (CU.cuGetErrorString == NULL ||
+      CU.cuGetErrorString(result, &text) != CUDA_SUCCESS)
+    text = NULL;
+  if (name != NULL)
+    return um__set_error(status, "cuda: %s failed: %s (%s)", call, name,
+                         text != NULL ? text : "no description");
+  return um__set_error(status, "cuda: %s failed: CUresult %d", call,
+                       (int)result);
+}
+
+/* The backend cannot run: keep the reason, drop the library. */
+static void forget_driver(void) {
+  driver.status = UM_ENODEV;
+  if (driver.library != NULL)
+    dlclose(driver.library);
+  driver.library = NULL;
+  memset(&driver.api, 0, sizeof(driver.api));
+}
+
+static void load_driver(void) {
+  const char *path = getenv("UNIMEM_CUDA_LIBRARY");
+  const char *dl_text;
+  size_t i;
+  CUresult result;
+
+  if (path == NULL || path[0] == '\0')
+    path = "libcuda.so.1";
+  driver.library = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (driver.library == NULL) {
+    dl_text = dlerror();
+    snprintf(driver.reason, sizeof(driver.reason), "cuda: cannot load %s: %s",
+             path, dl_text != NULL ? dl_text : "unknown dlopen error");
+    forget_driver();
+    return;
+  }
+  for (i = 0; i < sizeof(cuda_entry_points) / sizeof(cuda_entry_points[0]);
+       i++) {
+    const cuda_entry_point *entry = &cuda_entry_points[i];
+    void *address = dlsym(driver.library, entry->symbol);
+    if (address == NULL) {
+      if (entry->required) {
+        snprintf(driver.reason, sizeof(driver.reason),
+                 "cuda: entry point %s missing from %s", entry->symbol, path);
+        forget_driver();
+        return;
+      }
+      continue;
+    }
+    memcpy((char *)&driver.api + entry->offset, &address, sizeof(address));
+  }
+
+  /* cuInit is per process, so it belongs to the one-time load. A machine
+   * with the driver but no GPU is not an error: the backend offers zero
+   * devices. A driver that cannot initialise (stub library, version
+   * mismatch) gives no usable device either, so it reads as ENODEV. */
+  result = CU.cuInit(0);
+  if (result != CUDA_SUCCESS) {
+    cuda_status(result, "cuInit");
+    snprintf(driver.reason, sizeof(driver.reason), "%s (driver %s)",
+             um_last_error(), path);
+    if (result == CUDA_ERROR_NO_DEVICE) {
+      driver.no_devices = 1;
+      driver.status = UM_OK;
+    } else {
+      forget_driver();
+    }
+    return;
+  }
+  driver.status = UM_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Devices                                                                   */
+
+struct cuda_backend_state;
+
+typedef struct cuda_device {
+  struct cuda_backend_state *owner;
+  int ordinal;
+  CUdevice device;
+  CUcontext context; /* the primary context, retained while open */
+  CUstream h2d_stream;
+  CUstream d2h_stream;
+  CUstream local_stream; /* D2D, FILL, PEER, stream-ordered allocation */
+  CUmemoryPool mem_pool; /* stream-ordered allocation only */
+  int managed_memory;
+  int stream_ordered_alloc;
+  unsigned caps;
+  unsigned locations;
+  uint64_t real_total_bytes;
+  uint64_t limit_bytes; /* opts->device_limit_bytes; 0: no limit */
+  /* DEVICE and UNIFIED bytes allocated now: what device_limit_bytes caps.
+   * PINNED memory is host memory and does not count. */
+  _Atomic uint64_t device_bytes_in_use;
+  char name[128];
+} cuda_device;
+
+typedef struct cuda_backend_state {
+  um_options opts; /* a copy, for logging */
+  int count;
+  cuda_device devices[];
+} cuda_backend_state;
+
+static int make_current(const cuda_device *d) {
+  CUresult result = CU.cuCtxSetCurrent(d->context);
+  return result == CUDA_SUCCESS ? UM_OK : cuda_status(result, "cuCtxSetCurrent");
+}
+
+/* Undo open_device() however far it got: the one cleanup path. Waits for
+ * the device's work first so that destroying the streams loses nothing. */
+static void release_device(cuda_device *d) {
+  if (d->context == NULL)
+    return;
+  if (CU.cuCtxSetCurrent(d->context) == CUDA_SUCCESS) {
+    CU.cuCtxSynchronize();
+    /* Give the memory pool's cached blocks back to the device: the primary
+     * context may outlive this manager. */
+    if (d->stream_ordered_alloc && CU.cuMemPoolTrimTo != NULL)
+      CU.cuMemPoolTrimTo(d->mem_pool, 0);
+    if (d->h2d_stream != NULL)
+      CU.cuStreamDestroy_v2(d->h2d_stream);
+    if (d->d2h_stream != NULL)
+      CU.cuStreamDestroy_v2(d->d2h_stream);
+    if (d->local_stream != NULL)
+      CU.cuStreamDestroy_v2(d->local_stream);
+    CU.cuCtxSetCurrent(NULL);
+  }
+  CU.cuDevicePrimaryCtxRelease_v2(d->device);
+  d->h2d_stream = d->d2h_stream = d->local_stream = NULL;
+  d->context = NULL;
+}
+
+static int env_flag(const char *name) {
+  const char *value = getenv(name);
+  return value != NULL && strtol(value, NULL, 10) != 0;
+}
+
+/* Stream-ordered allocation (UNIMEM_CUDA_ASYNC_ALLOC=1, where the driver and
+ * the device support memory pools): DEVICE blocks come from the device's
+ * default memory pool through cuMemAllocAsync on the local stream and go
+ * back through cuMemFreeAsync. The pool's release threshold is raised to
+ * the maximum so freed memory stays cached in the driver instead of being
+ * unmapped at the next synchronisation: a miss in unimem's own pool then
+ * costs a pool lookup in the driver, not a page-table update. Because the
+ * other streams do not follow the local stream's order, mem_alloc waits for
+ * the local stream before handing the block out. The cost: memory cached in
+ * the driver's pool shows as used in cuMemGetInfo. Returns 1 when in use. */
+static int enable_stream_ordered_alloc(cuda_device *d) {
+  int supported = 0;
+  cuuint64_t threshold = UINT64_MAX;
+
+  if (CU.cuMemAllocAsync == NULL || CU.cuMemFreeAsync == NULL ||
+      CU.cuDeviceGetDefaultMemPool == NULL || CU.cuMemPoolSetAttribute == NULL)
+    return 0;
+  if (CU.cuDeviceGetAttribute(&supported,
+                              CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED,
+                              d->device) != CUDA_SUCCESS ||
+      !supported)
+    return 0;
+  if (CU.cuDeviceGetDefaultMemPool(&d->mem_pool, d->device) != CUDA_SUCCESS ||
+      CU.cuMemPoolSetAttribute(d->mem_pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                               &threshold) != CUDA_SUCCESS)
+    return 0;
+  return 1;
+}
+
+static int open_device(cuda_backend_state *state, int ordinal,
+                       int want_stream_ordered_alloc) {
+  cuda_device *d = &state->devices[ordinal];
+  const char *call;
+  size_t total = 0;
+  CUresult result;
+
+  d->owner = state;
+  d->ordinal = ordinal;
+  d->limit_bytes = state->opts.device_limit_bytes;
+  atomic_init(&d->device_bytes_in_use, 0);
+
+  call = "cuDeviceGet";
+  result = CU.cuDeviceGet(&d->device, ordinal);
+  if (result != CUDA_SUCCESS)
+    goto fail;
+  call = "cuDeviceGetName";
+  result = CU.cuDeviceGetName(d->name, (int)sizeof(d->name), d->device);
+  if (result != CUDA_SUCCESS)
+    goto fail;
+  d->name[sizeof(d->name) - 1] = '\0';
+  call = "cuDeviceTotalMem_v2";
+  result = CU.cuDeviceTotalMem_v2(&total, d->device);
+  if (result != CUDA_SUCCESS)
+    goto fail;
+  d->real_total_bytes = total;
+  call = "cuDeviceGetAttribute";
+  result = CU.cuDeviceGetAttribute(
+      &d->managed_memory, CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY, d->device);
+  if (result != CUDA_SUCCESS)
+    goto fail;
+
+  call = "cuDevicePrimaryCtxRetain";
+  result = CU.cuDevicePrimaryCtxRetain(&d->context, d->device);
+  if (result != CUDA_SUCCESS) {
+    d->context = NULL;
+    goto fail;
+  }
+  call = "cuCtxSetCurrent";
+  result = CU.cuCtxSetCurrent(d->context);
+  if (result != CUDA_SUCCESS)
+    goto fail;
+  /* Non-blocking: the legacy default stream, which the application may use,
+   * must not serialise unimem's transfers. */
+  call = "cuStreamCreate";
+  result = CU.cuStreamCreate(&d->h2d_stream, CU_STREAM_NON_BLOCKING);
+  if (result != CUDA_SUCCESS)
+    goto fail;
+  result = CU.cuStreamCreate(&d->d2h_stream, CU_STREAM_NON_BLOCKING);
+  if (result != CUDA_SUCCESS)
+    goto fail;
+  result = CU.cuStreamCreate(&d->local_stream, CU_STREAM_NON_BLOCKING);
+  if (result != CUDA_SUCCESS)
+    goto fail;
+
+  if (want_stream_ordered_alloc) {
+    d->stream_ordered_alloc = enable_stream_ordered_alloc(d);
+    um__log(&state->opts, UM_LOG_INFO,
+            "cuda device %d: stream-ordered allocation %s", ordinal,
+            d->stream_ordered_alloc ? "on" : "not supported, using cuMemAlloc");
+  }
+
+  d->caps = UM_CAP_PINNED | UM_CAP_ASYNC;
+  d->locations = (1u << UM_DEVICE) | (1u << UM_PINNED);
+  if (d->managed_memory) {
+    d->caps |= UM_CAP_UNIFIED;
+    d->locations |= 1u << UM_UNIFIED;
+  }
+  return UM_OK;
+
+fail:
+  {
+    int status = cuda_status(result, call);
+    release_device(d);
+    return status;
+  }
+}
+
+static int cuda_open(const um_options *opts, void **ctx, int *count) {
+  cuda_backend_state *state;
+  int device_count = 0;
+  int opened = 0;
+  int status;
+  int i, j;
+  CUresult result;
+
+  if (ctx == NULL || count == NULL)
+    return um__set_error(UM_EINVAL, "cuda: open without ctx or count");
+  pthread_once(&driver_once, load_driver);
+  if (driver.status != UM_OK)
+    return um__set_error(driver.status, "%s", driver.reason);
+  if (!driver.no_devices) {
+    result = CU.cuDeviceGetCount(&device_count);
+    if (result != CUDA_SUCCESS)
+      return cuda_status(result, "cuDeviceGetCount");
+  }
+  if (device_count == 0) {
+    um__set_error(UM_OK, "%s",
+                  driver.no_devices ? driver.reason
+                                    : "cuda: the driver reports no device");
+    um__log(opts, UM_LOG_INFO, "%s", um_last_error());
+    *ctx = NULL;
+    *count = 0;
+    return UM_OK;
+  }
+
+  state = calloc(1, sizeof(*state) + (size_t)device_count * sizeof(cuda_device));
+  if (state == NULL)
+    return um__set_error(UM_ENOMEM, "cuda: no memory for %d devices",
+                         device_count);
+  if (opts != NULL)
+    state->opts = *opts;
+  state->count = device_count;
+  for (opened = 0; opened < device_count; opened++) {
+    status = open_device(state, opened, env_flag("UNIMEM_CUDA_ASYNC_ALLOC"));
+    if (status != UM_OK)
+      goto fail;
+  }
+
+  /* UM_CAP_PEER: the device can reach at least one other device. */
+  for (i = 0; i < device_count; i++) {
+    for (j = 0; j < device_count; j++) {
+      int can_access = 0;
+      if (i == j)
+        continue;
+      result = CU.cuDeviceCanAccessPeer(&can_access, state->devices[i].device,
+                                        state->devices[j].device);
+      if (result == CUDA_SUCCESS && can_access) {
+        state->devices[i].caps |= UM_CAP_PEER;
+        break;
+      }
+    }
+  }
+
+  *ctx = state;
+  *count = device_count;
+  return UM_OK;
+
+fail:
+  for (i = 0; i < opened; i++)
+    release_device(&state->devices[i]);
+  free(state);
+  return status;
+}
+
+static int cuda_describe(void *ctx, int i, um__bdev_desc *out) {
+  cuda_backend_state *state = ctx;
+  cuda_device *d;
+
+  if (state == NULL || out == NULL || i < 0 || i >= state->count)
+    return um__set_error(UM_EINVAL, "cuda: no device %d to describe", i);
+  d = &state->devices[i];
+  memset(out, 0, sizeof(*out));
+  snprintf(out->name, sizeof(out->name), "%s", d->name);
+  out->caps = d->caps;
+  out->locations = d->locations;
+  out->total_bytes = d->real_total_bytes;
+  if (d->limit_bytes != 0 && d->limit_bytes < out->total_bytes)
+    out->total_bytes = d->limit_bytes;
+  out->bdev = d;
+  return UM_OK;
+}
+
+static void cuda_close(void *ctx) {
+  cuda_backend_state *state = ctx;
+  int i;
+
+  if (state == NULL)
+    return;
+  for (i = 0; i < state->count; i++)
+    release_device(&state->devices[i]);
+  free(state);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Memory                                                                    */
+
+/* Count bytes against device_limit_bytes; 0 when they would pass it. */
+static int reserve_device_bytes(cuda_device *d, size_t bytes) {
+  uint64_t in_use =
+      atomic_load_explicit(&d->device_bytes_in_use, memory_order_relaxed);
+  do {
+    if (d->limit_bytes != 0 &&
+        (bytes > d->limit_bytes || in_use > d->limit_bytes - bytes))
+      return 0;
+  } while (!atomic_compare_exchange_weak_explicit(
+      &d->device_bytes_in_use, &in_use, in_use + bytes, memory_order_relaxed,
+      memory_order_relaxed));
+  return 1;
+}
+
+static void unreserve_device_bytes(cuda_device *d, size_t bytes) {
+  atomic_fetch_sub_explicit(&d->device_bytes_in_use, bytes,
+                            memory_order_relaxed);
+}
+
+static int cuda_mem_alloc(void *bdev, um_location loc, size_t bytes,
+                          um__mem *out) {
+  cuda_device *d = bdev;
+  int counted = loc == UM_DEVICE || loc == UM_UNIFIED;
+  CUdeviceptr address = 0;
+  void *host = NULL;
+  const char *call;
+  CUresult result;
+  int status;
+
+  if ((unsigned)loc >= UM_LOCATION_COUNT || !(d->locations & (1u << loc)))
+    return um__set_error(UM_ENOTSUP,
+                         "cuda device %d (%s) cannot allocate location %d",
+                         d->ordinal, d->name, (int)loc);
+  if (counted && !reserve_device_bytes(d, bytes))
+    return um__set_error(
+        UM_ENOMEM,
+        "cuda device %d: %zu bytes would pass device_limit_bytes (%llu of "
+        "%llu in use)",
+        d->ordinal, bytes,
+        (unsigned long long)atomic_load_explicit(&d->device_bytes_in_use,
+                                                 memory_order_relaxed),
+        (unsigned long long)d->limit_bytes);
+  status = make_current(d);
+  if (status != UM_OK)
+    goto fail;
+
+  switch (loc) {
+  case UM_DEVICE:
+    if (d->stream_ordered_alloc) {
+      call = "cuMemAllocAsync";
+      result = CU.cuMemAllocAsync(&address, bytes, d->local_stream);
+      if (result == CUDA_SUCCESS) {
+        call = "cuStreamSynchronize";
+        result = CU.cuStreamSynchronize(d->local_stream);
+        if (result != CUDA_SUCCESS)
+          CU.cuMemFreeAsync(address, d->local_stream);
+      }
+    } else {
+      call = "cuMemAlloc_v2";
+      result = CU.cuMemAlloc_v2(&address, bytes);
+    }
+    break;
+  case UM_PINNED:
+    call = "cuMemHostAlloc";
+    result = CU.cuMemHostAlloc(&host, bytes,
+                               CU_MEMHOSTALLOC_PORTABLE |
+                                   CU_MEMHOSTALLOC_DEVICEMAP);
+    address = (CUdeviceptr)(uintptr_t)host;
+    break;
+  case UM_UNIFIED:
+    call = "cuMemAllocManaged";
+    result = CU.cuMemAllocManaged(&address, bytes, CU_MEM_ATTACH_GLOBAL);
+    host = (void *)(uintptr_t)address;
+    break;
+  default: /* UM_HOST: excluded by locations above */
+    status = um__set_error(UM_ENOTSUP, "cuda: location %d", (int)loc);
+    goto fail;
+  }
+  if (result != CUDA_SUCCESS) {
+    status = cuda_status(result, call);
+    goto fail;
+  }
+  out->host = host;
+  out->handle = (uintptr_t)address;
+  out->priv = NULL;
+  return UM_OK;
+
+fail:
+  if (counted)
+    unreserve_device_bytes(d, bytes);
+  return status;
+}
+
+static void cuda_mem_free(void *bdev, um_location loc, size_t bytes,
+                          um__mem *mem) {
+  cuda_device *d = bdev;
+  const char *call = "cuCtxSetCurrent";
+  CUresult result = CU.cuCtxSetCurrent(d->context);
+
+  if (result == CUDA_SUCCESS) {
+    switch (loc) {
+    case UM_DEVICE:
+      /* The core frees a block only once its transfers finished, so the
+       * stream-ordered free needs no wait on the other streams. */
+      if (d->stream_ordered_alloc) {
+        call = "cuMemFreeAsync";
+        result = CU.cuMemFreeAsync((CUdeviceptr)mem->handle, d->local_stream);
+      } else {
+        call = "cuMemFree_v2";
+        result = CU.cuMemFree_v2((CUdeviceptr)mem->handle);
+      }
+      break;
+    case UM_PINNED:
+      call = "cuMemFreeHost";
+      result = CU.cuMemFreeHost(mem->host);
+      break;
+    case UM_UNIFIED:
+      call = "cuMemFree_v2";
+      result = CU.cuMemFree_v2((CUdeviceptr)mem->handle);
+      break;
+    default:
+      return;
+    }
+  }
+  if (loc == UM_DEVICE || loc == UM_UNIFIED)
+    unreserve_device_bytes(d, bytes);
+  if (result != CUDA_SUCCESS) {
+    cuda_status(result, call);
+    um__log(&d->owner->opts, UM_LOG_WARN, "freeing %zu bytes: %s", bytes,
+            um_last_error());
+  }
+}
+
+static int cuda_host_register(void *bdev, void *host, size_t bytes,
+                              um__mem *out) {
+  cuda_device *d = bdev;
+  CUresult result;
+  int status = make_current(d);
+
+  if (status != UM_OK)
+    return status;
+  /* Portable: any context may DMA from it, as from PINNED blocks. */
+  result = CU.cuMemHostRegister_v2(host, bytes, CU_MEMHOSTREGISTER_PORTABLE);
+  if (result != CUDA_SUCCESS)
+    return cuda_status(result, "cuMemHostRegister_v2");
+  out->host = host;
+  out->handle = (uintptr_t)host;
+  out->priv = NULL;
+  return UM_OK;
+}
+
+static void cuda_host_unregister(void *bdev, um__mem *mem) {
+  cuda_device *d = bdev;
+  CUresult result = CU.cuCtxSetCurrent(d->context);
+
+  if (result == CUDA_SUCCESS)
+    result = CU.cuMemHostUnregister(mem->host);
+  if (result != CUDA_SUCCESS) {
+    cuda_status(result, "cuMemHostUnregister");
+    um__log(&d->owner->opts, UM_LOG_WARN, "unregistering host memory: %s",
+            um_last_error());
+  }
+}
+
+static int cuda_memory(void *bdev, uint64_t *free_bytes,
+                       uint64_t *total_bytes) {
+  cuda_device *d = bdev;
+  size_t free_now = 0, total_now = 0;
+  uint64_t free_out, total_out;
+  CUresult result;
+  int status = make_current(d);
+
+  if (status != UM_OK)
+    return status;
+  result = CU.cuMemGetInfo_v2(&free_now, &total_now);
+  if (result != CUDA_SUCCESS)
+    return cuda_status(result, "cuMemGetInfo_v2");
+  free_out = free_now;
+  total_out = total_now;
+  if (d->limit_bytes != 0) {
+    uint64_t in_use =
+        atomic_load_explicit(&d->device_bytes_in_use, memory_order_relaxed);
+    uint64_t left = in_use < d->limit_bytes ? d->limit_bytes - in_use : 0;
+    if (total_out > d->limit_bytes)
+      total_out = d->limit_bytes;
+    if (free_out > left)
+      free_out = left;
+  }
+  if (free_bytes != NULL)
+    *free_bytes = free_out;
+  if (total_bytes != NULL)
+    *total_bytes = total_out;
+  return UM_OK;
+}
+
+static int cuda_synchronize(void *bdev) {
+  cuda_device *d = bdev;
+  CUresult result;
+  int status = make_current(d);
+
+  if (status != UM_OK)
+    return status;
+  result = CU.cuCtxSynchronize();
+  return result == CUDA_SUCCESS ? UM_OK
+                                : cuda_status(result, "cuCtxSynchronize");
+}
+
+/* ------------------------------------------------------------------------ */
+/* Transfers                                                                 */
+
+static CUdeviceptr device_address(const um__mem *mem, size_t offset) {
+  return (CUdeviceptr)mem->handle + (CUdeviceptr)offset;
+}
+
+/* Uploads, downloads and on-device work each have a stream, so a download
+ * never waits behind an unrelated upload. */
+static CUstream stream_for(const cuda_device *d, um__xfer_kind kind) {
+  switch (kind) {
+  case UM__XFER_H2D:
+    return d->h2d_stream;
+  case UM__XFER_D2H:
+    return d->d2h_stream;
+  default:
+    return d->local_stream;
+  }
+}
+
+/* Queue x on stream; the device's context is current. Pageable host memory
+ * makes the driver copy through its own staging buffer before returning,
+ * which is correct, only slower: the core stages pageable copies through
+ * PINNED chunks itself when it cares. */
+static int issue_xfer(cuda_device *d, const um__xfer *x, CUstream stream) {
+  const cuda_device *src_device;
+  const char *call;
+  CUresult result;
+
+  switch (x->kind) {
+  case UM__XFER_H2D:
+    call = "cuMemcpyHtoDAsync_v2";
+    result = CU.cuMemcpyHtoDAsync_v2(device_address(x->dst, x->dst_off),
+                                     x->host, x->bytes, stream);
+    break;
+  case UM__XFER_D2H:
+    call = "cuMemcpyDtoHAsync_v2";
+    result = CU.cuMemcpyDtoHAsync_v2(
+        x->host, device_address(x->src, x->src_off), x->bytes, stream);
+    break;
+  case UM__XFER_D2D:
+    call = "cuMemcpyDtoDAsync_v2";
+    result = CU.cuMemcpyDtoDAsync_v2(device_address(x->dst, x->dst_off),
+                                     device_address(x->src, x->src_off),
+                                     x->bytes, stream);
+    break;
+  case UM__XFER_FILL:
+    call = "cuMemsetD8Async";
+    result = CU.cuMemsetD8Async(device_address(x->dst, x->dst_off), x->value,
+                                x->bytes, stream);
+    break;
+  case UM__XFER_PEER:
+    src_device = x->src_bdev;
+    if (src_device == NULL)
+      return um__set_error(UM_EINVAL, "cuda: peer copy without source device");
+    call = "cuMemcpyPeerAsync";
+    result = CU.cuMemcpyPeerAsync(
+        device_address(x->dst, x->dst_off), d->context,
+        device_address(x->src, x->src_off), src_device->context, x->bytes,
+        stream);
+    break;
+  default:
+    return um__set_error(UM_EINVAL, "cuda: unknown transfer kind %d",
+                         (int)x->kind);
+  }
+  return result == CUDA_SUCCESS ? UM_OK : cuda_status(result, call);
+}
+
+static int cuda_xfer(void *bdev, const um__xfer *x) {
+  cuda_device *d = bdev;
+  CUstream stream = stream_for(d, x->kind);
+  CUresult result;
+  int status = make_current(d);
+
+  if (status != UM_OK)
+    return status;
+  status = issue_xfer(d, x, stream);
+  if (status != UM_OK)
+    return status;
+  result = CU.cuStreamSynchronize(stream);
+  return result == CUDA_SUCCESS ? UM_OK
+                                : cuda_status(result, "cuStreamSynchronize");
+}
+
+/* The native token of an asynchronous transfer. Two owners: the core's
+ * handle (until native_release) and the stream callback (until it ran);
+ * either may let go first, the last one frees it. */
+typedef struct cuda_xfer_token {
+  CUevent finished; /* recorded right after the transfer; later transfers
+                       on any stream wait on it */
+  um__done_fn done;
+  void *arg;
+  atomic_int owners;
+} cuda_xfer_token;
+
+static void token_drop(cuda_xfer_token *token) {
+  if (atomic_fetch_sub_explicit(&token->owners, 1, memory_order_acq_rel) == 1)
+    free(token);
+}
+
+/* Runs on a driver thread once the transfer finished, or failed: unlike
+ * cuLaunchHostFunc, a stream callback still runs after a device error and
+ * receives it, so the core's event always completes. No CUDA call is
+ * allowed here. */
+static void CUDA_CB xfer_finished(CUstream stream, CUresult result,
+                                  void *user) {
+  cuda_xfer_token *token = user;
+  (void)stream;
+  token->done(token->arg, cuda_status(result, NULL));
+  token_drop(token);
+}
+
+static int cuda_xfer_async(void *bdev, const um__xfer *x, void *const *after,
+                           int nafter, um__done_fn done, void *arg,
+                           void **native) {
+  cuda_device *d = bdev;
+  CUstream stream = stream_for(d, x->kind);
+  cuda_xfer_token *token = NULL;
+  int issued = 0;
+  int status;
+  int i;
+  CUresult result;
+
+  status = make_current(d);
+  if (status != UM_OK)
+    return status;
+  for (i = 0; i < nafter; i++) {
+    const cuda_xfer_token *before = after[i];
+    result = CU.cuStreamWaitEvent(stream, before->finished,
+                                  CU_EVENT_WAIT_DEFAULT);
+    if (result != CUDA_SUCCESS)
+      return cuda_status(result, "cuStreamWaitEvent");
+  }
+
+  token = calloc(1, sizeof(*token));
+  if (token == NULL)
+    return um__set_error(UM_ENOMEM, "cuda: no memory for a transfer token");
+  token->done = done;
+  token->arg = arg;
+  atomic_init(&token->owners, 2);
+  result = CU.cuEventCreate(&token->finished, CU_EVENT_DISABLE_TIMING);
+  if (result != CUDA_SUCCESS) {
+    token->finished = NULL;
+    status = cuda_status(result, "cuEventCreate");
+    goto fail;
+  }
+
+  status = issue_xfer(d, x, stream);
+  if (status != UM_OK)
+    goto fail;
+  issued = 1;
+  result = CU.cuEventRecord(token->finished, stream);
+  if (result != CUDA_SUCCESS) {
+    status = cuda_status(result, "cuEventRecord");
+    goto fail;
+  }
+  result = CU.cuStreamAddCallback(stream, xfer_finished, token, 0);
+  if (result != CUDA_SUCCESS) {
+    status = cuda_status(result, "cuStreamAddCallback");
+    goto fail;
+  }
+  *native = token;
+  return UM_OK;
+
+fail:
+  /* On failure the caller may reuse its memory at once, so a transfer that
+   * was queued must finish first. The sync's own result would only hide the
+   * first failure. */
+  if (issued)
+    CU.cuStreamSynchronize(stream);
+  if (token->finished != NULL)
+    CU.cuEventDestroy_v2(token->finished);
+  free(token);
+  return status;
+}
+
+static void cuda_native_release(void *bdev, void *native) {
+  cuda_device *d = bdev;
+  cuda_xfer_token *token = native;
+
+  if (token == NULL)
+    return;
+  /* cuEventDestroy on a pending event returns at once and the driver frees
+   * it when it completes, so releasing before the callback ran is safe. */
+  if (CU.cuCtxSetCurrent(d->context) == CUDA_SUCCESS)
+    CU.cuEventDestroy_v2(token->finished);
+  token_drop(token);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Peers                                                                     */
+
+static int cuda_peer_possible(void *a, void *b) {
+  const cuda_device *from = a, *to = b;
+  int can_access = 0;
+
+  if (CU.cuDeviceCanAccessPeer(&can_access, from->device, to->device) !=
+      CUDA_SUCCESS)
+    return 0;
+  return can_access != 0;
+}
+
+static int cuda_peer_enable(void *a, void *b) {
+  cuda_device *from = a;
+  const cuda_device *to = b;
+  CUresult result;
+  int status;
+
+  if (!cuda_peer_possible(a, b))
+    return um__set_error(UM_ENOTSUP,
+                         "cuda device %d cannot access device %d's memory",
+                         from->ordinal, to->ordinal);
+  status = make_current(from);
+  if (status != UM_OK)
+    return status;
+  result = CU.cuCtxEnablePeerAccess(to->context, 0);
+  if (result == CUDA_SUCCESS || result == CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED)
+    return UM_OK;
+  return cuda_status(result, "cuCtxEnablePeerAccess");
+}
+
+const um__backend um__backend_cuda = {
+    .name = "cuda",
+    .open = cuda_open,
+    .describe = cuda_describe,
+    .close = cuda_close,
+    .mem_alloc = cuda_mem_alloc,
+    .mem_free = cuda_mem_free,
+    .host_register = cuda_host_register,
+    .host_unregister = cuda_host_unregister,
+    .memory = cuda_memory,
+    .synchronize = cuda_synchronize,
+    .xfer = cuda_xfer,
+    .xfer_async = cuda_xfer_async,
+    .native_release = cuda_native_release,
+    .map = NULL,
+    .unmap = NULL,
+    .peer_possible = cuda_peer_possible,
+    .peer_enable = cuda_peer_enable,
+};

@@ -1,0 +1,1167 @@
+/* The OpenCL backend: every device of every OpenCL platform.
+ *
+ * The vendor library (normally the ICD loader, libOpenCL.so.1) is loaded at
+ * run time, once per process, so that unimem neither links against OpenCL
+ * nor needs it installed to run. <CL/cl.h> is included for its types and
+ * constants only; every call goes through the `ocl` table of entry points.
+ *
+ * Layout of the state:
+ * - one cl_context per platform, holding all of that platform's devices, so
+ *   that buffers of one device can be copied to another of the same platform
+ *   with clEnqueueCopyBuffer (this backend's "peer access");
+ * - one in-order command queue per device (OpenCL queues may be used from
+ *   several threads at once), so every operation issued on a device runs in
+ *   issue order even without after[] tokens;
+ * - per device, an atomic count of the bytes held in device memory, because
+ *   OpenCL has no standard free-memory query.
+ *
+ * Blocks by location:
+ * - UM_DEVICE:  clCreateBuffer(CL_MEM_READ_WRITE); host = NULL;
+ *               handle = the cl_mem.
+ * - UM_PINNED:  clCreateBuffer(CL_MEM_ALLOC_HOST_PTR), mapped for its whole
+ *               life; host = the mapped pointer; handle = the cl_mem.
+ * - UM_UNIFIED: clSVMAlloc with fine-grained buffer SVM, where the device has
+ *               it; host = handle = the SVM pointer.
+ * The core reaches PINNED and UNIFIED blocks through their host pointer, so
+ * transfers and map() only ever see DEVICE blocks.
+ */
+#define CL_TARGET_OPENCL_VERSION 300
+
+#include <CL/cl.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+
+/* cl_khr_icd's "no platform installed" answer, from cl_ext.h. */
+#ifndef CL_PLATFORM_NOT_FOUND_KHR
+#define CL_PLATFORM_NOT_FOUND_KHR -1001
+#endif
+
+#define OCL_DEFAULT_LIBRARY "libOpenCL.so.1"
+#define OCL_LIBRARY_ENV "UNIMEM_OPENCL_LIBRARY"
+
+/* ------------------------------------------------------------------------ */
+/* Entry points                                                              */
+
+typedef void(CL_CALLBACK *ocl_event_notify_fn)(cl_event event,
+                                               cl_int event_command_status,
+                                               void *user_data);
+
+/* XX(return type, name, parameter list). Without these the backend cannot
+ * work at all: their absence makes open() answer UM_ENODEV. Everything here
+ * is OpenCL 1.2 or older. */
+#define OCL_REQUIRED_ENTRY_POINTS(XX)                                          \
+  XX(cl_int, clGetPlatformIDs, (cl_uint, cl_platform_id *, cl_uint *))         \
+  XX(cl_int, clGetPlatformInfo,                                                \
+     (cl_platform_id, cl_platform_info, size_t, void *, size_t *))             \
+  XX(cl_int, clGetDeviceIDs,                                                   \
+     (cl_platform_id, cl_device_type, cl_uint, cl_device_id *, cl_uint *))     \
+  XX(cl_int, clGetDeviceInfo,                                                  \
+     (cl_device_id, cl_device_info, size_t, void *, size_t *))                 \
+  XX(cl_context, clCreateContext,                                              \
+     (const cl_context_properties *, cl_uint, const cl_device_id *,            \
+      void(CL_CALLBACK *)(const char *, const void *, size_t, void *),         \
+      void *, cl_int *))                                                       \
+  XX(cl_int, clReleaseContext, (cl_context))                                   \
+  XX(cl_int, clReleaseCommandQueue, (cl_command_queue))                        \
+  XX(cl_mem, clCreateBuffer,                                                   \
+     (cl_context, cl_mem_flags, size_t, void *, cl_int *))                     \
+  XX(cl_int, clReleaseMemObject, (cl_mem))                                     \
+  XX(cl_int, clEnqueueReadBuffer,                                              \
+     (cl_command_queue, cl_mem, cl_bool, size_t, size_t, void *, cl_uint,      \
+      const cl_event *, cl_event *))                                           \
+  XX(cl_int, clEnqueueWriteBuffer,                                             \
+     (cl_command_queue, cl_mem, cl_bool, size_t, size_t, const void *,         \
+      cl_uint, const cl_event *, cl_event *))                                  \
+  XX(cl_int, clEnqueueCopyBuffer,                                              \
+     (cl_command_queue, cl_mem, cl_mem, size_t, size_t, size_t, cl_uint,       \
+      const cl_event *, cl_event *))                                           \
+  XX(cl_int, clEnqueueFillBuffer,                                              \
+     (cl_command_queue, cl_mem, const void *, size_t, size_t, size_t,          \
+      cl_uint, const cl_event *, cl_event *))                                  \
+  XX(void *, clEnqueueMapBuffer,                                               \
+     (cl_command_queue, cl_mem, cl_bool, cl_map_flags, size_t, size_t,         \
+      cl_uint, const cl_event *, cl_event *, cl_int *))                        \
+  XX(cl_int, clEnqueueUnmapMemObject,                                          \
+     (cl_command_queue, cl_mem, void *, cl_uint, const cl_event *,             \
+      cl_event *))                                                             \
+  XX(cl_int, clEnqueueMigrateMemObjects,                                       \
+     (cl_command_queue, cl_uint, const cl_mem *, cl_mem_migration_flags,       \
+      cl_uint, const cl_event *, cl_event *))                                  \
+  XX(cl_int, clFlush, (cl_command_queue))                                      \
+  XX(cl_int, clFinish, (cl_command_queue))                                     \
+  XX(cl_int, clWaitForEvents, (cl_uint, const cl_event *))                     \
+  XX(cl_int, clGetEventInfo,                                                   \
+     (cl_event, cl_event_info, size_t, void *, size_t *))                      \
+  XX(cl_int, clRetainEvent, (cl_event))                                        \
+  XX(cl_int, clReleaseEvent, (cl_event))                                       \
+  XX(cl_int, clSetEventCallback,                                               \
+     (cl_event, cl_int, ocl_event_notify_fn, void *))
+
+/* Entry points that may be missing. Queue creation needs one of the two
+ * (the 2.0 call is preferred, the 1.x one is what 1.2 drivers have); the SVM
+ * pair only gates UM_UNIFIED. */
+#define OCL_OPTIONAL_ENTRY_POINTS(XX)                                          \
+  XX(cl_command_queue, clCreateCommandQueueWithProperties,                     \
+     (cl_context, cl_device_id, const cl_queue_properties *, cl_int *))        \
+  XX(cl_command_queue, clCreateCommandQueue,                                   \
+     (cl_context, cl_device_id, cl_command_queue_properties, cl_int *))        \
+  XX(void *, clSVMAlloc, (cl_context, cl_svm_mem_flags, size_t, cl_uint))      \
+  XX(void, clSVMFree, (cl_context, void *))
+
+/* The loaded library: filled once by ocl_load(), read-only afterwards. */
+static struct {
+#define OCL_ENTRY_MEMBER_(ret, name, params) ret(CL_API_CALL *name) params;
+  OCL_REQUIRED_ENTRY_POINTS(OCL_ENTRY_MEMBER_)
+  OCL_OPTIONAL_ENTRY_POINTS(OCL_ENTRY_MEMBER_)
+#undef OCL_ENTRY_MEMBER_
+  void *library;
+  int load_status;         /* UM_OK or UM_ENODEV */
+  char load_failure[384];  /* why, when load_status != UM_OK */
+} ocl;
+
+static pthread_once_t ocl_load_once = PTHREAD_ONCE_INIT;
+
+/* dlsym returns an object pointer; C11 has no conversion from it to a
+ * function pointer, POSIX guarantees their representations agree. */
+_Static_assert(sizeof(void *) == sizeof(void (*)(void)),
+               "dlsym results must fit a function pointer");
+
+static void *ocl_symbol(const char *name, void *fn_slot) {
+  void *symbol = dlsym(ocl.library, name);
+  if (symbol != NULL)
+    memcpy(fn_slot, &symbol, sizeof(symbol));
+  return symbol;
+}
+
+/* Runs once per process. The library is never unloaded: vendor drivers keep
+ * threads and atexit handlers that do not survive dlclose (the ICD loader
+ * does the same). */
+static void ocl_load(void) {
+  const char *path = getenv(OCL_LIBRARY_ENV);
+  if (path == NULL || path[0] == '\0')
+    path = OCL_DEFAULT_LIBRARY;
+
+  ocl.library = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (ocl.library == NULL) {
+    const char *reason = dlerror();
+    snprintf(ocl.load_failure, sizeof(ocl.load_failure), "%s",
+             reason != NULL ? reason : path);
+    ocl.load_status = UM_ENODEV;
+    return;
+  }
+
+#define OCL_LOAD_REQUIRED_(ret, name, params)                                  \
+  if (ocl_symbol(#name, (void *)&ocl.name) == NULL) {                          \
+    snprintf(ocl.load_failure, sizeof(ocl.load_failure),                       \
+             "%s missing in %s", #name, path);                                 \
+    goto fail;                                                                 \
+  }
+  OCL_REQUIRED_ENTRY_POINTS(OCL_LOAD_REQUIRED_)
+#undef OCL_LOAD_REQUIRED_
+#define OCL_LOAD_OPTIONAL_(ret, name, params)                                  \
+  (void)ocl_symbol(#name, (void *)&ocl.name);
+  OCL_OPTIONAL_ENTRY_POINTS(OCL_LOAD_OPTIONAL_)
+#undef OCL_LOAD_OPTIONAL_
+
+  if (ocl.clCreateCommandQueueWithProperties == NULL &&
+      ocl.clCreateCommandQueue == NULL) {
+    snprintf(ocl.load_failure, sizeof(ocl.load_failure),
+             "clCreateCommandQueueWithProperties and clCreateCommandQueue "
+             "missing in %s",
+             path);
+    goto fail;
+  }
+  /* UNIFIED needs both halves of the pair. */
+  if (ocl.clSVMAlloc == NULL || ocl.clSVMFree == NULL) {
+    ocl.clSVMAlloc = NULL;
+    ocl.clSVMFree = NULL;
+  }
+  ocl.load_status = UM_OK;
+  return;
+
+fail:
+  /* Not the library we need: nothing of it is used, so it may go. */
+  dlclose(ocl.library);
+  ocl.library = NULL;
+  ocl.load_status = UM_ENODEV;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Errors                                                                    */
+
+#define OCL_ERROR_NAMES(XX)                                                    \
+  XX(CL_DEVICE_NOT_FOUND)                                                      \
+  XX(CL_DEVICE_NOT_AVAILABLE)                                                  \
+  XX(CL_COMPILER_NOT_AVAILABLE)                                                \
+  XX(CL_MEM_OBJECT_ALLOCATION_FAILURE)                                         \
+  XX(CL_OUT_OF_RESOURCES)                                                      \
+  XX(CL_OUT_OF_HOST_MEMORY)                                                    \
+  XX(CL_PROFILING_INFO_NOT_AVAILABLE)                                          \
+  XX(CL_MEM_COPY_OVERLAP)                                                      \
+  XX(CL_IMAGE_FORMAT_MISMATCH)                                                 \
+  XX(CL_IMAGE_FORMAT_NOT_SUPPORTED)                                            \
+  XX(CL_BUILD_PROGRAM_FAILURE)                                                 \
+  XX(CL_MAP_FAILURE)                                                           \
+  XX(CL_MISALIGNED_SUB_BUFFER_OFFSET)                                          \
+  XX(CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST)                             \
+  XX(CL_INVALID_VALUE)                                                         \
+  XX(CL_INVALID_DEVICE_TYPE)                                                   \
+  XX(CL_INVALID_PLATFORM)                                                      \
+  XX(CL_INVALID_DEVICE)                                                        \
+  XX(CL_INVALID_CONTEXT)                                                       \
+  XX(CL_INVALID_QUEUE_PROPERTIES)                                              \
+  XX(CL_INVALID_COMMAND_QUEUE)                                                 \
+  XX(CL_INVALID_HOST_PTR)                                                      \
+  XX(CL_INVALID_MEM_OBJECT)                                                    \
+  XX(CL_INVALID_EVENT_WAIT_LIST)                                               \
+  XX(CL_INVALID_EVENT)                                                         \
+  XX(CL_INVALID_OPERATION)                                                     \
+  XX(CL_INVALID_BUFFER_SIZE)                                                   \
+  XX(CL_INVALID_PROPERTY)                                                      \
+  XX(CL_PLATFORM_NOT_FOUND_KHR)
+
+static const char *ocl_error_name(cl_int err) {
+  switch (err) {
+#define OCL_ERROR_NAME_CASE_(name)                                             \
+  case name:                                                                   \
+    return #name;
+    OCL_ERROR_NAMES(OCL_ERROR_NAME_CASE_)
+#undef OCL_ERROR_NAME_CASE_
+  default:
+    return "CL error";
+  }
+}
+
+/* The one place where OpenCL status codes become UM_E* codes. Records
+ * "CL_NAME (code) in call" for um_last_error() and returns the code. */
+static int translate_cl_error(cl_int err, const char *call) {
+  int status;
+  if (err == CL_SUCCESS)
+    return UM_OK;
+  switch (err) {
+  case CL_MEM_OBJECT_ALLOCATION_FAILURE:
+  case CL_OUT_OF_RESOURCES:
+  case CL_OUT_OF_HOST_MEMORY:
+  case CL_INVALID_BUFFER_SIZE:
+    status = UM_ENOMEM;
+    break;
+  case CL_DEVICE_NOT_AVAILABLE:
+  case CL_DEVICE_NOT_FOUND:
+  case CL_PLATFORM_NOT_FOUND_KHR:
+    status = UM_ENODEV;
+    break;
+  case CL_INVALID_VALUE:
+  case CL_INVALID_HOST_PTR:
+  case CL_INVALID_MEM_OBJECT:
+  case CL_INVALID_EVENT_WAIT_LIST:
+  case CL_INVALID_EVENT:
+  case CL_MEM_COPY_OVERLAP:
+  case CL_MISALIGNED_SUB_BUFFER_OFFSET:
+    status = UM_EINVAL;
+    break;
+  default:
+    status = UM_EBACKEND;
+    break;
+  }
+  return um__set_error(status, "%s (%d) in %s", ocl_error_name(err), (int)err,
+                       call);
+}
+
+/* ------------------------------------------------------------------------ */
+/* State                                                                     */
+
+typedef struct ocl_device {
+  cl_device_id id;
+  cl_context context; /* shared by every device of the platform; not owned */
+  cl_command_queue queue;
+  int context_devices; /* devices in context: peers exist when > 1 */
+  int fine_grain_svm;  /* UM_UNIFIED can be given */
+  uint64_t total_bytes;     /* reported: global memory, capped by the limit */
+  uint64_t limit_bytes;     /* device_limit_bytes, 0 for none */
+  uint64_t max_alloc_bytes; /* CL_DEVICE_MAX_MEM_ALLOC_SIZE */
+  /* Bytes of DEVICE and UNIFIED blocks alive on the device. PINNED blocks
+   * are host memory (that is what CL_MEM_ALLOC_HOST_PTR asks for) and are
+   * not counted. */
+  _Atomic uint64_t bytes_held;
+  char name[128];
+} ocl_device;
+
+/* Per-manager state. */
+typedef struct ocl_state {
+  ocl_device **devices;
+  int device_count;
+  int device_capacity;
+  cl_context *contexts; /* one per platform that has devices */
+  int context_count;
+} ocl_state;
+
+/* ------------------------------------------------------------------------ */
+/* Helpers                                                                   */
+
+/* Wait for one command and return its execution status as UM_* code. */
+static int wait_for_command(cl_event event, const char *call) {
+  cl_int err = ocl.clWaitForEvents(1, &event);
+  cl_int execution_status = CL_COMPLETE;
+  if (err == CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST) {
+    /* The command itself failed: its status says why. */
+    if (ocl.clGetEventInfo(event, CL_EVENT_COMMAND_EXECUTION_STATUS,
+                           sizeof(execution_status), &execution_status,
+                           NULL) == CL_SUCCESS &&
+        execution_status < 0)
+      err = execution_status;
+  }
+  return translate_cl_error(err, call);
+}
+
+/* A string device property, truncated to fit out (the query itself fails
+ * with CL_INVALID_VALUE on a too-small buffer, so ask for the size first). */
+static int query_device_string(cl_device_id id, cl_device_info param,
+                               char *out, size_t cap) {
+  size_t size = 0;
+  char *text;
+  cl_int err = ocl.clGetDeviceInfo(id, param, 0, NULL, &size);
+  if (err != CL_SUCCESS)
+    return translate_cl_error(err, "clGetDeviceInfo");
+  text = malloc(size + 1);
+  if (text == NULL)
+    return um__set_error(UM_ENOMEM, "opencl: out of host memory");
+  err = ocl.clGetDeviceInfo(id, param, size, text, NULL);
+  if (err != CL_SUCCESS) {
+    free(text);
+    return translate_cl_error(err, "clGetDeviceInfo");
+  }
+  text[size] = '\0';
+  snprintf(out, cap, "%s", text);
+  free(text);
+  return UM_OK;
+}
+
+static void trim_trailing_spaces(char *s) {
+  size_t n = strlen(s);
+  while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == '\t'))
+    s[--n] = '\0';
+}
+
+/* "OpenCL <major>.<minor> <vendor text>", as the specification fixes it. */
+static int platform_version(cl_platform_id platform, int *major,
+                            int *minor) {
+  char version[128];
+  cl_int err = ocl.clGetPlatformInfo(platform, CL_PLATFORM_VERSION,
+                                     sizeof(version), version, NULL);
+  if (err != CL_SUCCESS)
+    return translate_cl_error(err, "clGetPlatformInfo");
+  version[sizeof(version) - 1] = '\0';
+  if (sscanf(version, "OpenCL %d.%d", major, minor) != 2)
+    return um__set_error(UM_EBACKEND, "opencl: unreadable platform version "
+                                      "\"%s\"",
+                         version);
+  return UM_OK;
+}
+
+static cl_command_queue create_queue(cl_context context, cl_device_id id,
+                                     int platform_major, cl_int *err) {
+  /* In-order (no properties): issue order is execution order. The 2.0 entry
+   * point is only dispatched by 2.0+ platforms. */
+  if (platform_major >= 2 && ocl.clCreateCommandQueueWithProperties != NULL)
+    return ocl.clCreateCommandQueueWithProperties(context, id, NULL, err);
+  if (ocl.clCreateCommandQueue != NULL)
+    return ocl.clCreateCommandQueue(context, id, 0, err);
+  return ocl.clCreateCommandQueueWithProperties(context, id, NULL, err);
+}
+
+static int append_device(ocl_state *state, ocl_device *dev) {
+  if (state->device_count == state->device_capacity) {
+    int capacity = state->device_capacity ? state->device_capacity * 2 : 4;
+    ocl_device **grown =
+        realloc(state->devices, (size_t)capacity * sizeof(*grown));
+    if (grown == NULL)
+      return um__set_error(UM_ENOMEM, "opencl: out of host memory");
+    state->devices = grown;
+    state->device_capacity = capacity;
+  }
+  state->devices[state->device_count++] = dev;
+  return UM_OK;
+}
+
+static int append_context(ocl_state *state, cl_context context) {
+  cl_context *grown = realloc(
+      state->contexts, ((size_t)state->context_count + 1) * sizeof(*grown));
+  if (grown == NULL)
+    return um__set_error(UM_ENOMEM, "opencl: out of host memory");
+  state->contexts = grown;
+  state->contexts[state->context_count++] = context;
+  return UM_OK;
+}
+
+static void destroy_device(ocl_device *dev) {
+  if (dev->queue != NULL) {
+    ocl.clFinish(dev->queue);
+    ocl.clReleaseCommandQueue(dev->queue);
+  }
+  free(dev);
+}
+
+/* Describe one device and give it its queue. */
+static int open_device(cl_device_id id, cl_context context,
+                       int context_devices, int platform_major,
+                       const um_options *opts, ocl_device **out) {
+  cl_ulong global_mem = 0, max_alloc = 0;
+  cl_device_svm_capabilities svm = 0;
+  cl_int err;
+  int status;
+  ocl_device *dev = calloc(1, sizeof(*dev));
+  if (dev == NULL)
+    return um__set_error(UM_ENOMEM, "opencl: out of host memory");
+  dev->id = id;
+  dev->context = context;
+  dev->context_devices = context_devices;
+  atomic_init(&dev->bytes_held, 0);
+
+  status = query_device_string(id, CL_DEVICE_NAME, dev->name,
+                               sizeof(dev->name));
+  if (status != UM_OK)
+    goto fail;
+  trim_trailing_spaces(dev->name);
+
+  err = ocl.clGetDeviceInfo(id, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof(global_mem),
+                            &global_mem, NULL);
+  if (err == CL_SUCCESS)
+    err = ocl.clGetDeviceInfo(id, CL_DEVICE_MAX_MEM_ALLOC_SIZE,
+                              sizeof(max_alloc), &max_alloc, NULL);
+  if (err != CL_SUCCESS) {
+    status = translate_cl_error(err, "clGetDeviceInfo");
+    goto fail;
+  }
+  dev->limit_bytes = opts != NULL ? opts->device_limit_bytes : 0;
+  dev->total_bytes = global_mem;
+  if (dev->limit_bytes != 0 && dev->limit_bytes < dev->total_bytes)
+    dev->total_bytes = dev->limit_bytes;
+  dev->max_alloc_bytes = max_alloc;
+
+  /* Devices before 2.0 reject the query (CL_INVALID_VALUE): no SVM. */
+  if (platform_major >= 2 && ocl.clSVMAlloc != NULL &&
+      ocl.clGetDeviceInfo(id, CL_DEVICE_SVM_CAPABILITIES, sizeof(svm), &svm,
+                          NULL) == CL_SUCCESS)
+    dev->fine_grain_svm = (svm & CL_DEVICE_SVM_FINE_GRAIN_BUFFER) != 0;
+
+  dev->queue = create_queue(context, id, platform_major, &err);
+  if (dev->queue == NULL || err != CL_SUCCESS) {
+    dev->queue = NULL;
+    status = translate_cl_error(err != CL_SUCCESS ? err : CL_OUT_OF_RESOURCES,
+                                "clCreateCommandQueue");
+    goto fail;
+  }
+  *out = dev;
+  return UM_OK;
+
+fail:
+  destroy_device(dev);
+  return status;
+}
+
+/* One context for all of the platform's devices, then one queue each. On
+ * failure nothing of this platform stays in state. */
+static int open_platform(ocl_state *state, cl_platform_id platform,
+                         const um_options *opts) {
+  cl_uint count = 0, i;
+  cl_device_id *ids = NULL;
+  cl_context context = NULL;
+  cl_int err;
+  int major = 0, minor = 0, status;
+  int first_device = state->device_count;
+  cl_context_properties properties[] = {
+      CL_CONTEXT_PLATFORM, (cl_context_properties)platform, 0};
+
+  status = platform_version(platform, &major, &minor);
+  if (status != UM_OK)
+    return status;
+  /* Fill, migration and CL_MAP_WRITE_INVALIDATE_REGION are 1.2. */
+  if (major < 1 || (major == 1 && minor < 2))
+    return um__set_error(UM_ENOTSUP, "opencl: platform version %d.%d is "
+                                     "older than 1.2",
+                         major, minor);
+
+  err = ocl.clGetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, 0, NULL, &count);
+  if (err == CL_DEVICE_NOT_FOUND || (err == CL_SUCCESS && count == 0))
+    return UM_OK;
+  if (err != CL_SUCCESS)
+    return translate_cl_error(err, "clGetDeviceIDs");
+  ids = malloc(count * sizeof(*ids));
+  if (ids == NULL)
+    return um__set_error(UM_ENOMEM, "opencl: out of host memory");
+  err = ocl.clGetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, count, ids, &count);
+  if (err != CL_SUCCESS) {
+    status = translate_cl_error(err, "clGetDeviceIDs");
+    goto fail;
+  }
+
+  context = ocl.clCreateContext(properties, count, ids, NULL, NULL, &err);
+  if (context == NULL || err != CL_SUCCESS) {
+    context = NULL;
+    status = translate_cl_error(err != CL_SUCCESS ? err : CL_OUT_OF_RESOURCES,
+                                "clCreateContext");
+    goto fail;
+  }
+
+  for (i = 0; i < count; i++) {
+    ocl_device *dev = NULL;
+    status = open_device(ids[i], context, (int)count, major, opts, &dev);
+    if (status != UM_OK)
+      goto fail;
+    status = append_device(state, dev);
+    if (status != UM_OK) {
+      destroy_device(dev);
+      goto fail;
+    }
+  }
+
+  status = append_context(state, context);
+  if (status != UM_OK)
+    goto fail;
+  free(ids);
+  return UM_OK;
+
+fail:
+  while (state->device_count > first_device)
+    destroy_device(state->devices[--state->device_count]);
+  if (context != NULL)
+    ocl.clReleaseContext(context);
+  free(ids);
+  return status;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Open, describe, close                                                     */
+
+static void ocl_close(void *ctx);
+
+static int ocl_open(const um_options *opts, void **ctx, int *count) {
+  cl_uint platform_count = 0, i;
+  cl_platform_id *platforms = NULL;
+  ocl_state *state = NULL;
+  cl_int err;
+  int status;
+
+  pthread_once(&ocl_load_once, ocl_load);
+  if (ocl.load_status != UM_OK)
+    return um__set_error(UM_ENODEV, "opencl: %s", ocl.load_failure);
+
+  state = calloc(1, sizeof(*state));
+  if (state == NULL)
+    return um__set_error(UM_ENOMEM, "opencl: out of host memory");
+
+  err = ocl.clGetPlatformIDs(0, NULL, &platform_count);
+  /* The ICD loader answers CL_PLATFORM_NOT_FOUND_KHR when no driver is
+   * installed: that is "no devices here", not a failure. */
+  if (err == CL_PLATFORM_NOT_FOUND_KHR)
+    goto done;
+  if (err != CL_SUCCESS) {
+    status = translate_cl_error(err, "clGetPlatformIDs");
+    goto fail;
+  }
+  if (platform_count == 0)
+    goto done;
+  platforms = malloc(platform_count * sizeof(*platforms));
+  if (platforms == NULL) {
+    status = um__set_error(UM_ENOMEM, "opencl: out of host memory");
+    goto fail;
+  }
+  err = ocl.clGetPlatformIDs(platform_count, platforms, &platform_count);
+  if (err != CL_SUCCESS) {
+    status = translate_cl_error(err, "clGetPlatformIDs");
+    goto fail;
+  }
+
+  /* A platform that cannot be opened is skipped, as the ICD loader skips a
+   * vendor that fails: the others still work. */
+  for (i = 0; i < platform_count; i++) {
+    status = open_platform(state, platforms[i], opts);
+    if (status == UM_ENOMEM)
+      goto fail;
+    if (status != UM_OK)
+      um__log(opts, UM_LOG_WARN, "opencl: platform %u skipped: %s",
+              (unsigned)i, um_last_error());
+  }
+
+done:
+  free(platforms);
+  *ctx = state;
+  *count = state->device_count;
+  return UM_OK;
+
+fail:
+  free(platforms);
+  ocl_close(state);
+  return status;
+}
+
+static int ocl_describe(void *ctx, int i, um__bdev_desc *out) {
+  ocl_state *state = ctx;
+  ocl_device *dev;
+  if (state == NULL || out == NULL || i < 0 || i >= state->device_count)
+    return um__set_error(UM_EINVAL, "opencl: no device %d", i);
+  dev = state->devices[i];
+  memset(out, 0, sizeof(*out));
+  snprintf(out->name, sizeof(out->name), "%s", dev->name);
+  out->caps = UM_CAP_PINNED | UM_CAP_ASYNC;
+  out->locations = (1u << UM_DEVICE) | (1u << UM_PINNED);
+  if (dev->fine_grain_svm) {
+    out->caps |= UM_CAP_UNIFIED;
+    out->locations |= 1u << UM_UNIFIED;
+  }
+  if (dev->context_devices > 1)
+    out->caps |= UM_CAP_PEER;
+  out->total_bytes = dev->total_bytes;
+  out->bdev = dev;
+  return UM_OK;
+}
+
+static void ocl_close(void *ctx) {
+  ocl_state *state = ctx;
+  int i;
+  if (state == NULL)
+    return;
+  /* Queues first: each holds a reference on its context. */
+  for (i = 0; i < state->device_count; i++)
+    destroy_device(state->devices[i]);
+  for (i = 0; i < state->context_count; i++)
+    ocl.clReleaseContext(state->contexts[i]);
+  free(state->devices);
+  free(state->contexts);
+  free(state);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Memory                                                                    */
+
+/* Count bytes against the device before allocating them, so that two
+ * threads cannot both pass the limit check and then together exceed it. */
+static int reserve_device_bytes(ocl_device *dev, size_t bytes) {
+  uint64_t held = atomic_load_explicit(&dev->bytes_held, memory_order_relaxed);
+  do {
+    if (dev->limit_bytes != 0 &&
+        ((uint64_t)bytes > dev->limit_bytes ||
+         held > dev->limit_bytes - (uint64_t)bytes))
+      return um__set_error(UM_ENOMEM,
+                           "opencl: %zu bytes on %s would pass "
+                           "device_limit_bytes (%llu bytes, %llu in use)",
+                           bytes, dev->name,
+                           (unsigned long long)dev->limit_bytes,
+                           (unsigned long long)held);
+  } while (!atomic_compare_exchange_weak_explicit(
+      &dev->bytes_held, &held, held + (uint64_t)bytes, memory_order_relaxed,
+      memory_order_relaxed));
+  return UM_OK;
+}
+
+static void unreserve_device_bytes(ocl_device *dev, size_t bytes) {
+  atomic_fetch_sub_explicit(&dev->bytes_held, (uint64_t)bytes,
+                            memory_order_relaxed);
+}
+
+/* clCreateBuffer without a host pointer; a NULL answer without a code is
+ * counted as a lack of memory. */
+static int create_buffer(ocl_device *dev, cl_mem_flags flags, size_t bytes,
+                         cl_mem *out) {
+  cl_int err = CL_SUCCESS;
+  cl_mem mem = ocl.clCreateBuffer(dev->context, flags, bytes, NULL, &err);
+  if (mem == NULL && err == CL_SUCCESS)
+    err = CL_MEM_OBJECT_ALLOCATION_FAILURE;
+  if (err != CL_SUCCESS)
+    return translate_cl_error(err, "clCreateBuffer");
+  *out = mem;
+  return UM_OK;
+}
+
+static int alloc_device_block(ocl_device *dev, size_t bytes, um__mem *out) {
+  cl_mem mem = NULL;
+  cl_event migrated = NULL;
+  cl_int err;
+  int status = create_buffer(dev, CL_MEM_READ_WRITE, bytes, &mem);
+  if (status != UM_OK)
+    return status;
+  /* Drivers commit buffer memory lazily, at the first command that uses it,
+   * so an out-of-memory device would only fail a later copy. Migrating the
+   * (undefined) contents to this device commits the memory now, where the
+   * core can still answer UM_ENOMEM by trimming its pool and retrying. In a
+   * context of several devices it also places the buffer on this one. */
+  err = ocl.clEnqueueMigrateMemObjects(dev->queue, 1, &mem,
+                                       CL_MIGRATE_MEM_OBJECT_CONTENT_UNDEFINED,
+                                       0, NULL, &migrated);
+  if (err != CL_SUCCESS) {
+    status = translate_cl_error(err, "clEnqueueMigrateMemObjects");
+    goto fail;
+  }
+  status = wait_for_command(migrated, "clEnqueueMigrateMemObjects");
+  ocl.clReleaseEvent(migrated);
+  if (status != UM_OK)
+    goto fail;
+  out->host = NULL;
+  out->handle = (uintptr_t)mem;
+  out->priv = NULL;
+  return UM_OK;
+
+fail:
+  ocl.clReleaseMemObject(mem);
+  return status;
+}
+
+static int alloc_pinned_block(ocl_device *dev, size_t bytes, um__mem *out) {
+  cl_mem mem = NULL;
+  cl_int err = CL_SUCCESS;
+  void *host;
+  int status = create_buffer(dev, CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR,
+                             bytes, &mem);
+  if (status != UM_OK)
+    return status;
+  /* Mapped for the block's whole life: the mapping is the page-locked host
+   * view that the core reads and writes, and hands to other buffers'
+   * transfers as their DMA-able host pointer. */
+  host = ocl.clEnqueueMapBuffer(dev->queue, mem, CL_TRUE,
+                                CL_MAP_READ | CL_MAP_WRITE, 0, bytes, 0, NULL,
+                                NULL, &err);
+  if (host == NULL || err != CL_SUCCESS) {
+    status = translate_cl_error(err != CL_SUCCESS ? err : CL_MAP_FAILURE,
+                                "clEnqueueMapBuffer");
+    goto fail;
+  }
+  out->host = host;
+  out->handle = (uintptr_t)mem;
+  out->priv = NULL;
+  return UM_OK;
+
+fail:
+  ocl.clReleaseMemObject(mem);
+  return status;
+}
+
+static int alloc_unified_block(ocl_device *dev, size_t bytes, um__mem *out) {
+  void *svm = ocl.clSVMAlloc(dev->context,
+                             CL_MEM_READ_WRITE | CL_MEM_SVM_FINE_GRAIN_BUFFER,
+                             bytes, 0);
+  /* clSVMAlloc reports no reason; a NULL with valid arguments is a lack of
+   * memory. */
+  if (svm == NULL)
+    return um__set_error(UM_ENOMEM,
+                         "opencl: clSVMAlloc of %zu bytes failed on %s", bytes,
+                         dev->name);
+  out->host = svm;
+  out->handle = (uintptr_t)svm;
+  out->priv = NULL;
+  return UM_OK;
+}
+
+static int ocl_mem_alloc(void *bdev, um_location loc, size_t bytes,
+                         um__mem *out) {
+  ocl_device *dev = bdev;
+  int counted = loc != UM_PINNED;
+  int status;
+
+  if (loc != UM_DEVICE && loc != UM_PINNED && loc != UM_UNIFIED)
+    return um__set_error(UM_ENOTSUP,
+                         "opencl: %s gives DEVICE, PINNED and UNIFIED memory "
+                         "only",
+                         dev->name);
+  if (loc == UM_UNIFIED && !dev->fine_grain_svm)
+    return um__set_error(UM_ENOTSUP,
+                         "opencl: %s has no fine-grained buffer SVM for "
+                         "UNIFIED memory",
+                         dev->name);
+  if ((uint64_t)bytes > dev->max_alloc_bytes)
+    return um__set_error(UM_ENOMEM,
+                         "opencl: %zu bytes exceed CL_DEVICE_MAX_MEM_ALLOC_SIZE"
+                         " (%llu bytes) of %s",
+                         bytes, (unsigned long long)dev->max_alloc_bytes,
+                         dev->name);
+  if (counted) {
+    status = reserve_device_bytes(dev, bytes);
+    if (status != UM_OK)
+      return status;
+  }
+
+  switch (loc) {
+  case UM_DEVICE:
+    status = alloc_device_block(dev, bytes, out);
+    break;
+  case UM_PINNED:
+    status = alloc_pinned_block(dev, bytes, out);
+    break;
+  default:
+    status = alloc_unified_block(dev, bytes, out);
+    break;
+  }
+  if (status != UM_OK && counted)
+    unreserve_device_bytes(dev, bytes);
+  return status;
+}
+
+static void ocl_mem_free(void *bdev, um_location loc, size_t bytes,
+                         um__mem *mem) {
+  ocl_device *dev = bdev;
+  switch (loc) {
+  case UM_DEVICE:
+    ocl.clReleaseMemObject((cl_mem)mem->handle);
+    unreserve_device_bytes(dev, bytes);
+    break;
+  case UM_PINNED:
+    /* The release waits for the unmap: OpenCL deletes a memory object only
+     * once the commands that use it have finished. */
+    ocl.clEnqueueUnmapMemObject(dev->queue, (cl_mem)mem->handle, mem->host, 0,
+                                NULL, NULL);
+    ocl.clReleaseMemObject((cl_mem)mem->handle);
+    break;
+  case UM_UNIFIED:
+    ocl.clSVMFree(dev->context, mem->host);
+    unreserve_device_bytes(dev, bytes);
+    break;
+  default:
+    break;
+  }
+  mem->host = NULL;
+  mem->handle = 0;
+}
+
+/* OpenCL has no standard free-memory query (cl_amd_device_attribute_query
+ * and the like are vendor extensions), so free memory is the total less what
+ * this backend holds on the device; other processes' use is not seen. */
+static int ocl_memory(void *bdev, uint64_t *free_bytes, uint64_t *total_bytes) {
+  ocl_device *dev = bdev;
+  uint64_t held = atomic_load_explicit(&dev->bytes_held, memory_order_relaxed);
+  if (free_bytes != NULL)
+    *free_bytes = held >= dev->total_bytes ? 0 : dev->total_bytes - held;
+  if (total_bytes != NULL)
+    *total_bytes = dev->total_bytes;
+  return UM_OK;
+}
+
+static int ocl_synchronize(void *bdev) {
+  ocl_device *dev = bdev;
+  return translate_cl_error(ocl.clFinish(dev->queue), "clFinish");
+}
+
+/* ------------------------------------------------------------------------ */
+/* Transfers                                                                 */
+
+/* Transfers only see blocks without a host view (DEVICE blocks): PINNED and
+ * UNIFIED blocks reach this backend as x->host. Checked because a mapped
+ * PINNED cl_mem must not be the target of a transfer. */
+static int check_transfer_block(const um__mem *mem, const char *role) {
+  if (mem == NULL || mem->handle == 0)
+    return um__set_error(UM_EINVAL, "opencl: transfer without a %s block",
+                         role);
+  if (mem->host != NULL)
+    return um__set_error(UM_EINVAL,
+                         "opencl: %s block has a host view; pass it as host",
+                         role);
+  return UM_OK;
+}
+
+static int check_transfer(ocl_device *dev, const um__xfer *x) {
+  int status = UM_OK;
+  if (x == NULL || x->bytes == 0)
+    return um__set_error(UM_EINVAL, "opencl: empty transfer");
+  switch (x->kind) {
+  case UM__XFER_H2D:
+  case UM__XFER_FILL:
+    status = check_transfer_block(x->dst, "destination");
+    break;
+  case UM__XFER_D2H:
+    status = check_transfer_block(x->src, "source");
+    break;
+  case UM__XFER_D2D:
+    status = check_transfer_block(x->dst, "destination");
+    if (status == UM_OK)
+      status = check_transfer_block(x->src, "source");
+    break;
+  case UM__XFER_PEER:
+    status = check_transfer_block(x->dst, "destination");
+    if (status == UM_OK)
+      status = check_transfer_block(x->src, "source");
+    if (status == UM_OK &&
+        (x->src_bdev == NULL ||
+         ((const ocl_device *)x->src_bdev)->context != dev->context))
+      status = um__set_error(UM_EINVAL, "opencl: peer copy between devices "
+                                        "of different platforms");
+    break;
+  default:
+    status = um__set_error(UM_EINVAL, "opencl: unknown transfer kind %d",
+                           (int)x->kind);
+    break;
+  }
+  if (status == UM_OK &&
+      (x->kind == UM__XFER_H2D || x->kind == UM__XFER_D2H) && x->host == NULL)
+    status = um__set_error(UM_EINVAL, "opencl: transfer without host memory");
+  return status;
+}
+
+/* Enqueue x on dev's queue after wait_list, returning its event. Read and
+ * write take the blocking flag; copy and fill have none (the caller waits on
+ * the event). */
+static int enqueue_transfer(ocl_device *dev, const um__xfer *x,
+                            cl_bool blocking, cl_uint wait_count,
+                            const cl_event *wait_list, cl_event *event) {
+  cl_int err;
+  const char *call;
+  switch (x->kind) {
+  case UM__XFER_H2D:
+    call = "clEnqueueWriteBuffer";
+    err = ocl.clEnqueueWriteBuffer(dev->queue, (cl_mem)x->dst->handle,
+                                   blocking, x->dst_off, x->bytes, x->host,
+                                   wait_count, wait_list, event);
+    break;
+  case UM__XFER_D2H:
+    call = "clEnqueueReadBuffer";
+    err = ocl.clEnqueueReadBuffer(dev->queue, (cl_mem)x->src->handle, blocking,
+                                  x->src_off, x->bytes, x->host, wait_count,
+                                  wait_list, event);
+    break;
+  case UM__XFER_FILL:
+    call = "clEnqueueFillBuffer";
+    err = ocl.clEnqueueFillBuffer(dev->queue, (cl_mem)x->dst->handle,
+                                  &x->value, 1, x->dst_off, x->bytes,
+                                  wait_count, wait_list, event);
+    break;
+  default: /* D2D, and PEER: one context holds both devices' buffers */
+    call = "clEnqueueCopyBuffer";
+    err = ocl.clEnqueueCopyBuffer(dev->queue, (cl_mem)x->src->handle,
+                                  (cl_mem)x->dst->handle, x->src_off,
+                                  x->dst_off, x->bytes, wait_count, wait_list,
+                                  event);
+    break;
+  }
+  return translate_cl_error(err, call);
+}
+
+static const char *transfer_call_name(um__xfer_kind kind) {
+  switch (kind) {
+  case UM__XFER_H2D:
+    return "clEnqueueWriteBuffer";
+  case UM__XFER_D2H:
+    return "clEnqueueReadBuffer";
+  case UM__XFER_FILL:
+    return "clEnqueueFillBuffer";
+  default:
+    return "clEnqueueCopyBuffer";
+  }
+}
+
+static int ocl_xfer(void *bdev, const um__xfer *x) {
+  ocl_device *dev = bdev;
+  cl_event event = NULL;
+  int status = check_transfer(dev, x);
+  if (status != UM_OK)
+    return status;
+  /* Non-blocking enqueue plus a wait on this command's own event, rather
+   * than clFinish, so a blocking copy does not wait for other threads' work
+   * queued behind it. */
+  status = enqueue_transfer(dev, x, CL_FALSE, 0, NULL, &event);
+  if (status != UM_OK)
+    return status;
+  status = wait_for_command(event, transfer_call_name(x->kind));
+  ocl.clReleaseEvent(event);
+  return status;
+}
+
+/* What the completion callback needs; freed by it. */
+typedef struct transfer_completion {
+  um__done_fn done;
+  void *arg;
+  const char *call;
+} transfer_completion;
+
+/* Runs once, when the command completes or fails, on whichever thread the
+ * driver picks (PoCL: the thread that enqueued or registered it, when the
+ * command is already done by then). It holds its own reference on the event,
+ * so the event outlives it whatever native_release does meanwhile. */
+static void CL_CALLBACK on_transfer_complete(cl_event event,
+                                             cl_int execution_status,
+                                             void *user_data) {
+  transfer_completion *completion = user_data;
+  int status = execution_status < 0
+                   ? translate_cl_error(execution_status, completion->call)
+                   : UM_OK;
+  completion->done(completion->arg, status);
+  free(completion);
+  ocl.clReleaseEvent(event);
+}
+
+/* after[] lists longer than this take one malloc. */
+#define OCL_INLINE_WAIT_LIST 16
+
+static int ocl_xfer_async(void *bdev, const um__xfer *x, void *const *after,
+                          int nafter, um__done_fn done, void *arg,
+                          void **native) {
+  ocl_device *dev = bdev;
+  cl_event inline_wait_list[OCL_INLINE_WAIT_LIST];
+  cl_event *wait_list = inline_wait_list;
+  cl_event event = NULL;
+  transfer_completion *completion = NULL;
+  cl_int err;
+  int status, i;
+
+  if (done == NULL || native == NULL || nafter < 0 ||
+      (nafter > 0 && after == NULL))
+    return um__set_error(UM_EINVAL, "opencl: bad asynchronous transfer");
+  status = check_transfer(dev, x);
+  if (status != UM_OK)
+    return status;
+
+  completion = malloc(sizeof(*completion));
+  if (nafter > OCL_INLINE_WAIT_LIST)
+    wait_list = malloc((size_t)nafter * sizeof(*wait_list));
+  if (completion == NULL || wait_list == NULL) {
+    status = um__set_error(UM_ENOMEM, "opencl: out of host memory");
+    goto fail;
+  }
+  completion->done = done;
+  completion->arg = arg;
+  completion->call = transfer_call_name(x->kind);
+  /* Tokens are this backend's cl_events; copy them rather than reinterpret
+   * the void * array as a cl_event array. */
+  for (i = 0; i < nafter; i++)
+    wait_list[i] = (cl_event)after[i];
+
+  status = enqueue_transfer(dev, x, CL_FALSE, (cl_uint)nafter,
+                            nafter > 0 ? wait_list : NULL, &event);
+  if (status != UM_OK)
+    goto fail;
+
+  /* Two references from here on: the enqueue's, which becomes the caller's
+   * token (dropped by native_release), and this one, dropped by the
+   * callback. */
+  ocl.clRetainEvent(event);
+  err = ocl.clSetEventCallback(event, CL_COMPLETE, on_transfer_complete,
+                               completion);
+  if (err != CL_SUCCESS) {
+    /* The transfer is already queued and cannot be taken back, so it cannot
+     * be reported as failed to issue: finish it here and report through
+     * done, as if the callback had run. */
+    status = wait_for_command(event, completion->call);
+    ocl.clReleaseEvent(event);
+    done(arg, status);
+    free(completion);
+  } else {
+    /* Commands may sit in the queue until flushed; nobody may ever wait on
+     * this one, so submit it now. A failing flush leaves the command queued,
+     * and its callback still runs when the queue is finished. */
+    ocl.clFlush(dev->queue);
+  }
+  if (wait_list != inline_wait_list)
+    free(wait_list);
+  *native = event;
+  return UM_OK;
+
+fail:
+  if (wait_list != inline_wait_list)
+    free(wait_list);
+  free(completion);
+  return status;
+}
+
+static void ocl_native_release(void *bdev, void *native) {
+  (void)bdev;
+  if (native != NULL)
+    ocl.clReleaseEvent((cl_event)native);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Map                                                                       */
+
+static int ocl_map(void *bdev, um__mem *mem, um_location loc, size_t off,
+                   size_t len, um_map_mode mode, void **host) {
+  ocl_device *dev = bdev;
+  cl_map_flags flags;
+  cl_int err;
+  void *mapped;
+
+  if (loc != UM_DEVICE || mem == NULL || mem->host != NULL || host == NULL)
+    return um__set_error(UM_EINVAL, "opencl: map is for DEVICE blocks, which "
+                                    "have no host view");
+  switch (mode) {
+  case UM_MAP_READ:
+    flags = CL_MAP_READ;
+    break;
+  case UM_MAP_WRITE:
+    flags = CL_MAP_WRITE;
+    break;
+  case UM_MAP_READ_WRITE:
+    flags = CL_MAP_READ | CL_MAP_WRITE;
+    break;
+  case UM_MAP_WRITE_DISCARD:
+    flags = CL_MAP_WRITE_INVALIDATE_REGION;
+    break;
+  default:
+    return um__set_error(UM_EINVAL, "opencl: unknown map mode %d", (int)mode);
+  }
+  mapped = ocl.clEnqueueMapBuffer(dev->queue, (cl_mem)mem->handle, CL_TRUE,
+                                  flags, off, len, 0, NULL, NULL, &err);
+  if (err != CL_SUCCESS || mapped == NULL)
+    return translate_cl_error(err != CL_SUCCESS ? err : CL_MAP_FAILURE,
+                              "clEnqueueMapBuffer");
+  *host = mapped;
+  return UM_OK;
+}
+
+static int ocl_unmap(void *bdev, um__mem *mem, um_location loc, void *host) {
+  ocl_device *dev = bdev;
+  cl_event unmapped = NULL;
+  int status;
+  cl_int err;
+
+  if (loc != UM_DEVICE || mem == NULL || host == NULL)
+    return um__set_error(UM_EINVAL, "opencl: unmap of a block that was not "
+                                    "mapped by map()");
+  err = ocl.clEnqueueUnmapMemObject(dev->queue, (cl_mem)mem->handle, host, 0,
+                                    NULL, &unmapped);
+  if (err != CL_SUCCESS)
+    return translate_cl_error(err, "clEnqueueUnmapMemObject");
+  /* Written data reaches the device only when the unmap has run. */
+  status = wait_for_command(unmapped, "clEnqueueUnmapMemObject");
+  ocl.clReleaseEvent(unmapped);
+  return status;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Peers                                                                     */
+
+/* Devices that share a context can use each other's buffers in commands:
+ * that is all "peer access" means to OpenCL, and it needs no enabling. */
+static int ocl_peer_possible(void *a, void *b) {
+  const ocl_device *da = a, *db = b;
+  return da != NULL && db != NULL && da->context == db->context;
+}
+
+static int ocl_peer_enable(void *a, void *b) {
+  if (ocl_peer_possible(a, b))
+    return UM_OK;
+  return um__set_error(UM_ENOTSUP,
+                       "opencl: devices of different platforms share no "
+                       "context");
+}
+
+const um__backend um__backend_opencl = {
+    .name = "opencl",
+    .open = ocl_open,
+    .describe = ocl_describe,
+    .close = ocl_close,
+    .mem_alloc = ocl_mem_alloc,
+    .mem_free = ocl_mem_free,
+    .host_register = NULL,
+    .host_unregister = NULL,
+    .memory = ocl_memory,
+    .synchronize = ocl_synchronize,
+    .xfer = ocl_xfer,
+    .xfer_async = ocl_xfer_async,
+    .native_release = ocl_native_release,
+    .map = ocl_map,
+    .unmap = ocl_unmap,
+    .peer_possible = ocl_peer_possible,
+    .peer_enable = ocl_peer_enable,
+};

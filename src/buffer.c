@@ -1,0 +1,467 @@
+/* Buffers: allocation through the pool, wrapping, release, getters, and
+ * the host mapping with its coherence state.
+ *
+ * Coherence of a buffer with no host view (device memory of a discrete
+ * device), as um_buffer_valid reports it:
+ *
+ *   DEVICE --map(read/write modes, fetch)--> HOST|DEVICE (read)
+ *                                            HOST        (writing modes)
+ *   HOST --unmap (write back the mapped range)--> HOST|DEVICE
+ *   HOST|DEVICE --map(read): no transfer, the host shadow is current
+ *   any --copy into / fill--> DEVICE (the shadow is stale)
+ *
+ * A buffer with a host view (host, pinned, unified, everything on the cpu
+ * device) is one memory: always HOST|DEVICE, and mapping is a pointer.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* Sizes above this are refused outright: size classes stop at 2^63 and no
+ * device comes near it. */
+#define MAX_ALLOC_BYTES ((size_t)1 << 62)
+
+int um__block_alloc(um_device *d, um_location loc, size_t bytes, um__mem *mem) {
+  int st;
+  memset(mem, 0, sizeof(*mem));
+  st = d->be->mem_alloc(d->bdev, loc, bytes, mem);
+  if (st == UM_OK) {
+    UM__STAT_ADD(d, device_allocs, 1);
+    UM__STAT_ADD(d, bytes_reserved, bytes);
+  }
+  return st;
+}
+
+void um__block_free(um_device *d, um_location loc, size_t bytes, um__mem *mem) {
+  d->be->mem_free(d->bdev, loc, bytes, mem);
+  UM__STAT_ADD(d, device_frees, 1);
+  UM__STAT_SUB(d, bytes_reserved, bytes);
+}
+
+/* Allocate a block, and under pressure release the device's idle blocks
+ * and retry once; then let the application's callback free memory and ask
+ * for one more try. */
+static int block_alloc_pressured(um_device *d, um_location loc, size_t bytes, um__mem *mem) {
+  um_manager *m = d->m;
+  int st = um__block_alloc(d, loc, bytes, mem);
+  if (st != UM_ENOMEM)
+    return st;
+  if (m->opts.trim_on_pressure) {
+    um__pool_trim(m, d, 0);
+    UM__STAT_ADD(d, oom_retries, 1);
+    st = um__block_alloc(d, loc, bytes, mem);
+    if (st != UM_ENOMEM)
+      return st;
+  }
+  if (m->opts.on_oom != NULL && m->opts.on_oom(m->opts.oom_ctx, d, bytes)) {
+    UM__STAT_ADD(d, oom_retries, 1);
+    st = um__block_alloc(d, loc, bytes, mem);
+  }
+  return st;
+}
+
+/* Set a block's first bytes to zero. */
+static int zero_block(um_buffer *b, size_t bytes) {
+  um__xfer x;
+  if (b->mem.host != NULL) {
+    memset(b->mem.host, 0, bytes);
+    return UM_OK;
+  }
+  memset(&x, 0, sizeof(x));
+  x.kind = UM__XFER_FILL;
+  x.dst = &b->mem;
+  x.dst_loc = b->loc;
+  x.bytes = bytes;
+  return b->dev->be->xfer(b->dev->bdev, &x);
+}
+
+static void init_live(um_buffer *b, size_t bytes, const char *file, int line) {
+  b->size = bytes;
+  b->valid = b->mem.host ? (UM_VALID_HOST | UM_VALID_DEVICE) : UM_VALID_DEVICE;
+  b->mapped = false;
+  b->map_ptr = NULL;
+  b->map_native = false;
+  b->last = NULL;
+  b->pending = 0;
+  b->release_deferred = false;
+  b->readonly = false;
+  b->pinned_wrap = false;
+  b->site_file = file;
+  b->site_line = line;
+}
+
+int um_alloc_at(um_manager *m, um_device *d, size_t bytes, um_location loc, unsigned flags,
+                um_buffer **out, const char *file, int line) {
+  um_buffer *b = NULL;
+  bool pooled;
+  int cls = -1, st;
+  size_t capacity;
+  um__mem mem;
+
+  if (m == NULL || d == NULL || out == NULL)
+    return um__set_error(UM_EINVAL, "um_alloc: NULL argument");
+  if (d->m != m)
+    return um__set_error(UM_EINVAL, "um_alloc: device belongs to another manager");
+  if (bytes == 0)
+    return um__set_error(UM_EINVAL, "um_alloc: zero bytes");
+  if (!um__loc_valid((int)loc))
+    return um__set_error(UM_EINVAL, "um_alloc: unknown location %d", (int)loc);
+  if (flags & ~(unsigned)(UM_ALLOC_UNPOOLED | UM_ALLOC_ZERO))
+    return um__set_error(UM_EINVAL, "um_alloc: unknown flags 0x%x", flags);
+  if (!(d->info.locations & (1u << loc)))
+    return um__set_error(UM_ENOTSUP, "um_alloc: device %d (%s) cannot allocate location %d", d->index,
+                         d->info.name, (int)loc);
+  if (bytes > MAX_ALLOC_BYTES)
+    return um__set_error(UM_ENOMEM, "um_alloc: %zu bytes is more than any device has", bytes);
+
+  pooled = m->opts.enable_pooling && !(flags & UM_ALLOC_UNPOOLED);
+  if (pooled) {
+    cls = um__size_class_of(bytes);
+    capacity = um__class_size(cls);
+    b = um__pool_take(&d->pools[loc], cls);
+    if (b != NULL) {
+      UM__STAT_ADD(d, pool_hits, 1);
+      init_live(b, bytes, file, line);
+      if ((flags & UM_ALLOC_ZERO) || m->opts.scrub) {
+        st = zero_block(b, bytes);
+        if (st != UM_OK) {
+          um__pool_give(&d->pools[loc], b);
+          return st;
+        }
+      }
+      goto live;
+    }
+    UM__STAT_ADD(d, pool_misses, 1);
+  } else {
+    capacity = bytes;
+  }
+
+  st = block_alloc_pressured(d, loc, capacity, &mem);
+  if (st != UM_OK)
+    return st;
+  b = um__descriptor_get(m);
+  if (b == NULL) {
+    um__block_free(d, loc, capacity, &mem);
+    return um__set_error(UM_ENOMEM, "um_alloc: out of memory for a descriptor");
+  }
+  b->dev = d;
+  b->loc = loc;
+  b->kind = pooled ? UM__KIND_POOLED : UM__KIND_UNPOOLED;
+  b->capacity = capacity;
+  b->cls = cls;
+  b->mem = mem;
+  init_live(b, bytes, file, line);
+  if ((flags & UM_ALLOC_ZERO) || m->opts.scrub) {
+    st = zero_block(b, bytes);
+    if (st != UM_OK) {
+      um__block_free(d, loc, capacity, &b->mem);
+      um__descriptor_put(m, b);
+      return st;
+    }
+  }
+
+live:
+  UM__STAT_ADD(d, allocations, 1);
+  um__stat_in_use_add(d, bytes);
+  atomic_store_explicit(&b->state, UM__BUF_LIVE, memory_order_release);
+  *out = b;
+  return UM_OK;
+}
+
+int um_alloc(um_manager *m, um_device *d, size_t bytes, um_location loc, unsigned flags,
+             um_buffer **out) {
+  return um_alloc_at(m, d, bytes, loc, flags, out, NULL, 0);
+}
+
+int um_alloc_array_at(um_manager *m, um_device *d, size_t count, size_t elem_size, um_location loc,
+                      unsigned flags, um_buffer **out, const char *file, int line) {
+  size_t bytes;
+  if (m == NULL || d == NULL || out == NULL)
+    return um__set_error(UM_EINVAL, "um_alloc_array: NULL argument");
+  if (count == 0 || elem_size == 0)
+    return um__set_error(UM_EINVAL, "um_alloc_array: zero count or element size");
+  if (__builtin_mul_overflow(count, elem_size, &bytes))
+    return um__set_error(UM_EOVERFLOW, "um_alloc_array: %zu * %zu overflows", count, elem_size);
+  return um_alloc_at(m, d, bytes, loc, flags, out, file, line);
+}
+
+int um_alloc_array(um_manager *m, um_device *d, size_t count, size_t elem_size, um_location loc,
+                   unsigned flags, um_buffer **out) {
+  return um_alloc_array_at(m, d, count, elem_size, loc, flags, out, NULL, 0);
+}
+
+int um_wrap_host(um_manager *m, void *host, size_t bytes, unsigned flags, um_buffer **out) {
+  um_device *d;
+  um_buffer *b;
+  um__mem mem;
+  if (m == NULL || host == NULL || out == NULL)
+    return um__set_error(UM_EINVAL, "um_wrap_host: NULL argument");
+  if (bytes == 0)
+    return um__set_error(UM_EINVAL, "um_wrap_host: zero bytes");
+  if (flags & ~(unsigned)(UM_WRAP_READONLY | UM_WRAP_PIN))
+    return um__set_error(UM_EINVAL, "um_wrap_host: unknown flags 0x%x", flags);
+  d = m->devices[0];
+  memset(&mem, 0, sizeof(mem));
+  mem.host = host;
+  mem.handle = (uintptr_t)host;
+  if (flags & UM_WRAP_PIN) {
+    int st;
+    if (d->be->host_register == NULL)
+      return um__set_error(UM_ENOTSUP, "um_wrap_host: pinning is not available");
+    st = d->be->host_register(d->bdev, host, bytes, &mem);
+    if (st != UM_OK)
+      return st;
+  }
+  b = um__descriptor_get(m);
+  if (b == NULL) {
+    if (flags & UM_WRAP_PIN)
+      d->be->host_unregister(d->bdev, &mem);
+    return um__set_error(UM_ENOMEM, "um_wrap_host: out of memory for a descriptor");
+  }
+  b->dev = d;
+  b->loc = UM_HOST;
+  b->kind = UM__KIND_WRAPPED;
+  b->capacity = bytes;
+  b->cls = -1;
+  b->mem = mem;
+  init_live(b, bytes, NULL, 0);
+  b->readonly = (flags & UM_WRAP_READONLY) != 0;
+  b->pinned_wrap = (flags & UM_WRAP_PIN) != 0;
+  UM__STAT_ADD(d, allocations, 1);
+  um__stat_in_use_add(d, bytes);
+  atomic_store_explicit(&b->state, UM__BUF_LIVE, memory_order_release);
+  *out = b;
+  return UM_OK;
+}
+
+int um__buffer_check_live(const um_buffer *b) {
+  if (b == NULL || b->magic != UM__BUFFER_MAGIC)
+    return um__set_error(UM_EINVAL, "not a buffer");
+  if (atomic_load_explicit(&b->state, memory_order_acquire) != UM__BUF_LIVE)
+    return um__set_error(UM_ESTATE, "buffer %p was released", (const void *)b);
+  return UM_OK;
+}
+
+/* Unmap a mapping the backend made (release of a mapped buffer). */
+static void end_native_mapping(um_buffer *b) {
+  if (b->mapped && b->map_native)
+    b->dev->be->unmap(b->dev->bdev, &b->mem, b->loc, b->map_ptr);
+  b->mapped = false;
+  b->map_native = false;
+  b->map_ptr = NULL;
+}
+
+void um__buffer_recycle(um_buffer *b) {
+  um_device *d = b->dev;
+  um_manager *m = b->m;
+  free(b->shadow);
+  b->shadow = NULL;
+  switch (b->kind) {
+  case UM__KIND_POOLED:
+    if (m->opts.enable_pooling) {
+      um__pool_give(&d->pools[b->loc], b);
+      return;
+    }
+    /* fall through */
+  case UM__KIND_UNPOOLED:
+    um__block_free(d, b->loc, b->capacity, &b->mem);
+    break;
+  case UM__KIND_WRAPPED:
+    if (b->pinned_wrap)
+      d->be->host_unregister(d->bdev, &b->mem);
+    break;
+  case UM__KIND_FILE:
+    um__file_unmap(b);
+    break;
+  }
+  um__descriptor_put(m, b);
+}
+
+int um_release(um_buffer *b) {
+  int st = um__buffer_check_live(b);
+  bool now;
+  if (st != UM_OK)
+    return st;
+  pthread_mutex_lock(&b->lock);
+  if (atomic_load_explicit(&b->state, memory_order_acquire) != UM__BUF_LIVE) {
+    pthread_mutex_unlock(&b->lock);
+    return um__set_error(UM_ESTATE, "buffer %p was released", (void *)b);
+  }
+  atomic_store_explicit(&b->state, UM__BUF_RELEASED, memory_order_release);
+  end_native_mapping(b);
+  now = b->pending == 0;
+  b->release_deferred = !now;
+  pthread_mutex_unlock(&b->lock);
+  UM__STAT_ADD(b->dev, releases, 1);
+  um__stat_in_use_sub(b->dev, b->size);
+  if (now)
+    um__buffer_recycle(b);
+  return UM_OK;
+}
+
+void um__buffer_op_done(um_buffer *b, um_event *op) {
+  bool drop, recycle = false;
+  pthread_mutex_lock(&b->lock);
+  b->pending--;
+  drop = b->last == op;
+  if (drop)
+    b->last = NULL;
+  if (b->pending == 0) {
+    pthread_cond_broadcast(&b->idle_cond);
+    if (b->release_deferred) {
+      b->release_deferred = false;
+      recycle = true;
+    }
+  }
+  pthread_mutex_unlock(&b->lock);
+  if (drop)
+    um__event_unref(op);
+  if (recycle)
+    um__buffer_recycle(b);
+}
+
+/* Getters read fields that only change while the buffer is not live. */
+size_t um_buffer_size(const um_buffer *b) {
+  return um__buffer_check_live(b) == UM_OK ? b->size : 0;
+}
+
+um_device *um_buffer_device(const um_buffer *b) {
+  return um__buffer_check_live(b) == UM_OK ? b->dev : NULL;
+}
+
+um_location um_buffer_location(const um_buffer *b) {
+  return um__buffer_check_live(b) == UM_OK ? b->loc : UM_HOST;
+}
+
+unsigned um_buffer_valid(const um_buffer *b) {
+  unsigned v;
+  if (um__buffer_check_live(b) != UM_OK)
+    return 0;
+  pthread_mutex_lock((pthread_mutex_t *)&b->lock);
+  v = b->valid;
+  pthread_mutex_unlock((pthread_mutex_t *)&b->lock);
+  return v;
+}
+
+void *um_buffer_host_ptr(um_buffer *b) {
+  return um__buffer_check_live(b) == UM_OK ? b->mem.host : NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Mapping */
+
+static bool mode_writes(um_map_mode mode) { return mode != UM_MAP_READ; }
+
+/* Move [off, off + len) between the shadow and the device, blocking. */
+static int shadow_xfer(um_buffer *b, bool to_device, size_t off, size_t len) {
+  um__xfer x;
+  int st;
+  memset(&x, 0, sizeof(x));
+  x.bytes = len;
+  x.host = (char *)b->shadow + off;
+  if (to_device) {
+    x.kind = UM__XFER_H2D;
+    x.dst = &b->mem, x.dst_loc = b->loc, x.dst_off = off;
+  } else {
+    x.kind = UM__XFER_D2H;
+    x.src = &b->mem, x.src_loc = b->loc, x.src_off = off;
+  }
+  st = b->dev->be->xfer(b->dev->bdev, &x);
+  if (st == UM_OK) {
+    if (to_device)
+      UM__STAT_ADD(b->dev, bytes_h2d, len);
+    else
+      UM__STAT_ADD(b->dev, bytes_d2h, len);
+    UM__STAT_ADD(b->dev, xfer_direct, 1);
+  }
+  return st;
+}
+
+int um_map(um_buffer *b, um_map_mode mode, size_t off, size_t len, void **host) {
+  int st = um__buffer_check_live(b);
+  void *ptr = NULL;
+  if (st != UM_OK)
+    return st;
+  if (host == NULL)
+    return um__set_error(UM_EINVAL, "um_map: NULL host pointer");
+  if ((unsigned)mode > UM_MAP_WRITE_DISCARD)
+    return um__set_error(UM_EINVAL, "um_map: unknown mode %d", (int)mode);
+  if (len == 0)
+    return um__set_error(UM_EINVAL, "um_map: zero length");
+  if (off > b->size || len > b->size - off)
+    return um__set_error(UM_ERANGE, "um_map: range [%zu, +%zu) outside %zu bytes", off, len, b->size);
+  if (b->readonly && mode_writes(mode))
+    return um__set_error(UM_ESTATE, "um_map: buffer is a read-only wrap");
+
+  pthread_mutex_lock(&b->lock);
+  if (atomic_load_explicit(&b->state, memory_order_acquire) != UM__BUF_LIVE || b->mapped) {
+    st = um__set_error(UM_ESTATE, b->mapped ? "um_map: buffer is already mapped" : "um_map: released");
+    goto out;
+  }
+  /* The mapping sees the result of every operation issued before it. */
+  while (b->pending > 0)
+    pthread_cond_wait(&b->idle_cond, &b->lock);
+
+  if (b->mem.host != NULL) {
+    ptr = (char *)b->mem.host + off;
+  } else if (b->dev->be->map != NULL) {
+    st = b->dev->be->map(b->dev->bdev, &b->mem, b->loc, off, len, mode, &ptr);
+    if (st != UM_OK)
+      goto out;
+    b->map_native = true;
+    b->valid = mode_writes(mode) ? UM_VALID_HOST : (UM_VALID_HOST | UM_VALID_DEVICE);
+  } else {
+    bool whole = off == 0 && len == b->size;
+    bool fetch = !(b->valid & UM_VALID_HOST) && !(mode == UM_MAP_WRITE_DISCARD && whole);
+    if (b->shadow == NULL && (b->shadow = aligned_alloc(64, (b->capacity + 63) & ~(size_t)63)) == NULL) {
+      st = um__set_error(UM_ENOMEM, "um_map: no memory for the host copy");
+      goto out;
+    }
+    if (fetch && (st = shadow_xfer(b, false, 0, b->size)) != UM_OK)
+      goto out;
+    b->valid |= UM_VALID_HOST;
+    if (mode_writes(mode))
+      b->valid = UM_VALID_HOST;
+    ptr = (char *)b->shadow + off;
+  }
+  b->mapped = true;
+  b->map_mode = mode;
+  b->map_off = off;
+  b->map_len = len;
+  b->map_ptr = ptr;
+  *host = ptr;
+out:
+  pthread_mutex_unlock(&b->lock);
+  return st;
+}
+
+int um_unmap(um_buffer *b, void *host) {
+  int st = um__buffer_check_live(b);
+  if (st != UM_OK)
+    return st;
+  pthread_mutex_lock(&b->lock);
+  if (!b->mapped) {
+    st = um__set_error(UM_ESTATE, "um_unmap: buffer is not mapped");
+    goto out;
+  }
+  if (host != b->map_ptr) {
+    st = um__set_error(UM_EINVAL, "um_unmap: %p is not the pointer um_map returned", host);
+    goto out;
+  }
+  if (b->mem.host != NULL) {
+    /* one memory: nothing moves */
+  } else if (b->map_native) {
+    st = b->dev->be->unmap(b->dev->bdev, &b->mem, b->loc, host);
+    b->valid = UM_VALID_DEVICE;
+  } else if (mode_writes(b->map_mode)) {
+    st = shadow_xfer(b, true, b->map_off, b->map_len);
+    b->valid = st == UM_OK ? (UM_VALID_HOST | UM_VALID_DEVICE) : UM_VALID_HOST;
+  }
+  b->mapped = false;
+  b->map_native = false;
+  b->map_ptr = NULL;
+out:
+  pthread_mutex_unlock(&b->lock);
+  return st;
+}

@@ -1,0 +1,354 @@
+/* Internal declarations shared by the core's files.
+ *
+ * Layers (docs/design.md draws them):
+ *   API (buffer.c, transfer.c, device.c, peer.c, stats.c, mapfile.c)
+ *     -> manager.c (devices, options, registry of handles)
+ *     -> pool.c + sizeclass.c (idle blocks per device and location)
+ *     -> event.c (operations, ordering, worker threads)
+ *     -> backend table (backend.h; backends/cpu.c, opencl.c, cuda.c)
+ */
+#ifndef UNIMEM_INTERNAL_H
+#define UNIMEM_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "atomic.h"
+#include "backend.h"
+
+#define UM__BUFFER_MAGIC 0x554d4246u /* "UMBF" */
+#define UM__EVENT_MAGIC 0x554d4556u  /* "UMEV" */
+#define UM__MAX_BACKENDS 8
+
+/* ------------------------------------------------------------------------ */
+/* Size classes (sizeclass.c): exact up to 8 bytes, then four classes per
+ * power of two, so a request never wastes 25% or more of its size. */
+
+#define UM__CLASS_COUNT (8 + 4 * 61) /* enough for every size_t up to 2^63 */
+int um__size_class_of(size_t bytes);
+size_t um__class_size(int cls);
+
+/* ------------------------------------------------------------------------ */
+/* Statistics counters, one set per device. Gauges move both ways; counters
+ * only grow. All relaxed atomics: they are figures, not synchronisation. */
+
+typedef struct um__counters {
+  atomic_uint_fast64_t active_buffers;
+  atomic_uint_fast64_t bytes_in_use;
+  atomic_uint_fast64_t bytes_reserved;
+  atomic_uint_fast64_t bytes_pooled;
+  atomic_uint_fast64_t peak_bytes_in_use;
+  atomic_uint_fast64_t allocations;
+  atomic_uint_fast64_t releases;
+  atomic_uint_fast64_t pool_hits;
+  atomic_uint_fast64_t pool_misses;
+  atomic_uint_fast64_t device_allocs;
+  atomic_uint_fast64_t device_frees;
+  atomic_uint_fast64_t trims;
+  atomic_uint_fast64_t bytes_trimmed;
+  atomic_uint_fast64_t oom_retries;
+  atomic_uint_fast64_t bytes_h2d;
+  atomic_uint_fast64_t bytes_d2h;
+  atomic_uint_fast64_t bytes_d2d;
+  atomic_uint_fast64_t bytes_peer;
+  atomic_uint_fast64_t xfer_local;
+  atomic_uint_fast64_t xfer_peer;
+  atomic_uint_fast64_t xfer_direct;
+  atomic_uint_fast64_t xfer_pipelined;
+  atomic_uint_fast64_t xfer_staged;
+  atomic_uint_fast64_t fills;
+} um__counters;
+
+/* ------------------------------------------------------------------------ */
+/* Pool (pool.c): per (device, location), one bin per size class. A bin is a
+ * doubly linked list of idle blocks: released blocks go to the head and are
+ * taken from the head (the most recently used block, still warm in caches
+ * and TLBs); trimming takes from the tail (the oldest). */
+
+typedef struct um__bin {
+  pthread_mutex_t lock;
+  um_buffer *head;
+  um_buffer *tail;
+  uint64_t idle_bytes;
+} um__bin;
+
+typedef struct um__pool {
+  um_device *dev;
+  um_location loc;
+  um__bin bins[UM__CLASS_COUNT];
+} um__pool;
+
+/* ------------------------------------------------------------------------ */
+/* Devices */
+
+struct um_device {
+  um_manager *m;
+  int index;
+  const um__backend *be;
+  void *bdev;
+  um_device_info info;
+  um__pool pools[UM_LOCATION_COUNT];
+  um__counters stats;
+  /* Pinned staging chunks for pageable copies (transfer.c). */
+  pthread_mutex_t staging_lock;
+  um__mem *staging_free[8];
+  int staging_count;
+};
+
+/* ------------------------------------------------------------------------ */
+/* Buffers. A um_buffer is also the descriptor of its block: the handle and
+ * the block travel together through the pool, so releasing then allocating
+ * the same size hands back the same handle over the same memory. Handles
+ * are never freed before the manager, so a stale handle is still readable
+ * and answers UM_ESTATE instead of touching freed memory. */
+
+typedef enum {
+  UM__BUF_LIVE = 1,     /* owned by the application */
+  UM__BUF_RELEASED = 2, /* released, waiting for its operations to finish */
+  UM__BUF_IDLE = 3,     /* in the pool */
+  UM__BUF_HUSK = 4      /* no memory: a descriptor waiting to be reused */
+} um__buf_state;
+
+typedef enum {
+  UM__KIND_POOLED = 0,   /* block returns to the pool on release */
+  UM__KIND_UNPOOLED = 1, /* block returns to the device on release */
+  UM__KIND_WRAPPED = 2,  /* caller's memory */
+  UM__KIND_FILE = 3      /* mmap of a file */
+} um__buf_kind;
+
+struct um_buffer {
+  uint32_t magic;
+  atomic_int state; /* um__buf_state */
+  um_manager *m;
+  um_device *dev;
+  um_location loc;
+  um__buf_kind kind;
+  size_t size;     /* bytes requested */
+  size_t capacity; /* bytes of the block */
+  int cls;         /* size class of capacity, -1 when not pooled */
+  um__mem mem;
+  bool readonly;
+  bool pinned_wrap;
+
+  pthread_mutex_t lock; /* guards everything below */
+  pthread_cond_t idle_cond; /* signalled when pending drops to 0 */
+  unsigned valid;       /* UM_VALID_* */
+  bool mapped;
+  um_map_mode map_mode;
+  size_t map_off, map_len;
+  void *map_ptr;
+  bool map_native;  /* mapping came from backend->map */
+  void *shadow;     /* host copy of a buffer with no host view */
+  um_event *last;   /* last operation issued on the buffer (a reference) */
+  unsigned pending; /* operations issued and not yet finished */
+  bool release_deferred;
+
+  /* pool links (under the bin's lock) */
+  um_buffer *pool_prev, *pool_next;
+  uint64_t idle_since_ns;
+
+  um_buffer *all_next; /* manager registry (under registry_lock) */
+  um_buffer *husk_next;
+  const char *site_file;
+  int site_line;
+};
+
+/* ------------------------------------------------------------------------ */
+/* Events and operations (event.c) */
+
+typedef enum {
+  UM__OP_COPY = 0, /* covers copy, copy_from_host, copy_to_host */
+  UM__OP_FILL = 1,
+  UM__OP_GROUP = 2 /* completes when its members do (um_copy_batch) */
+} um__op_kind;
+
+typedef enum {
+  UM__EV_QUEUED = 0,  /* waiting for earlier operations or a worker */
+  UM__EV_RUNNING = 1, /* executing, or handed to a device queue */
+  UM__EV_DONE = 2
+} um__ev_state;
+
+#define UM__MAX_DEPENDENTS 3
+
+struct um_event {
+  uint32_t magic;
+  atomic_int refs;
+  atomic_int state; /* um__ev_state */
+  int status;
+  bool canceled;
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  um_manager *m;
+
+  /* what to do */
+  um__op_kind kind;
+  um_buffer *dst, *src;
+  size_t dst_off, src_off, bytes;
+  const void *host_src;
+  void *host_dst;
+  unsigned char value;
+
+  /* ordering: operations that wait for this one */
+  atomic_int deps_pending;
+  um_event *dependents[UM__MAX_DEPENDENTS];
+  int ndependents;
+  um_event *group; /* batch this operation belongs to */
+  atomic_int group_first_error;
+
+  /* how it runs (transfer.c's um__path), chosen at issue */
+  int path;
+  bool blocking;
+
+  /* native execution */
+  um_device *native_dev;
+  void *native;
+  int native_status;
+
+  um_event *queue_next; /* worker queue */
+  int task;             /* what a worker does with it */
+};
+
+/* ------------------------------------------------------------------------ */
+/* Manager */
+
+typedef struct um__engine {
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  um_event *head, *tail;
+  pthread_t *threads;
+  int nthreads;
+  bool stopping;
+  atomic_int inflight; /* operations issued and not finished */
+  pthread_cond_t drained;
+} um__engine;
+
+struct um_manager {
+  um_options opts;
+  um_device **devices;
+  int ndevices;
+  struct {
+    const um__backend *be;
+    void *ctx;
+  } backends[UM__MAX_BACKENDS];
+  int nbackends;
+
+  um__engine engine;
+
+  /* registry of every buffer descriptor ever made, for the leak report */
+  pthread_mutex_t registry_lock;
+  um_buffer *all_buffers;
+  um_buffer *husks;
+
+  /* totals across devices for the figures that are not sums */
+  atomic_uint_fast64_t bytes_in_use;
+  atomic_uint_fast64_t peak_bytes_in_use;
+  atomic_uint_fast64_t bytes_pooled;
+
+  /* peer matrix: peer[a * ndevices + b] != 0 when a may access b */
+  unsigned char *peer;
+  pthread_mutex_t peer_lock;
+
+  /* trim timer */
+  pthread_t trim_thread;
+  bool trim_running;
+  pthread_mutex_t trim_lock;
+  pthread_cond_t trim_cond;
+  bool trim_stop;
+};
+
+/* ------------------------------------------------------------------------ */
+/* Internal functions */
+
+void um__clear_error(void);
+uint64_t um__now_ns(void);
+
+/* options.c */
+int um__options_check(const um_options *o);
+bool um__backend_selected(const um_options *o, const char *name);
+
+/* manager.c */
+int um__manager_create_ex(const um_options *opts,
+                          const um__backend *const *extra, int nextra,
+                          um_manager **out);
+um_buffer *um__descriptor_get(um_manager *m);
+void um__descriptor_put(um_manager *m, um_buffer *b);
+
+/* pool.c */
+void um__pool_init(um__pool *p, um_device *dev, um_location loc);
+void um__pool_destroy(um__pool *p);
+um_buffer *um__pool_take(um__pool *p, int cls);
+/* Keep b idle in the pool, or free it when the limits say no. */
+void um__pool_give(um__pool *p, um_buffer *b);
+/* Free idle blocks, oldest first, until at most keep bytes stay idle in the
+ * manager (dev == NULL) or on one device. Returns bytes freed. */
+uint64_t um__pool_trim(um_manager *m, um_device *dev, uint64_t keep);
+/* Free blocks idle since before cutoff_ns. */
+uint64_t um__pool_trim_older(um_manager *m, uint64_t cutoff_ns);
+void um__pool_largest(um__pool *p, uint64_t *largest);
+int um__trim_thread_start(um_manager *m);
+void um__trim_thread_stop(um_manager *m);
+void um__trim_thread_kick(um_manager *m);
+
+/* buffer.c */
+int um__block_alloc(um_device *d, um_location loc, size_t bytes, um__mem *mem);
+void um__block_free(um_device *d, um_location loc, size_t bytes, um__mem *mem);
+void um__buffer_recycle(um_buffer *b);
+int um__buffer_check_live(const um_buffer *b);
+/* An operation on b finished: drop it from b's chain, and recycle the
+ * block when b was released while the operation was in flight. */
+void um__buffer_op_done(um_buffer *b, um_event *op);
+
+/* event.c */
+int um__engine_start(um_manager *m);
+void um__engine_stop(um_manager *m);
+void um__engine_drain(um_manager *m);
+um_event *um__event_new(um_manager *m, um__op_kind kind);
+void um__event_ref(um_event *e);
+void um__event_unref(um_event *e);
+/* Issue an operation filled in by the caller (dst/src/offsets/bytes).
+ * Orders it after the buffers' earlier operations. done == NULL: runs to
+ * completion and returns its status. */
+int um__op_issue(um_event *op, um_event **done);
+void um__op_complete(um_event *op, int status);
+int um__event_wait_internal(um_event *e);
+
+/* transfer.c */
+/* Run an operation to completion on the calling thread. */
+int um__op_run(um_event *op);
+/* Choose op's path (strategy) and the device whose native queue would run
+ * it (op->native_dev, NULL when it must run on a host thread). */
+void um__op_plan(um_event *op);
+/* Start a planned native operation on its device's queue without waiting;
+ * done reports completion. Returns the backend's status. */
+int um__op_start_native(um_event *op, void *const *after, int nafter,
+                        um__done_fn done, void **native);
+/* Count a finished operation's bytes and strategy in the stats. */
+void um__op_account(const um_event *op);
+/* Whether op is small enough and host-only, so running it inline on the
+ * issuing thread is cheaper than handing it to a worker. */
+bool um__op_runs_inline(const um_event *op);
+void um__staging_release_all(um_device *d);
+
+/* mapfile.c */
+void um__file_unmap(um_buffer *b);
+
+/* stats.c */
+void um__stat_in_use_add(um_device *d, uint64_t bytes);
+void um__stat_in_use_sub(um_device *d, uint64_t bytes);
+/* Returns the manager's pooled bytes before the addition. */
+uint64_t um__stat_pooled_add(um_device *d, uint64_t bytes);
+void um__stat_pooled_sub(um_device *d, uint64_t bytes);
+
+#define UM__STAT_ADD(dev, field, v)                                            \
+  um__atomic_add_relaxed(&(dev)->stats.field, (uint64_t)(v))
+#define UM__STAT_SUB(dev, field, v)                                            \
+  um__atomic_sub_relaxed(&(dev)->stats.field, (uint64_t)(v))
+
+static inline bool um__loc_valid(int loc) {
+  return loc >= UM_HOST && loc <= UM_UNIFIED;
+}
+
+#endif /* UNIMEM_INTERNAL_H */

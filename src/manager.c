@@ -1,0 +1,258 @@
+/* The manager: opens the backends, lists their devices (the host CPU is
+ * always device 0), owns the descriptors of every buffer, and on destroy
+ * reports and frees what the application never released. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* The backends this build knows, in device order after the cpu. Adding one
+ * (Metal, Level Zero) is one line here and one file in backends/. */
+static const um__backend *const builtin_backends[] = {
+#ifdef UNIMEM_HAVE_OPENCL
+    &um__backend_opencl,
+#endif
+#ifdef UNIMEM_HAVE_CUDA
+    &um__backend_cuda,
+#endif
+    NULL};
+
+static const char *const location_names[] = {"host", "device", "pinned", "unified"};
+
+static void destroy_device(um_device *d) {
+  for (int l = 0; l < UM_LOCATION_COUNT; l++)
+    um__pool_destroy(&d->pools[l]);
+  um__staging_release_all(d);
+  pthread_mutex_destroy(&d->staging_lock);
+  free(d);
+}
+
+static int add_device(um_manager *m, const um__backend *be, void *ctx, int i) {
+  um__bdev_desc desc;
+  um_device *d, **grown;
+  int st = be->describe(ctx, i, &desc);
+  if (st != UM_OK)
+    return st;
+  d = calloc(1, sizeof(*d));
+  if (d == NULL)
+    return um__set_error(UM_ENOMEM, "out of memory for a device");
+  grown = realloc(m->devices, (size_t)(m->ndevices + 1) * sizeof(*grown));
+  if (grown == NULL) {
+    free(d);
+    return um__set_error(UM_ENOMEM, "out of memory for a device");
+  }
+  m->devices = grown;
+  d->m = m;
+  d->index = m->ndevices;
+  d->be = be;
+  d->bdev = desc.bdev;
+  snprintf(d->info.name, sizeof(d->info.name), "%s", desc.name);
+  snprintf(d->info.backend, sizeof(d->info.backend), "%s", be->name);
+  d->info.index = d->index;
+  d->info.caps = desc.caps;
+  d->info.locations = desc.locations;
+  d->info.total_bytes = desc.total_bytes;
+  for (int l = 0; l < UM_LOCATION_COUNT; l++)
+    um__pool_init(&d->pools[l], d, (um_location)l);
+  pthread_mutex_init(&d->staging_lock, NULL);
+  m->devices[m->ndevices++] = d;
+  return UM_OK;
+}
+
+static int open_backend(um_manager *m, const um__backend *be, bool required) {
+  void *ctx = NULL;
+  int count = 0, st;
+  if (m->nbackends == UM__MAX_BACKENDS)
+    return um__set_error(UM_ENOMEM, "too many backends");
+  st = be->open(&m->opts, &ctx, &count);
+  if (st != UM_OK) {
+    if (required)
+      return st;
+    um__log(&m->opts, UM_LOG_INFO, "backend %s skipped: %s (%s)", be->name, um_last_error(),
+            um_err_name(st));
+    return UM_OK;
+  }
+  m->backends[m->nbackends].be = be;
+  m->backends[m->nbackends].ctx = ctx;
+  m->nbackends++;
+  if (count == 0)
+    um__log(&m->opts, UM_LOG_INFO, "backend %s: no devices%s%s", be->name,
+            um_last_error()[0] ? ": " : "", um_last_error());
+  for (int i = 0; i < count; i++) {
+    st = add_device(m, be, ctx, i);
+    if (st != UM_OK) {
+      if (required)
+        return st;
+      um__log(&m->opts, UM_LOG_WARN, "backend %s: device %d skipped: %s", be->name, i,
+              um_last_error());
+    }
+  }
+  return UM_OK;
+}
+
+static void free_manager(um_manager *m) {
+  for (int i = 0; i < m->ndevices; i++)
+    destroy_device(m->devices[i]);
+  free(m->devices);
+  for (int i = m->nbackends - 1; i >= 0; i--)
+    m->backends[i].be->close(m->backends[i].ctx);
+  while (m->all_buffers) {
+    um_buffer *b = m->all_buffers;
+    m->all_buffers = b->all_next;
+    pthread_mutex_destroy(&b->lock);
+    pthread_cond_destroy(&b->idle_cond);
+    free(b->shadow);
+    free(b);
+  }
+  free(m->peer);
+  pthread_mutex_destroy(&m->registry_lock);
+  pthread_mutex_destroy(&m->peer_lock);
+  pthread_mutex_destroy(&m->trim_lock);
+  pthread_cond_destroy(&m->trim_cond);
+  free(m);
+}
+
+int um__manager_create_ex(const um_options *opts, const um__backend *const *extra, int nextra,
+                          um_manager **out) {
+  um_manager *m;
+  int st;
+  if (out == NULL)
+    return um__set_error(UM_EINVAL, "um_manager_create: NULL out");
+  m = calloc(1, sizeof(*m));
+  if (m == NULL)
+    return um__set_error(UM_ENOMEM, "out of memory for a manager");
+  if (opts != NULL)
+    m->opts = *opts;
+  else
+    um_options_init(&m->opts);
+  pthread_mutex_init(&m->registry_lock, NULL);
+  pthread_mutex_init(&m->peer_lock, NULL);
+  pthread_mutex_init(&m->trim_lock, NULL);
+  pthread_cond_init(&m->trim_cond, NULL);
+  if ((st = um__options_check(&m->opts)) != UM_OK) {
+    free_manager(m);
+    return st;
+  }
+
+  /* Device 0 is always the host CPU, whatever the backend list says. */
+  if ((st = open_backend(m, &um__backend_cpu, true)) != UM_OK)
+    goto fail;
+  for (int i = 0; builtin_backends[i] != NULL; i++)
+    if (um__backend_selected(&m->opts, builtin_backends[i]->name))
+      if ((st = open_backend(m, builtin_backends[i], false)) != UM_OK)
+        goto fail;
+  for (int i = 0; i < nextra; i++)
+    if ((st = open_backend(m, extra[i], true)) != UM_OK)
+      goto fail;
+  um__clear_error();
+
+  m->peer = calloc((size_t)m->ndevices * (size_t)m->ndevices, 1);
+  if (m->peer == NULL) {
+    st = um__set_error(UM_ENOMEM, "out of memory for the peer matrix");
+    goto fail;
+  }
+  if (m->opts.enable_peer)
+    for (int a = 0; a < m->ndevices; a++)
+      for (int b = 0; b < m->ndevices; b++)
+        if (a != b && um_peer_possible(m->devices[a], m->devices[b]) == 1)
+          (void)um_peer_enable(m->devices[a], m->devices[b]);
+
+  if ((st = um__engine_start(m)) != UM_OK)
+    goto fail;
+  if ((st = um__trim_thread_start(m)) != UM_OK) {
+    um__engine_stop(m);
+    goto fail;
+  }
+  *out = m;
+  return UM_OK;
+
+fail:
+  free_manager(m);
+  return st;
+}
+
+int um_manager_create(const um_options *opts, um_manager **out) {
+  return um__manager_create_ex(opts, NULL, 0, out);
+}
+
+int um_manager_options(const um_manager *m, um_options *out) {
+  if (m == NULL || out == NULL)
+    return um__set_error(UM_EINVAL, "um_manager_options: NULL argument");
+  *out = m->opts;
+  return UM_OK;
+}
+
+int um_manager_destroy(um_manager *m) {
+  int leaked = 0;
+  uint64_t leaked_bytes = 0;
+  if (m == NULL)
+    return um__set_error(UM_EINVAL, "um_manager_destroy: NULL manager");
+  um__engine_drain(m);
+  um__trim_thread_stop(m);
+  um__engine_stop(m);
+
+  for (um_buffer *b = m->all_buffers; b != NULL; b = b->all_next) {
+    if (atomic_load(&b->state) != UM__BUF_LIVE)
+      continue;
+    leaked++;
+    leaked_bytes += b->size;
+    if (b->site_file != NULL)
+      um__log(&m->opts, UM_LOG_ERROR,
+              "leak: buffer %p of %zu bytes (%s) on device %d (%s) allocated at %s:%d was never released",
+              (void *)b, b->size, location_names[b->loc], b->dev->index, b->dev->info.name, b->site_file,
+              b->site_line);
+    else
+      um__log(&m->opts, UM_LOG_ERROR,
+              "leak: buffer %p of %zu bytes (%s) on device %d (%s) was never released "
+              "(define UNIMEM_TRACK_SITES for the allocation site)",
+              (void *)b, b->size, location_names[b->loc], b->dev->index, b->dev->info.name);
+    um_release(b);
+  }
+  if (leaked)
+    um__log(&m->opts, UM_LOG_ERROR, "leak: %d buffer(s), %llu bytes in all, freed by um_manager_destroy",
+            leaked, (unsigned long long)leaked_bytes);
+  free_manager(m);
+  if (leaked)
+    return um__set_error(UM_ELEAK, "%d buffer(s) (%llu bytes) were never released", leaked,
+                         (unsigned long long)leaked_bytes);
+  return UM_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Buffer descriptors: made once, reused for the manager's lifetime. */
+
+um_buffer *um__descriptor_get(um_manager *m) {
+  um_buffer *b;
+  pthread_mutex_lock(&m->registry_lock);
+  b = m->husks;
+  if (b != NULL) {
+    m->husks = b->husk_next;
+    pthread_mutex_unlock(&m->registry_lock);
+    b->husk_next = NULL;
+    return b;
+  }
+  pthread_mutex_unlock(&m->registry_lock);
+  b = calloc(1, sizeof(*b));
+  if (b == NULL)
+    return NULL;
+  b->magic = UM__BUFFER_MAGIC;
+  b->m = m;
+  atomic_init(&b->state, UM__BUF_HUSK);
+  pthread_mutex_init(&b->lock, NULL);
+  pthread_cond_init(&b->idle_cond, NULL);
+  pthread_mutex_lock(&m->registry_lock);
+  b->all_next = m->all_buffers;
+  m->all_buffers = b;
+  pthread_mutex_unlock(&m->registry_lock);
+  return b;
+}
+
+void um__descriptor_put(um_manager *m, um_buffer *b) {
+  atomic_store_explicit(&b->state, UM__BUF_HUSK, memory_order_release);
+  memset(&b->mem, 0, sizeof(b->mem));
+  pthread_mutex_lock(&m->registry_lock);
+  b->husk_next = m->husks;
+  m->husks = b;
+  pthread_mutex_unlock(&m->registry_lock);
+}

@@ -1,0 +1,115 @@
+/* Statistics: per-device counters (relaxed atomics), summed on demand. The
+ * figures that are not sums (peaks, largest idle block, fragmentation) are
+ * kept or computed at the manager level. */
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+
+void um__stat_in_use_add(um_device *d, uint64_t bytes) {
+  um_manager *m = d->m;
+  uint64_t dev_now = (uint64_t)um__atomic_add_relaxed(&d->stats.bytes_in_use, bytes) + bytes;
+  uint64_t all_now = (uint64_t)um__atomic_add_relaxed(&m->bytes_in_use, bytes) + bytes;
+  um__atomic_add_relaxed(&d->stats.active_buffers, 1);
+  um__atomic_max_relaxed(&d->stats.peak_bytes_in_use, dev_now);
+  um__atomic_max_relaxed(&m->peak_bytes_in_use, all_now);
+}
+
+void um__stat_in_use_sub(um_device *d, uint64_t bytes) {
+  um__atomic_sub_relaxed(&d->stats.bytes_in_use, bytes);
+  um__atomic_sub_relaxed(&d->m->bytes_in_use, bytes);
+  um__atomic_sub_relaxed(&d->stats.active_buffers, 1);
+}
+
+uint64_t um__stat_pooled_add(um_device *d, uint64_t bytes) {
+  um__atomic_add_relaxed(&d->stats.bytes_pooled, bytes);
+  return (uint64_t)um__atomic_add_relaxed(&d->m->bytes_pooled, bytes);
+}
+
+void um__stat_pooled_sub(um_device *d, uint64_t bytes) {
+  um__atomic_sub_relaxed(&d->stats.bytes_pooled, bytes);
+  um__atomic_sub_relaxed(&d->m->bytes_pooled, bytes);
+}
+
+static void add_device(um_stats *s, um_device *d) {
+  const um__counters *c = &d->stats;
+#define SUM(f) s->f += (uint64_t)um__atomic_load_relaxed(&c->f)
+  SUM(active_buffers);
+  SUM(bytes_in_use);
+  SUM(bytes_reserved);
+  SUM(bytes_pooled);
+  SUM(allocations);
+  SUM(releases);
+  SUM(pool_hits);
+  SUM(pool_misses);
+  SUM(device_allocs);
+  SUM(device_frees);
+  SUM(trims);
+  SUM(bytes_trimmed);
+  SUM(oom_retries);
+  SUM(bytes_h2d);
+  SUM(bytes_d2h);
+  SUM(bytes_d2d);
+  SUM(bytes_peer);
+  SUM(xfer_local);
+  SUM(xfer_peer);
+  SUM(xfer_direct);
+  SUM(xfer_pipelined);
+  SUM(xfer_staged);
+  SUM(fills);
+#undef SUM
+  for (int l = 0; l < UM_LOCATION_COUNT; l++)
+    um__pool_largest(&d->pools[l], &s->largest_pooled_block);
+}
+
+int um_stats_get(um_manager *m, um_device *d, um_stats *out) {
+  um_stats s;
+  if (m == NULL || out == NULL)
+    return um__set_error(UM_EINVAL, "um_stats_get: NULL argument");
+  if (d != NULL && d->m != m)
+    return um__set_error(UM_EINVAL, "um_stats_get: device belongs to another manager");
+  memset(&s, 0, sizeof(s));
+  if (d != NULL) {
+    add_device(&s, d);
+    s.peak_bytes_in_use = um__atomic_load_relaxed(&d->stats.peak_bytes_in_use);
+  } else {
+    for (int i = 0; i < m->ndevices; i++)
+      add_device(&s, m->devices[i]);
+    s.peak_bytes_in_use = um__atomic_load_relaxed(&m->peak_bytes_in_use);
+  }
+  s.hit_rate = (s.pool_hits + s.pool_misses) ? (double)s.pool_hits / (double)(s.pool_hits + s.pool_misses) : 0.0;
+  s.fragmentation = s.bytes_pooled ? 1.0 - (double)s.largest_pooled_block / (double)s.bytes_pooled : 0.0;
+  if (s.fragmentation < 0.0)
+    s.fragmentation = 0.0; /* a block can leave between the two reads */
+  *out = s;
+  return UM_OK;
+}
+
+int um_stats_json(const um_stats *s, char *buf, size_t cap) {
+  size_t len = 0;
+  int n;
+  if (s == NULL || (buf == NULL && cap != 0))
+    return um__set_error(UM_EINVAL, "um_stats_json: NULL argument");
+#define APPEND(...)                                                            \
+  do {                                                                         \
+    n = snprintf(buf ? buf + (len < cap ? len : cap) : NULL,                   \
+                 len < cap ? cap - len : 0, __VA_ARGS__);                      \
+    if (n < 0)                                                                 \
+      return um__set_error(UM_EINVAL, "um_stats_json: format failed");         \
+    len += (size_t)n;                                                          \
+  } while (0)
+#define FMT_uint64_t(name) APPEND("%s\"%s\":%llu", first ? "" : ",", #name, (unsigned long long)s->name)
+#define FMT_double(name) APPEND("%s\"%s\":%.6f", first ? "" : ",", #name, s->name)
+#define EMIT(type, name, desc)                                                 \
+  FMT_##type(name);                                                            \
+  first = 0;
+  int first = 1;
+  APPEND("{");
+  UM_STATS_FIELDS(EMIT)
+  APPEND("}");
+#undef EMIT
+#undef FMT_double
+#undef FMT_uint64_t
+#undef APPEND
+  return len > (size_t)INT32_MAX ? UM_EOVERFLOW : (int)len;
+}
