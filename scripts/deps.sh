@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Install what unimem needs to build, test and benchmark on Debian/Ubuntu.
+# Does nothing when everything is already there; needs root (or sudo) when
+# something is missing.
+set -euo pipefail
+
+packages=(
+  build-essential cmake gcc clang pkg-config python3 binutils
+  libcriterion-dev                       # test framework
+  pocl-opencl-icd ocl-icd-opencl-dev opencl-headers clinfo  # OpenCL on the CPU
+  libjemalloc-dev libmimalloc-dev        # allocator peers in the benchmarks
+  libclang-rt-14-dev                     # sanitizer and fuzzer runtimes for clang
+  valgrind doxygen gnuplot-nox           # memcheck, API docs, charts
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+echo "unimem: installing ${missing[*]}" >&2
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "unimem: need root to install: ${missing[*]}" >&2; exit 1; }
+  SUDO=sudo
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
