@@ -30,12 +30,12 @@
 #include <CL/cl.h>
 #include <dlfcn.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "atomic.h"
 #include "backend.h"
 
 /* cl_khr_icd's "no platform installed" answer, from cl_ext.h. */
@@ -289,7 +289,7 @@ typedef struct ocl_device {
   /* Bytes of DEVICE and UNIFIED blocks alive on the device. PINNED blocks
    * are host memory (that is what CL_MEM_ALLOC_HOST_PTR asks for) and are
    * not counted. */
-  _Atomic uint64_t bytes_held;
+  atomic_uint_fast64_t bytes_held;
   char name[128];
 } ocl_device;
 
@@ -644,7 +644,7 @@ static void ocl_close(void *ctx) {
 /* Count bytes against the device before allocating them, so that two
  * threads cannot both pass the limit check and then together exceed it. */
 static int reserve_device_bytes(ocl_device *dev, size_t bytes) {
-  uint64_t held = atomic_load_explicit(&dev->bytes_held, memory_order_relaxed);
+  uint_fast64_t held = um__atomic_load_relaxed(&dev->bytes_held);
   do {
     if (dev->limit_bytes != 0 &&
         ((uint64_t)bytes > dev->limit_bytes ||
@@ -655,15 +655,13 @@ static int reserve_device_bytes(ocl_device *dev, size_t bytes) {
                            bytes, dev->name,
                            (unsigned long long)dev->limit_bytes,
                            (unsigned long long)held);
-  } while (!atomic_compare_exchange_weak_explicit(
-      &dev->bytes_held, &held, held + (uint64_t)bytes, memory_order_relaxed,
-      memory_order_relaxed));
+  } while (!um__atomic_cas_acq_rel(&dev->bytes_held, &held,
+                                   held + (uint64_t)bytes));
   return UM_OK;
 }
 
 static void unreserve_device_bytes(ocl_device *dev, size_t bytes) {
-  atomic_fetch_sub_explicit(&dev->bytes_held, (uint64_t)bytes,
-                            memory_order_relaxed);
+  um__atomic_sub_relaxed(&dev->bytes_held, (uint64_t)bytes);
 }
 
 /* clCreateBuffer without a host pointer; a NULL answer without a code is
@@ -833,7 +831,7 @@ static void ocl_mem_free(void *bdev, um_location loc, size_t bytes,
  * this backend holds on the device; other processes' use is not seen. */
 static int ocl_memory(void *bdev, uint64_t *free_bytes, uint64_t *total_bytes) {
   ocl_device *dev = bdev;
-  uint64_t held = atomic_load_explicit(&dev->bytes_held, memory_order_relaxed);
+  uint_fast64_t held = um__atomic_load_relaxed(&dev->bytes_held);
   if (free_bytes != NULL)
     *free_bytes = held >= dev->total_bytes ? 0 : dev->total_bytes - held;
   if (total_bytes != NULL)
@@ -977,19 +975,23 @@ typedef struct transfer_completion {
 } transfer_completion;
 
 /* Runs once, when the command completes or fails, on whichever thread the
- * driver picks (PoCL: the thread that enqueued or registered it, when the
- * command is already done by then). It holds its own reference on the event,
- * so the event outlives it whatever native_release does meanwhile. */
+ * driver picks (PoCL: one of its worker threads, or the issuing thread
+ * inside clSetEventCallback when the command has already finished). It holds
+ * its own reference on the event, so the event outlives it whatever
+ * native_release does meanwhile. done comes last: once it returns, the core
+ * may close the backend, so nothing of ours may run after it. */
 static void CL_CALLBACK on_transfer_complete(cl_event event,
                                              cl_int execution_status,
                                              void *user_data) {
   transfer_completion *completion = user_data;
+  um__done_fn done = completion->done;
+  void *arg = completion->arg;
   int status = execution_status < 0
                    ? translate_cl_error(execution_status, completion->call)
                    : UM_OK;
-  completion->done(completion->arg, status);
   free(completion);
   ocl.clReleaseEvent(event);
+  done(arg, status);
 }
 
 /* after[] lists longer than this take one malloc. */
@@ -1045,8 +1047,8 @@ static int ocl_xfer_async(void *bdev, const um__xfer *x, void *const *after,
      * done, as if the callback had run. */
     status = wait_for_command(event, completion->call);
     ocl.clReleaseEvent(event);
-    done(arg, status);
     free(completion);
+    done(arg, status);
   } else {
     /* Commands may sit in the queue until flushed; nobody may ever wait on
      * this one, so submit it now. A failing flush leaves the command queued,
