@@ -32,7 +32,8 @@ typedef enum {
   PATH_PEER,
   PATH_H2D_PIPELINED,
   PATH_D2H_PIPELINED,
-  PATH_STAGED
+  PATH_STAGED,
+  PATH_OVERLAP
 } um__path;
 
 /* Host copies up to this size run on the issuing thread even when an event
@@ -81,6 +82,11 @@ void um__op_plan(um_event *op) {
     op->path = (!pinned && can_pipeline(d, op->bytes)) ? PATH_D2H_PIPELINED : PATH_D2H;
     if (op->path == PATH_D2H && d->be->xfer_async)
       op->native_dev = d;
+  } else if (op->src == op->dst && op->src_off < op->dst_off + op->bytes &&
+             op->dst_off < op->src_off + op->bytes) {
+    /* Overlapping ranges of one device buffer: device copy engines (and
+     * clEnqueueCopyBuffer, cuMemcpyDtoD) refuse or corrupt them. */
+    op->path = PATH_OVERLAP;
   } else if (op->src->dev == op->dst->dev) {
     op->path = PATH_LOCAL;
     if (op->dst->dev->be->xfer_async)
@@ -369,6 +375,31 @@ static int run_staged(um_event *op) {
   return st;
 }
 
+/* memmove semantics within one device buffer: the whole source range goes
+ * to the host first, then back to its destination. */
+static int run_overlap(um_event *op) {
+  um_device *d = op->dst->dev;
+  um__xfer x;
+  char *tmp = malloc(op->bytes);
+  int st;
+  if (tmp == NULL)
+    return um__set_error(UM_ENOMEM, "overlapping copy: no memory for %zu bytes", op->bytes);
+  memset(&x, 0, sizeof(x));
+  x.kind = UM__XFER_D2H;
+  x.src = &op->src->mem, x.src_loc = op->src->loc, x.src_off = op->src_off;
+  x.host = tmp, x.bytes = op->bytes;
+  st = d->be->xfer(d->bdev, &x);
+  if (st == UM_OK) {
+    memset(&x, 0, sizeof(x));
+    x.kind = UM__XFER_H2D;
+    x.dst = &op->dst->mem, x.dst_loc = op->dst->loc, x.dst_off = op->dst_off;
+    x.host = tmp, x.bytes = op->bytes;
+    st = d->be->xfer(d->bdev, &x);
+  }
+  free(tmp);
+  return st;
+}
+
 int um__op_run(um_event *op) {
   um__xfer x;
   um_device *d;
@@ -388,6 +419,8 @@ int um__op_run(um_event *op) {
     return run_pipelined(op, false);
   case PATH_STAGED:
     return run_staged(op);
+  case PATH_OVERLAP:
+    return run_overlap(op);
   default:
     d = single_xfer(op, &x);
     return d->be->xfer(d->bdev, &x);
@@ -424,7 +457,8 @@ void um__op_account(const um_event *op) {
   case PATH_PEER: UM__STAT_ADD(d, xfer_peer, 1); break;
   case PATH_H2D_PIPELINED:
   case PATH_D2H_PIPELINED: UM__STAT_ADD(d, xfer_pipelined, 1); break;
-  case PATH_STAGED: UM__STAT_ADD(d, xfer_staged, 1); break;
+  case PATH_STAGED:
+  case PATH_OVERLAP: UM__STAT_ADD(d, xfer_staged, 1); break;
   default: UM__STAT_ADD(d, xfer_direct, 1); break;
   }
 }
