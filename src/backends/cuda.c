@@ -11,9 +11,9 @@
  * Per device: its primary context (shared with the application and the CUDA
  * runtime, so unimem memory works with their kernels) and three non-blocking
  * streams -- h2d, d2h and local (D2D, FILL, PEER) -- so that uploads,
- * downloads and on-device work overlap. Every call sets the device's context
- * current first: calls come from any thread, and the current context is
- * per thread.
+ * downloads and on-device work overlap. Every call makes the device's
+ * context current for its duration (enter_context / leave_context): calls
+ * come from any thread, and the current context is per thread.
  *
  * Memory: DEVICE = cuMemAlloc, PINNED = cuMemHostAlloc (portable, mapped),
  * UNIFIED = cuMemAllocManaged where the device has managed memory. HOST
@@ -23,7 +23,6 @@
  */
 #include <dlfcn.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -32,6 +31,7 @@
 
 #include <cuda.h>
 
+#include "atomic.h"
 #include "backend.h"
 
 #if defined(__CUDA_API_PER_THREAD_DEFAULT_STREAM)
@@ -54,6 +54,7 @@
   REQUIRED(cuDeviceCanAccessPeer)                                              \
   REQUIRED(cuDevicePrimaryCtxRetain)                                           \
   REQUIRED(cuDevicePrimaryCtxRelease_v2)                                       \
+  REQUIRED(cuCtxGetCurrent)                                                    \
   REQUIRED(cuCtxSetCurrent)                                                    \
   REQUIRED(cuCtxSynchronize)                                                   \
   REQUIRED(cuCtxEnablePeerAccess)                                              \
@@ -122,7 +123,8 @@ static struct {
 } driver;
 static pthread_once_t driver_once = PTHREAD_ONCE_INIT;
 
-#define CU (driver.api) /* CU.cuMemAlloc_v2(...) reads as the driver call */
+/* cu->cuMemAlloc_v2(...) reads as the driver call it is. */
+static const cuda_driver_api *const cu = &driver.api;
 
 /* The one translation of a CUresult into a UM_E* code. With call != NULL it
  * also records the driver's error name for um_last_error(). Stream
@@ -157,10 +159,10 @@ static int cuda_status(CUresult result, const char *call) {
   }
   if (call == NULL)
     return status;
-  if (CU.cuGetErrorName == NULL || CU.cuGetErrorName(result, &name) != CUDA_SUCCESS)
+  if (cu->cuGetErrorName == NULL || cu->cuGetErrorName(result, &name) != CUDA_SUCCESS)
     name = NULL;
-  if (CU.cuGetErrorString == NULL ||
-      CU.cuGetErrorString(result, &text) != CUDA_SUCCESS)
+  if (cu->cuGetErrorString == NULL ||
+      cu->cuGetErrorString(result, &text) != CUDA_SUCCESS)
     text = NULL;
   if (name != NULL)
     return um__set_error(status, "cuda: %s failed: %s (%s)", call, name,
@@ -188,9 +190,15 @@ static void load_driver(void) {
     path = "libcuda.so.1";
   driver.library = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (driver.library == NULL) {
+    /* glibc's text starts with the path already; say it once. */
     dl_text = dlerror();
-    snprintf(driver.reason, sizeof(driver.reason), "cuda: cannot load %s: %s",
-             path, dl_text != NULL ? dl_text : "unknown dlopen error");
+    if (dl_text == NULL)
+      dl_text = "unknown dlopen error";
+    if (strstr(dl_text, path) != NULL)
+      snprintf(driver.reason, sizeof(driver.reason), "cuda: %s", dl_text);
+    else
+      snprintf(driver.reason, sizeof(driver.reason), "cuda: %s: %s", path,
+               dl_text);
     forget_driver();
     return;
   }
@@ -214,11 +222,14 @@ static void load_driver(void) {
    * with the driver but no GPU is not an error: the backend offers zero
    * devices. A driver that cannot initialise (stub library, version
    * mismatch) gives no usable device either, so it reads as ENODEV. */
-  result = CU.cuInit(0);
+  result = cu->cuInit(0);
   if (result != CUDA_SUCCESS) {
     cuda_status(result, "cuInit");
-    snprintf(driver.reason, sizeof(driver.reason), "%s (driver %s)",
-             um_last_error(), path);
+    snprintf(driver.reason, sizeof(driver.reason), "%s (driver %s%s)",
+             um_last_error(), path,
+             result == CUDA_ERROR_STUB_LIBRARY
+                 ? ": the toolkit's stub library, not a driver"
+                 : "");
     if (result == CUDA_ERROR_NO_DEVICE) {
       driver.no_devices = 1;
       driver.status = UM_OK;
@@ -252,7 +263,7 @@ typedef struct cuda_device {
   uint64_t limit_bytes; /* opts->device_limit_bytes; 0: no limit */
   /* DEVICE and UNIFIED bytes allocated now: what device_limit_bytes caps.
    * PINNED memory is host memory and does not count. */
-  _Atomic uint64_t device_bytes_in_use;
+  atomic_uint_fast64_t device_bytes_in_use;
   char name[128];
 } cuda_device;
 
@@ -262,31 +273,49 @@ typedef struct cuda_backend_state {
   cuda_device devices[];
 } cuda_backend_state;
 
-static int make_current(const cuda_device *d) {
-  CUresult result = CU.cuCtxSetCurrent(d->context);
-  return result == CUDA_SUCCESS ? UM_OK : cuda_status(result, "cuCtxSetCurrent");
+/* Every call makes the device's context current on the calling thread
+ * (calls come from any thread; the current context is per thread), and
+ * gives the thread its previous context back before returning: the
+ * application may use CUDA on the same thread, and its current context --
+ * for the runtime, its current device -- must not change under it. */
+static int enter_context(const cuda_device *d, CUcontext *previous) {
+  CUresult result = cu->cuCtxGetCurrent(previous);
+  if (result != CUDA_SUCCESS)
+    return cuda_status(result, "cuCtxGetCurrent");
+  if (*previous == d->context)
+    return UM_OK;
+  result = cu->cuCtxSetCurrent(d->context);
+  return result == CUDA_SUCCESS ? UM_OK
+                                : cuda_status(result, "cuCtxSetCurrent");
+}
+
+static void leave_context(const cuda_device *d, CUcontext previous) {
+  if (previous != d->context)
+    cu->cuCtxSetCurrent(previous);
 }
 
 /* Undo open_device() however far it got: the one cleanup path. Waits for
  * the device's work first so that destroying the streams loses nothing. */
 static void release_device(cuda_device *d) {
+  CUcontext previous = NULL;
+
   if (d->context == NULL)
     return;
-  if (CU.cuCtxSetCurrent(d->context) == CUDA_SUCCESS) {
-    CU.cuCtxSynchronize();
+  if (enter_context(d, &previous) == UM_OK) {
+    cu->cuCtxSynchronize();
     /* Give the memory pool's cached blocks back to the device: the primary
      * context may outlive this manager. */
-    if (d->stream_ordered_alloc && CU.cuMemPoolTrimTo != NULL)
-      CU.cuMemPoolTrimTo(d->mem_pool, 0);
+    if (d->stream_ordered_alloc && cu->cuMemPoolTrimTo != NULL)
+      cu->cuMemPoolTrimTo(d->mem_pool, 0);
     if (d->h2d_stream != NULL)
-      CU.cuStreamDestroy_v2(d->h2d_stream);
+      cu->cuStreamDestroy_v2(d->h2d_stream);
     if (d->d2h_stream != NULL)
-      CU.cuStreamDestroy_v2(d->d2h_stream);
+      cu->cuStreamDestroy_v2(d->d2h_stream);
     if (d->local_stream != NULL)
-      CU.cuStreamDestroy_v2(d->local_stream);
-    CU.cuCtxSetCurrent(NULL);
+      cu->cuStreamDestroy_v2(d->local_stream);
+    leave_context(d, previous);
   }
-  CU.cuDevicePrimaryCtxRelease_v2(d->device);
+  cu->cuDevicePrimaryCtxRelease_v2(d->device);
   d->h2d_stream = d->d2h_stream = d->local_stream = NULL;
   d->context = NULL;
 }
@@ -310,16 +339,16 @@ static int enable_stream_ordered_alloc(cuda_device *d) {
   int supported = 0;
   cuuint64_t threshold = UINT64_MAX;
 
-  if (CU.cuMemAllocAsync == NULL || CU.cuMemFreeAsync == NULL ||
-      CU.cuDeviceGetDefaultMemPool == NULL || CU.cuMemPoolSetAttribute == NULL)
+  if (cu->cuMemAllocAsync == NULL || cu->cuMemFreeAsync == NULL ||
+      cu->cuDeviceGetDefaultMemPool == NULL || cu->cuMemPoolSetAttribute == NULL)
     return 0;
-  if (CU.cuDeviceGetAttribute(&supported,
+  if (cu->cuDeviceGetAttribute(&supported,
                               CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED,
                               d->device) != CUDA_SUCCESS ||
       !supported)
     return 0;
-  if (CU.cuDeviceGetDefaultMemPool(&d->mem_pool, d->device) != CUDA_SUCCESS ||
-      CU.cuMemPoolSetAttribute(d->mem_pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+  if (cu->cuDeviceGetDefaultMemPool(&d->mem_pool, d->device) != CUDA_SUCCESS ||
+      cu->cuMemPoolSetAttribute(d->mem_pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
                                &threshold) != CUDA_SUCCESS)
     return 0;
   return 1;
@@ -328,6 +357,7 @@ static int enable_stream_ordered_alloc(cuda_device *d) {
 static int open_device(cuda_backend_state *state, int ordinal,
                        int want_stream_ordered_alloc) {
   cuda_device *d = &state->devices[ordinal];
+  CUcontext previous = NULL;
   const char *call;
   size_t total = 0;
   CUresult result;
@@ -338,47 +368,53 @@ static int open_device(cuda_backend_state *state, int ordinal,
   atomic_init(&d->device_bytes_in_use, 0);
 
   call = "cuDeviceGet";
-  result = CU.cuDeviceGet(&d->device, ordinal);
+  result = cu->cuDeviceGet(&d->device, ordinal);
   if (result != CUDA_SUCCESS)
     goto fail;
   call = "cuDeviceGetName";
-  result = CU.cuDeviceGetName(d->name, (int)sizeof(d->name), d->device);
+  result = cu->cuDeviceGetName(d->name, (int)sizeof(d->name), d->device);
   if (result != CUDA_SUCCESS)
     goto fail;
   d->name[sizeof(d->name) - 1] = '\0';
   call = "cuDeviceTotalMem_v2";
-  result = CU.cuDeviceTotalMem_v2(&total, d->device);
+  result = cu->cuDeviceTotalMem_v2(&total, d->device);
   if (result != CUDA_SUCCESS)
     goto fail;
   d->real_total_bytes = total;
   call = "cuDeviceGetAttribute";
-  result = CU.cuDeviceGetAttribute(
+  result = cu->cuDeviceGetAttribute(
       &d->managed_memory, CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY, d->device);
   if (result != CUDA_SUCCESS)
     goto fail;
 
   call = "cuDevicePrimaryCtxRetain";
-  result = CU.cuDevicePrimaryCtxRetain(&d->context, d->device);
+  result = cu->cuDevicePrimaryCtxRetain(&d->context, d->device);
   if (result != CUDA_SUCCESS) {
     d->context = NULL;
     goto fail;
   }
+  call = "cuCtxGetCurrent";
+  result = cu->cuCtxGetCurrent(&previous);
+  if (result != CUDA_SUCCESS)
+    goto fail;
   call = "cuCtxSetCurrent";
-  result = CU.cuCtxSetCurrent(d->context);
+  result = cu->cuCtxSetCurrent(d->context);
   if (result != CUDA_SUCCESS)
     goto fail;
   /* Non-blocking: the legacy default stream, which the application may use,
    * must not serialise unimem's transfers. */
   call = "cuStreamCreate";
-  result = CU.cuStreamCreate(&d->h2d_stream, CU_STREAM_NON_BLOCKING);
+  result = cu->cuStreamCreate(&d->h2d_stream, CU_STREAM_NON_BLOCKING);
   if (result != CUDA_SUCCESS)
     goto fail;
-  result = CU.cuStreamCreate(&d->d2h_stream, CU_STREAM_NON_BLOCKING);
+  result = cu->cuStreamCreate(&d->d2h_stream, CU_STREAM_NON_BLOCKING);
   if (result != CUDA_SUCCESS)
     goto fail;
-  result = CU.cuStreamCreate(&d->local_stream, CU_STREAM_NON_BLOCKING);
+  result = cu->cuStreamCreate(&d->local_stream, CU_STREAM_NON_BLOCKING);
   if (result != CUDA_SUCCESS)
     goto fail;
+
+  cu->cuCtxSetCurrent(previous);
 
   if (want_stream_ordered_alloc) {
     d->stream_ordered_alloc = enable_stream_ordered_alloc(d);
@@ -398,6 +434,8 @@ static int open_device(cuda_backend_state *state, int ordinal,
 fail:
   {
     int status = cuda_status(result, call);
+    if (d->context != NULL)
+      cu->cuCtxSetCurrent(previous);
     release_device(d);
     return status;
   }
@@ -417,15 +455,15 @@ static int cuda_open(const um_options *opts, void **ctx, int *count) {
   if (driver.status != UM_OK)
     return um__set_error(driver.status, "%s", driver.reason);
   if (!driver.no_devices) {
-    result = CU.cuDeviceGetCount(&device_count);
+    result = cu->cuDeviceGetCount(&device_count);
     if (result != CUDA_SUCCESS)
       return cuda_status(result, "cuDeviceGetCount");
   }
   if (device_count == 0) {
+    /* The reason stays in um_last_error(); the manager logs it. */
     um__set_error(UM_OK, "%s",
                   driver.no_devices ? driver.reason
                                     : "cuda: the driver reports no device");
-    um__log(opts, UM_LOG_INFO, "%s", um_last_error());
     *ctx = NULL;
     *count = 0;
     return UM_OK;
@@ -450,7 +488,7 @@ static int cuda_open(const um_options *opts, void **ctx, int *count) {
       int can_access = 0;
       if (i == j)
         continue;
-      result = CU.cuDeviceCanAccessPeer(&can_access, state->devices[i].device,
+      result = cu->cuDeviceCanAccessPeer(&can_access, state->devices[i].device,
                                         state->devices[j].device);
       if (result == CUDA_SUCCESS && can_access) {
         state->devices[i].caps |= UM_CAP_PEER;
@@ -504,21 +542,18 @@ static void cuda_close(void *ctx) {
 
 /* Count bytes against device_limit_bytes; 0 when they would pass it. */
 static int reserve_device_bytes(cuda_device *d, size_t bytes) {
-  uint64_t in_use =
-      atomic_load_explicit(&d->device_bytes_in_use, memory_order_relaxed);
+  uint_fast64_t in_use = um__atomic_load_relaxed(&d->device_bytes_in_use);
   do {
     if (d->limit_bytes != 0 &&
         (bytes > d->limit_bytes || in_use > d->limit_bytes - bytes))
       return 0;
-  } while (!atomic_compare_exchange_weak_explicit(
-      &d->device_bytes_in_use, &in_use, in_use + bytes, memory_order_relaxed,
-      memory_order_relaxed));
+  } while (!um__atomic_cas_acq_rel(&d->device_bytes_in_use, &in_use,
+                                   in_use + bytes));
   return 1;
 }
 
 static void unreserve_device_bytes(cuda_device *d, size_t bytes) {
-  atomic_fetch_sub_explicit(&d->device_bytes_in_use, bytes,
-                            memory_order_relaxed);
+  um__atomic_sub_relaxed(&d->device_bytes_in_use, bytes);
 }
 
 static int cuda_mem_alloc(void *bdev, um_location loc, size_t bytes,
@@ -527,6 +562,7 @@ static int cuda_mem_alloc(void *bdev, um_location loc, size_t bytes,
   int counted = loc == UM_DEVICE || loc == UM_UNIFIED;
   CUdeviceptr address = 0;
   void *host = NULL;
+  CUcontext previous = NULL;
   const char *call;
   CUresult result;
   int status;
@@ -541,10 +577,9 @@ static int cuda_mem_alloc(void *bdev, um_location loc, size_t bytes,
         "cuda device %d: %zu bytes would pass device_limit_bytes (%llu of "
         "%llu in use)",
         d->ordinal, bytes,
-        (unsigned long long)atomic_load_explicit(&d->device_bytes_in_use,
-                                                 memory_order_relaxed),
+        (unsigned long long)um__atomic_load_relaxed(&d->device_bytes_in_use),
         (unsigned long long)d->limit_bytes);
-  status = make_current(d);
+  status = enter_context(d, &previous);
   if (status != UM_OK)
     goto fail;
 
@@ -552,34 +587,36 @@ static int cuda_mem_alloc(void *bdev, um_location loc, size_t bytes,
   case UM_DEVICE:
     if (d->stream_ordered_alloc) {
       call = "cuMemAllocAsync";
-      result = CU.cuMemAllocAsync(&address, bytes, d->local_stream);
+      result = cu->cuMemAllocAsync(&address, bytes, d->local_stream);
       if (result == CUDA_SUCCESS) {
         call = "cuStreamSynchronize";
-        result = CU.cuStreamSynchronize(d->local_stream);
+        result = cu->cuStreamSynchronize(d->local_stream);
         if (result != CUDA_SUCCESS)
-          CU.cuMemFreeAsync(address, d->local_stream);
+          cu->cuMemFreeAsync(address, d->local_stream);
       }
     } else {
       call = "cuMemAlloc_v2";
-      result = CU.cuMemAlloc_v2(&address, bytes);
+      result = cu->cuMemAlloc_v2(&address, bytes);
     }
     break;
   case UM_PINNED:
     call = "cuMemHostAlloc";
-    result = CU.cuMemHostAlloc(&host, bytes,
+    result = cu->cuMemHostAlloc(&host, bytes,
                                CU_MEMHOSTALLOC_PORTABLE |
                                    CU_MEMHOSTALLOC_DEVICEMAP);
     address = (CUdeviceptr)(uintptr_t)host;
     break;
   case UM_UNIFIED:
     call = "cuMemAllocManaged";
-    result = CU.cuMemAllocManaged(&address, bytes, CU_MEM_ATTACH_GLOBAL);
+    result = cu->cuMemAllocManaged(&address, bytes, CU_MEM_ATTACH_GLOBAL);
     host = (void *)(uintptr_t)address;
     break;
   default: /* UM_HOST: excluded by locations above */
+    leave_context(d, previous);
     status = um__set_error(UM_ENOTSUP, "cuda: location %d", (int)loc);
     goto fail;
   }
+  leave_context(d, previous);
   if (result != CUDA_SUCCESS) {
     status = cuda_status(result, call);
     goto fail;
@@ -598,53 +635,59 @@ fail:
 static void cuda_mem_free(void *bdev, um_location loc, size_t bytes,
                           um__mem *mem) {
   cuda_device *d = bdev;
-  const char *call = "cuCtxSetCurrent";
-  CUresult result = CU.cuCtxSetCurrent(d->context);
+  CUcontext previous = NULL;
+  const char *call = NULL;
+  CUresult result = CUDA_SUCCESS;
+  int status = enter_context(d, &previous);
 
-  if (result == CUDA_SUCCESS) {
+  if (status == UM_OK) {
     switch (loc) {
     case UM_DEVICE:
       /* The core frees a block only once its transfers finished, so the
        * stream-ordered free needs no wait on the other streams. */
       if (d->stream_ordered_alloc) {
         call = "cuMemFreeAsync";
-        result = CU.cuMemFreeAsync((CUdeviceptr)mem->handle, d->local_stream);
+        result = cu->cuMemFreeAsync((CUdeviceptr)mem->handle, d->local_stream);
       } else {
         call = "cuMemFree_v2";
-        result = CU.cuMemFree_v2((CUdeviceptr)mem->handle);
+        result = cu->cuMemFree_v2((CUdeviceptr)mem->handle);
       }
       break;
     case UM_PINNED:
       call = "cuMemFreeHost";
-      result = CU.cuMemFreeHost(mem->host);
+      result = cu->cuMemFreeHost(mem->host);
       break;
     case UM_UNIFIED:
       call = "cuMemFree_v2";
-      result = CU.cuMemFree_v2((CUdeviceptr)mem->handle);
+      result = cu->cuMemFree_v2((CUdeviceptr)mem->handle);
       break;
-    default:
-      return;
+    default: /* UM_HOST: never allocated here */
+      break;
     }
+    leave_context(d, previous);
+    if (result != CUDA_SUCCESS)
+      status = cuda_status(result, call);
   }
   if (loc == UM_DEVICE || loc == UM_UNIFIED)
     unreserve_device_bytes(d, bytes);
-  if (result != CUDA_SUCCESS) {
-    cuda_status(result, call);
+  /* A free cannot fail from the caller's view: the log says it did. */
+  if (status != UM_OK)
     um__log(&d->owner->opts, UM_LOG_WARN, "freeing %zu bytes: %s", bytes,
             um_last_error());
-  }
 }
 
 static int cuda_host_register(void *bdev, void *host, size_t bytes,
                               um__mem *out) {
   cuda_device *d = bdev;
+  CUcontext previous = NULL;
   CUresult result;
-  int status = make_current(d);
+  int status = enter_context(d, &previous);
 
   if (status != UM_OK)
     return status;
   /* Portable: any context may DMA from it, as from PINNED blocks. */
-  result = CU.cuMemHostRegister_v2(host, bytes, CU_MEMHOSTREGISTER_PORTABLE);
+  result = cu->cuMemHostRegister_v2(host, bytes, CU_MEMHOSTREGISTER_PORTABLE);
+  leave_context(d, previous);
   if (result != CUDA_SUCCESS)
     return cuda_status(result, "cuMemHostRegister_v2");
   out->host = host;
@@ -655,15 +698,19 @@ static int cuda_host_register(void *bdev, void *host, size_t bytes,
 
 static void cuda_host_unregister(void *bdev, um__mem *mem) {
   cuda_device *d = bdev;
-  CUresult result = CU.cuCtxSetCurrent(d->context);
+  CUcontext previous = NULL;
+  CUresult result;
+  int status = enter_context(d, &previous);
 
-  if (result == CUDA_SUCCESS)
-    result = CU.cuMemHostUnregister(mem->host);
-  if (result != CUDA_SUCCESS) {
-    cuda_status(result, "cuMemHostUnregister");
+  if (status == UM_OK) {
+    result = cu->cuMemHostUnregister(mem->host);
+    leave_context(d, previous);
+    if (result != CUDA_SUCCESS)
+      status = cuda_status(result, "cuMemHostUnregister");
+  }
+  if (status != UM_OK)
     um__log(&d->owner->opts, UM_LOG_WARN, "unregistering host memory: %s",
             um_last_error());
-  }
 }
 
 static int cuda_memory(void *bdev, uint64_t *free_bytes,
@@ -671,19 +718,20 @@ static int cuda_memory(void *bdev, uint64_t *free_bytes,
   cuda_device *d = bdev;
   size_t free_now = 0, total_now = 0;
   uint64_t free_out, total_out;
+  CUcontext previous = NULL;
   CUresult result;
-  int status = make_current(d);
+  int status = enter_context(d, &previous);
 
   if (status != UM_OK)
     return status;
-  result = CU.cuMemGetInfo_v2(&free_now, &total_now);
+  result = cu->cuMemGetInfo_v2(&free_now, &total_now);
+  leave_context(d, previous);
   if (result != CUDA_SUCCESS)
     return cuda_status(result, "cuMemGetInfo_v2");
   free_out = free_now;
   total_out = total_now;
   if (d->limit_bytes != 0) {
-    uint64_t in_use =
-        atomic_load_explicit(&d->device_bytes_in_use, memory_order_relaxed);
+    uint64_t in_use = um__atomic_load_relaxed(&d->device_bytes_in_use);
     uint64_t left = in_use < d->limit_bytes ? d->limit_bytes - in_use : 0;
     if (total_out > d->limit_bytes)
       total_out = d->limit_bytes;
@@ -699,12 +747,14 @@ static int cuda_memory(void *bdev, uint64_t *free_bytes,
 
 static int cuda_synchronize(void *bdev) {
   cuda_device *d = bdev;
+  CUcontext previous = NULL;
   CUresult result;
-  int status = make_current(d);
+  int status = enter_context(d, &previous);
 
   if (status != UM_OK)
     return status;
-  result = CU.cuCtxSynchronize();
+  result = cu->cuCtxSynchronize();
+  leave_context(d, previous);
   return result == CUDA_SUCCESS ? UM_OK
                                 : cuda_status(result, "cuCtxSynchronize");
 }
@@ -741,23 +791,23 @@ static int issue_xfer(cuda_device *d, const um__xfer *x, CUstream stream) {
   switch (x->kind) {
   case UM__XFER_H2D:
     call = "cuMemcpyHtoDAsync_v2";
-    result = CU.cuMemcpyHtoDAsync_v2(device_address(x->dst, x->dst_off),
+    result = cu->cuMemcpyHtoDAsync_v2(device_address(x->dst, x->dst_off),
                                      x->host, x->bytes, stream);
     break;
   case UM__XFER_D2H:
     call = "cuMemcpyDtoHAsync_v2";
-    result = CU.cuMemcpyDtoHAsync_v2(
+    result = cu->cuMemcpyDtoHAsync_v2(
         x->host, device_address(x->src, x->src_off), x->bytes, stream);
     break;
   case UM__XFER_D2D:
     call = "cuMemcpyDtoDAsync_v2";
-    result = CU.cuMemcpyDtoDAsync_v2(device_address(x->dst, x->dst_off),
+    result = cu->cuMemcpyDtoDAsync_v2(device_address(x->dst, x->dst_off),
                                      device_address(x->src, x->src_off),
                                      x->bytes, stream);
     break;
   case UM__XFER_FILL:
     call = "cuMemsetD8Async";
-    result = CU.cuMemsetD8Async(device_address(x->dst, x->dst_off), x->value,
+    result = cu->cuMemsetD8Async(device_address(x->dst, x->dst_off), x->value,
                                 x->bytes, stream);
     break;
   case UM__XFER_PEER:
@@ -765,7 +815,7 @@ static int issue_xfer(cuda_device *d, const um__xfer *x, CUstream stream) {
     if (src_device == NULL)
       return um__set_error(UM_EINVAL, "cuda: peer copy without source device");
     call = "cuMemcpyPeerAsync";
-    result = CU.cuMemcpyPeerAsync(
+    result = cu->cuMemcpyPeerAsync(
         device_address(x->dst, x->dst_off), d->context,
         device_address(x->src, x->src_off), src_device->context, x->bytes,
         stream);
@@ -780,17 +830,20 @@ static int issue_xfer(cuda_device *d, const um__xfer *x, CUstream stream) {
 static int cuda_xfer(void *bdev, const um__xfer *x) {
   cuda_device *d = bdev;
   CUstream stream = stream_for(d, x->kind);
+  CUcontext previous = NULL;
   CUresult result;
-  int status = make_current(d);
+  int status = enter_context(d, &previous);
 
   if (status != UM_OK)
     return status;
   status = issue_xfer(d, x, stream);
-  if (status != UM_OK)
-    return status;
-  result = CU.cuStreamSynchronize(stream);
-  return result == CUDA_SUCCESS ? UM_OK
-                                : cuda_status(result, "cuStreamSynchronize");
+  if (status == UM_OK) {
+    result = cu->cuStreamSynchronize(stream);
+    if (result != CUDA_SUCCESS)
+      status = cuda_status(result, "cuStreamSynchronize");
+  }
+  leave_context(d, previous);
+  return status;
 }
 
 /* The native token of an asynchronous transfer. Two owners: the core's
@@ -805,7 +858,7 @@ typedef struct cuda_xfer_token {
 } cuda_xfer_token;
 
 static void token_drop(cuda_xfer_token *token) {
-  if (atomic_fetch_sub_explicit(&token->owners, 1, memory_order_acq_rel) == 1)
+  if (um__atomic_sub_acq_rel(&token->owners, 1) == 1)
     free(token);
 }
 
@@ -826,30 +879,35 @@ static int cuda_xfer_async(void *bdev, const um__xfer *x, void *const *after,
                            void **native) {
   cuda_device *d = bdev;
   CUstream stream = stream_for(d, x->kind);
-  cuda_xfer_token *token = NULL;
+  cuda_xfer_token *token;
+  CUcontext previous = NULL;
   int issued = 0;
   int status;
   int i;
   CUresult result;
 
-  status = make_current(d);
-  if (status != UM_OK)
-    return status;
-  for (i = 0; i < nafter; i++) {
-    const cuda_xfer_token *before = after[i];
-    result = CU.cuStreamWaitEvent(stream, before->finished,
-                                  CU_EVENT_WAIT_DEFAULT);
-    if (result != CUDA_SUCCESS)
-      return cuda_status(result, "cuStreamWaitEvent");
-  }
-
   token = calloc(1, sizeof(*token));
   if (token == NULL)
     return um__set_error(UM_ENOMEM, "cuda: no memory for a transfer token");
+  status = enter_context(d, &previous);
+  if (status != UM_OK) {
+    free(token);
+    return status;
+  }
+  for (i = 0; i < nafter; i++) {
+    const cuda_xfer_token *before = after[i];
+    result = cu->cuStreamWaitEvent(stream, before->finished,
+                                   CU_EVENT_WAIT_DEFAULT);
+    if (result != CUDA_SUCCESS) {
+      status = cuda_status(result, "cuStreamWaitEvent");
+      goto fail;
+    }
+  }
+
   token->done = done;
   token->arg = arg;
   atomic_init(&token->owners, 2);
-  result = CU.cuEventCreate(&token->finished, CU_EVENT_DISABLE_TIMING);
+  result = cu->cuEventCreate(&token->finished, CU_EVENT_DISABLE_TIMING);
   if (result != CUDA_SUCCESS) {
     token->finished = NULL;
     status = cuda_status(result, "cuEventCreate");
@@ -860,16 +918,17 @@ static int cuda_xfer_async(void *bdev, const um__xfer *x, void *const *after,
   if (status != UM_OK)
     goto fail;
   issued = 1;
-  result = CU.cuEventRecord(token->finished, stream);
+  result = cu->cuEventRecord(token->finished, stream);
   if (result != CUDA_SUCCESS) {
     status = cuda_status(result, "cuEventRecord");
     goto fail;
   }
-  result = CU.cuStreamAddCallback(stream, xfer_finished, token, 0);
+  result = cu->cuStreamAddCallback(stream, xfer_finished, token, 0);
   if (result != CUDA_SUCCESS) {
     status = cuda_status(result, "cuStreamAddCallback");
     goto fail;
   }
+  leave_context(d, previous);
   *native = token;
   return UM_OK;
 
@@ -878,9 +937,10 @@ fail:
    * was queued must finish first. The sync's own result would only hide the
    * first failure. */
   if (issued)
-    CU.cuStreamSynchronize(stream);
+    cu->cuStreamSynchronize(stream);
   if (token->finished != NULL)
-    CU.cuEventDestroy_v2(token->finished);
+    cu->cuEventDestroy_v2(token->finished);
+  leave_context(d, previous);
   free(token);
   return status;
 }
@@ -888,13 +948,16 @@ fail:
 static void cuda_native_release(void *bdev, void *native) {
   cuda_device *d = bdev;
   cuda_xfer_token *token = native;
+  CUcontext previous = NULL;
 
   if (token == NULL)
     return;
   /* cuEventDestroy on a pending event returns at once and the driver frees
    * it when it completes, so releasing before the callback ran is safe. */
-  if (CU.cuCtxSetCurrent(d->context) == CUDA_SUCCESS)
-    CU.cuEventDestroy_v2(token->finished);
+  if (enter_context(d, &previous) == UM_OK) {
+    cu->cuEventDestroy_v2(token->finished);
+    leave_context(d, previous);
+  }
   token_drop(token);
 }
 
@@ -905,7 +968,7 @@ static int cuda_peer_possible(void *a, void *b) {
   const cuda_device *from = a, *to = b;
   int can_access = 0;
 
-  if (CU.cuDeviceCanAccessPeer(&can_access, from->device, to->device) !=
+  if (cu->cuDeviceCanAccessPeer(&can_access, from->device, to->device) !=
       CUDA_SUCCESS)
     return 0;
   return can_access != 0;
@@ -914,6 +977,7 @@ static int cuda_peer_possible(void *a, void *b) {
 static int cuda_peer_enable(void *a, void *b) {
   cuda_device *from = a;
   const cuda_device *to = b;
+  CUcontext previous = NULL;
   CUresult result;
   int status;
 
@@ -921,10 +985,11 @@ static int cuda_peer_enable(void *a, void *b) {
     return um__set_error(UM_ENOTSUP,
                          "cuda device %d cannot access device %d's memory",
                          from->ordinal, to->ordinal);
-  status = make_current(from);
+  status = enter_context(from, &previous);
   if (status != UM_OK)
     return status;
-  result = CU.cuCtxEnablePeerAccess(to->context, 0);
+  result = cu->cuCtxEnablePeerAccess(to->context, 0);
+  leave_context(from, previous);
   if (result == CUDA_SUCCESS || result == CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED)
     return UM_OK;
   return cuda_status(result, "cuCtxEnablePeerAccess");

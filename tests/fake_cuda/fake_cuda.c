@@ -1,0 +1,1065 @@
+/* A stand-in for libcuda.so.1, for tests on machines without a GPU.
+ *
+ * It exports, by the driver's own ABI names, the subset of the CUDA driver
+ * API that src/backends/cuda.c loads, and emulates it on host memory:
+ * device memory is malloc()ed, copies are memcpy. Including cuda.h makes
+ * the compiler hold every definition here to the real prototype and to the
+ * real exported name (cuMemAlloc is defined as cuMemAlloc_v2, and so on).
+ *
+ * It is strict where the real driver is strict, so that the backend's
+ * mistakes show: calls without a current context, a stream used under
+ * another context, device ranges outside any allocation, double frees, and
+ * any driver call made from inside a stream callback (counted, answered
+ * CUDA_ERROR_NOT_PERMITTED) all fail.
+ *
+ * Environment, read at cuInit unless noted:
+ *   FAKE_CUDA_NO_DEVICE=1       cuInit answers CUDA_ERROR_NO_DEVICE
+ *   FAKE_CUDA_DEVICE_COUNT=n    devices (1..4, default 1), peers of each other
+ *   FAKE_CUDA_TOTAL_MEM=bytes   memory per device (default 256 MiB)
+ *   FAKE_CUDA_NO_MANAGED=1      no managed memory
+ *   FAKE_CUDA_STREAM_THREADS=1  each stream runs its work on its own thread,
+ *                               as a GPU would, instead of inside the call
+ *   FAKE_CUDA_OP_DELAY_US=n     each copy or fill takes n more microseconds
+ *   FAKE_CUDA_FAIL=symbol       (read per call) that entry point answers
+ *                               FAKE_CUDA_FAIL_CODE (default 999, UNKNOWN)
+ *   FAKE_CUDA_DEVICE_FAULT=symbol (read per call) copies issued through that
+ *                               entry point fail on the "device": the stream
+ *                               turns to CUDA_ERROR_LAUNCH_FAILED
+ *
+ * Build once as libfakecuda_full.so, and once with -DFAKE_CUDA_OMIT_MEMALLOC
+ * (no cuMemAlloc_v2) as libfakecuda_missing.so. fake_cuda_count() lets a
+ * test check that everything it made was given back, and
+ * fake_cuda_forget_current() that the backend sets its context itself.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cuda.h>
+
+#define FAKE_MAX_DEVICES 4
+
+/* ------------------------------------------------------------------------ */
+/* State                                                                     */
+
+struct CUctx_st {
+  int ordinal;
+  int retains;                          /* primary context refcount */
+  int peer_enabled[FAKE_MAX_DEVICES];   /* this context may reach device i */
+};
+
+struct CUevent_st {
+  uint64_t recorded;  /* generation of the last cuEventRecord */
+  uint64_t completed; /* generation the stream has reached */
+  int refs;           /* the handle, and each queued op naming it */
+};
+
+typedef enum {
+  OP_COPY,
+  OP_SET,
+  OP_RECORD,
+  OP_WAIT,
+  OP_CALLBACK,
+  OP_FREE
+} fake_op_kind;
+
+typedef struct fake_op {
+  fake_op_kind kind;
+  void *dst;
+  const void *src;
+  size_t bytes;
+  unsigned char value;
+  int device_fault;
+  struct CUevent_st *event;
+  uint64_t generation;
+  CUstreamCallback callback;
+  void *user;
+  CUdeviceptr address; /* OP_FREE */
+  struct fake_op *next;
+} fake_op;
+
+struct CUstream_st {
+  struct CUctx_st *ctx;
+  fake_op *head, *tail; /* queued work, head running (threaded mode) */
+  CUresult error;       /* sticky, as after a device fault */
+  int threaded;
+  int stopping;
+  pthread_t worker;
+  struct CUstream_st *next;
+};
+
+struct CUmemPoolHandle_st {
+  int ordinal;
+  cuuint64_t release_threshold;
+};
+
+typedef enum { MEM_DEVICE, MEM_HOST, MEM_MANAGED, MEM_REGISTERED } fake_mem_kind;
+
+typedef struct fake_alloc {
+  uintptr_t base;
+  size_t bytes;
+  fake_mem_kind kind;
+  int ordinal;
+  struct fake_alloc *next;
+} fake_alloc;
+
+/* One lock and one condition for everything: a fake need not scale. */
+static pthread_mutex_t fake_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t fake_changed = PTHREAD_COND_INITIALIZER;
+
+static int initialized;
+static int device_count = 1;
+static size_t total_memory = (size_t)256 << 20;
+static int managed_memory = 1;
+static int stream_threads;
+static struct CUctx_st contexts[FAKE_MAX_DEVICES];
+static struct CUmemPoolHandle_st pools[FAKE_MAX_DEVICES];
+static size_t device_used[FAKE_MAX_DEVICES];
+static fake_alloc *allocations;
+static struct CUstream_st *streams;
+
+static _Thread_local struct CUctx_st *current_context;
+static _Thread_local int in_callback;
+
+static atomic_long live_streams, live_events, stream_ordered_allocs,
+    calls_in_callbacks, callbacks_run;
+
+/* ------------------------------------------------------------------------ */
+/* Helpers                                                                   */
+
+static long env_long(const char *name, long fallback) {
+  const char *value = getenv(name);
+  return value != NULL && value[0] != '\0' ? strtol(value, NULL, 0) : fallback;
+}
+
+static int env_names(const char *name, const char *symbol) {
+  const char *value = getenv(name);
+  return value != NULL && strcmp(value, symbol) == 0;
+}
+
+/* Every entry point starts here: no driver call from a callback, nothing
+ * before cuInit, and the injected failure. */
+static CUresult enter(const char *symbol) {
+  if (in_callback) {
+    atomic_fetch_add(&calls_in_callbacks, 1);
+    fprintf(stderr, "fake_cuda: %s called from a stream callback\n", symbol);
+    return CUDA_ERROR_NOT_PERMITTED;
+  }
+  if (!initialized && strcmp(symbol, "cuInit") != 0)
+    return CUDA_ERROR_NOT_INITIALIZED;
+  if (env_names("FAKE_CUDA_FAIL", symbol))
+    return (CUresult)env_long("FAKE_CUDA_FAIL_CODE", CUDA_ERROR_UNKNOWN);
+  return CUDA_SUCCESS;
+}
+
+#define ENTER(symbol)                                                          \
+  do {                                                                         \
+    CUresult entered_ = enter(symbol);                                         \
+    if (entered_ != CUDA_SUCCESS)                                              \
+      return entered_;                                                         \
+  } while (0)
+
+#define NEED_CONTEXT()                                                         \
+  do {                                                                         \
+    if (current_context == NULL || current_context->retains <= 0)              \
+      return CUDA_ERROR_INVALID_CONTEXT;                                       \
+  } while (0)
+
+static int valid_device(CUdevice dev) { return dev >= 0 && dev < device_count; }
+
+static int valid_context(const struct CUctx_st *ctx) {
+  return ctx != NULL && ctx >= contexts && ctx < contexts + device_count &&
+         ctx->retains > 0;
+}
+
+/* The stream exists and belongs to the current context. Called locked. */
+static CUresult check_stream(const struct CUstream_st *stream) {
+  const struct CUstream_st *s;
+  for (s = streams; s != NULL; s = s->next)
+    if (s == stream)
+      return s->ctx == current_context ? CUDA_SUCCESS
+                                       : CUDA_ERROR_INVALID_CONTEXT;
+  return CUDA_ERROR_INVALID_HANDLE;
+}
+
+/* [address, address + bytes) lies in memory the device can reach. */
+static int device_range(CUdeviceptr address, size_t bytes) {
+  const fake_alloc *a;
+  int ok = 0;
+  pthread_mutex_lock(&fake_lock);
+  for (a = allocations; a != NULL; a = a->next)
+    if (address >= a->base && bytes <= a->bytes &&
+        address - a->base <= a->bytes - bytes) {
+      ok = 1;
+      break;
+    }
+  pthread_mutex_unlock(&fake_lock);
+  return ok;
+}
+
+static void *track(size_t bytes, fake_mem_kind kind, void *existing) {
+  fake_alloc *a = malloc(sizeof(*a));
+  void *memory = existing != NULL ? existing : malloc(bytes);
+  if (a == NULL || memory == NULL) {
+    free(a);
+    if (existing == NULL)
+      free(memory);
+    return NULL;
+  }
+  /* Fresh device memory is not zero on a GPU either. */
+  if (existing == NULL)
+    memset(memory, 0xA5, bytes);
+  a->base = (uintptr_t)memory;
+  a->bytes = bytes;
+  a->kind = kind;
+  a->ordinal = current_context != NULL ? current_context->ordinal : 0;
+  pthread_mutex_lock(&fake_lock);
+  a->next = allocations;
+  allocations = a;
+  if (kind == MEM_DEVICE || kind == MEM_MANAGED)
+    device_used[a->ordinal] += bytes;
+  pthread_mutex_unlock(&fake_lock);
+  return memory;
+}
+
+/* Forget the allocation starting at base whose kind is in kinds (bit
+ * mask); free its memory unless registered. 0 when there is none. */
+static int untrack(uintptr_t base, unsigned kinds) {
+  fake_alloc **link, *a = NULL;
+  pthread_mutex_lock(&fake_lock);
+  for (link = &allocations; *link != NULL; link = &(*link)->next)
+    if ((*link)->base == base && (kinds & (1u << (*link)->kind))) {
+      a = *link;
+      *link = a->next;
+      if (a->kind == MEM_DEVICE || a->kind == MEM_MANAGED)
+        device_used[a->ordinal] -= a->bytes;
+      break;
+    }
+  pthread_mutex_unlock(&fake_lock);
+  if (a == NULL)
+    return 0;
+  if (a->kind != MEM_REGISTERED)
+    free((void *)a->base);
+  free(a);
+  return 1;
+}
+
+static int reserve_check(size_t bytes) {
+  size_t used;
+  pthread_mutex_lock(&fake_lock);
+  used = device_used[current_context->ordinal];
+  pthread_mutex_unlock(&fake_lock);
+  return bytes <= total_memory - used;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Streams                                                                   */
+
+static void event_drop_locked(struct CUevent_st *event) {
+  if (--event->refs == 0) {
+    free(event);
+    atomic_fetch_sub(&live_events, 1);
+  }
+}
+
+static void run_op(struct CUstream_st *stream, fake_op *op) {
+  CUresult error;
+  long delay_us;
+
+  pthread_mutex_lock(&fake_lock);
+  error = stream->error;
+  pthread_mutex_unlock(&fake_lock);
+  switch (op->kind) {
+  case OP_COPY:
+  case OP_SET:
+    delay_us = env_long("FAKE_CUDA_OP_DELAY_US", 0);
+    if (delay_us > 0) {
+      struct timespec pause = {delay_us / 1000000, (delay_us % 1000000) * 1000};
+      nanosleep(&pause, NULL);
+    }
+    if (error != CUDA_SUCCESS)
+      break;
+    if (op->device_fault) {
+      pthread_mutex_lock(&fake_lock);
+      stream->error = CUDA_ERROR_LAUNCH_FAILED;
+      pthread_mutex_unlock(&fake_lock);
+    } else if (op->kind == OP_COPY) {
+      memmove(op->dst, op->src, op->bytes);
+    } else {
+      memset(op->dst, op->value, op->bytes);
+    }
+    break;
+  case OP_RECORD:
+    pthread_mutex_lock(&fake_lock);
+    if (op->event->completed < op->generation)
+      op->event->completed = op->generation;
+    event_drop_locked(op->event);
+    pthread_cond_broadcast(&fake_changed);
+    pthread_mutex_unlock(&fake_lock);
+    break;
+  case OP_WAIT:
+    pthread_mutex_lock(&fake_lock);
+    while (op->event->completed < op->generation)
+      pthread_cond_wait(&fake_changed, &fake_lock);
+    event_drop_locked(op->event);
+    pthread_mutex_unlock(&fake_lock);
+    break;
+  case OP_CALLBACK:
+    in_callback = 1;
+    op->callback(stream, error, op->user);
+    in_callback = 0;
+    atomic_fetch_add(&callbacks_run, 1);
+    break;
+  case OP_FREE:
+    untrack((uintptr_t)op->address, 1u << MEM_DEVICE);
+    break;
+  }
+}
+
+static void *stream_worker(void *arg) {
+  struct CUstream_st *stream = arg;
+  pthread_mutex_lock(&fake_lock);
+  for (;;) {
+    fake_op *op;
+    while (stream->head == NULL && !stream->stopping)
+      pthread_cond_wait(&fake_changed, &fake_lock);
+    if (stream->head == NULL)
+      break;
+    op = stream->head;
+    pthread_mutex_unlock(&fake_lock);
+    run_op(stream, op);
+    pthread_mutex_lock(&fake_lock);
+    stream->head = op->next;
+    if (stream->head == NULL)
+      stream->tail = NULL;
+    free(op);
+    pthread_cond_broadcast(&fake_changed);
+  }
+  pthread_mutex_unlock(&fake_lock);
+  return NULL;
+}
+
+/* Queue op on stream: run now, or hand it to the stream's thread. */
+static CUresult enqueue(struct CUstream_st *stream, const fake_op *model) {
+  fake_op *op = malloc(sizeof(*op));
+  if (op == NULL)
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  *op = *model;
+  op->next = NULL;
+  if (!stream->threaded) {
+    run_op(stream, op);
+    free(op);
+    return CUDA_SUCCESS;
+  }
+  pthread_mutex_lock(&fake_lock);
+  if (stream->tail != NULL)
+    stream->tail->next = op;
+  else
+    stream->head = op;
+  stream->tail = op;
+  pthread_cond_broadcast(&fake_changed);
+  pthread_mutex_unlock(&fake_lock);
+  return CUDA_SUCCESS;
+}
+
+static CUresult stream_usable(CUstream stream) {
+  CUresult result;
+  NEED_CONTEXT();
+  pthread_mutex_lock(&fake_lock);
+  result = check_stream(stream);
+  pthread_mutex_unlock(&fake_lock);
+  return result;
+}
+
+static CUresult enqueue_copy(const char *symbol, void *dst, const void *src,
+                             size_t bytes, CUstream stream) {
+  fake_op op = {0};
+  CUresult result = stream_usable(stream);
+  if (result != CUDA_SUCCESS)
+    return result;
+  op.kind = OP_COPY;
+  op.dst = dst;
+  op.src = src;
+  op.bytes = bytes;
+  op.device_fault = env_names("FAKE_CUDA_DEVICE_FAULT", symbol);
+  return enqueue(stream, &op);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Initialisation, errors, devices                                           */
+
+CUresult CUDAAPI cuInit(unsigned int Flags) {
+  long count;
+  ENTER("cuInit");
+  if (Flags != 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (env_long("FAKE_CUDA_NO_DEVICE", 0))
+    return CUDA_ERROR_NO_DEVICE;
+  count = env_long("FAKE_CUDA_DEVICE_COUNT", 1);
+  device_count = count < 1 ? 1 : count > FAKE_MAX_DEVICES ? FAKE_MAX_DEVICES
+                                                          : (int)count;
+  total_memory = (size_t)env_long("FAKE_CUDA_TOTAL_MEM", (long)total_memory);
+  managed_memory = !env_long("FAKE_CUDA_NO_MANAGED", 0);
+  stream_threads = (int)env_long("FAKE_CUDA_STREAM_THREADS", 0) != 0;
+  for (int i = 0; i < FAKE_MAX_DEVICES; i++) {
+    contexts[i].ordinal = i;
+    pools[i].ordinal = i;
+  }
+  initialized = 1;
+  return CUDA_SUCCESS;
+}
+
+static const struct {
+  CUresult code;
+  const char *name;
+  const char *text;
+} error_table[] = {
+    {CUDA_SUCCESS, "CUDA_SUCCESS", "no error"},
+    {CUDA_ERROR_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE", "invalid argument"},
+    {CUDA_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory"},
+    {CUDA_ERROR_NOT_INITIALIZED, "CUDA_ERROR_NOT_INITIALIZED",
+     "initialization error"},
+    {CUDA_ERROR_NO_DEVICE, "CUDA_ERROR_NO_DEVICE",
+     "no CUDA-capable device is detected"},
+    {CUDA_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE",
+     "invalid device ordinal"},
+    {CUDA_ERROR_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT",
+     "invalid device context"},
+    {CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE",
+     "invalid resource handle"},
+    {CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED",
+     "operation not supported"},
+    {CUDA_ERROR_NOT_PERMITTED, "CUDA_ERROR_NOT_PERMITTED",
+     "operation not permitted"},
+    {CUDA_ERROR_LAUNCH_FAILED, "CUDA_ERROR_LAUNCH_FAILED",
+     "unspecified launch failure"},
+    {CUDA_ERROR_PEER_ACCESS_UNSUPPORTED, "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED",
+     "peer access is not supported between these two devices"},
+    {CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED,
+     "CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED",
+     "peer access is already enabled"},
+    {CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED,
+     "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED",
+     "part or all of the requested memory range is already mapped"},
+    {CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED,
+     "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED",
+     "pointer does not correspond to a registered memory region"},
+    {CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error"},
+};
+
+static CUresult error_lookup(CUresult error, const char **name,
+                             const char **text) {
+  for (size_t i = 0; i < sizeof(error_table) / sizeof(error_table[0]); i++)
+    if (error_table[i].code == error) {
+      if (name != NULL)
+        *name = error_table[i].name;
+      if (text != NULL)
+        *text = error_table[i].text;
+      return CUDA_SUCCESS;
+    }
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult CUDAAPI cuGetErrorName(CUresult error, const char **pStr) {
+  if (in_callback)
+    return enter("cuGetErrorName");
+  if (pStr == NULL)
+    return CUDA_ERROR_INVALID_VALUE;
+  *pStr = NULL;
+  return error_lookup(error, pStr, NULL);
+}
+
+CUresult CUDAAPI cuGetErrorString(CUresult error, const char **pStr) {
+  if (in_callback)
+    return enter("cuGetErrorString");
+  if (pStr == NULL)
+    return CUDA_ERROR_INVALID_VALUE;
+  *pStr = NULL;
+  return error_lookup(error, NULL, pStr);
+}
+
+CUresult CUDAAPI cuDeviceGetCount(int *count) {
+  ENTER("cuDeviceGetCount");
+  if (count == NULL)
+    return CUDA_ERROR_INVALID_VALUE;
+  *count = device_count;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceGet(CUdevice *device, int ordinal) {
+  ENTER("cuDeviceGet");
+  if (device == NULL)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (!valid_device(ordinal))
+    return CUDA_ERROR_INVALID_DEVICE;
+  *device = ordinal;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceGetName(char *name, int len, CUdevice dev) {
+  ENTER("cuDeviceGetName");
+  if (name == NULL || len <= 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (!valid_device(dev))
+    return CUDA_ERROR_INVALID_DEVICE;
+  snprintf(name, (size_t)len, "Fake CUDA Device %d", dev);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) {
+  ENTER("cuDeviceTotalMem_v2");
+  if (bytes == NULL)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (!valid_device(dev))
+    return CUDA_ERROR_INVALID_DEVICE;
+  *bytes = total_memory;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib,
+                                      CUdevice dev) {
+  ENTER("cuDeviceGetAttribute");
+  if (pi == NULL)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (!valid_device(dev))
+    return CUDA_ERROR_INVALID_DEVICE;
+  switch (attrib) {
+  case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY:
+    *pi = managed_memory;
+    break;
+  case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED:
+  case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:
+    *pi = 1;
+    break;
+  default:
+    *pi = 0;
+    break;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev,
+                                       CUdevice peerDev) {
+  ENTER("cuDeviceCanAccessPeer");
+  if (canAccessPeer == NULL)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (!valid_device(dev) || !valid_device(peerDev))
+    return CUDA_ERROR_INVALID_DEVICE;
+  *canAccessPeer = dev != peerDev;
+  return CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Contexts                                                                  */
+
+CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
+  ENTER("cuDevicePrimaryCtxRetain");
+  if (pctx == NULL)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (!valid_device(dev))
+    return CUDA_ERROR_INVALID_DEVICE;
+  pthread_mutex_lock(&fake_lock);
+  contexts[dev].retains++;
+  pthread_mutex_unlock(&fake_lock);
+  *pctx = &contexts[dev];
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+  CUresult result = CUDA_SUCCESS;
+  ENTER("cuDevicePrimaryCtxRelease_v2");
+  if (!valid_device(dev))
+    return CUDA_ERROR_INVALID_DEVICE;
+  pthread_mutex_lock(&fake_lock);
+  if (contexts[dev].retains <= 0)
+    result = CUDA_ERROR_INVALID_CONTEXT;
+  else if (--contexts[dev].retains == 0)
+    memset(contexts[dev].peer_enabled, 0, sizeof(contexts[dev].peer_enabled));
+  pthread_mutex_unlock(&fake_lock);
+  return result;
+}
+
+CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx) {
+  ENTER("cuCtxSetCurrent");
+  if (ctx != NULL && !valid_context(ctx))
+    return CUDA_ERROR_INVALID_CONTEXT;
+  current_context = ctx;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxGetCurrent(CUcontext *pctx) {
+  ENTER("cuCtxGetCurrent");
+  if (pctx == NULL)
+    return CUDA_ERROR_INVALID_VALUE;
+  *pctx = current_context;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxSynchronize(void) {
+  const struct CUstream_st *s;
+  CUresult result = CUDA_SUCCESS;
+  int busy;
+  ENTER("cuCtxSynchronize");
+  NEED_CONTEXT();
+  pthread_mutex_lock(&fake_lock);
+  do {
+    busy = 0;
+    for (s = streams; s != NULL; s = s->next)
+      if (s->ctx == current_context && s->head != NULL)
+        busy = 1;
+    if (busy)
+      pthread_cond_wait(&fake_changed, &fake_lock);
+  } while (busy);
+  for (s = streams; s != NULL; s = s->next)
+    if (s->ctx == current_context && s->error != CUDA_SUCCESS)
+      result = s->error;
+  pthread_mutex_unlock(&fake_lock);
+  return result;
+}
+
+CUresult CUDAAPI cuCtxEnablePeerAccess(CUcontext peerContext,
+                                       unsigned int Flags) {
+  CUresult result = CUDA_SUCCESS;
+  ENTER("cuCtxEnablePeerAccess");
+  NEED_CONTEXT();
+  if (Flags != 0 || !valid_context(peerContext))
+    return CUDA_ERROR_INVALID_VALUE;
+  if (peerContext == current_context)
+    return CUDA_ERROR_PEER_ACCESS_UNSUPPORTED;
+  pthread_mutex_lock(&fake_lock);
+  if (current_context->peer_enabled[peerContext->ordinal])
+    result = CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED;
+  else
+    current_context->peer_enabled[peerContext->ordinal] = 1;
+  pthread_mutex_unlock(&fake_lock);
+  return result;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Memory                                                                    */
+
+CUresult CUDAAPI cuMemGetInfo_v2(size_t *free, size_t *total) {
+  ENTER("cuMemGetInfo_v2");
+  NEED_CONTEXT();
+  if (free == NULL || total == NULL)
+    return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&fake_lock);
+  *free = total_memory - device_used[current_context->ordinal];
+  pthread_mutex_unlock(&fake_lock);
+  *total = total_memory;
+  return CUDA_SUCCESS;
+}
+
+#ifndef FAKE_CUDA_OMIT_MEMALLOC
+CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
+  void *memory;
+  ENTER("cuMemAlloc_v2");
+  NEED_CONTEXT();
+  if (dptr == NULL || bytesize == 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (!reserve_check(bytesize))
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  memory = track(bytesize, MEM_DEVICE, NULL);
+  if (memory == NULL)
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  *dptr = (CUdeviceptr)(uintptr_t)memory;
+  return CUDA_SUCCESS;
+}
+#endif
+
+CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
+  ENTER("cuMemFree_v2");
+  NEED_CONTEXT();
+  return untrack((uintptr_t)dptr, (1u << MEM_DEVICE) | (1u << MEM_MANAGED))
+             ? CUDA_SUCCESS
+             : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult CUDAAPI cuMemHostAlloc(void **pp, size_t bytesize,
+                                unsigned int Flags) {
+  void *memory;
+  ENTER("cuMemHostAlloc");
+  NEED_CONTEXT();
+  if (pp == NULL || bytesize == 0 ||
+      (Flags & ~(unsigned)(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP |
+                           CU_MEMHOSTALLOC_WRITECOMBINED)) != 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  memory = track(bytesize, MEM_HOST, NULL);
+  if (memory == NULL)
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  *pp = memory;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemFreeHost(void *p) {
+  ENTER("cuMemFreeHost");
+  NEED_CONTEXT();
+  return untrack((uintptr_t)p, 1u << MEM_HOST) ? CUDA_SUCCESS
+                                               : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize,
+                                   unsigned int flags) {
+  void *memory;
+  ENTER("cuMemAllocManaged");
+  NEED_CONTEXT();
+  if (!managed_memory)
+    return CUDA_ERROR_NOT_SUPPORTED;
+  if (dptr == NULL || bytesize == 0 ||
+      (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST))
+    return CUDA_ERROR_INVALID_VALUE;
+  if (!reserve_check(bytesize))
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  memory = track(bytesize, MEM_MANAGED, NULL);
+  if (memory == NULL)
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  *dptr = (CUdeviceptr)(uintptr_t)memory;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemHostRegister_v2(void *p, size_t bytesize,
+                                      unsigned int Flags) {
+  ENTER("cuMemHostRegister_v2");
+  NEED_CONTEXT();
+  if (p == NULL || bytesize == 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  (void)Flags;
+  if (device_range((CUdeviceptr)(uintptr_t)p, 1))
+    return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+  return track(bytesize, MEM_REGISTERED, p) != NULL ? CUDA_SUCCESS
+                                                    : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+CUresult CUDAAPI cuMemHostUnregister(void *p) {
+  ENTER("cuMemHostUnregister");
+  NEED_CONTEXT();
+  return untrack((uintptr_t)p, 1u << MEM_REGISTERED)
+             ? CUDA_SUCCESS
+             : CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+}
+
+CUresult CUDAAPI cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out,
+                                           CUdevice dev) {
+  ENTER("cuDeviceGetDefaultMemPool");
+  if (pool_out == NULL)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (!valid_device(dev))
+    return CUDA_ERROR_INVALID_DEVICE;
+  *pool_out = &pools[dev];
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool pool,
+                                       CUmemPool_attribute attr, void *value) {
+  ENTER("cuMemPoolSetAttribute");
+  if (pool == NULL || value == NULL)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (attr == CU_MEMPOOL_ATTR_RELEASE_THRESHOLD)
+    memcpy(&pool->release_threshold, value, sizeof(cuuint64_t));
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep) {
+  ENTER("cuMemPoolTrimTo");
+  (void)minBytesToKeep;
+  return pool != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize,
+                                 CUstream hStream) {
+  void *memory;
+  CUresult result;
+  ENTER("cuMemAllocAsync");
+  result = stream_usable(hStream);
+  if (result != CUDA_SUCCESS)
+    return result;
+  if (dptr == NULL || bytesize == 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (!reserve_check(bytesize))
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  memory = track(bytesize, MEM_DEVICE, NULL);
+  if (memory == NULL)
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  atomic_fetch_add(&stream_ordered_allocs, 1);
+  *dptr = (CUdeviceptr)(uintptr_t)memory;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
+  fake_op op = {0};
+  CUresult result;
+  ENTER("cuMemFreeAsync");
+  result = stream_usable(hStream);
+  if (result != CUDA_SUCCESS)
+    return result;
+  if (!device_range(dptr, 1))
+    return CUDA_ERROR_INVALID_VALUE;
+  op.kind = OP_FREE;
+  op.address = dptr;
+  return enqueue(hStream, &op);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Streams and events                                                        */
+
+CUresult CUDAAPI cuStreamCreate(CUstream *phStream, unsigned int Flags) {
+  struct CUstream_st *stream;
+  ENTER("cuStreamCreate");
+  NEED_CONTEXT();
+  if (phStream == NULL || (Flags & ~(unsigned)CU_STREAM_NON_BLOCKING) != 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  stream = calloc(1, sizeof(*stream));
+  if (stream == NULL)
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  stream->ctx = current_context;
+  stream->threaded = stream_threads;
+  if (stream->threaded &&
+      pthread_create(&stream->worker, NULL, stream_worker, stream) != 0) {
+    free(stream);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  pthread_mutex_lock(&fake_lock);
+  stream->next = streams;
+  streams = stream;
+  pthread_mutex_unlock(&fake_lock);
+  atomic_fetch_add(&live_streams, 1);
+  *phStream = stream;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuStreamDestroy_v2(CUstream hStream) {
+  struct CUstream_st **link;
+  CUresult result;
+  ENTER("cuStreamDestroy_v2");
+  result = stream_usable(hStream);
+  if (result != CUDA_SUCCESS)
+    return result;
+  pthread_mutex_lock(&fake_lock);
+  for (link = &streams; *link != hStream; link = &(*link)->next)
+    ;
+  *link = hStream->next;
+  hStream->stopping = 1;
+  pthread_cond_broadcast(&fake_changed);
+  pthread_mutex_unlock(&fake_lock);
+  /* The real driver lets queued work finish after destroy returns; the
+   * worker drains the queue before it stops. */
+  if (hStream->threaded)
+    pthread_join(hStream->worker, NULL);
+  free(hStream);
+  atomic_fetch_sub(&live_streams, 1);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuStreamSynchronize(CUstream hStream) {
+  CUresult result;
+  ENTER("cuStreamSynchronize");
+  result = stream_usable(hStream);
+  if (result != CUDA_SUCCESS)
+    return result;
+  pthread_mutex_lock(&fake_lock);
+  while (hStream->head != NULL)
+    pthread_cond_wait(&fake_changed, &fake_lock);
+  result = hStream->error;
+  pthread_mutex_unlock(&fake_lock);
+  return result;
+}
+
+CUresult CUDAAPI cuEventCreate(CUevent *phEvent, unsigned int Flags) {
+  struct CUevent_st *event;
+  ENTER("cuEventCreate");
+  NEED_CONTEXT();
+  if (phEvent == NULL)
+    return CUDA_ERROR_INVALID_VALUE;
+  (void)Flags;
+  event = calloc(1, sizeof(*event));
+  if (event == NULL)
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  event->refs = 1;
+  atomic_fetch_add(&live_events, 1);
+  *phEvent = event;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuEventDestroy_v2(CUevent hEvent) {
+  ENTER("cuEventDestroy_v2");
+  if (hEvent == NULL)
+    return CUDA_ERROR_INVALID_HANDLE;
+  pthread_mutex_lock(&fake_lock);
+  event_drop_locked(hEvent);
+  pthread_mutex_unlock(&fake_lock);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream) {
+  fake_op op = {0};
+  CUresult result;
+  ENTER("cuEventRecord");
+  result = stream_usable(hStream);
+  if (result != CUDA_SUCCESS)
+    return result;
+  if (hEvent == NULL)
+    return CUDA_ERROR_INVALID_HANDLE;
+  op.kind = OP_RECORD;
+  op.event = hEvent;
+  pthread_mutex_lock(&fake_lock);
+  op.generation = ++hEvent->recorded;
+  hEvent->refs++;
+  pthread_mutex_unlock(&fake_lock);
+  return enqueue(hStream, &op);
+}
+
+CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent,
+                                   unsigned int Flags) {
+  fake_op op = {0};
+  CUresult result;
+  ENTER("cuStreamWaitEvent");
+  result = stream_usable(hStream);
+  if (result != CUDA_SUCCESS)
+    return result;
+  if (hEvent == NULL)
+    return CUDA_ERROR_INVALID_HANDLE;
+  if (Flags != 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  op.kind = OP_WAIT;
+  op.event = hEvent;
+  pthread_mutex_lock(&fake_lock);
+  op.generation = hEvent->recorded;
+  hEvent->refs++;
+  pthread_mutex_unlock(&fake_lock);
+  return enqueue(hStream, &op);
+}
+
+CUresult CUDAAPI cuStreamAddCallback(CUstream hStream,
+                                     CUstreamCallback callback, void *userData,
+                                     unsigned int flags) {
+  fake_op op = {0};
+  CUresult result;
+  ENTER("cuStreamAddCallback");
+  result = stream_usable(hStream);
+  if (result != CUDA_SUCCESS)
+    return result;
+  if (callback == NULL || flags != 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  op.kind = OP_CALLBACK;
+  op.callback = callback;
+  op.user = userData;
+  return enqueue(hStream, &op);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Copies and fills                                                          */
+
+CUresult CUDAAPI cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice,
+                                      const void *srcHost, size_t ByteCount,
+                                      CUstream hStream) {
+  ENTER("cuMemcpyHtoDAsync_v2");
+  if (srcHost == NULL || !device_range(dstDevice, ByteCount))
+    return CUDA_ERROR_INVALID_VALUE;
+  return enqueue_copy("cuMemcpyHtoDAsync_v2", (void *)(uintptr_t)dstDevice,
+                      srcHost, ByteCount, hStream);
+}
+
+CUresult CUDAAPI cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice,
+                                      size_t ByteCount, CUstream hStream) {
+  ENTER("cuMemcpyDtoHAsync_v2");
+  if (dstHost == NULL || !device_range(srcDevice, ByteCount))
+    return CUDA_ERROR_INVALID_VALUE;
+  return enqueue_copy("cuMemcpyDtoHAsync_v2", dstHost,
+                      (const void *)(uintptr_t)srcDevice, ByteCount, hStream);
+}
+
+CUresult CUDAAPI cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice,
+                                      CUdeviceptr srcDevice, size_t ByteCount,
+                                      CUstream hStream) {
+  ENTER("cuMemcpyDtoDAsync_v2");
+  if (!device_range(dstDevice, ByteCount) ||
+      !device_range(srcDevice, ByteCount))
+    return CUDA_ERROR_INVALID_VALUE;
+  return enqueue_copy("cuMemcpyDtoDAsync_v2", (void *)(uintptr_t)dstDevice,
+                      (const void *)(uintptr_t)srcDevice, ByteCount, hStream);
+}
+
+CUresult CUDAAPI cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext,
+                                   CUdeviceptr srcDevice, CUcontext srcContext,
+                                   size_t ByteCount, CUstream hStream) {
+  ENTER("cuMemcpyPeerAsync");
+  if (!valid_context(dstContext) || !valid_context(srcContext))
+    return CUDA_ERROR_INVALID_CONTEXT;
+  if (!device_range(dstDevice, ByteCount) ||
+      !device_range(srcDevice, ByteCount))
+    return CUDA_ERROR_INVALID_VALUE;
+  return enqueue_copy("cuMemcpyPeerAsync", (void *)(uintptr_t)dstDevice,
+                      (const void *)(uintptr_t)srcDevice, ByteCount, hStream);
+}
+
+CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc,
+                                 size_t N, CUstream hStream) {
+  fake_op op = {0};
+  CUresult result;
+  ENTER("cuMemsetD8Async");
+  if (!device_range(dstDevice, N))
+    return CUDA_ERROR_INVALID_VALUE;
+  result = stream_usable(hStream);
+  if (result != CUDA_SUCCESS)
+    return result;
+  op.kind = OP_SET;
+  op.dst = (void *)(uintptr_t)dstDevice;
+  op.bytes = N;
+  op.value = uc;
+  op.device_fault = env_names("FAKE_CUDA_DEVICE_FAULT", "cuMemsetD8Async");
+  return enqueue(hStream, &op);
+}
+
+/* ------------------------------------------------------------------------ */
+/* For tests: how many of a kind of object are alive, or happened.           */
+
+/* Drop the calling thread's current context, as a thread that never used
+ * CUDA would have it: the backend must set its own before each call. */
+void fake_cuda_forget_current(void);
+void fake_cuda_forget_current(void) { current_context = NULL; }
+
+/* The calling thread's current context, to check that the backend gives
+ * the thread back the context it had. */
+const void *fake_cuda_current_context(void);
+const void *fake_cuda_current_context(void) { return current_context; }
+
+long fake_cuda_count(const char *what);
+long fake_cuda_count(const char *what) {
+  long n = 0;
+  const fake_alloc *a;
+
+  if (strcmp(what, "streams") == 0)
+    return atomic_load(&live_streams);
+  if (strcmp(what, "events") == 0)
+    return atomic_load(&live_events);
+  if (strcmp(what, "stream_ordered_allocs") == 0)
+    return atomic_load(&stream_ordered_allocs);
+  if (strcmp(what, "calls_in_callbacks") == 0)
+    return atomic_load(&calls_in_callbacks);
+  if (strcmp(what, "callbacks_run") == 0)
+    return atomic_load(&callbacks_run);
+  pthread_mutex_lock(&fake_lock);
+  if (strcmp(what, "context_retains") == 0) {
+    for (int i = 0; i < FAKE_MAX_DEVICES; i++)
+      n += contexts[i].retains;
+  } else if (strcmp(what, "allocations") == 0) {
+    for (a = allocations; a != NULL; a = a->next)
+      n++;
+  } else if (strcmp(what, "queued_ops") == 0) {
+    const struct CUstream_st *stream;
+    const fake_op *op;
+    for (stream = streams; stream != NULL; stream = stream->next)
+      for (op = stream->head; op != NULL; op = op->next)
+        n++;
+  } else if (strcmp(what, "pool_release_threshold_max") == 0) {
+    n = pools[0].release_threshold == UINT64_MAX;
+  } else {
+    n = -1;
+  }
+  pthread_mutex_unlock(&fake_lock);
+  return n;
+}
