@@ -1,0 +1,442 @@
+/* um_stream: every byte reaches the device once and in order, in chunks that
+ * need not divide the length; the next chunk's copy overlaps the user's
+ * function; progress; stopping; bad input; a mapped file; and an OpenCL
+ * device whose memory (device_limit_bytes) is smaller than the source. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "unimem.h"
+
+#define KiB ((size_t)1024)
+#define MiB (1024 * KiB)
+
+static unsigned char pattern_at(size_t pos) { return (unsigned char)((pos * 2654435761u) >> 13); }
+
+static void fill_pattern(unsigned char *p, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    p[i] = pattern_at(i);
+}
+
+static um_manager *make_manager(const char *backends, uint64_t device_limit) {
+  um_manager *mm = NULL;
+  um_options o;
+  um_options_init(&o);
+  snprintf(o.backends, sizeof(o.backends), "%s", backends);
+  o.device_limit_bytes = device_limit;
+  cr_assert_eq(um_manager_create(&o, &mm), UM_OK);
+  return mm;
+}
+
+/* What the chunk function saw. */
+typedef struct seen {
+  um_manager *m;
+  unsigned char *out;      /* the bytes fetched back from each chunk */
+  size_t base;             /* offset of the stream in the source */
+  size_t length, chunk;    /* the stream's length and chunk size */
+  size_t next;             /* offset the next call must have */
+  int calls;
+  um_buffer *bufs[2];      /* the two chunk buffers, in order of first use */
+  int stop_at;             /* call index that returns stop_status (-1: none) */
+  int stop_status;
+  int check_overlap;       /* wait in fn(k) for the copy of chunk k+1 */
+  uint64_t moved_before;   /* bytes copied into chunks before the stream */
+  int scribble;            /* fn overwrites the chunk asynchronously */
+  int progress_calls;
+  uint64_t last_done, last_total;
+  int progress_bad;
+} seen;
+
+static uint64_t bytes_into_chunks(um_manager *mm) {
+  um_stats s;
+  cr_assert_eq(um_stats_get(mm, NULL, &s), UM_OK);
+  return s.bytes_h2d + s.bytes_d2d + s.bytes_peer;
+}
+
+static int on_chunk(void *user, um_buffer *chunk, size_t offset, size_t bytes) {
+  seen *s = user;
+  size_t pos = offset - s->base;
+  size_t expect = s->length - pos < s->chunk ? s->length - pos : s->chunk;
+  int call = s->calls++;
+  cr_assert_eq(offset, s->next, "chunk %d at offset %zu, expected %zu", call, offset, s->next);
+  cr_assert_eq(bytes, expect, "chunk %d of %zu bytes, expected %zu", call, bytes, expect);
+  cr_assert_geq(um_buffer_size(chunk), bytes);
+  cr_assert_eq(um_buffer_location(chunk), UM_DEVICE);
+  if (call < 2)
+    s->bufs[call] = chunk;
+  else
+    cr_assert_eq(chunk, s->bufs[call & 1], "chunk %d is not in buffer %d", call, call & 1);
+  if (call == 1)
+    cr_assert_neq(s->bufs[0], s->bufs[1]);
+  s->next = offset + bytes;
+
+  if (s->check_overlap && pos + bytes < s->length) {
+    /* The copy of the next chunk was issued before this call: it completes
+     * while we wait here. Were it issued after fn returns, this would never
+     * end; 30 s is a hang guard, not a timing assertion. */
+    size_t next_n = s->length - (pos + bytes) < s->chunk ? s->length - (pos + bytes) : s->chunk;
+    uint64_t want = s->moved_before + pos + bytes + next_n;
+    struct timespec ts = {0, 1000000};
+    int waited = 0;
+    while (bytes_into_chunks(s->m) < want && waited < 30000) {
+      nanosleep(&ts, NULL);
+      waited++;
+    }
+    cr_assert_geq(bytes_into_chunks(s->m), want, "the copy of chunk %d did not run during fn(%d)",
+                  call + 1, call);
+  }
+
+  cr_assert_eq(um_copy_to_host(chunk, 0, s->out + pos, bytes, NULL), UM_OK);
+  if (s->scribble) {
+    /* Asynchronous, not waited for: the next copy into this buffer must be
+     * ordered after it. */
+    um_event *e = NULL;
+    cr_assert_eq(um_fill(chunk, 0, 0xEE, um_buffer_size(chunk), &e), UM_OK);
+    um_event_release(e);
+  }
+  if (call == s->stop_at)
+    return s->stop_status;
+  return 0;
+}
+
+static void on_progress(void *user, uint64_t done, uint64_t total) {
+  seen *s = user;
+  if (done <= s->last_done || done > total || (s->progress_calls > 0 && total != s->last_total))
+    s->progress_bad++;
+  s->last_done = done;
+  s->last_total = total;
+  s->progress_calls++;
+}
+
+static void seen_init(seen *s, um_manager *mm, size_t base, size_t length, size_t chunk) {
+  memset(s, 0, sizeof(*s));
+  s->m = mm;
+  s->out = malloc(length);
+  cr_assert_not_null(s->out);
+  memset(s->out, 0xCD, length);
+  s->base = base;
+  s->length = length;
+  s->chunk = chunk;
+  s->next = base;
+  s->stop_at = -1;
+}
+
+static size_t chunks_of(size_t length, size_t chunk) { return length / chunk + (length % chunk != 0); }
+
+/* Stream [base, base + length) of a pattern source and check everything. */
+static void stream_and_check(um_manager *mm, um_device *dev, um_buffer *src, const unsigned char *ref,
+                             size_t base, size_t length, size_t chunk, int overlap, int scribble) {
+  seen s;
+  um_stats before, after;
+  size_t n = chunks_of(length, chunk < length ? chunk : length);
+  seen_init(&s, mm, base, length, chunk < length ? chunk : length);
+  s.check_overlap = overlap;
+  s.scribble = scribble;
+  s.moved_before = bytes_into_chunks(mm);
+  cr_assert_eq(um_stats_get(mm, dev, &before), UM_OK);
+  cr_assert_eq(um_stream(src, base, length, dev, chunk, on_chunk, on_progress, &s), UM_OK,
+               "um_stream: %s", um_last_error());
+  cr_assert_eq((size_t)s.calls, n);
+  cr_assert_eq(s.next, base + length);
+  cr_assert_eq(memcmp(s.out, ref + base, length), 0, "bytes differ");
+  cr_assert_eq((size_t)s.progress_calls, n);
+  cr_assert_eq(s.progress_bad, 0, "progress went backwards or past the total");
+  cr_assert_eq(s.last_done, (uint64_t)length);
+  cr_assert_eq(s.last_total, (uint64_t)length);
+  /* The chunk buffers went back. */
+  cr_assert_eq(um_stats_get(mm, dev, &after), UM_OK);
+  cr_assert_eq(after.active_buffers, before.active_buffers);
+  cr_assert_eq(after.bytes_in_use, before.bytes_in_use);
+  free(s.out);
+}
+
+/* ------------------------------------------------------------------------ */
+/* cpu device */
+
+Test(stream_cpu, every_byte_in_order_with_a_chunk_that_does_not_divide) {
+  um_manager *mm = make_manager("cpu", 0);
+  um_device *cpu = um_device_get(mm, 0);
+  const size_t n = 10 * MiB + 12345, chunk = 1 * MiB + 777;
+  unsigned char *ref = malloc(n);
+  um_buffer *src = NULL;
+  cr_assert_neq(n % chunk, 0);
+  fill_pattern(ref, n);
+  cr_assert_eq(um_wrap_host(mm, ref, n, UM_WRAP_READONLY, &src), UM_OK);
+  stream_and_check(mm, cpu, src, ref, 0, n, chunk, 0, 0);
+  /* an inner range, odd sizes */
+  stream_and_check(mm, cpu, src, ref, 4097, n - 9000, 333333, 0, 0);
+  /* chunks smaller than the engine's inline threshold and larger */
+  stream_and_check(mm, cpu, src, ref, 1, 100000, 4099, 0, 0);
+  cr_assert_eq(um_release(src), UM_OK);
+  cr_assert_eq(um_manager_destroy(mm), UM_OK);
+  free(ref);
+}
+
+Test(stream_cpu, next_copy_overlaps_the_chunk_function) {
+  um_manager *mm = make_manager("cpu", 0);
+  const size_t n = 6 * MiB + 5, chunk = 1 * MiB + 3; /* > the inline threshold: a worker copies */
+  unsigned char *ref = malloc(n);
+  um_buffer *src = NULL;
+  fill_pattern(ref, n);
+  cr_assert_eq(um_alloc(mm, um_device_get(mm, 0), n, UM_HOST, 0, &src), UM_OK);
+  cr_assert_eq(um_copy_from_host(src, 0, ref, n, NULL), UM_OK);
+  stream_and_check(mm, um_device_get(mm, 0), src, ref, 0, n, chunk, 1, 0);
+  cr_assert_eq(um_release(src), UM_OK);
+  cr_assert_eq(um_manager_destroy(mm), UM_OK);
+  free(ref);
+}
+
+Test(stream_cpu, operations_fn_issues_come_before_the_next_copy) {
+  um_manager *mm = make_manager("cpu", 0);
+  const size_t n = 5 * MiB + 99, chunk = 512 * KiB + 1;
+  unsigned char *ref = malloc(n);
+  um_buffer *src = NULL;
+  fill_pattern(ref, n);
+  cr_assert_eq(um_wrap_host(mm, ref, n, 0, &src), UM_OK);
+  stream_and_check(mm, um_device_get(mm, 0), src, ref, 0, n, chunk, 0, 1);
+  cr_assert_eq(um_release(src), UM_OK);
+  cr_assert_eq(um_manager_destroy(mm), UM_OK);
+  free(ref);
+}
+
+Test(stream_cpu, one_chunk_when_the_chunk_is_larger_than_the_range) {
+  um_manager *mm = make_manager("cpu", 0);
+  um_device *cpu = um_device_get(mm, 0);
+  unsigned char ref[1000];
+  um_buffer *src = NULL;
+  seen s;
+  um_stats st;
+  fill_pattern(ref, sizeof(ref));
+  cr_assert_eq(um_wrap_host(mm, ref, sizeof(ref), 0, &src), UM_OK);
+  seen_init(&s, mm, 10, 900, 900);
+  cr_assert_eq(um_stream(src, 10, 900, cpu, 1 * MiB, on_chunk, on_progress, &s), UM_OK);
+  cr_assert_eq(s.calls, 1);
+  cr_assert_eq(s.progress_calls, 1);
+  cr_assert_eq(s.last_done, 900);
+  cr_assert_eq(memcmp(s.out, ref + 10, 900), 0);
+  cr_assert_eq(um_buffer_size(s.bufs[0]), 0, "the chunk buffer was released");
+  free(s.out);
+  /* Only one buffer, of the range's size, was taken from the pool. */
+  cr_assert_eq(um_stats_get(mm, cpu, &st), UM_OK);
+  cr_assert_eq(st.allocations, 2); /* the wrap and one chunk */
+  cr_assert_eq(um_release(src), UM_OK);
+  cr_assert_eq(um_manager_destroy(mm), UM_OK);
+}
+
+Test(stream_cpu, progress_may_be_null_and_chunks_come_from_the_pool) {
+  um_manager *mm = make_manager("cpu", 0);
+  um_device *cpu = um_device_get(mm, 0);
+  const size_t n = 3 * MiB + 1, chunk = 1 * MiB;
+  unsigned char *ref = malloc(n);
+  um_buffer *src = NULL;
+  um_stats a, b;
+  seen s;
+  fill_pattern(ref, n);
+  cr_assert_eq(um_wrap_host(mm, ref, n, 0, &src), UM_OK);
+  seen_init(&s, mm, 0, n, chunk);
+  cr_assert_eq(um_stream(src, 0, n, cpu, chunk, on_chunk, NULL, &s), UM_OK);
+  cr_assert_eq(s.calls, 4);
+  cr_assert_eq(memcmp(s.out, ref, n), 0);
+  /* A second stream of the same chunk size takes both buffers from the pool. */
+  cr_assert_eq(um_stats_get(mm, cpu, &a), UM_OK);
+  free(s.out);
+  seen_init(&s, mm, 0, n, chunk);
+  cr_assert_eq(um_stream(src, 0, n, cpu, chunk, on_chunk, NULL, &s), UM_OK);
+  cr_assert_eq(um_stats_get(mm, cpu, &b), UM_OK);
+  cr_assert_eq(b.pool_hits - a.pool_hits, 2);
+  cr_assert_eq(b.pool_misses, a.pool_misses);
+  free(s.out);
+  cr_assert_eq(um_release(src), UM_OK);
+  cr_assert_eq(um_manager_destroy(mm), UM_OK);
+  free(ref);
+}
+
+Test(stream_cpu, a_nonzero_return_stops_the_stream) {
+  um_manager *mm = make_manager("cpu", 0);
+  um_device *cpu = um_device_get(mm, 0);
+  const size_t n = 4 * MiB + 3, chunk = 300 * KiB;
+  unsigned char *ref = malloc(n);
+  um_buffer *src = NULL;
+  um_stats st;
+  seen s;
+  fill_pattern(ref, n);
+  cr_assert_eq(um_wrap_host(mm, ref, n, 0, &src), UM_OK);
+  seen_init(&s, mm, 0, n, chunk);
+  s.stop_at = 3;
+  s.stop_status = UM_ECANCELED;
+  cr_assert_eq(um_stream(src, 0, n, cpu, chunk, on_chunk, on_progress, &s), UM_ECANCELED);
+  cr_assert_eq(s.calls, 4, "fn is not called after it said stop");
+  cr_assert_eq(s.progress_calls, 3, "no progress for the chunk that stopped");
+  cr_assert_eq(s.last_done, 3 * chunk);
+  cr_assert_eq(memcmp(s.out, ref, 4 * chunk), 0);
+  free(s.out);
+  /* Any nonzero value comes back as it was, and nothing is left behind. */
+  seen_init(&s, mm, 0, n, chunk);
+  s.stop_at = 0;
+  s.stop_status = 12345;
+  cr_assert_eq(um_stream(src, 0, n, cpu, chunk, on_chunk, on_progress, &s), 12345);
+  cr_assert_eq(s.calls, 1);
+  cr_assert_eq(s.progress_calls, 0);
+  free(s.out);
+  cr_assert_eq(um_stats_get(mm, cpu, &st), UM_OK);
+  cr_assert_eq(st.active_buffers, 1); /* the source only */
+  cr_assert_eq(um_release(src), UM_OK);
+  cr_assert_eq(um_manager_destroy(mm), UM_OK);
+  free(ref);
+}
+
+static int never_called(void *user, um_buffer *chunk, size_t offset, size_t bytes) {
+  (void)user, (void)chunk, (void)offset, (void)bytes;
+  cr_assert_fail("fn called on bad input");
+  return 0;
+}
+
+Test(stream_cpu, bad_input) {
+  um_manager *mm = make_manager("cpu", 0), *other = make_manager("cpu", 0);
+  um_device *cpu = um_device_get(mm, 0);
+  unsigned char data[4096];
+  um_buffer *src = NULL, *gone = NULL;
+  um_stats st;
+  memset(data, 1, sizeof(data));
+  cr_assert_eq(um_wrap_host(mm, data, sizeof(data), 0, &src), UM_OK);
+  cr_assert_eq(um_stream(NULL, 0, 16, cpu, 16, never_called, NULL, NULL), UM_EINVAL);
+  cr_assert_eq(um_stream(src, 0, 16, NULL, 16, never_called, NULL, NULL), UM_EINVAL);
+  cr_assert_eq(um_stream(src, 0, 16, cpu, 16, NULL, NULL, NULL), UM_EINVAL);
+  cr_assert_eq(um_stream(src, 0, 0, cpu, 16, never_called, NULL, NULL), UM_EINVAL);
+  cr_assert_eq(um_stream(src, 0, 16, cpu, 0, never_called, NULL, NULL), UM_EINVAL);
+  cr_assert_eq(um_stream(src, 0, 16, um_device_get(other, 0), 16, never_called, NULL, NULL), UM_EINVAL);
+  cr_assert_eq(um_stream(src, 0, 4097, cpu, 16, never_called, NULL, NULL), UM_ERANGE);
+  cr_assert_eq(um_stream(src, 4000, 97, cpu, 16, never_called, NULL, NULL), UM_ERANGE);
+  cr_assert_eq(um_stream(src, 4097, 1, cpu, 16, never_called, NULL, NULL), UM_ERANGE);
+  cr_assert_eq(um_stream(src, SIZE_MAX, 2, cpu, 16, never_called, NULL, NULL), UM_ERANGE);
+  cr_assert_eq(um_stream(src, 1, SIZE_MAX, cpu, 16, never_called, NULL, NULL), UM_ERANGE);
+  cr_assert_str_neq(um_last_error(), "");
+  cr_assert_eq(um_wrap_host(mm, data, 64, 0, &gone), UM_OK);
+  cr_assert_eq(um_release(gone), UM_OK);
+  cr_assert_eq(um_stream(gone, 0, 16, cpu, 16, never_called, NULL, NULL), UM_ESTATE);
+  /* The manager is as it was. */
+  cr_assert_eq(um_stats_get(mm, cpu, &st), UM_OK);
+  cr_assert_eq(st.active_buffers, 1);
+  cr_assert_eq(st.allocations, 2);
+  cr_assert_eq(um_release(src), UM_OK);
+  cr_assert_eq(um_manager_destroy(other), UM_OK);
+  cr_assert_eq(um_manager_destroy(mm), UM_OK);
+}
+
+Test(stream_cpu, a_mapped_file) {
+  um_manager *mm = make_manager("cpu", 0);
+  const size_t n = 7 * MiB + 31;
+  unsigned char *ref = malloc(n);
+  char dir[256], path[300];
+  const char *tmp = getenv("TMPDIR");
+  um_buffer *file = NULL;
+  int fd;
+  fill_pattern(ref, n);
+  snprintf(dir, sizeof(dir), "%s/unimem-stream-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  cr_assert_not_null(mkdtemp(dir));
+  snprintf(path, sizeof(path), "%s/src.bin", dir);
+  fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0644);
+  cr_assert_geq(fd, 0);
+  cr_assert_eq(write(fd, ref, n), (ssize_t)n);
+  close(fd);
+  cr_assert_eq(um_map_file(mm, path, UM_MAP_READ, &file), UM_OK);
+  stream_and_check(mm, um_device_get(mm, 0), file, ref, 1000, n - 1000, 2 * MiB + 1, 1, 0);
+  cr_assert_eq(um_release(file), UM_OK);
+  unlink(path);
+  rmdir(dir);
+  cr_assert_eq(um_manager_destroy(mm), UM_OK);
+  free(ref);
+}
+
+/* ------------------------------------------------------------------------ */
+/* OpenCL: a device limited to 8 MiB, a source five times larger. */
+
+#define LIMIT (8 * MiB)
+
+static um_device *find_opencl(um_manager *mm) {
+  for (int i = 1; i < um_device_count(mm); i++) {
+    um_device_info info;
+    um_device *d = um_device_get(mm, i);
+    if (um_device_info_get(d, &info) == UM_OK && strcmp(info.backend, "opencl") == 0)
+      return d;
+  }
+  return NULL;
+}
+
+static um_device *opencl_or_skip(um_manager *mm) {
+  um_device *d = find_opencl(mm);
+  if (d == NULL) {
+    fprintf(stderr, "test_stream: SKIPPED: no OpenCL device (install pocl-opencl-icd); "
+                    "the OpenCL part of um_stream is not tested here\n");
+    um_manager_destroy(mm);
+    cr_skip_test("no OpenCL device");
+  }
+  return d;
+}
+
+Test(stream_opencl, a_source_five_times_the_device_memory, .timeout = 120) {
+  um_manager *mm = make_manager("cpu,opencl", LIMIT);
+  um_device *dev = opencl_or_skip(mm);
+  const size_t n = 5 * LIMIT + 1001, chunk = 3 * MiB + 5;
+  unsigned char *ref = malloc(n);
+  um_buffer *src = NULL, *whole = NULL;
+  fill_pattern(ref, n);
+  cr_assert_eq(um_alloc(mm, um_device_get(mm, 0), n, UM_HOST, 0, &src), UM_OK);
+  cr_assert_eq(um_copy_from_host(src, 0, ref, n, NULL), UM_OK);
+  /* The source does not fit the device at once. */
+  cr_assert_eq(um_alloc(mm, dev, n, UM_DEVICE, 0, &whole), UM_ENOMEM);
+  stream_and_check(mm, dev, src, ref, 0, n, chunk, 1, 0);
+  stream_and_check(mm, dev, src, ref, 12345, n - 12345 - 7, 1 * MiB + 1, 0, 1);
+  cr_assert_eq(um_release(src), UM_OK);
+  cr_assert_eq(um_manager_destroy(mm), UM_OK);
+  free(ref);
+}
+
+Test(stream_opencl, a_mapped_file_through_a_small_device, .timeout = 120) {
+  um_manager *mm = make_manager("cpu,opencl", LIMIT);
+  um_device *dev = opencl_or_skip(mm);
+  const size_t n = 4 * LIMIT + 77;
+  unsigned char *ref = malloc(n);
+  char dir[256], path[300];
+  const char *tmp = getenv("TMPDIR");
+  um_buffer *file = NULL;
+  int fd;
+  fill_pattern(ref, n);
+  snprintf(dir, sizeof(dir), "%s/unimem-stream-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  cr_assert_not_null(mkdtemp(dir));
+  snprintf(path, sizeof(path), "%s/src.bin", dir);
+  fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0644);
+  cr_assert_geq(fd, 0);
+  cr_assert_eq(write(fd, ref, n), (ssize_t)n);
+  close(fd);
+  cr_assert_eq(um_map_file(mm, path, UM_MAP_READ, &file), UM_OK);
+  stream_and_check(mm, dev, file, ref, 0, n, 2 * MiB + 333, 0, 0);
+  cr_assert_eq(um_release(file), UM_OK);
+  unlink(path);
+  rmdir(dir);
+  cr_assert_eq(um_manager_destroy(mm), UM_OK);
+  free(ref);
+}
+
+Test(stream_opencl, chunks_too_large_for_the_device) {
+  um_manager *mm = make_manager("cpu,opencl", LIMIT);
+  um_device *dev = opencl_or_skip(mm);
+  const size_t n = 20 * MiB;
+  unsigned char *ref = malloc(n);
+  um_buffer *src = NULL;
+  um_stats st;
+  fill_pattern(ref, n);
+  cr_assert_eq(um_wrap_host(mm, ref, n, 0, &src), UM_OK);
+  /* One 5 MiB chunk fits, two do not. */
+  cr_assert_eq(um_stream(src, 0, n, dev, 5 * MiB, never_called, NULL, NULL), UM_ENOMEM);
+  cr_assert_eq(um_stats_get(mm, dev, &st), UM_OK);
+  cr_assert_eq(st.active_buffers, 0);
+  cr_assert_eq(um_release(src), UM_OK);
+  cr_assert_eq(um_manager_destroy(mm), UM_OK);
+  free(ref);
+}
