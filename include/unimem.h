@@ -384,6 +384,39 @@ UM_EXTERN int um_pool_trim(um_manager *m, uint64_t keep_bytes);
 UM_EXTERN int um_map_file(um_manager *m, const char *path, um_map_mode mode,
                           um_buffer **out);
 
+/* ------------------------------------------------------------------------ */
+/* Streaming                                                                 */
+
+/* Called by um_stream once per chunk, in order. chunk is a device buffer of
+ * the stream's device whose bytes [0, bytes) hold the source's bytes
+ * [offset, offset + bytes); offset counts from the start of the source
+ * buffer. The chunk buffer belongs to um_stream: fn may read it, write it
+ * and issue operations on it (they are ordered before the next copy into
+ * it), but must not release it or use it after returning. Return 0 to go
+ * on; any other value stops the stream, and um_stream returns that value. */
+typedef int (*um_chunk_fn)(void *user, um_buffer *chunk, size_t offset,
+                           size_t bytes);
+/* Called after each chunk's um_chunk_fn returned 0: done_bytes of
+ * total_bytes are processed. done_bytes grows with each call and the last
+ * call has done_bytes == total_bytes. */
+typedef void (*um_progress_fn)(void *user, uint64_t done_bytes,
+                               uint64_t total_bytes);
+
+/* Process [off, off + bytes) of src (any live buffer, typically a HOST
+ * buffer or a file from um_map_file, larger than the device's memory) on
+ * device dev, chunk_bytes at a time: two device buffers of
+ * min(chunk_bytes, bytes) bytes (UM_DEVICE, from the pool) take turns, and
+ * the copy of chunk k+1 runs while fn works on chunk k. The last chunk may
+ * be shorter. progress may be NULL; user is passed to both callbacks.
+ * Returns when every chunk was processed and every operation on the chunk
+ * buffers has finished: UM_OK; UM_EINVAL (NULL src, dev or fn, zero bytes
+ * or chunk_bytes, device of another manager); UM_ERANGE (range outside
+ * src); UM_ESTATE (src released); UM_ENOMEM / UM_ENOTSUP from allocating
+ * the chunk buffers; a copy's failure; or fn's nonzero return. */
+UM_EXTERN int um_stream(um_buffer *src, size_t off, size_t bytes,
+                        um_device *dev, size_t chunk_bytes, um_chunk_fn fn,
+                        um_progress_fn progress, void *user);
+
 #ifdef UNIMEM_TRACK_SITES
 #define um_alloc(m, d, bytes, loc, flags, out)                                 \
   um_alloc_at((m), (d), (bytes), (loc), (flags), (out), __FILE__, __LINE__)
