@@ -554,6 +554,18 @@ int um_fill(um_buffer *dst, size_t off, int byte, size_t bytes, um_event **done)
   return um__op_issue(op, done);
 }
 
+/* A mapped buffer refuses operations (um__op_issue says so too); checked
+ * here as well so that a batch is refused before any of its ops is issued. */
+static int check_unmapped(um_buffer *b) {
+  bool mapped;
+  pthread_mutex_lock(&b->lock);
+  mapped = b->mapped;
+  pthread_mutex_unlock(&b->lock);
+  if (mapped)
+    return um__set_error(UM_ESTATE, "buffer %p is mapped: unmap it first", (void *)b);
+  return UM_OK;
+}
+
 static int check_op(um_manager *m, const um_copy_op *o) {
   int st;
   if ((o->dst == NULL) == (o->host_dst == NULL) || (o->src == NULL) == (o->host_src == NULL))
@@ -573,6 +585,10 @@ static int check_op(um_manager *m, const um_copy_op *o) {
   if (o->src && (st = check_range(o->src, o->src_off, o->bytes)) != UM_OK)
     return st;
   if (o->dst && (st = check_writable(o->dst)) != UM_OK)
+    return st;
+  if (o->dst && (st = check_unmapped(o->dst)) != UM_OK)
+    return st;
+  if (o->src && (st = check_unmapped(o->src)) != UM_OK)
     return st;
   return UM_OK;
 }

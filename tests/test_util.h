@@ -1,0 +1,304 @@
+/* Helpers shared by the foundation tests: a deterministic manager setup,
+ * exact comparison of every statistics field, a test-only "discrete device"
+ * backend (device memory with no host view, moved with memcpy on the
+ * handle), the process's locked memory, and a seeded random generator.
+ *
+ * Everything here is static and marked unused, so each test file takes
+ * what it needs without warnings. */
+#ifndef UNIMEM_TEST_UTIL_H
+#define UNIMEM_TEST_UTIL_H
+
+#include <criterion/criterion.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define UT_UNUSED __attribute__((unused))
+
+/* ------------------------------------------------------------------------ */
+/* Options */
+
+/* Defaults with only the cpu backend (device 0) and no trim timer, whatever
+ * the UNIMEM_* environment says, so that every figure moves only by the
+ * test's own calls. */
+static UT_UNUSED void ut_options(um_options *o) {
+  um_options_init(o);
+  snprintf(o->backends, sizeof(o->backends), "cpu");
+  o->enable_pooling = 1;
+  o->max_pool_bytes = 2ull << 30;
+  o->max_pool_bytes_per_class = 1ull << 30;
+  o->trim_interval_ms = 0;
+  o->trim_on_pressure = 1;
+  o->scrub = 0;
+  o->max_concurrent_transfers = 4;
+}
+
+/* A cpu-only manager with ut_options. */
+static UT_UNUSED um_manager *ut_manager(void) {
+  um_options o;
+  um_manager *m = NULL;
+  ut_options(&o);
+  cr_assert_eq(um_manager_create(&o, &m), UM_OK, "um_manager_create: %s", um_last_error());
+  cr_assert_not_null(m);
+  cr_assert_eq(um_device_count(m), 1);
+  return m;
+}
+
+static UT_UNUSED um_stats ut_stats(um_manager *m, um_device *d) {
+  um_stats s;
+  cr_assert_eq(um_stats_get(m, d, &s), UM_OK);
+  return s;
+}
+
+/* Size class capacity of a pooled request. */
+static UT_UNUSED uint64_t ut_class(size_t bytes) {
+  return (uint64_t)um__class_size(um__size_class_of(bytes));
+}
+
+/* ------------------------------------------------------------------------ */
+/* Statistics: compare every field of um_stats, from the same X-macro list
+ * the struct comes from, so a field added later is compared too. */
+
+#define UT_STAT_CMP_(type, name, desc)                                         \
+  if (got->name != want->name) {                                               \
+    cr_log_error("%s: stats." #name " is %.17g, expected %.17g", where,        \
+                 (double)got->name, (double)want->name);                       \
+    bad++;                                                                     \
+  }
+
+static UT_UNUSED int ut_stats_diff(const um_stats *got, const um_stats *want, const char *where) {
+  int bad = 0;
+  UM_STATS_FIELDS(UT_STAT_CMP_)
+  return bad;
+}
+#undef UT_STAT_CMP_
+
+#define ut_assert_stats_eq(got, want, where)                                   \
+  cr_assert_eq(ut_stats_diff((got), (want), (where)), 0,                       \
+               "%s: statistics differ (fields listed above)", (where))
+
+/* The manager's statistics (all devices and each device) must equal a
+ * snapshot taken earlier: a failed call changed nothing. */
+typedef struct ut_snapshot {
+  um_stats total;
+  um_stats dev[4];
+  int ndev;
+} ut_snapshot;
+
+static UT_UNUSED ut_snapshot ut_snap(um_manager *m) {
+  ut_snapshot s;
+  memset(&s, 0, sizeof(s));
+  s.total = ut_stats(m, NULL);
+  s.ndev = um_device_count(m);
+  cr_assert(s.ndev >= 1 && s.ndev <= 4);
+  for (int i = 0; i < s.ndev; i++)
+    s.dev[i] = ut_stats(m, um_device_get(m, i));
+  return s;
+}
+
+#define ut_assert_unchanged(m, before)                                         \
+  do {                                                                         \
+    ut_snapshot after_ = ut_snap(m);                                           \
+    char where_[96];                                                           \
+    snprintf(where_, sizeof(where_), "%s:%d (total)", __FILE__, __LINE__);     \
+    ut_assert_stats_eq(&after_.total, &(before).total, where_);                \
+    cr_assert_eq(after_.ndev, (before).ndev);                                  \
+    for (int i_ = 0; i_ < after_.ndev; i_++) {                                 \
+      snprintf(where_, sizeof(where_), "%s:%d (device %d)", __FILE__,          \
+               __LINE__, i_);                                                  \
+      ut_assert_stats_eq(&after_.dev[i_], &(before).dev[i_], where_);          \
+    }                                                                          \
+  } while (0)
+
+/* ------------------------------------------------------------------------ */
+/* The "discrete device" test backend: DEVICE memory only, malloc'd blocks
+ * with no host view (mem.host == NULL, the handle is the pointer), blocking
+ * transfers with memcpy on the handle, no xfer_async and no map, so the
+ * core keeps a host shadow and runs transfers on its own threads. It offers
+ * two devices with no peer access between them, so copies between them
+ * take the staged path. */
+
+#define UT_DISC_DEVICES 2
+#define UT_DISC_TOTAL (1ull << 30)
+
+typedef struct ut_disc_dev {
+  int index;
+  atomic_uint_fast64_t used;
+} ut_disc_dev;
+
+/* Blocks allocated and not yet freed, across every manager: 0 after every
+ * manager was destroyed. */
+static UT_UNUSED atomic_long ut_disc_live_blocks;
+
+static UT_UNUSED int ut_disc_open(const um_options *opts, void **ctx, int *count) {
+  ut_disc_dev *d = calloc(UT_DISC_DEVICES, sizeof(*d));
+  (void)opts;
+  if (d == NULL)
+    return um__set_error(UM_ENOMEM, "test-discrete: out of memory");
+  for (int i = 0; i < UT_DISC_DEVICES; i++) {
+    d[i].index = i;
+    atomic_init(&d[i].used, 0);
+  }
+  *ctx = d;
+  *count = UT_DISC_DEVICES;
+  return UM_OK;
+}
+
+static UT_UNUSED int ut_disc_describe(void *ctx, int i, um__bdev_desc *out) {
+  ut_disc_dev *d = ctx;
+  memset(out, 0, sizeof(*out));
+  snprintf(out->name, sizeof(out->name), "test-discrete %d", i);
+  out->caps = 0;
+  out->locations = 1u << UM_DEVICE;
+  out->total_bytes = UT_DISC_TOTAL;
+  out->bdev = &d[i];
+  return UM_OK;
+}
+
+static UT_UNUSED void ut_disc_close(void *ctx) { free(ctx); }
+
+static UT_UNUSED int ut_disc_mem_alloc(void *bdev, um_location loc, size_t bytes, um__mem *out) {
+  ut_disc_dev *d = bdev;
+  void *p;
+  if (loc != UM_DEVICE)
+    return um__set_error(UM_ENOTSUP, "test-discrete: location %d", (int)loc);
+  p = malloc(bytes);
+  if (p == NULL)
+    return um__set_error(UM_ENOMEM, "test-discrete: out of memory for %zu bytes", bytes);
+  out->host = NULL;
+  out->handle = (uintptr_t)p;
+  out->priv = NULL;
+  atomic_fetch_add(&d->used, bytes);
+  atomic_fetch_add(&ut_disc_live_blocks, 1);
+  return UM_OK;
+}
+
+static UT_UNUSED void ut_disc_mem_free(void *bdev, um_location loc, size_t bytes, um__mem *mem) {
+  ut_disc_dev *d = bdev;
+  (void)loc;
+  free((void *)mem->handle);
+  mem->handle = 0;
+  atomic_fetch_sub(&d->used, bytes);
+  atomic_fetch_sub(&ut_disc_live_blocks, 1);
+}
+
+static UT_UNUSED int ut_disc_memory(void *bdev, uint64_t *free_bytes, uint64_t *total_bytes) {
+  ut_disc_dev *d = bdev;
+  *total_bytes = UT_DISC_TOTAL;
+  *free_bytes = UT_DISC_TOTAL - (uint64_t)atomic_load(&d->used);
+  return UM_OK;
+}
+
+static UT_UNUSED int ut_disc_synchronize(void *bdev) {
+  (void)bdev;
+  return UM_OK;
+}
+
+static UT_UNUSED int ut_disc_xfer(void *bdev, const um__xfer *x) {
+  (void)bdev;
+  switch (x->kind) {
+  case UM__XFER_H2D:
+    if (x->dst->host != NULL) /* a discrete block never has a host view */
+      return um__set_error(UM_EBACKEND, "test-discrete: H2D into a block with a host view");
+    memcpy((char *)x->dst->handle + x->dst_off, x->host, x->bytes);
+    return UM_OK;
+  case UM__XFER_D2H:
+    if (x->src->host != NULL)
+      return um__set_error(UM_EBACKEND, "test-discrete: D2H from a block with a host view");
+    memcpy(x->host, (const char *)x->src->handle + x->src_off, x->bytes);
+    return UM_OK;
+  case UM__XFER_D2D:
+    memmove((char *)x->dst->handle + x->dst_off, (const char *)x->src->handle + x->src_off,
+            x->bytes);
+    return UM_OK;
+  case UM__XFER_FILL:
+    memset((char *)x->dst->handle + x->dst_off, x->value, x->bytes);
+    return UM_OK;
+  case UM__XFER_PEER:
+    break;
+  }
+  return um__set_error(UM_ENOTSUP, "test-discrete: transfer kind %d", (int)x->kind);
+}
+
+static UT_UNUSED const um__backend ut_disc_backend = {
+    .name = "test-discrete",
+    .open = ut_disc_open,
+    .describe = ut_disc_describe,
+    .close = ut_disc_close,
+    .mem_alloc = ut_disc_mem_alloc,
+    .mem_free = ut_disc_mem_free,
+    .memory = ut_disc_memory,
+    .synchronize = ut_disc_synchronize,
+    .xfer = ut_disc_xfer,
+};
+
+/* A manager with the cpu (device 0) and the two discrete test devices
+ * (devices 1 and 2). */
+static UT_UNUSED um_manager *ut_manager_disc(void) {
+  um_options o;
+  um_manager *m = NULL;
+  const um__backend *extra[] = {&ut_disc_backend};
+  ut_options(&o);
+  cr_assert_eq(um__manager_create_ex(&o, extra, 1, &m), UM_OK, "create: %s", um_last_error());
+  cr_assert_eq(um_device_count(m), 1 + UT_DISC_DEVICES);
+  return m;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Locked memory of this process (VmLck of /proc/self/status), in bytes. */
+static UT_UNUSED uint64_t ut_vmlck(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  unsigned long long kb = 0;
+  int found = 0;
+  cr_assert_not_null(f);
+  while (fgets(line, sizeof(line), f))
+    if (sscanf(line, "VmLck: %llu kB", &kb) == 1) {
+      found = 1;
+      break;
+    }
+  fclose(f);
+  cr_assert(found, "no VmLck line in /proc/self/status");
+  return (uint64_t)kb * 1024u;
+}
+
+/* ------------------------------------------------------------------------ */
+/* xorshift64*: fixed seeds give the same sequence on every run. */
+static UT_UNUSED uint64_t ut_rand(uint64_t *state) {
+  uint64_t x = *state;
+  x ^= x >> 12;
+  x ^= x << 25;
+  x ^= x >> 27;
+  *state = x;
+  return x * 0x2545F4914F6CDD1Dull;
+}
+
+/* A uniformly spread value in [lo, hi]. */
+static UT_UNUSED size_t ut_range(uint64_t *state, size_t lo, size_t hi) {
+  return lo + (size_t)(ut_rand(state) % (uint64_t)(hi - lo + 1));
+}
+
+/* Deterministic content: byte i of pattern seed. */
+static UT_UNUSED void ut_pattern(void *dst, size_t n, uint64_t seed) {
+  unsigned char *p = dst;
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (size_t i = 0; i < n; i++) {
+    if ((i & 7) == 0)
+      (void)ut_rand(&s);
+    p[i] = (unsigned char)(s >> ((i & 7) * 8));
+  }
+}
+
+static UT_UNUSED int ut_all_bytes(const void *p, size_t n, unsigned char v) {
+  const unsigned char *c = p;
+  for (size_t i = 0; i < n; i++)
+    if (c[i] != v)
+      return 0;
+  return 1;
+}
+
+#endif /* UNIMEM_TEST_UTIL_H */
