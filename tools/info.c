@@ -7,6 +7,37 @@
 
 static const char *const location_names[] = {"host", "device", "pinned", "unified"};
 
+const char tool_info_help[] =
+    "NAME\n"
+    "    unimem info - the devices unimem finds and what each can do\n"
+    "\n"
+    "SYNOPSIS\n"
+    "    unimem info\n"
+    "\n"
+    "DESCRIPTION\n"
+    "    Creates a manager with the options of the environment and lists every\n"
+    "    device it finds, device 0 (the host CPU) first, then each OpenCL and CUDA\n"
+    "    device: its backend and name, the locations it can allocate (host,\n"
+    "    device, pinned, unified), its memory now (free of total, as the device\n"
+    "    reports it), its capabilities (pinned, unified, peer, async), and then\n"
+    "    the peer-access matrix: E enabled, p possible but not enabled, - not\n"
+    "    possible, * the device itself. A backend that cannot load (no OpenCL ICD\n"
+    "    loader, no NVIDIA driver) is skipped; UNIMEM_LOG_LEVEL=info says why.\n"
+    "\n"
+    "OPTIONS\n"
+    "    -h, --help     this text.\n"
+    "\n"
+    "ENVIRONMENT\n"
+    "    UNIMEM_BACKENDS    comma list of backends to open (cpu,opencl,cuda); empty\n"
+    "                       or unset: all. The cpu is always device 0.\n"
+    "    UNIMEM_ENABLE_PEER 0 leaves peer access disabled (the matrix shows p).\n"
+    "    UNIMEM_DEVICE_LIMIT_BYTES  caps each non-host device's memory (e.g. 64m).\n"
+    "    UNIMEM_*           every other um_options field.\n"
+    "    POCL_DEVICES       (PoCL) e.g. \"pthread pthread\" for two OpenCL devices.\n"
+    "\n"
+    "EXIT STATUS\n"
+    "    0  the devices were listed; 1 no manager could be created; 2 bad usage.\n";
+
 static void print_bytes(uint64_t b) {
   if (b >= (1ull << 30))
     printf("%.1f GiB", (double)b / (double)(1ull << 30));
@@ -17,13 +48,13 @@ static void print_bytes(uint64_t b) {
 int tool_info(int argc, char **argv) {
   um_manager *m;
   int st, n;
-  if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-    printf("usage: unimem info\n\n"
-           "Lists every device unimem finds (device 0 is the host CPU), with its\n"
-           "backend, the locations it can allocate, its memory now (free/total),\n"
-           "its capabilities, and the peer-access matrix (E: enabled, p: possible,\n"
-           "-: not possible, *: same device).\n");
-    return 0;
+  for (int i = 1; i < argc; i++) {
+    if (tool_is_help(argv[i])) {
+      fputs(tool_info_help, stdout);
+      return 0;
+    }
+    fprintf(stderr, "unimem info: unknown option '%s' (unimem info --help)\n", argv[i]);
+    return 2;
   }
   st = um_manager_create(NULL, &m);
   if (st != UM_OK) {
