@@ -48,6 +48,8 @@ static int block_alloc_pressured(um_device *d, um_location loc, size_t bytes, um
   if (st != UM_ENOMEM)
     return st;
   if (m->opts.trim_on_pressure) {
+    if (m->opts.debug)
+      um__quarantine_drop_blocks(m, d);
     um__pool_trim(m, d, 0);
     UM__STAT_ADD(d, oom_retries, 1);
     st = um__block_alloc(d, loc, bytes, mem);
@@ -253,6 +255,14 @@ static void end_native_mapping(um_buffer *b) {
 }
 
 void um__buffer_recycle(um_buffer *b) {
+  if (__builtin_expect(b->m->opts.debug != 0, 0)) {
+    um__quarantine_put(b);
+    return;
+  }
+  um__buffer_recycle_now(b);
+}
+
+void um__buffer_recycle_now(um_buffer *b) {
   um_device *d = b->dev;
   um_manager *m = b->m;
   free(b->shadow);

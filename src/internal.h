@@ -152,6 +152,7 @@ struct um_buffer {
 
   um_buffer *all_next; /* manager registry (under registry_lock) */
   um_buffer *husk_next;
+  um_buffer *quarantine_next; /* debug quarantine (under registry_lock) */
   const char *site_file;
   int site_line;
 };
@@ -241,6 +242,10 @@ struct um_manager {
   pthread_mutex_t registry_lock;
   um_buffer *all_buffers;
   um_buffer *husks;
+  /* debug quarantine (quarantine.c), also under registry_lock: released
+   * buffers held back from reuse, oldest first */
+  um_buffer *quarantine_head, *quarantine_tail;
+  uint64_t quarantine_count, quarantine_bytes;
 
   /* totals across devices for the figures that are not sums */
   atomic_uint_fast64_t bytes_in_use;
@@ -295,7 +300,11 @@ void um__trim_thread_kick(um_manager *m);
 /* buffer.c */
 int um__block_alloc(um_device *d, um_location loc, size_t bytes, um__mem *mem);
 void um__block_free(um_device *d, um_location loc, size_t bytes, um__mem *mem);
+/* A released buffer with nothing pending: to the quarantine in debug mode,
+ * else um__buffer_recycle_now. */
 void um__buffer_recycle(um_buffer *b);
+/* Back to the pool (or the device, or the caller) now. */
+void um__buffer_recycle_now(um_buffer *b);
 int um__buffer_check_live(const um_buffer *b);
 /* An operation on b finished: drop it from b's chain, and recycle the
  * block when b was released while the operation was in flight. */
@@ -331,6 +340,20 @@ void um__op_account(const um_event *op);
  * issuing thread is cheaper than handing it to a worker. */
 bool um__op_runs_inline(const um_event *op);
 void um__staging_release_all(um_device *d);
+
+/* quarantine.c: debug mode keeps released buffers from reuse. Bounds: a
+ * buffer leaves after this many later releases, or once the quarantined
+ * blocks hold more than this many bytes (the newest always stays). Freed
+ * host bytes are overwritten with UM__POISON_BYTE. */
+#define UM__QUARANTINE_MAX_BUFFERS 1024u
+#define UM__QUARANTINE_MAX_BYTES (64ull << 20)
+#define UM__POISON_BYTE 0xDE
+void um__quarantine_put(um_buffer *b);
+/* Recycle every quarantined buffer (at destroy). */
+void um__quarantine_flush(um_manager *m);
+/* Give the device's quarantined blocks back to it, keeping their handles
+ * quarantined (an allocation on d failed: before trim and retry). */
+void um__quarantine_drop_blocks(um_manager *m, um_device *d);
 
 /* mapfile.c */
 void um__file_unmap(um_buffer *b);

@@ -212,6 +212,7 @@ int um_manager_destroy(um_manager *m) {
   if (leaked)
     um__log(&m->opts, UM_LOG_ERROR, "leak: %d buffer(s), %llu bytes in all, freed by um_manager_destroy",
             leaked, (unsigned long long)leaked_bytes);
+  um__quarantine_flush(m);
   free_manager(m);
   if (leaked)
     return um__set_error(UM_ELEAK, "%d buffer(s) (%llu bytes) were never released", leaked,

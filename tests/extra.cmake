@@ -1,0 +1,36 @@
+# Included by tests/CMakeLists.txt after the test_*.c executables exist.
+
+# The fault-injecting backend (tests/fault_backend.c) is built into every
+# test that includes its header, never into the library.
+foreach(src ${UM_TEST_SOURCES})
+  get_filename_component(name ${src} NAME_WE)
+  file(STRINGS ${src} _um_fault_include REGEX "#include \"fault_backend.h\"")
+  if(_um_fault_include)
+    target_sources(${name} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/fault_backend.c)
+  endif()
+endforeach()
+
+# The fuzz target without libFuzzer: replays the kept corpus as a plain
+# test, so every build (ASan, TSan, valgrind) runs it.
+add_executable(fuzz_api_replay ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_api.c
+                               ${CMAKE_CURRENT_SOURCE_DIR}/fault_backend.c)
+target_include_directories(fuzz_api_replay PRIVATE ${CMAKE_SOURCE_DIR}/src ${CMAKE_CURRENT_SOURCE_DIR})
+target_compile_definitions(fuzz_api_replay PRIVATE _GNU_SOURCE)
+target_compile_options(fuzz_api_replay PRIVATE ${UM_WARNINGS})
+target_link_libraries(fuzz_api_replay PRIVATE unimem_static)
+file(GLOB UM_FUZZ_CORPUS CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/corpus/*)
+add_test(NAME fuzz_corpus COMMAND fuzz_api_replay ${UM_FUZZ_CORPUS})
+set_tests_properties(fuzz_corpus PROPERTIES TIMEOUT 300 LABELS "core")
+
+# The stress test again, without Criterion: Criterion cannot start under
+# TSan (its arena collides with the sanitizer's memory layout), so this is
+# the test that the TSan build relies on.
+add_executable(stress_standalone ${CMAKE_CURRENT_SOURCE_DIR}/test_stress.c
+                                 ${CMAKE_CURRENT_SOURCE_DIR}/fault_backend.c)
+target_include_directories(stress_standalone PRIVATE ${CMAKE_SOURCE_DIR}/src ${CMAKE_CURRENT_SOURCE_DIR})
+target_compile_definitions(stress_standalone PRIVATE _GNU_SOURCE UNIMEM_STRESS_STANDALONE)
+target_compile_options(stress_standalone PRIVATE ${UM_WARNINGS})
+target_link_libraries(stress_standalone PRIVATE unimem_static)
+add_test(NAME stress_standalone COMMAND stress_standalone)
+set_tests_properties(stress_standalone PROPERTIES TIMEOUT 300 LABELS "core")
+

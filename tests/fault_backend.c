@@ -1,0 +1,611 @@
+/* The fault-injecting test backend (see fault_backend.h for what it offers).
+ *
+ * Device memory is ordinary heap memory the core never sees directly: a
+ * DEVICE block's um__mem has no host view, only a handle to a fault_block,
+ * and every byte moves through xfer/xfer_async/map. New DEVICE blocks are
+ * filled with 0xA5, as real device memory holds junk, so that a missing
+ * zero-fill or a read of bytes never written shows up in the tests.
+ *
+ * The backend also checks what the core hands it: a range outside a block,
+ * a token of another device or one already released, a block mapped twice.
+ * Those are bugs in the core, and the backend aborts on them so that a test
+ * or the fuzzer stops right there.
+ */
+#include "fault_backend.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FAULT_MAX_DEVICES 4
+#define FAULT_JUNK 0xA5
+
+typedef struct fault_ctx fault_ctx;
+typedef struct fault_dev fault_dev;
+
+typedef struct fault_block {
+  fault_dev *dev;
+  um_location loc;
+  size_t bytes;
+  unsigned char *data;
+  /* the one mapping the core may hold on it (mapped flavour) */
+  unsigned char *map_buf;
+  size_t map_off, map_len;
+  um_map_mode map_mode;
+} fault_block;
+
+typedef struct fault_job {
+  fault_dev *dev;
+  um__xfer x;
+  um__done_fn done;
+  void *arg;
+  int inject; /* status to fail with when it runs; UM_OK: none */
+  uint64_t seq;
+  atomic_int refs; /* the token's (native_release) and the queue's */
+  struct fault_job *next;
+} fault_job;
+
+struct fault_dev {
+  fault_ctx *ctx;
+  int index;
+  atomic_bool lost;
+  atomic_uint_fast64_t live_bytes;
+  atomic_uint_fast64_t live_blocks;
+  uint64_t total;
+  /* the queue of asynchronous transfers, run in order by one thread */
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  pthread_cond_t idle;
+  fault_job *head, *tail;
+  bool busy, stopping, has_thread;
+  uint64_t next_seq;
+  pthread_t thread;
+};
+
+struct fault_ctx {
+  const um__backend *be;
+  int n;
+  fault_dev devs[FAULT_MAX_DEVICES];
+};
+
+/* ------------------------------------------------------------------------ */
+/* The plan */
+
+static struct {
+  pthread_mutex_t lock;
+  int devices;
+  uint64_t total;
+  uint64_t allocs, xfers, injected_allocs, injected_xfers;
+  uint64_t alloc_at;
+  bool alloc_sticky;
+  uint64_t xfer_at;
+  bool xfer_sticky;
+  int xfer_status;
+  bool xfer_at_submit;
+  bool paused;
+} plan = {.lock = PTHREAD_MUTEX_INITIALIZER, .devices = 1, .total = 256u << 20};
+
+static atomic_uint_fast64_t all_live_blocks, all_live_bytes, all_leaked_at_close;
+
+void fault_configure(int devices_per_backend, uint64_t total_bytes) {
+  pthread_mutex_lock(&plan.lock);
+  plan.devices = devices_per_backend < 1                   ? 1
+                 : devices_per_backend > FAULT_MAX_DEVICES ? FAULT_MAX_DEVICES
+                                                           : devices_per_backend;
+  plan.total = total_bytes;
+  pthread_mutex_unlock(&plan.lock);
+}
+
+void fault_reset(void) {
+  pthread_mutex_lock(&plan.lock);
+  plan.allocs = plan.xfers = plan.injected_allocs = plan.injected_xfers = 0;
+  plan.alloc_at = plan.xfer_at = 0;
+  plan.alloc_sticky = plan.xfer_sticky = plan.xfer_at_submit = plan.paused = false;
+  plan.xfer_status = UM_OK;
+  pthread_mutex_unlock(&plan.lock);
+}
+
+void fault_fail_alloc(uint64_t nth, bool sticky) {
+  pthread_mutex_lock(&plan.lock);
+  plan.alloc_at = nth;
+  plan.alloc_sticky = sticky;
+  pthread_mutex_unlock(&plan.lock);
+}
+
+void fault_fail_xfer(uint64_t nth, bool sticky, int status, bool at_submit) {
+  pthread_mutex_lock(&plan.lock);
+  plan.xfer_at = nth;
+  plan.xfer_sticky = sticky;
+  plan.xfer_status = status;
+  plan.xfer_at_submit = at_submit;
+  pthread_mutex_unlock(&plan.lock);
+}
+
+void fault_disarm(void) {
+  pthread_mutex_lock(&plan.lock);
+  plan.alloc_at = plan.xfer_at = 0;
+  pthread_mutex_unlock(&plan.lock);
+}
+
+void fault_pause(bool paused) {
+  pthread_mutex_lock(&plan.lock);
+  plan.paused = paused;
+  pthread_mutex_unlock(&plan.lock);
+}
+
+void fault_counts_get(fault_counts *out) {
+  pthread_mutex_lock(&plan.lock);
+  out->allocs = plan.allocs;
+  out->xfers = plan.xfers;
+  out->injected_allocs = plan.injected_allocs;
+  out->injected_xfers = plan.injected_xfers;
+  pthread_mutex_unlock(&plan.lock);
+  out->live_blocks = atomic_load(&all_live_blocks);
+  out->live_bytes = atomic_load(&all_live_bytes);
+  out->leaked_at_close = atomic_load(&all_leaked_at_close);
+}
+
+static bool planned(uint64_t count, uint64_t at, bool sticky) {
+  return at != 0 && (count == at || (sticky && count > at));
+}
+
+/* Count one allocation; UM_ENOMEM when the plan fails it. */
+static int count_alloc(void) {
+  int st = UM_OK;
+  pthread_mutex_lock(&plan.lock);
+  if (!plan.paused) {
+    plan.allocs++;
+    if (planned(plan.allocs, plan.alloc_at, plan.alloc_sticky)) {
+      plan.injected_allocs++;
+      st = um__set_error(UM_ENOMEM, "fault: allocation %llu fails by plan",
+                         (unsigned long long)plan.allocs);
+    }
+  }
+  pthread_mutex_unlock(&plan.lock);
+  return st;
+}
+
+/* Count one transfer; the status it must fail with (UM_OK: none) and
+ * whether an asynchronous one is refused at submission. */
+static int count_xfer(bool *at_submit) {
+  int st = UM_OK;
+  pthread_mutex_lock(&plan.lock);
+  *at_submit = false;
+  if (!plan.paused) {
+    plan.xfers++;
+    if (planned(plan.xfers, plan.xfer_at, plan.xfer_sticky)) {
+      plan.injected_xfers++;
+      st = plan.xfer_status;
+      *at_submit = plan.xfer_at_submit;
+      um__set_error(st, "fault: transfer %llu fails by plan", (unsigned long long)plan.xfers);
+    }
+  }
+  pthread_mutex_unlock(&plan.lock);
+  return st;
+}
+
+static int lost_error(const fault_dev *d) {
+  return um__set_error(UM_ENODEV, "fault: device %d was lost", d->index);
+}
+
+static void core_bug(const char *what) {
+  fprintf(stderr, "fault backend: the core broke the backend contract: %s\n", what);
+  abort();
+}
+
+/* ------------------------------------------------------------------------ */
+/* Moving bytes */
+
+static fault_block *block_of(const um__mem *mem) {
+  fault_block *b = mem->priv;
+  if (b == NULL || (uintptr_t)b != mem->handle)
+    core_bug("a block the backend never gave");
+  return b;
+}
+
+static unsigned char *range(const um__mem *mem, size_t off, size_t bytes) {
+  fault_block *b = block_of(mem);
+  if (bytes == 0 || off > b->bytes || bytes > b->bytes - off)
+    core_bug("a transfer outside its block");
+  return b->data + off;
+}
+
+static int run_xfer(fault_dev *d, const um__xfer *x) {
+  if (atomic_load(&d->lost))
+    return lost_error(d);
+  switch (x->kind) {
+  case UM__XFER_H2D:
+    memcpy(range(x->dst, x->dst_off, x->bytes), x->host, x->bytes);
+    return UM_OK;
+  case UM__XFER_D2H:
+    memcpy(x->host, range(x->src, x->src_off, x->bytes), x->bytes);
+    return UM_OK;
+  case UM__XFER_D2D:
+    memmove(range(x->dst, x->dst_off, x->bytes), range(x->src, x->src_off, x->bytes), x->bytes);
+    return UM_OK;
+  case UM__XFER_FILL:
+    memset(range(x->dst, x->dst_off, x->bytes), x->value, x->bytes);
+    return UM_OK;
+  case UM__XFER_PEER: {
+    fault_dev *s = x->src_bdev;
+    if (s == NULL || s->ctx != d->ctx || block_of(x->src)->dev != s)
+      core_bug("a peer copy from a device that is not the source's");
+    if (atomic_load(&s->lost))
+      return lost_error(s);
+    memmove(range(x->dst, x->dst_off, x->bytes), range(x->src, x->src_off, x->bytes), x->bytes);
+    return UM_OK;
+  }
+  }
+  return um__set_error(UM_ENOTSUP, "fault: transfer kind %d", (int)x->kind);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The queue thread of the asynchronous flavour */
+
+static void job_unref(fault_job *j) {
+  if (atomic_fetch_sub(&j->refs, 1) == 1)
+    free(j);
+}
+
+static void *queue_main(void *arg) {
+  fault_dev *d = arg;
+  pthread_mutex_lock(&d->lock);
+  for (;;) {
+    fault_job *j;
+    int st;
+    while (d->head == NULL && !d->stopping)
+      pthread_cond_wait(&d->cond, &d->lock);
+    if (d->head == NULL)
+      break;
+    j = d->head;
+    d->head = j->next;
+    if (d->head == NULL)
+      d->tail = NULL;
+    d->busy = true;
+    pthread_mutex_unlock(&d->lock);
+    st = j->inject != UM_OK ? j->inject : run_xfer(d, &j->x);
+    j->done(j->arg, st);
+    job_unref(j);
+    pthread_mutex_lock(&d->lock);
+    d->busy = false;
+    if (d->head == NULL)
+      pthread_cond_broadcast(&d->idle);
+  }
+  pthread_mutex_unlock(&d->lock);
+  return NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The contract */
+
+static int open_common(const um__backend *be, const um_options *opts, void **ctx, int *count) {
+  fault_ctx *c = calloc(1, sizeof(*c));
+  (void)opts;
+  if (c == NULL)
+    return um__set_error(UM_ENOMEM, "fault: out of memory");
+  pthread_mutex_lock(&plan.lock);
+  c->n = plan.devices;
+  for (int i = 0; i < c->n; i++)
+    c->devs[i].total = plan.total;
+  pthread_mutex_unlock(&plan.lock);
+  c->be = be;
+  for (int i = 0; i < c->n; i++) {
+    fault_dev *d = &c->devs[i];
+    d->ctx = c;
+    d->index = i;
+    atomic_init(&d->lost, false);
+    atomic_init(&d->live_bytes, 0);
+    atomic_init(&d->live_blocks, 0);
+    pthread_mutex_init(&d->lock, NULL);
+    pthread_cond_init(&d->cond, NULL);
+    pthread_cond_init(&d->idle, NULL);
+    if (be->xfer_async != NULL) {
+      if (pthread_create(&d->thread, NULL, queue_main, d) != 0) {
+        /* close() joins the threads that started */
+        c->n = i + 1;
+        *ctx = c;
+        return um__set_error(UM_ENOMEM, "fault: cannot start a queue thread");
+      }
+      d->has_thread = true;
+    }
+  }
+  *ctx = c;
+  *count = c->n;
+  return UM_OK;
+}
+
+static int fault_open(const um_options *opts, void **ctx, int *count) {
+  return open_common(&fault_backend, opts, ctx, count);
+}
+
+static int fault_map_open(const um_options *opts, void **ctx, int *count) {
+  return open_common(&fault_backend_mapped, opts, ctx, count);
+}
+
+static int fault_describe(void *ctx, int i, um__bdev_desc *out) {
+  fault_ctx *c = ctx;
+  memset(out, 0, sizeof(*out));
+  snprintf(out->name, sizeof(out->name), "%s device %d", c->be->name, i);
+  out->caps = UM_CAP_PINNED | (c->n > 1 ? UM_CAP_PEER : 0u) |
+              (c->be->xfer_async != NULL ? UM_CAP_ASYNC : 0u);
+  out->locations = (1u << UM_DEVICE) | (1u << UM_PINNED);
+  out->total_bytes = c->devs[i].total;
+  out->bdev = &c->devs[i];
+  return UM_OK;
+}
+
+static void fault_close(void *ctx) {
+  fault_ctx *c = ctx;
+  for (int i = 0; i < c->n; i++) {
+    fault_dev *d = &c->devs[i];
+    uint64_t left;
+    if (d->has_thread) {
+      pthread_mutex_lock(&d->lock);
+      d->stopping = true;
+      pthread_cond_signal(&d->cond);
+      pthread_mutex_unlock(&d->lock);
+      pthread_join(d->thread, NULL);
+    }
+    left = atomic_load(&d->live_blocks);
+    if (left != 0) {
+      fprintf(stderr, "fault backend: %s device %d closed with %llu blocks never freed\n",
+              c->be->name, i, (unsigned long long)left);
+      atomic_fetch_add(&all_leaked_at_close, left);
+    }
+    pthread_mutex_destroy(&d->lock);
+    pthread_cond_destroy(&d->cond);
+    pthread_cond_destroy(&d->idle);
+  }
+  free(c);
+}
+
+static int fault_mem_alloc(void *bdev, um_location loc, size_t bytes, um__mem *out) {
+  fault_dev *d = bdev;
+  fault_block *b;
+  int st = count_alloc();
+  if (st != UM_OK)
+    return st;
+  if (atomic_load(&d->lost))
+    return lost_error(d);
+  if (loc != UM_DEVICE && loc != UM_PINNED)
+    core_bug("an allocation at a location the device does not offer");
+  if (bytes > d->total || atomic_load(&d->live_bytes) + bytes > d->total)
+    return um__set_error(UM_ENOMEM, "fault: device %d is full (%llu of %llu bytes used)", d->index,
+                         (unsigned long long)atomic_load(&d->live_bytes), (unsigned long long)d->total);
+  b = calloc(1, sizeof(*b));
+  if (b == NULL || (b->data = malloc(bytes)) == NULL) {
+    free(b);
+    return um__set_error(UM_ENOMEM, "fault: host memory for %zu bytes", bytes);
+  }
+  if (loc == UM_DEVICE)
+    memset(b->data, FAULT_JUNK, bytes);
+  b->dev = d;
+  b->loc = loc;
+  b->bytes = bytes;
+  atomic_fetch_add(&d->live_bytes, bytes);
+  atomic_fetch_add(&d->live_blocks, 1);
+  atomic_fetch_add(&all_live_bytes, bytes);
+  atomic_fetch_add(&all_live_blocks, 1);
+  out->host = loc == UM_PINNED ? b->data : NULL;
+  out->handle = (uintptr_t)b;
+  out->priv = b;
+  return UM_OK;
+}
+
+static void fault_mem_free(void *bdev, um_location loc, size_t bytes, um__mem *mem) {
+  fault_dev *d = bdev;
+  fault_block *b = block_of(mem);
+  if (b->dev != d || b->loc != loc || b->bytes != bytes)
+    core_bug("a free with another device, location or size than the allocation");
+  atomic_fetch_sub(&d->live_bytes, bytes);
+  atomic_fetch_sub(&d->live_blocks, 1);
+  atomic_fetch_sub(&all_live_bytes, bytes);
+  atomic_fetch_sub(&all_live_blocks, 1);
+  free(b->map_buf);
+  free(b->data);
+  free(b);
+  memset(mem, 0, sizeof(*mem));
+}
+
+static int fault_memory(void *bdev, uint64_t *free_bytes, uint64_t *total_bytes) {
+  fault_dev *d = bdev;
+  uint64_t used = atomic_load(&d->live_bytes);
+  if (atomic_load(&d->lost))
+    return lost_error(d);
+  *free_bytes = used < d->total ? d->total - used : 0;
+  *total_bytes = d->total;
+  return UM_OK;
+}
+
+static int fault_synchronize(void *bdev) {
+  fault_dev *d = bdev;
+  if (d->has_thread) {
+    pthread_mutex_lock(&d->lock);
+    while (d->head != NULL || d->busy)
+      pthread_cond_wait(&d->idle, &d->lock);
+    pthread_mutex_unlock(&d->lock);
+  }
+  return atomic_load(&d->lost) ? lost_error(d) : UM_OK;
+}
+
+static int fault_xfer(void *bdev, const um__xfer *x) {
+  bool at_submit;
+  int st = count_xfer(&at_submit);
+  if (st != UM_OK)
+    return st;
+  return run_xfer(bdev, x);
+}
+
+static int fault_xfer_async(void *bdev, const um__xfer *x, void *const *after, int nafter,
+                            um__done_fn done, void *arg, void **native) {
+  fault_dev *d = bdev;
+  fault_job *j;
+  bool at_submit;
+  int st;
+  for (int i = 0; i < nafter; i++) {
+    fault_job *a = after[i];
+    if (a == NULL || a->dev != d || atomic_load(&a->refs) < 1)
+      core_bug("a wait-list token of another device, or one already released");
+  }
+  st = count_xfer(&at_submit);
+  if (st != UM_OK && at_submit)
+    return st;
+  if (atomic_load(&d->lost))
+    return lost_error(d);
+  j = calloc(1, sizeof(*j));
+  if (j == NULL)
+    return um__set_error(UM_ENOMEM, "fault: out of memory for a transfer");
+  j->dev = d;
+  j->x = *x;
+  j->done = done;
+  j->arg = arg;
+  j->inject = st;
+  atomic_init(&j->refs, 2);
+  *native = j;
+  pthread_mutex_lock(&d->lock);
+  j->seq = d->next_seq++;
+  for (int i = 0; i < nafter; i++)
+    if (((fault_job *)after[i])->seq >= j->seq)
+      core_bug("a wait-list token issued after the transfer waiting for it");
+  if (d->tail)
+    d->tail->next = j;
+  else
+    d->head = j;
+  d->tail = j;
+  pthread_cond_signal(&d->cond);
+  pthread_mutex_unlock(&d->lock);
+  return UM_OK;
+}
+
+static void fault_native_release(void *bdev, void *native) {
+  fault_job *j = native;
+  if (j == NULL || j->dev != bdev)
+    core_bug("a token released on another device");
+  job_unref(j);
+}
+
+static bool map_fetches(um_map_mode mode) { return mode != UM_MAP_WRITE_DISCARD; }
+static bool map_writes(um_map_mode mode) { return mode != UM_MAP_READ; }
+
+static int fault_map(void *bdev, um__mem *mem, um_location loc, size_t off, size_t len,
+                     um_map_mode mode, void **host) {
+  fault_dev *d = bdev;
+  fault_block *b = block_of(mem);
+  unsigned char *src = range(mem, off, len);
+  (void)loc;
+  if (b->map_buf != NULL)
+    core_bug("a block mapped twice");
+  if (map_fetches(mode)) {
+    bool at_submit;
+    int st = count_xfer(&at_submit);
+    if (st != UM_OK)
+      return st;
+  }
+  if (atomic_load(&d->lost))
+    return lost_error(d);
+  b->map_buf = malloc(len);
+  if (b->map_buf == NULL)
+    return um__set_error(UM_ENOMEM, "fault: no host memory for a mapping");
+  if (map_fetches(mode))
+    memcpy(b->map_buf, src, len);
+  else
+    memset(b->map_buf, FAULT_JUNK, len);
+  b->map_off = off;
+  b->map_len = len;
+  b->map_mode = mode;
+  *host = b->map_buf;
+  return UM_OK;
+}
+
+static int fault_unmap(void *bdev, um__mem *mem, um_location loc, void *host) {
+  fault_dev *d = bdev;
+  fault_block *b = block_of(mem);
+  int st = UM_OK;
+  (void)loc;
+  if (b->map_buf == NULL || host != b->map_buf)
+    core_bug("an unmap of what is not mapped");
+  if (map_writes(b->map_mode)) {
+    bool at_submit;
+    st = count_xfer(&at_submit);
+    if (st == UM_OK && atomic_load(&d->lost))
+      st = lost_error(d);
+    if (st == UM_OK)
+      memcpy(b->data + b->map_off, b->map_buf, b->map_len);
+  } else if (atomic_load(&d->lost)) {
+    st = lost_error(d);
+  }
+  free(b->map_buf);
+  b->map_buf = NULL;
+  return st;
+}
+
+static bool same_ctx(void *a, void *b) {
+  return ((fault_dev *)a)->ctx == ((fault_dev *)b)->ctx;
+}
+
+static int fault_peer_possible(void *a, void *b) { return a != b && same_ctx(a, b); }
+
+static int fault_peer_enable(void *a, void *b) {
+  if (!fault_peer_possible(a, b))
+    return um__set_error(UM_ENOTSUP, "fault: no peer access between these devices");
+  if (atomic_load(&((fault_dev *)a)->lost))
+    return lost_error(a);
+  if (atomic_load(&((fault_dev *)b)->lost))
+    return lost_error(b);
+  return UM_OK;
+}
+
+const um__backend fault_backend = {
+    .name = "fault",
+    .open = fault_open,
+    .describe = fault_describe,
+    .close = fault_close,
+    .mem_alloc = fault_mem_alloc,
+    .mem_free = fault_mem_free,
+    .memory = fault_memory,
+    .synchronize = fault_synchronize,
+    .xfer = fault_xfer,
+    .xfer_async = fault_xfer_async,
+    .native_release = fault_native_release,
+    .peer_possible = fault_peer_possible,
+    .peer_enable = fault_peer_enable,
+};
+
+const um__backend fault_backend_mapped = {
+    .name = "fault-map",
+    .open = fault_map_open,
+    .describe = fault_describe,
+    .close = fault_close,
+    .mem_alloc = fault_mem_alloc,
+    .mem_free = fault_mem_free,
+    .memory = fault_memory,
+    .synchronize = fault_synchronize,
+    .xfer = fault_xfer,
+    .map = fault_map,
+    .unmap = fault_unmap,
+    .peer_possible = fault_peer_possible,
+    .peer_enable = fault_peer_enable,
+};
+
+/* ------------------------------------------------------------------------ */
+/* Test controls on devices */
+
+bool fault_is_device(const um_device *d) {
+  return d != NULL && (d->be == &fault_backend || d->be == &fault_backend_mapped);
+}
+
+int fault_lose(um_device *d) {
+  if (!fault_is_device(d))
+    return UM_EINVAL;
+  atomic_store(&((fault_dev *)d->bdev)->lost, true);
+  return UM_OK;
+}
+
+uint64_t fault_device_live_bytes(const um_device *d) {
+  return fault_is_device(d) ? atomic_load(&((fault_dev *)d->bdev)->live_bytes) : 0;
+}
+
+int fault_manager_create(const um_options *opts, um_manager **out) {
+  static const um__backend *const both[] = {&fault_backend, &fault_backend_mapped};
+  return um__manager_create_ex(opts, both, 2, out);
+}

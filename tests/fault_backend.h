@@ -1,0 +1,92 @@
+/* A fault-injecting backend, for tests only (never built into the library,
+ * never offered as a device by um_manager_create).
+ *
+ * It behaves as a discrete device: DEVICE blocks live in memory the core
+ * cannot see (um__mem.host == NULL), PINNED blocks have a host view. It
+ * comes in two flavours, so that both halves of the backend contract run:
+ *
+ *   fault_backend         "fault":     xfer + xfer_async (a queue thread per
+ *                                      device completes transfers, so the
+ *                                      core's native and pipelined paths
+ *                                      run), no map (the core keeps a host
+ *                                      shadow), peer copies between its
+ *                                      devices;
+ *   fault_backend_mapped  "fault-map": xfer only (the core runs transfers
+ *                                      on its own threads), map/unmap.
+ *
+ * Give them to a manager with um__manager_create_ex(opts, extra, n, &m).
+ *
+ * Faults are planned process-wide, over every fault device together:
+ * allocations (mem_alloc calls) and transfers (xfer, xfer_async, and map or
+ * unmap calls that move data) are counted from 1 in the order they reach the
+ * backend, and the plan names the one that fails. A device can also be
+ * "lost": from then on every operation on it fails with UM_ENODEV (blocks
+ * are still freed, so the manager can be destroyed).
+ *
+ * Use: add tests/fault_backend.c to the test's sources (tests/extra.cmake
+ * does it for the tests that include this header).
+ */
+#ifndef UNIMEM_TESTS_FAULT_BACKEND_H
+#define UNIMEM_TESTS_FAULT_BACKEND_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "internal.h"
+
+extern const um__backend fault_backend;
+extern const um__backend fault_backend_mapped;
+
+/* um__manager_create_ex with both fault backends: device 0 is the cpu, then
+ * the "fault" devices, then the "fault-map" devices. */
+int fault_manager_create(const um_options *opts, um_manager **out);
+
+/* Devices each fault backend opens per manager (default 1, at most 4) and
+ * the memory of each (default 256 MiB; allocations beyond it answer
+ * UM_ENOMEM, as a full device would). Read when a manager is created. */
+void fault_configure(int devices_per_backend, uint64_t total_bytes);
+
+/* Counters back to zero and no fault armed (live block counts stay). */
+void fault_reset(void);
+
+/* Fail the nth allocation from now on (counted from 1 since the last reset)
+ * with UM_ENOMEM. sticky: every later one fails too, until fault_disarm. */
+void fault_fail_alloc(uint64_t nth, bool sticky);
+
+/* Fail the nth transfer with status. at_submit: an asynchronous transfer is
+ * refused by xfer_async itself (done is never called) instead of failing
+ * when it runs (done reports status). sticky: as for allocations. */
+void fault_fail_xfer(uint64_t nth, bool sticky, int status, bool at_submit);
+
+/* No fault armed any more (counting goes on). */
+void fault_disarm(void);
+
+/* While paused, nothing is counted and nothing fails (for checks that read
+ * buffers back in the middle of a fault run). */
+void fault_pause(bool paused);
+
+/* Device lost: every later operation on d fails with UM_ENODEV, including
+ * transfers already queued on it. Returns UM_EINVAL when d is not a fault
+ * device. */
+int fault_lose(um_device *d);
+
+/* Whether d is a device of one of the fault backends. */
+bool fault_is_device(const um_device *d);
+
+typedef struct fault_counts {
+  uint64_t allocs;          /* mem_alloc calls counted since the reset */
+  uint64_t xfers;           /* transfers counted since the reset */
+  uint64_t injected_allocs; /* of those, failed by the plan */
+  uint64_t injected_xfers;
+  uint64_t live_blocks;     /* blocks allocated and not freed, all devices */
+  uint64_t live_bytes;
+  uint64_t leaked_at_close; /* blocks still live when a backend was closed */
+} fault_counts;
+
+void fault_counts_get(fault_counts *out);
+
+/* Bytes of d's memory now held (allocated and not freed); 0 for a device
+ * that is not a fault device. */
+uint64_t fault_device_live_bytes(const um_device *d);
+
+#endif /* UNIMEM_TESTS_FAULT_BACKEND_H */

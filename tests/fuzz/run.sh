@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Build the libFuzzer target (clang, ASan+UBSan) and fuzz the API for a
+# bounded time, starting from the kept corpus.
+#
+#   tests/fuzz/run.sh [SECONDS]      default 60
+#
+# Environment: UNIMEM_FUZZ_BUILD_DIR (default build-fuzz in the source
+# tree), JOBS (build parallelism, default 2), FUZZ_FLAGS (extra libFuzzer
+# flags). New inputs go to a scratch directory, not to the kept corpus; to
+# refresh the corpus, merge: fuzz_api -merge=1 tests/fuzz/corpus DIR.
+# The last lines of the output are libFuzzer's final statistics
+# (stat::number_of_executed_units, stat::average_exec_per_sec, ...).
+set -euo pipefail
+secs=${1:-60}
+root=$(cd "$(dirname "$0")/../.." && pwd)
+build=${UNIMEM_FUZZ_BUILD_DIR:-$root/build-fuzz}
+
+cmake -S "$root" -B "$build" -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DUNIMEM_BUILD_FUZZ=ON -DUNIMEM_BUILD_TESTS=OFF -DUNIMEM_BUILD_BENCH=OFF \
+  -DUNIMEM_BUILD_TOOLS=OFF -DUNIMEM_BUILD_EXAMPLES=OFF \
+  -DUNIMEM_ENABLE_OPENCL=OFF -DUNIMEM_ENABLE_CUDA=OFF >/dev/null
+cmake --build "$build" --target fuzz_api -j"${JOBS:-2}"
+
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+echo "fuzzing for ${secs}s from $(ls "$root/tests/fuzz/corpus" | wc -l) corpus inputs"
+# shellcheck disable=SC2086
+"$build/tests/fuzz/fuzz_api" -max_total_time="$secs" -max_len=4096 -timeout=30 \
+  -rss_limit_mb=4096 -print_final_stats=1 -artifact_prefix="$build/" ${FUZZ_FLAGS:-} \
+  "$scratch" "$root/tests/fuzz/corpus"
