@@ -25,6 +25,27 @@ install(FILES
   ${CMAKE_CURRENT_BINARY_DIR}/unimemConfigVersion.cmake
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/unimem)
 
+# pkg-config: the prefix is derived from the .pc file's own directory
+# (${pcfiledir}), unless the install directories are absolute.
+if(IS_ABSOLUTE "${CMAKE_INSTALL_LIBDIR}")
+  set(UM_PC_PREFIX "${CMAKE_INSTALL_PREFIX}")
+  set(UM_PC_LIBDIR "${CMAKE_INSTALL_LIBDIR}")
+else()
+  file(RELATIVE_PATH _um_pc_up "/root/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/root")
+  string(REGEX REPLACE "/$" "" _um_pc_up "${_um_pc_up}")
+  set(UM_PC_PREFIX "\${pcfiledir}/${_um_pc_up}")
+  set(UM_PC_LIBDIR "\${prefix}/${CMAKE_INSTALL_LIBDIR}")
+endif()
+if(IS_ABSOLUTE "${CMAKE_INSTALL_INCLUDEDIR}")
+  set(UM_PC_INCLUDEDIR "${CMAKE_INSTALL_INCLUDEDIR}")
+else()
+  set(UM_PC_INCLUDEDIR "\${prefix}/${CMAKE_INSTALL_INCLUDEDIR}")
+endif()
 configure_file(cmake/unimem.pc.in ${CMAKE_CURRENT_BINARY_DIR}/unimem.pc @ONLY)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/unimem.pc
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+
+# The manual page of the unimem command.
+if(UNIMEM_BUILD_TOOLS)
+  install(FILES docs/unimem.1 DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
+endif()

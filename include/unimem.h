@@ -26,6 +26,8 @@
 extern "C" {
 #endif
 
+/* Marks the functions of the API: exported from the shared library (built
+ * with hidden visibility otherwise). Empty when UNIMEM_STATIC is defined. */
 #if defined(UNIMEM_STATIC)
 #define UM_EXTERN
 #elif defined(__GNUC__) || defined(__clang__)
@@ -53,6 +55,7 @@ extern "C" {
   XX(EBACKEND, -11, "backend failure")                                         \
   XX(ELEAK, -12, "buffers were never released")
 
+/* Status codes: UM_OK (0) or a negative UM_E* value. */
 typedef enum {
 #define UM_ERRNO_ENUM_(name, value, text) UM_##name = (value),
   UM_ERRNO_MAP(UM_ERRNO_ENUM_)
@@ -75,6 +78,8 @@ UM_EXTERN const char *um_version_string(void);
 /* ------------------------------------------------------------------------ */
 /* Types                                                                     */
 
+/* Opaque handles: a manager (owns everything else), one of its devices, a
+ * buffer, the completion of an operation (an event). */
 typedef struct um_manager um_manager;
 typedef struct um_device um_device;
 typedef struct um_buffer um_buffer;
@@ -87,6 +92,7 @@ typedef enum {
   UM_PINNED = 2,  /* page-locked host memory the device can DMA from */
   UM_UNIFIED = 3  /* memory shared by host and device (managed, SVM) */
 } um_location;
+/* Number of um_location values. */
 #define UM_LOCATION_COUNT 4
 
 /* um_alloc flags. */
@@ -102,10 +108,11 @@ enum {
 /* um_buffer_valid bits: which copies hold the current data. */
 enum { UM_VALID_HOST = 1u << 0, UM_VALID_DEVICE = 1u << 1 };
 
+/* Access asked of um_map and um_map_file. */
 typedef enum {
-  UM_MAP_READ = 0,
-  UM_MAP_WRITE = 1,
-  UM_MAP_READ_WRITE = 2,
+  UM_MAP_READ = 0,       /* read only */
+  UM_MAP_WRITE = 1,      /* write (the current contents are fetched) */
+  UM_MAP_READ_WRITE = 2, /* read and write */
   UM_MAP_WRITE_DISCARD = 3 /* the previous contents need not be fetched */
 } um_map_mode;
 
@@ -125,6 +132,8 @@ typedef enum {
   UM_LOG_DEBUG = 3
 } um_log_level;
 
+/* Receives each log message at or below um_options.log_level; ctx is
+ * um_options.log_ctx. */
 typedef void (*um_log_fn)(void *ctx, um_log_level level, const char *msg);
 
 /* Called when a device allocation failed even after the pool released its
@@ -153,14 +162,14 @@ typedef struct um_options {
   char backends[128];     /* comma list: "cpu,opencl,cuda"; "" means all */
   um_log_level log_level; /* messages above this level are dropped */
   um_log_fn log;          /* NULL: messages go to stderr */
-  void *log_ctx;
+  void *log_ctx;          /* passed to log */
   um_oom_fn on_oom; /* optional; see um_oom_fn */
-  void *oom_ctx;
+  void *oom_ctx;     /* passed to on_oom */
 } um_options;
 
 /* Description of a device. */
 typedef struct um_device_info {
-  char name[128];
+  char name[128];      /* the device's own name */
   char backend[16];    /* "cpu", "opencl", "cuda" */
   int index;           /* position in the manager, 0 is the host CPU */
   unsigned caps;       /* UM_CAP_* */
@@ -200,6 +209,8 @@ typedef struct um_device_info {
   XX(uint64_t, xfer_staged, "copies staged through host memory")               \
   XX(uint64_t, fills, "fill operations")
 
+/* Counters and gauges of one device, or of all devices (um_stats_get); one
+ * field per entry of UM_STATS_FIELDS. */
 typedef struct um_stats {
 #define UM_STATS_MEMBER_(type, name, desc) type name;
   UM_STATS_FIELDS(UM_STATS_MEMBER_)
@@ -209,13 +220,13 @@ typedef struct um_stats {
 /* One copy of um_copy_batch: exactly one of src/host_src and exactly one of
  * dst/host_dst is set. */
 typedef struct um_copy_op {
-  um_buffer *dst;
-  size_t dst_off;
-  um_buffer *src;
-  size_t src_off;
-  const void *host_src;
-  void *host_dst;
-  size_t bytes;
+  um_buffer *dst;       /* destination buffer, or NULL for host_dst */
+  size_t dst_off;       /* offset in dst */
+  um_buffer *src;       /* source buffer, or NULL for host_src */
+  size_t src_off;       /* offset in src */
+  const void *host_src; /* source host memory, or NULL for src */
+  void *host_dst;       /* destination host memory, or NULL for dst */
+  size_t bytes;         /* bytes to copy (> 0) */
 } um_copy_op;
 
 /* ------------------------------------------------------------------------ */
@@ -247,6 +258,7 @@ UM_EXTERN int um_manager_options(const um_manager *m, um_options *out);
 UM_EXTERN int um_device_count(const um_manager *m);
 /* Device at index, or NULL when out of range. */
 UM_EXTERN um_device *um_device_get(um_manager *m, int index);
+/* Describe d into *out. UM_EINVAL for NULL. */
 UM_EXTERN int um_device_info_get(const um_device *d, um_device_info *out);
 /* Free and total memory as the device reports them now. */
 UM_EXTERN int um_device_memory(um_device *d, uint64_t *free_bytes,
@@ -309,11 +321,15 @@ UM_EXTERN void *um_buffer_host_ptr(um_buffer *b);
  * Host memory passed to an asynchronous call must stay valid until its
  * event completes. */
 
+/* Copy bytes from host memory src into dst at dst_off. */
 UM_EXTERN int um_copy_from_host(um_buffer *dst, size_t dst_off,
                                 const void *src, size_t bytes,
                                 um_event **done);
+/* Copy bytes of src at src_off into host memory dst. */
 UM_EXTERN int um_copy_to_host(um_buffer *src, size_t src_off, void *dst,
                               size_t bytes, um_event **done);
+/* Copy bytes from src at src_off to dst at dst_off, on one device or
+ * between two (peer access where enabled, else staged through the host). */
 UM_EXTERN int um_copy(um_buffer *dst, size_t dst_off, um_buffer *src,
                       size_t src_off, size_t bytes, um_event **done);
 /* Issue n copies; at most max_concurrent_transfers run at once. Every op is

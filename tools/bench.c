@@ -415,6 +415,14 @@ static void write_panel(FILE *g, const panel *p, int idx, int quick) {
   fputc('\n', g);
 }
 
+/* prepare_output made the file to check it could: remove it while it is
+ * still empty, so that no empty chart is left behind. */
+static void remove_if_empty(const char *path) {
+  struct stat sb;
+  if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size == 0)
+    unlink(path);
+}
+
 static int draw_chart(const char *path, const bench_result *res, int n, int quick) {
   panel panels[NBENCHES];
   int np = 0, width = 900, height, rc;
@@ -437,11 +445,13 @@ static int draw_chart(const char *path, const bench_result *res, int n, int quic
   }
   if (np == 0) {
     fprintf(stderr, "unimem bench: no figures to draw (no benchmark wrote rows); no chart\n");
+    remove_if_empty(path);
     return 0;
   }
   if (!in_path("gnuplot")) {
     fprintf(stderr, "unimem bench: gnuplot is not installed (Debian: gnuplot-nox): no chart; "
                     "the table and the JSON report are complete\n");
+    remove_if_empty(path);
     return 0;
   }
   if (width > 2400)
@@ -483,6 +493,7 @@ static int draw_chart(const char *path, const bench_result *res, int n, int quic
   rc = pclose(g);
   if (rc != 0) {
     fprintf(stderr, "unimem bench: gnuplot failed (status %d): no chart\n", rc);
+    remove_if_empty(path);
     return 1;
   }
   return 0;
