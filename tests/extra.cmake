@@ -34,31 +34,7 @@ target_link_libraries(stress_standalone PRIVATE unimem_static)
 add_test(NAME stress_standalone COMMAND stress_standalone)
 set_tests_properties(stress_standalone PROPERTIES TIMEOUT 300 LABELS "core")
 
+
 # The unimem command, the installed package (find_package, pkg-config,
 # exported symbols, SONAME): tests/packaging/tests.cmake.
 include(${CMAKE_CURRENT_SOURCE_DIR}/packaging/tests.cmake)
-
-# The OpenCL API tests (tests/test_opencl_*.c) run twice: with one PoCL
-# device, and with two in one platform (test_opencl_*_2dev). Tests that need
-# two devices ask PoCL for them themselves, so they run in both. Under the
-# sanitizers, PoCL's own frames (uninstrumented, with its own threads and
-# allocations) are suppressed by tests/tsan.supp and tests/lsan.supp; none
-# of unimem's frames are.
-set(UM_OPENCL_SANITIZER_ENV "")
-if(UNIMEM_SANITIZE STREQUAL "thread")
-  set(UM_OPENCL_SANITIZER_ENV
-      "TSAN_OPTIONS=suppressions=${CMAKE_CURRENT_SOURCE_DIR}/tsan.supp halt_on_error=1 second_deadlock_stack=1")
-elseif(UNIMEM_SANITIZE STREQUAL "address")
-  set(UM_OPENCL_SANITIZER_ENV
-      "LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_SOURCE_DIR}/lsan.supp print_suppressions=0"
-      "ASAN_OPTIONS=suppressions=${CMAKE_CURRENT_SOURCE_DIR}/asan.supp")
-endif()
-foreach(src ${UM_TEST_SOURCES})
-  get_filename_component(name ${src} NAME_WE)
-  if(name MATCHES "^test_opencl_")
-    set_property(TEST ${name} PROPERTY ENVIRONMENT "POCL_DEVICES=pthread" ${UM_OPENCL_SANITIZER_ENV})
-    add_test(NAME ${name}_2dev COMMAND ${name} --jobs=1)
-    set_tests_properties(${name}_2dev PROPERTIES LABELS "opencl" TIMEOUT 300 SKIP_RETURN_CODE 77)
-    set_property(TEST ${name}_2dev PROPERTY ENVIRONMENT "POCL_DEVICES=pthread pthread" ${UM_OPENCL_SANITIZER_ENV})
-  endif()
-endforeach()
