@@ -445,8 +445,13 @@ int um_bench_stream_main(int argc, char **argv) {
              (double)c.file_bytes / rows[k].naive_ns, rows[k].naive_ns / rows[k].unimem_ns);
     }
     mib_text(stats.peak_bytes_in_use, text, sizeof(text));
-    printf("\npeak device memory in use: %s%s%s%s; every run's checksum matched the file's\n", text,
-           info.index > 0 ? " of the " : "", info.index > 0 ? limit_text : "", info.index > 0 ? " limit" : "");
+    if (info.index > 0)
+      printf("\npeak device memory in use: %s of the %s limit; every run's checksum matched the file's\n", text,
+             limit_text);
+    else
+      printf("\npeak bytes in use on device 0: %s (the mapped file is a buffer of device 0 too); every run's\n"
+             "checksum matched the file's\n",
+             text);
     if (c.json != NULL && write_json(&c, &info, rows, c.nchunks, stats.peak_bytes_in_use) != 0)
       failed = 1;
   }
