@@ -8,12 +8,27 @@
 #ifndef UNIMEM_TEST_UTIL_H
 #define UNIMEM_TEST_UTIL_H
 
+/* Criterion cannot run under ThreadSanitizer (test_util_tsan.h says why):
+ * TSan builds take a stand-in with the same macros. */
+#if defined(__SANITIZE_THREAD__)
+#define UT_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define UT_TSAN 1
+#endif
+#endif
+#ifdef UT_TSAN
+#include "test_util_tsan.h"
+#else
 #include <criterion/criterion.h>
+#endif
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -265,6 +280,29 @@ static UT_UNUSED uint64_t ut_vmlck(void) {
   cr_assert(found, "no VmLck line in /proc/self/status");
   return (uint64_t)kb * 1024u;
 }
+
+/* Whether mlock() really locks pages in this process. Sanitizers
+ * (AddressSanitizer, ThreadSanitizer) intercept mlock and make it a no-op
+ * that succeeds, so tests about locked memory can only skip there. */
+static UT_UNUSED int ut_mlock_works(void) {
+  long page = sysconf(_SC_PAGESIZE);
+  uint64_t before;
+  int works;
+  void *p = mmap(NULL, (size_t)page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  cr_assert_neq(p, MAP_FAILED);
+  before = ut_vmlck();
+  works = mlock(p, (size_t)page) == 0 && ut_vmlck() >= before + (uint64_t)page;
+  munlock(p, (size_t)page);
+  munmap(p, (size_t)page);
+  return works;
+}
+
+#define UT_SKIP_UNLESS_MLOCK_WORKS()                                           \
+  do {                                                                         \
+    if (!ut_mlock_works())                                                     \
+      cr_skip_test("mlock() does not lock pages in this build (a sanitizer "   \
+                   "intercepts it), or locking one page is not allowed");      \
+  } while (0)
 
 /* ------------------------------------------------------------------------ */
 /* xorshift64*: fixed seeds give the same sequence on every run. */
