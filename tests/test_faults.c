@@ -468,14 +468,14 @@ static void workload(run *r) {
 
 static const size_t slot_sizes[NSLOTS] = {48 * KiB, 8 * KiB, 48 * KiB, 4 * KiB, 20 * KiB, 4 * KiB, 4 * KiB};
 
-static void options(um_options *o) {
+static void options(um_options *o, int debug) {
   um_options_init(o);
   snprintf(o->backends, sizeof(o->backends), "cpu");
   o->enable_pooling = 1;
   o->trim_interval_ms = 0; /* no timer: the backend sees the same calls every run */
   o->trim_on_pressure = 1;
   o->scrub = 0;
-  o->debug = 0;
+  o->debug = debug;
   o->max_concurrent_transfers = 2;
   o->use_pinned_staging = 1;
   o->staging_chunk_bytes = 16 * KiB;
@@ -485,7 +485,7 @@ static void options(um_options *o) {
 
 /* One run of the workload with one planned fault; returns the faults the
  * backend injected. */
-static uint64_t do_run(sweep_kind kind, uint64_t nth, int status) {
+static uint64_t do_run(sweep_kind kind, uint64_t nth, int status, int debug) {
   run *r = calloc(1, sizeof(*r));
   um_options o;
   um_stats s;
@@ -499,7 +499,7 @@ static uint64_t do_run(sweep_kind kind, uint64_t nth, int status) {
   for (int i = 0; i < NSLOTS; i++)
     r->s[i].size = slot_sizes[i];
   memcpy(r->wrap_mem, pat[2] + 123, sizeof(r->wrap_mem));
-  options(&o);
+  options(&o, debug);
   fault_configure(1, 256u << 20);
   fault_reset();
   cr_assert_eq(fault_manager_create(&o, &r->m), UM_OK, "%s", um_last_error());
@@ -556,38 +556,49 @@ static uint64_t do_run(sweep_kind kind, uint64_t nth, int status) {
   return injected;
 }
 
-static void dry_run(void) {
+static void dry_run(int debug) {
   make_patterns();
-  do_run(SWEEP_NONE, 0, UM_OK);
+  do_run(SWEEP_NONE, 0, UM_OK, debug);
   cr_assert_gt(dry_allocs, 5);
   cr_assert_gt(dry_xfers, 20);
 }
 
 /* Sweep one kind of fault over every point of the workload. */
-static void sweep(sweep_kind kind, int status) {
+static void sweep(sweep_kind kind, int status, int debug) {
   bool allocs = kind == SWEEP_ALLOC_ONCE || kind == SWEEP_ALLOC_STICKY;
   uint64_t points, injected = 0;
-  dry_run();
+  dry_run(debug);
   points = allocs ? dry_allocs : dry_xfers;
   for (uint64_t n = 1; n <= points; n++)
-    injected += do_run(kind, n, status);
-  printf("faults: %s: %llu %s failures injected over %llu runs (%d steps), all handled\n",
-         sweep_names[kind], (unsigned long long)injected, allocs ? "alloc" : "copy",
+    injected += do_run(kind, n, status, debug);
+  printf("faults: %s%s: %llu %s failures injected over %llu runs (%d steps), all handled\n",
+         sweep_names[kind], debug ? " (debug)" : "", (unsigned long long)injected, allocs ? "alloc" : "copy",
          (unsigned long long)points, dry_steps);
   fflush(stdout);
 }
 
 Test(faults, dry_run_succeeds) {
-  dry_run();
+  dry_run(0);
   printf("faults: workload of %d steps makes %llu allocations and %llu transfers on the fault devices\n",
          dry_steps, (unsigned long long)dry_allocs, (unsigned long long)dry_xfers);
+  for (int i = 0; i < dry_steps; i++)
+    printf("faults: step %2d: %-44s allocations %2llu, transfers %2llu\n", i + 1, dry[i].name,
+           (unsigned long long)(dry[i].allocs - (i ? dry[i - 1].allocs : 0)),
+           (unsigned long long)(dry[i].xfers - (i ? dry[i - 1].xfers : 0)));
   fflush(stdout);
 }
 
-Test(faults, every_allocation_fails_once) { sweep(SWEEP_ALLOC_ONCE, UM_ENOMEM); }
-Test(faults, every_allocation_fails_for_good) { sweep(SWEEP_ALLOC_STICKY, UM_ENOMEM); }
-Test(faults, every_transfer_fails_when_run) { sweep(SWEEP_XFER_RUN, UM_EBACKEND); }
-Test(faults, every_transfer_is_refused_at_submit) { sweep(SWEEP_XFER_SUBMIT, UM_ENODEV); }
+Test(faults, every_allocation_fails_once) { sweep(SWEEP_ALLOC_ONCE, UM_ENOMEM, 0); }
+Test(faults, every_allocation_fails_for_good) { sweep(SWEEP_ALLOC_STICKY, UM_ENOMEM, 0); }
+Test(faults, every_transfer_fails_when_run) { sweep(SWEEP_XFER_RUN, UM_EBACKEND, 0); }
+Test(faults, every_transfer_is_refused_at_submit) { sweep(SWEEP_XFER_SUBMIT, UM_ENODEV, 0); }
+
+/* The same with the debug quarantine: released blocks are held back and
+ * poisoned, so the workload takes other blocks and paths. */
+Test(faults, debug_every_allocation_fails_once) { sweep(SWEEP_ALLOC_ONCE, UM_ENOMEM, 1); }
+Test(faults, debug_every_allocation_fails_for_good) { sweep(SWEEP_ALLOC_STICKY, UM_ENOMEM, 1); }
+Test(faults, debug_every_transfer_fails_when_run) { sweep(SWEEP_XFER_RUN, UM_EBACKEND, 1); }
+Test(faults, debug_every_transfer_is_refused_at_submit) { sweep(SWEEP_XFER_SUBMIT, UM_ENODEV, 1); }
 
 /* ------------------------------------------------------------------------ */
 /* Device loss */
@@ -595,7 +606,7 @@ Test(faults, every_transfer_is_refused_at_submit) { sweep(SWEEP_XFER_SUBMIT, UM_
 static um_manager *lost_setup(um_device **fd, um_device **fm) {
   um_options o;
   um_manager *m;
-  options(&o);
+  options(&o, 0);
   fault_configure(1, 256u << 20);
   fault_reset();
   cr_assert_eq(fault_manager_create(&o, &m), UM_OK);
@@ -721,7 +732,7 @@ Test(faults, small_device_trims_retries_then_reports_enomem) {
   um_device *fd;
   um_buffer *x, *y, *z = NULL;
   um_stats s;
-  options(&o);
+  options(&o, 0);
   fault_configure(1, 256 * KiB);
   fault_reset();
   cr_assert_eq(fault_manager_create(&o, &m), UM_OK);
@@ -752,7 +763,7 @@ Test(faults, oom_callback_frees_memory_and_the_retry_succeeds) {
   um_device *fd;
   um_buffer *z = NULL;
   um_stats s;
-  options(&o);
+  options(&o, 0);
   o.on_oom = free_victim;
   fault_configure(1, 256 * KiB);
   fault_reset();
