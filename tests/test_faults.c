@@ -14,12 +14,12 @@
  * each allocation and transfer happens, and a fault run must fail exactly
  * that step.
  */
-#include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "fault_backend.h"
+#include "test_util.h" /* Criterion, or its stand-in under TSan */
 
 #define KiB 1024u
 #define MAX_STEPS 96

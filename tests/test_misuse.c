@@ -4,12 +4,12 @@
  * and blocks wait in a quarantine, so a stale handle keeps answering
  * UM_ESTATE even after its size was allocated again, and freed host bytes
  * read as the poison pattern. */
-#include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "fault_backend.h"
+#include "test_util.h" /* Criterion, or its stand-in under TSan */
 
 static um_manager *m;
 static um_device *cpu, *fdev, *fmap;

@@ -16,10 +16,10 @@
 
 #include "fault_backend.h"
 
-/* Criterion cannot start under TSan (its process arena collides with the
- * sanitizer's memory layout: Criterion issue #274), so the same test also
- * builds as a plain program (UNIMEM_STRESS_STANDALONE, the stress_standalone
- * CTest test) that the TSan build runs. */
+/* Under TSan, test_util.h stands in for Criterion (which cannot start
+ * there: Criterion issue #274). The same test also builds as a plain
+ * program (UNIMEM_STRESS_STANDALONE, the stress_standalone CTest test), the
+ * quickest form to run under valgrind or with STRESS_SCALE. */
 #ifdef UNIMEM_STRESS_STANDALONE
 #include <stdarg.h>
 static void check_failed(const char *file, int line, const char *fmt, ...)
@@ -39,7 +39,7 @@ static void check_failed(const char *file, int line, const char *fmt, ...) {
       check_failed(__FILE__, __LINE__, "check failed: " #cond " " __VA_ARGS__); \
   } while (0)
 #else
-#include <criterion/criterion.h>
+#include "test_util.h" /* Criterion, or its stand-in under TSan */
 #define CHECK(cond, ...) cr_assert(cond, "check failed: " #cond " " __VA_ARGS__)
 #endif
 #define CHECK_OK(call, ...) CHECK((call) == UM_OK, __VA_ARGS__)
