@@ -121,7 +121,7 @@ static int write_file(const char *path, size_t bytes, uint64_t *sum) {
 static void progress_line(bs_state *s, uint64_t done, uint64_t total) {
   if (!s->tty)
     return;
-  fprintf(stderr, "\r[%d/%d] stream %-24s %3d%%", s->step, s->steps, s->what,
+  fprintf(stderr, "\r\033[K[%d/%d] stream %-24s %3d%%", s->step, s->steps, s->what,
           (int)(total ? done * 100 / total : 100));
   fflush(stderr);
 }
@@ -371,7 +371,7 @@ int um_bench_stream_main(int argc, char **argv) {
   }
   snprintf(path, sizeof(path), "%s/stream.bin", dir);
   if (s.tty) {
-    fprintf(stderr, "\r[0/%d] stream writing a %zu MiB file", c.nchunks * (2 * c.reps + 2), c.file_bytes / MiB);
+    fprintf(stderr, "\r\033[K[0/%d] stream writing a %zu MiB file", c.nchunks * (2 * c.reps + 2), c.file_bytes / MiB);
     fflush(stderr);
   }
   if (write_file(path, c.file_bytes, &expect) != 0) {
