@@ -466,7 +466,9 @@ int um_unmap(um_buffer *b, void *host) {
     b->valid = UM_VALID_DEVICE;
   } else if (mode_writes(b->map_mode)) {
     st = shadow_xfer(b, true, b->map_off, b->map_len);
-    b->valid = st == UM_OK ? (UM_VALID_HOST | UM_VALID_DEVICE) : UM_VALID_HOST;
+    /* A failed write-back loses the mapped writes (the call says so): the
+     * device copy stays the current one, so later maps and copies agree. */
+    b->valid = st == UM_OK ? (UM_VALID_HOST | UM_VALID_DEVICE) : UM_VALID_DEVICE;
   }
   b->mapped = false;
   b->map_native = false;

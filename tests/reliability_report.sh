@@ -247,9 +247,10 @@ cat <<'EOF'
 
 - Events are not quarantined: an event used after um_event_release is a
   use after free (ASan reports it), not a code.
-- A failed write-back at um_unmap of a buffer without a host view leaves the
-  new bytes in the host shadow only (the call reports the failure);
-  copies read the device's older bytes.
+- A failed write-back at um_unmap of a buffer without a host view loses
+  the bytes written through the mapping (um_unmap answers the error); the
+  device copy stays the current one, so maps and copies agree afterwards
+  (faults::failed_write_back_leaves_map_and_copy_agreeing).
 - Without the debug option a released handle is reused by the next
   allocation of the same size (the seeds' pool test requires it): a stale
   handle is caught until then.

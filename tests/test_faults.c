@@ -783,3 +783,34 @@ Test(faults, oom_callback_frees_memory_and_the_retry_succeeds) {
   cr_assert_eq(um_release(z), UM_OK);
   cr_assert_eq(um_manager_destroy(oom_manager), UM_OK);
 }
+
+/* A write-back that fails at um_unmap loses the mapped writes, and says
+ * so; afterwards a map and a copy see the same bytes (the device's). */
+Test(faults, failed_write_back_leaves_map_and_copy_agreeing) {
+  static unsigned char back[4 * KiB];
+  um_options o;
+  um_manager *m;
+  um_buffer *a;
+  fault_counts c;
+  void *p;
+  make_patterns();
+  options(&o, 0);
+  fault_configure(1, 256u << 20);
+  fault_reset();
+  cr_assert_eq(fault_manager_create(&o, &m), UM_OK);
+  cr_assert_eq(um_alloc(m, um_device_get(m, 1), 4 * KiB, UM_DEVICE, 0, &a), UM_OK);
+  cr_assert_eq(um_copy_from_host(a, 0, pat[0], 4 * KiB, NULL), UM_OK);
+  cr_assert_eq(um_map(a, UM_MAP_READ_WRITE, 0, 4 * KiB, &p), UM_OK);
+  memset(p, 0x5C, 100);
+  fault_counts_get(&c);
+  fault_fail_xfer(c.xfers + 1, false, UM_EBACKEND, false);
+  cr_assert_eq(um_unmap(a, p), UM_EBACKEND);
+  cr_assert_eq(um_buffer_valid(a), UM_VALID_DEVICE);
+  cr_assert_eq(um_copy_to_host(a, 0, back, sizeof(back), NULL), UM_OK);
+  cr_assert_arr_eq(back, pat[0], sizeof(back), "the device kept its bytes");
+  cr_assert_eq(um_map(a, UM_MAP_READ, 0, 4 * KiB, &p), UM_OK);
+  cr_assert_arr_eq(p, back, sizeof(back), "a map shows what a copy reads");
+  cr_assert_eq(um_unmap(a, p), UM_OK);
+  cr_assert_eq(um_release(a), UM_OK);
+  cr_assert_eq(um_manager_destroy(m), UM_OK);
+}
