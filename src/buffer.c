@@ -193,6 +193,56 @@ int um_alloc_array(um_manager *m, um_device *d, size_t count, size_t elem_size, 
   return um_alloc_array_at(m, d, count, elem_size, loc, flags, out, NULL, 0);
 }
 
+/* UM_WRAP_PIN page-locks the range through device 0 and also registers it
+ * with every other backend that can register host memory (CUDA:
+ * cuMemHostRegister, portable to all of its devices), once per backend
+ * through its first device: that backend's copies then DMA from the range
+ * directly instead of staging it through pinned chunks. A backend that
+ * refuses (the range overlaps memory it pinned already, say) only loses
+ * that shortcut: the range is page-locked all the same. wrap_regs is NULL
+ * whenever the buffer is not a live pinned wrap (recycling resets it). */
+static void wrap_register_devices(um_buffer *b) {
+  um_manager *m = b->m;
+  const um__backend *seen[UM__MAX_BACKENDS];
+  int nseen = 0;
+  for (int i = 1; i < m->ndevices; i++) {
+    um_device *d = m->devices[i];
+    bool known = d->be == b->dev->be || d->be->host_register == NULL;
+    for (int j = 0; j < nseen && !known; j++)
+      known = seen[j] == d->be;
+    if (known || nseen == UM__MAX_BACKENDS)
+      continue;
+    seen[nseen++] = d->be;
+    if (b->wrap_regs == NULL &&
+        (b->wrap_regs = calloc(UM__MAX_BACKENDS, sizeof(*b->wrap_regs))) == NULL)
+      return; /* no memory for the bookkeeping: the staging paths still work */
+    if (d->be->host_register(d->bdev, b->mem.host, b->size, &b->wrap_regs[b->nwrap_regs].mem) == UM_OK)
+      b->wrap_regs[b->nwrap_regs++].dev = d;
+    else
+      um__log(&m->opts, UM_LOG_INFO, "um_wrap_host: %s did not register %zu bytes at %p (%s); its copies stage them",
+              d->be->name, b->size, b->mem.host, um_last_error());
+  }
+  if (b->nwrap_regs == 0) {
+    free(b->wrap_regs);
+    b->wrap_regs = NULL;
+  }
+}
+
+static void wrap_unregister_devices(um_buffer *b) {
+  for (int i = 0; i < b->nwrap_regs; i++)
+    b->wrap_regs[i].dev->be->host_unregister(b->wrap_regs[i].dev->bdev, &b->wrap_regs[i].mem);
+  free(b->wrap_regs);
+  b->wrap_regs = NULL;
+  b->nwrap_regs = 0;
+}
+
+bool um__wrap_registered(const um_buffer *b, const um_device *d) {
+  for (int i = 0; i < b->nwrap_regs; i++)
+    if (b->wrap_regs[i].dev->be == d->be)
+      return true;
+  return false;
+}
+
 int um_wrap_host(um_manager *m, void *host, size_t bytes, unsigned flags, um_buffer **out) {
   um_device *d;
   um_buffer *b;
@@ -230,6 +280,8 @@ int um_wrap_host(um_manager *m, void *host, size_t bytes, unsigned flags, um_buf
   init_live(b, bytes, NULL, 0);
   b->readonly = (flags & UM_WRAP_READONLY) != 0;
   b->pinned_wrap = (flags & UM_WRAP_PIN) != 0;
+  if (b->pinned_wrap)
+    wrap_register_devices(b);
   UM__STAT_ADD(d, allocations, 1);
   um__stat_in_use_add(d, bytes);
   atomic_store_explicit(&b->state, UM__BUF_LIVE, memory_order_release);
@@ -255,6 +307,9 @@ static void end_native_mapping(um_buffer *b) {
 }
 
 void um__buffer_recycle(um_buffer *b) {
+  /* Before the quarantine too: the caller may free the range now. */
+  if (b->wrap_regs != NULL)
+    wrap_unregister_devices(b);
   if (__builtin_expect(b->m->opts.debug != 0, 0)) {
     um__quarantine_put(b);
     return;

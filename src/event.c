@@ -265,14 +265,20 @@ static void run_started(um_event *op) {
 }
 
 /* Start natively with the given earlier tokens in the wait list. The caller
- * holds the locks of the operations the tokens belong to. */
-static int start_native_after(um_event *op, void *const *after, int nafter) {
-  void *native = NULL;
-  int st;
+ * holds the locks of the operations the tokens belong to (so that the
+ * tokens stay valid), and stores *native with keep_native once it dropped
+ * them: taking op's lock under theirs would order the two locks against
+ * an issuer that finds op and one of them as dependencies and locks them
+ * in address order (a lock-order inversion TSan reports). */
+static int start_native_after(um_event *op, void *const *after, int nafter, void **native) {
   atomic_store_explicit(&op->state, UM__EV_RUNNING, memory_order_release);
-  st = um__op_start_native(op, after, nafter, native_done, &native);
-  if (st != UM_OK)
-    return st;
+  return um__op_start_native(op, after, nafter, native_done, native);
+}
+
+/* Keep a started operation's token, or release it when the operation has
+ * finished already. Until then op->native is NULL, which a later issuer
+ * treats as "not started yet" and orders by registration instead. */
+static void keep_native(um_event *op, void *native) {
   pthread_mutex_lock(&op->lock);
   if (atomic_load_explicit(&op->state, memory_order_acquire) == UM__EV_DONE) {
     if (op->native_dev->be->native_release)
@@ -281,7 +287,6 @@ static int start_native_after(um_event *op, void *const *after, int nafter) {
     op->native = native;
   }
   pthread_mutex_unlock(&op->lock);
-  return UM_OK;
 }
 
 static int lock_order(const void *a, const void *b) {
@@ -417,10 +422,13 @@ int um__op_issue(um_event *op, um_event **done) {
       if (atomic_load_explicit(&deps[i]->state, memory_order_acquire) != UM__EV_DONE &&
           deps[i]->native == NULL)
         missing = true;
+    void *native = NULL;
     if (!missing)
-      st = start_native_after(op, after, nafter);
+      st = start_native_after(op, after, nafter, &native);
     for (int i = ndeps - 1; i >= 0; i--)
       pthread_mutex_unlock(&deps[i]->lock);
+    if (!missing && st == UM_OK)
+      keep_native(op, native);
     if (!missing) {
       for (int i = 0; i < ndeps; i++)
         um__event_unref(deps[i]);

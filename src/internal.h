@@ -132,6 +132,10 @@ struct um_buffer {
   um__mem mem;
   bool readonly;
   bool pinned_wrap;
+  /* UM_WRAP_PIN: the range's registrations with backends other than device
+   * 0's (buffer.c), NULL when none. Set at wrap, undone at recycle. */
+  struct um__wrap_reg *wrap_regs;
+  int nwrap_regs;
 
   pthread_mutex_t lock; /* guards everything below */
   pthread_cond_t idle_cond; /* signalled when pending drops to 0 */
@@ -306,6 +310,15 @@ void um__buffer_recycle(um_buffer *b);
 /* Back to the pool (or the device, or the caller) now. */
 void um__buffer_recycle_now(um_buffer *b);
 int um__buffer_check_live(const um_buffer *b);
+/* One registration of a UM_WRAP_PIN range with a device's backend
+ * (cuMemHostRegister for CUDA), made through that device. */
+typedef struct um__wrap_reg {
+  um_device *dev;
+  um__mem mem;
+} um__wrap_reg;
+/* Whether b is a UM_WRAP_PIN wrap registered with d's backend, so that d
+ * may DMA from and to it directly. */
+bool um__wrap_registered(const um_buffer *b, const um_device *d);
 /* An operation on b finished: drop it from b's chain, and recycle the
  * block when b was released while the operation was in flight. */
 void um__buffer_op_done(um_buffer *b, um_event *op);

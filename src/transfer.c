@@ -51,6 +51,13 @@ static bool can_pipeline(const um_device *d, size_t bytes) {
          (d->info.locations & (1u << UM_PINNED)) && bytes > o->staging_chunk_bytes;
 }
 
+/* b's memory is page-locked for device d: a PINNED block of d, or a
+ * UM_WRAP_PIN wrap registered with d's backend. A copy between it and d's
+ * memory is one direct DMA, with no staging. */
+static bool dma_ready(const um_buffer *b, const um_device *d) {
+  return b != NULL && ((b->loc == UM_PINNED && b->dev == d) || um__wrap_registered(b, d));
+}
+
 void um__op_plan(um_event *op) {
   um_manager *m = op->m;
   const char *src_host;
@@ -72,13 +79,13 @@ void um__op_plan(um_event *op) {
     op->path = PATH_MEMCPY;
   } else if (src_host) {
     um_device *d = op->dst->dev;
-    bool pinned = op->src && op->src->loc == UM_PINNED && op->src->dev == d;
+    bool pinned = dma_ready(op->src, d);
     op->path = (!pinned && can_pipeline(d, op->bytes)) ? PATH_H2D_PIPELINED : PATH_H2D;
     if (op->path == PATH_H2D && d->be->xfer_async)
       op->native_dev = d;
   } else if (dst_host) {
     um_device *d = op->src->dev;
-    bool pinned = op->dst && op->dst->loc == UM_PINNED && op->dst->dev == d;
+    bool pinned = dma_ready(op->dst, d);
     op->path = (!pinned && can_pipeline(d, op->bytes)) ? PATH_D2H_PIPELINED : PATH_D2H;
     if (op->path == PATH_D2H && d->be->xfer_async)
       op->native_dev = d;
@@ -125,7 +132,7 @@ static um_device *single_xfer(const um_event *op, um__xfer *x) {
     x->dst_loc = op->dst->loc;
     x->dst_off = op->dst_off;
     x->host = op->host_src ? (void *)op->host_src : host_view(op->src, op->src_off);
-    x->host_pinned = op->src && op->src->loc == UM_PINNED && op->src->dev == op->dst->dev;
+    x->host_pinned = dma_ready(op->src, op->dst->dev);
     return op->dst->dev;
   case PATH_D2H:
     x->kind = UM__XFER_D2H;
@@ -133,7 +140,7 @@ static um_device *single_xfer(const um_event *op, um__xfer *x) {
     x->src_loc = op->src->loc;
     x->src_off = op->src_off;
     x->host = op->host_dst ? op->host_dst : host_view(op->dst, op->dst_off);
-    x->host_pinned = op->dst && op->dst->loc == UM_PINNED && op->dst->dev == op->src->dev;
+    x->host_pinned = dma_ready(op->dst, op->src->dev);
     return op->src->dev;
   case PATH_LOCAL:
   case PATH_PEER:

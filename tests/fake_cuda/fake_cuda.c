@@ -1014,6 +1014,52 @@ CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc,
   return enqueue(hStream, &op);
 }
 
+/* Synchronous copies and the driver version: not used by the backend, but
+ * by bench/bench_cuda.c for the raw figures it compares unimem against, so
+ * that its smoke run can go through the fake. A synchronous copy waits for
+ * nothing here: the fake has no legacy default stream with work on it. */
+
+CUresult CUDAAPI cuDriverGetVersion(int *driverVersion) {
+  if (in_callback)
+    return enter("cuDriverGetVersion");
+  if (driverVersion == NULL)
+    return CUDA_ERROR_INVALID_VALUE;
+  *driverVersion = CUDA_VERSION; /* the header the fake was built against */
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost,
+                                 size_t ByteCount) {
+  ENTER("cuMemcpyHtoD_v2");
+  NEED_CONTEXT();
+  if (srcHost == NULL || !device_range(dstDevice, ByteCount))
+    return CUDA_ERROR_INVALID_VALUE;
+  memmove((void *)(uintptr_t)dstDevice, srcHost, ByteCount);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice,
+                                 size_t ByteCount) {
+  ENTER("cuMemcpyDtoH_v2");
+  NEED_CONTEXT();
+  if (dstHost == NULL || !device_range(srcDevice, ByteCount))
+    return CUDA_ERROR_INVALID_VALUE;
+  memmove(dstHost, (const void *)(uintptr_t)srcDevice, ByteCount);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
+                                 size_t ByteCount) {
+  ENTER("cuMemcpyDtoD_v2");
+  NEED_CONTEXT();
+  if (!device_range(dstDevice, ByteCount) ||
+      !device_range(srcDevice, ByteCount))
+    return CUDA_ERROR_INVALID_VALUE;
+  memmove((void *)(uintptr_t)dstDevice, (const void *)(uintptr_t)srcDevice,
+          ByteCount);
+  return CUDA_SUCCESS;
+}
+
 /* ------------------------------------------------------------------------ */
 /* For tests: how many of a kind of object are alive, or happened.           */
 

@@ -1,0 +1,400 @@
+/* Transfers on CUDA devices through the whole library, on the fake driver:
+ * round trips of every location, blocking and with events, over sizes and
+ * offsets; the strategies (direct from pinned, pipelined staging for
+ * pageable memory, device-local, peer between two devices, staged when
+ * peer access is off) with their counters; ordering of asynchronous
+ * operations on one buffer with the fake's streams running on their own
+ * threads and slow copies, so that the native waits through stream events
+ * really wait; batches, streaming; driver failures at issue and device
+ * faults in the middle of an operation, which fail that operation only. */
+#include <stdlib.h>
+#include <string.h>
+
+#define CAC_MAIN "fake-driver" /* cuda_api_checks.h: main() */
+#include "fakecuda_util.h"
+
+TestSuite(fakecuda_xfer, .timeout = 240);
+
+/* A default fake manager whose streams run on their own threads, each copy
+ * taking delay_us more: completions come late, from driver threads. */
+static um_manager *threaded_manager(const char *delay_us) {
+  fc_env(UM_FAKE_CUDA_FULL);
+  fc_set("FAKE_CUDA_STREAM_THREADS", "1");
+  fc_set("FAKE_CUDA_OP_DELAY_US", delay_us);
+  return fc_default();
+}
+
+/* ------------------------------------------------------------------------ */
+/* Round trips */
+
+Test(fakecuda_xfer, round_trips_device_blocking) {
+  um_manager *m;
+  fc_env(UM_FAKE_CUDA_FULL);
+  m = fc_default();
+  cac_check_round_trips(m, fc_dev(m, 0), UM_DEVICE, 0);
+  fc_destroy(m, UM_OK);
+}
+
+Test(fakecuda_xfer, round_trips_device_async) {
+  um_manager *m;
+  fc_env(UM_FAKE_CUDA_FULL);
+  m = fc_default();
+  cac_check_round_trips(m, fc_dev(m, 0), UM_DEVICE, 1);
+  fc_destroy(m, UM_OK);
+}
+
+Test(fakecuda_xfer, round_trips_pinned_and_unified) {
+  um_manager *m;
+  fc_env(UM_FAKE_CUDA_FULL);
+  m = fc_default();
+  cac_check_round_trips(m, fc_dev(m, 0), UM_PINNED, 0);
+  cac_check_round_trips(m, fc_dev(m, 0), UM_PINNED, 1);
+  cac_check_round_trips(m, fc_dev(m, 0), UM_UNIFIED, 0);
+  cac_check_round_trips(m, fc_dev(m, 0), UM_UNIFIED, 1);
+  fc_destroy(m, UM_OK);
+}
+
+Test(fakecuda_xfer, round_trips_threaded_streams) {
+  um_manager *m = threaded_manager("100");
+  cac_check_round_trips(m, fc_dev(m, 0), UM_DEVICE, 1);
+  cac_check_round_trips(m, fc_dev(m, 0), UM_DEVICE, 0);
+  cr_assert(fc_count("callbacks_run") > 0, "completions came through stream callbacks");
+  fc_destroy(m, UM_OK);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Strategies */
+
+Test(fakecuda_xfer, strategies_blocking) {
+  um_manager *m;
+  fc_env(UM_FAKE_CUDA_FULL);
+  m = fc_default();
+  cac_check_strategies(m, fc_dev(m, 0), 0);
+  fc_destroy(m, UM_OK);
+}
+
+Test(fakecuda_xfer, strategies_async_threaded_streams) {
+  um_manager *m = threaded_manager("200");
+  cac_check_strategies(m, fc_dev(m, 0), 1);
+  fc_destroy(m, UM_OK);
+}
+
+Test(fakecuda_xfer, pageable_copies_without_staging_are_direct) {
+  um_options o;
+  um_manager *m;
+  um_device *d;
+  const size_t n = 5 * CAC_CHUNK;
+  unsigned char *src = cac_xmalloc(n), *back = cac_xmalloc(n);
+  um_buffer *b;
+  um_stats s0, s1;
+  fc_env(UM_FAKE_CUDA_FULL);
+  cac_options(&o, "cpu,cuda");
+  o.use_pinned_staging = 0;
+  m = fc_manager(&o);
+  d = fc_dev(m, 0);
+  b = cac_alloc(m, d, n, UM_DEVICE, 0);
+  ut_pattern(src, n, 4);
+  s0 = ut_stats(m, d);
+  CAC_OK(um_copy_from_host(b, 0, src, n, NULL));
+  CAC_OK(um_copy_to_host(b, 0, back, n, NULL));
+  s1 = ut_stats(m, d);
+  cr_assert_arr_eq(back, src, n);
+  cr_assert_eq(CAC_DELTA(s1, s0, xfer_direct), 2);
+  cr_assert_eq(CAC_DELTA(s1, s0, xfer_pipelined), 0);
+  CAC_OK(um_release(b));
+  free(src);
+  free(back);
+  fc_destroy(m, UM_OK);
+}
+
+Test(fakecuda_xfer, peer_copies_between_two_devices) {
+  um_manager *m;
+  fc_env(UM_FAKE_CUDA_FULL);
+  fc_set("FAKE_CUDA_DEVICE_COUNT", "2");
+  m = fc_default();
+  cac_check_between(m, fc_dev(m, 0), fc_dev(m, 1), 1);
+  cac_check_between(m, fc_dev(m, 1), fc_dev(m, 0), 1);
+  fc_destroy(m, UM_OK);
+}
+
+Test(fakecuda_xfer, staged_copies_without_peer_access) {
+  um_options o;
+  um_manager *m;
+  um_device *a, *b;
+  fc_env(UM_FAKE_CUDA_FULL);
+  fc_set("FAKE_CUDA_DEVICE_COUNT", "2");
+  fc_set("FAKE_CUDA_STREAM_THREADS", "1");
+  cac_options(&o, "cpu,cuda");
+  o.enable_peer = 0;
+  m = fc_manager(&o);
+  a = fc_dev(m, 0);
+  b = fc_dev(m, 1);
+  cr_assert_eq(um_peer_possible(a, b), 1);
+  cac_check_between(m, a, b, 0);
+  cac_check_between(m, b, a, 0);
+  /* Enabled later, one direction only: b reads a's memory. */
+  CAC_OK(um_peer_enable(b, a));
+  cr_assert_eq(um_peer_enabled(b, a), 1);
+  cr_assert_eq(um_peer_enabled(a, b), 0);
+  cac_check_between(m, a, b, 1);
+  cac_check_between(m, b, a, 0);
+  fc_destroy(m, UM_OK);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Ordering and asynchrony */
+
+Test(fakecuda_xfer, ordering_inline_streams) {
+  um_manager *m;
+  fc_env(UM_FAKE_CUDA_FULL);
+  m = fc_default();
+  for (uint64_t seed = 1; seed <= 4; seed++)
+    cac_check_ordering(m, fc_dev(m, 0), seed, 150);
+  fc_destroy(m, UM_OK);
+}
+
+Test(fakecuda_xfer, ordering_threaded_streams) {
+  um_manager *m = threaded_manager("300");
+  for (uint64_t seed = 11; seed <= 13; seed++)
+    cac_check_ordering(m, fc_dev(m, 0), seed, 150);
+  cr_assert(fc_count("callbacks_run") > 0);
+  fc_destroy(m, UM_OK);
+}
+
+/* Operations issued with an event return before the device ran them (the
+ * fake's copies take 200 ms each here), and a download issued right behind
+ * an upload, on another stream, waits for it through a stream event: it
+ * reads the uploaded bytes. */
+Test(fakecuda_xfer, copies_with_events_return_at_once) {
+  um_manager *m = threaded_manager("200000");
+  um_device *d = fc_dev(m, 0);
+  um_buffer *b = cac_alloc(m, d, 4096, UM_DEVICE, 0);
+  unsigned char src[4096], back[4096];
+  um_event *up, *down;
+  ut_pattern(src, sizeof(src), 9);
+  memset(back, 0, sizeof(back));
+  CAC_OK(um_copy_from_host(b, 0, src, sizeof(src), &up));
+  CAC_OK(um_copy_to_host(b, 0, back, sizeof(back), &down));
+  cr_assert_eq(um_event_query(up), UM_EAGAIN);
+  cr_assert_eq(um_event_query(down), UM_EAGAIN);
+  cr_assert_eq(um_event_cancel(down), UM_EBUSY, "already queued on the device");
+  cac_wait_release(down, UM_OK);
+  cac_wait_release(up, UM_OK);
+  cr_assert_arr_eq(back, src, sizeof(src));
+  CAC_OK(um_release(b));
+  fc_destroy(m, UM_OK);
+}
+
+/* Released with operations in flight: the block returns to the pool only
+ * once they finished, and the data they moved is intact. */
+Test(fakecuda_xfer, release_with_operations_in_flight) {
+  um_manager *m = threaded_manager("20000");
+  um_device *d = fc_dev(m, 0);
+  const size_t n = 3 * CAC_CHUNK;
+  unsigned char *src = cac_xmalloc(n), *back = cac_xmalloc(n);
+  um_buffer *a = cac_alloc(m, d, n, UM_DEVICE, 0), *b = cac_alloc(m, d, n, UM_DEVICE, 0);
+  um_event *e1, *e2, *e3;
+  um_stats s;
+  ut_pattern(src, n, 10);
+  CAC_OK(um_copy_from_host(a, 0, src, n, &e1));
+  CAC_OK(um_copy(b, 0, a, 0, n, &e2));
+  CAC_OK(um_release(a));
+  CAC_OK(um_copy_to_host(b, 0, back, n, &e3));
+  CAC_OK(um_release(b));
+  s = ut_stats(m, d);
+  cr_assert_eq(s.active_buffers, 0);
+  cac_wait_release(e3, UM_OK);
+  cac_wait_release(e2, UM_OK);
+  cac_wait_release(e1, UM_OK);
+  cr_assert_arr_eq(back, src, n);
+  CAC_OK(um_device_synchronize(d));
+  s = ut_stats(m, d);
+  cr_assert_eq(s.bytes_pooled, 2 * ut_class(n));
+  free(src);
+  free(back);
+  fc_destroy(m, UM_OK);
+}
+
+Test(fakecuda_xfer, threads_at_once) {
+  um_manager *m = threaded_manager("50");
+  cac_check_threads(m, fc_dev(m, 0), 4, 25);
+  fc_destroy(m, UM_OK);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Batches and streaming */
+
+Test(fakecuda_xfer, batch_across_devices_and_locations) {
+  um_manager *m;
+  um_device *a, *b;
+  const size_t n = 2 * CAC_CHUNK + 9;
+  unsigned char *src = cac_xmalloc(n), *back1 = cac_xmalloc(n), *back2 = cac_xmalloc(n);
+  um_buffer *x, *y, *p, *h;
+  um_copy_op ops[5];
+  um_event *e;
+  fc_env(UM_FAKE_CUDA_FULL);
+  fc_set("FAKE_CUDA_DEVICE_COUNT", "2");
+  fc_set("FAKE_CUDA_STREAM_THREADS", "1");
+  m = fc_default();
+  a = fc_dev(m, 0);
+  b = fc_dev(m, 1);
+  x = cac_alloc(m, a, n, UM_DEVICE, 0);
+  y = cac_alloc(m, b, n, UM_DEVICE, 0);
+  p = cac_alloc(m, a, n, UM_PINNED, 0);
+  h = cac_alloc(m, um_device_get(m, 0), n, UM_HOST, 0);
+  ut_pattern(src, n, 17);
+  ops[0] = (um_copy_op){.dst = x, .host_src = src, .bytes = n};
+  ops[1] = (um_copy_op){.dst = y, .src = x, .bytes = n};
+  ops[2] = (um_copy_op){.dst = p, .src = y, .bytes = n};
+  ops[3] = (um_copy_op){.dst = h, .src = p, .bytes = n};
+  ops[4] = (um_copy_op){.host_dst = back1, .src = y, .bytes = n};
+  CAC_OK(um_copy_batch(m, ops, 5, &e));
+  cac_wait_release(e, UM_OK);
+  cr_assert_arr_eq(back1, src, n);
+  cr_assert_arr_eq(um_buffer_host_ptr(p), src, n);
+  cr_assert_arr_eq(um_buffer_host_ptr(h), src, n);
+  ops[0] = (um_copy_op){.dst = x, .dst_off = 1, .src = y, .bytes = n - 1};
+  ops[1] = (um_copy_op){.host_dst = back2, .src = x, .bytes = n};
+  CAC_OK(um_copy_batch(m, ops, 2, NULL));
+  cr_assert_eq(back2[0], src[0]);
+  cr_assert_arr_eq(back2 + 1, src, n - 1);
+  CAC_OK(um_release(x));
+  CAC_OK(um_release(y));
+  CAC_OK(um_release(p));
+  CAC_OK(um_release(h));
+  free(src);
+  free(back1);
+  free(back2);
+  fc_destroy(m, UM_OK);
+}
+
+typedef struct stream_check {
+  const unsigned char *src;
+  size_t next;
+  int chunks;
+} stream_check;
+
+static int stream_chunk(void *user, um_buffer *chunk, size_t offset, size_t bytes) {
+  stream_check *c = user;
+  unsigned char *back = malloc(bytes);
+  int ok;
+  if (back == NULL || offset != c->next)
+    return 1;
+  ok = um_copy_to_host(chunk, 0, back, bytes, NULL) == UM_OK && memcmp(back, c->src + offset, bytes) == 0;
+  free(back);
+  c->next += bytes;
+  c->chunks++;
+  return ok ? 0 : 2;
+}
+
+Test(fakecuda_xfer, stream_a_host_buffer_through_the_gpu) {
+  um_manager *m = threaded_manager("100");
+  um_device *d = fc_dev(m, 0);
+  const size_t n = 10 * CAC_CHUNK + 5;
+  um_buffer *host = cac_alloc(m, um_device_get(m, 0), n, UM_HOST, 0);
+  stream_check c = {.src = um_buffer_host_ptr(host)};
+  ut_pattern(um_buffer_host_ptr(host), n, 23);
+  CAC_OK(um_stream(host, 0, n, d, 3 * CAC_CHUNK, stream_chunk, NULL, &c));
+  cr_assert_eq(c.chunks, 4);
+  cr_assert_eq(c.next, n);
+  CAC_OK(um_release(host));
+  fc_destroy(m, UM_OK);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Driver failures */
+
+/* An entry point that fails when called: the operation answers UM_EBACKEND
+ * with the driver's error name, counts nothing, and the buffer goes on. */
+Test(fakecuda_xfer, driver_failure_at_issue) {
+  um_manager *m;
+  um_device *d;
+  const size_t n = 4096, big = 3 * CAC_CHUNK;
+  unsigned char src[4096], back[4096];
+  unsigned char *bigsrc = cac_xmalloc(big);
+  um_buffer *b, *c;
+  um_stats s0, s1;
+  um_event *e;
+  fc_env(UM_FAKE_CUDA_FULL);
+  fc_set("FAKE_CUDA_FAIL", "cuMemcpyHtoDAsync_v2");
+  m = fc_default();
+  d = fc_dev(m, 0);
+  b = cac_alloc(m, d, big, UM_DEVICE, 0);
+  c = cac_alloc(m, d, big, UM_DEVICE, 0);
+  ut_pattern(src, n, 2);
+  CAC_OK(um_fill(b, 0, 0x77, big, NULL));
+  s0 = ut_stats(m, d);
+  cr_assert_eq(um_copy_from_host(b, 0, src, n, NULL), UM_EBACKEND);
+  cr_assert(strstr(um_last_error(), "cuMemcpyHtoDAsync_v2") != NULL, "%s", um_last_error());
+  cr_assert(strstr(um_last_error(), "CUDA_ERROR_UNKNOWN") != NULL, "%s", um_last_error());
+  CAC_OK(um_copy_from_host(b, 0, src, n, &e));
+  cac_wait_release(e, UM_EBACKEND);
+  CAC_OK(um_copy_from_host(b, 0, bigsrc, big, &e)); /* pipelined: its chunks fail */
+  cac_wait_release(e, UM_EBACKEND);
+  s1 = ut_stats(m, d);
+  cr_assert_eq(CAC_DELTA(s1, s0, bytes_h2d), 0);
+  cr_assert_eq(CAC_DELTA(s1, s0, xfer_direct) + CAC_DELTA(s1, s0, xfer_pipelined), 0);
+  /* Everything else on the buffer works. */
+  CAC_OK(um_copy(c, 0, b, 0, big, NULL));
+  CAC_OK(um_copy_to_host(c, 0, back, n, NULL));
+  cr_assert(ut_all_bytes(back, n, 0x77));
+  CAC_OK(um_release(b));
+  CAC_OK(um_release(c));
+  free(bigsrc);
+  fc_destroy(m, UM_OK);
+}
+
+/* A fault on the device in the middle of a copy (the stream turns to
+ * CUDA_ERROR_LAUNCH_FAILED): that operation's event answers UM_EBACKEND;
+ * operations on the other streams and on other buffers complete, the
+ * failed copy is not counted, and the manager shuts down cleanly. */
+Test(fakecuda_xfer, device_fault_fails_that_operation_only) {
+  um_manager *m;
+  um_device *d;
+  const size_t n = 8192;
+  unsigned char src[8192], back[8192], other[8192];
+  um_buffer *x, *y, *z;
+  um_event *e1, *e2, *e3, *e4;
+  um_stats s0, s1;
+  fc_env(UM_FAKE_CUDA_FULL);
+  fc_set("FAKE_CUDA_STREAM_THREADS", "1");
+  fc_set("FAKE_CUDA_OP_DELAY_US", "2000");
+  fc_set("FAKE_CUDA_DEVICE_FAULT", "cuMemcpyDtoDAsync_v2");
+  m = fc_default();
+  d = fc_dev(m, 0);
+  x = cac_alloc(m, d, n, UM_DEVICE, 0);
+  y = cac_alloc(m, d, n, UM_DEVICE, 0);
+  z = cac_alloc(m, d, n, UM_DEVICE, 0);
+  ut_pattern(src, n, 6);
+  ut_pattern(other, n, 7);
+  CAC_OK(um_copy_from_host(x, 0, src, n, NULL));
+  CAC_OK(um_copy_from_host(y, 0, other, n, NULL));
+  s0 = ut_stats(m, d);
+  CAC_OK(um_copy(y, 0, x, 0, n, &e1));            /* faults on the device */
+  CAC_OK(um_copy_from_host(z, 0, src, n, &e2));   /* upload stream */
+  CAC_OK(um_copy_to_host(x, 0, back, n, &e3));    /* download stream */
+  CAC_OK(um_copy_to_host(z, 0, other, n, &e4));
+  cac_wait_release(e1, UM_EBACKEND);
+  cac_wait_release(e2, UM_OK);
+  cac_wait_release(e3, UM_OK);
+  cac_wait_release(e4, UM_OK);
+  cr_assert_arr_eq(back, src, n);
+  cr_assert_arr_eq(other, src, n);
+  s1 = ut_stats(m, d);
+  cr_assert_eq(CAC_DELTA(s1, s0, bytes_d2d), 0, "the faulted copy is not counted");
+  cr_assert_eq(CAC_DELTA(s1, s0, xfer_local), 0);
+  cr_assert_eq(CAC_DELTA(s1, s0, bytes_h2d), n);
+  cr_assert_eq(CAC_DELTA(s1, s0, bytes_d2h), 2 * n);
+  /* The same fault, blocking: the call answers it, with the driver's name
+   * for it. */
+  cr_assert_eq(um_copy(y, 0, x, 0, n, NULL), UM_EBACKEND);
+  cr_assert(strstr(um_last_error(), "CUDA_ERROR_LAUNCH_FAILED") != NULL, "%s", um_last_error());
+  /* y's later operations on other streams still run. */
+  CAC_OK(um_copy_from_host(y, 0, src, n, NULL));
+  CAC_OK(um_copy_to_host(y, 0, back, n, NULL));
+  cr_assert_arr_eq(back, src, n);
+  CAC_OK(um_release(x));
+  CAC_OK(um_release(y));
+  CAC_OK(um_release(z));
+  fc_destroy(m, UM_OK);
+}
