@@ -37,6 +37,12 @@ int um_bench_stream_main(int argc, char **argv);
 #else
 #define BENCH_STREAM NULL
 #endif
+#ifdef UM_HAVE_BENCH_CUDA
+int um_bench_cuda_main(int argc, char **argv);
+#define BENCH_CUDA um_bench_cuda_main
+#else
+#define BENCH_CUDA NULL
+#endif
 
 typedef struct bench_entry {
   const char *name;
@@ -48,6 +54,7 @@ static const bench_entry benches[] = {
     {"pool", BENCH_POOL, "pool hits and allocate+touch against glibc, jemalloc and mimalloc"},
     {"transfer", BENCH_TRANSFER, "copies against the raw OpenCL calls and memcpy"},
     {"stream", BENCH_STREAM, "a file larger than the device through um_stream against read()+copy"},
+    {"cuda", BENCH_CUDA, "pool and copies on an NVIDIA GPU against the CUDA driver's own calls"},
 };
 #define NBENCHES (sizeof(benches) / sizeof(benches[0]))
 
@@ -60,7 +67,7 @@ const char tool_bench_help[] =
     "    unimem bench - measure unimem against the allocators and drivers it replaces\n"
     "\n"
     "SYNOPSIS\n"
-    "    unimem bench [pool|transfer|stream|all] [--quick] [--json FILE] [--plot FILE]\n"
+    "    unimem bench [pool|transfer|stream|cuda|all] [--quick] [--json FILE] [--plot FILE]\n"
     "                 [BENCHMARK OPTIONS]\n"
     "\n"
     "DESCRIPTION\n"
@@ -76,6 +83,9 @@ const char tool_bench_help[] =
     "    stream    a file several times larger than the device's memory (capped with\n"
     "              device_limit_bytes) through um_stream, against a loop of read()\n"
     "              and blocking copies.\n"
+    "    cuda      pool hit against cuMemAlloc/cuMemFree and cuMemAllocAsync, pinned and\n"
+    "              pageable host<->device bandwidth against cuMemcpyHtoD/DtoH, and\n"
+    "              device-local copies, on the first NVIDIA GPU (skipped without one).\n"
     "\n"
     "    Each benchmark prints its table on standard output as it finishes. While it\n"
     "    runs, a progress line on standard error says which one is running ([2/3]).\n"
@@ -504,7 +514,7 @@ static int draw_chart(const char *path, const bench_result *res, int n, int quic
 static int usage_error(const char *fmt, const char *arg) {
   fprintf(stderr, "unimem bench: ");
   fprintf(stderr, fmt, arg);
-  fprintf(stderr, "\nusage: unimem bench [pool|transfer|stream|all] [--quick] [--json FILE] [--plot FILE]\n"
+  fprintf(stderr, "\nusage: unimem bench [pool|transfer|stream|cuda|all] [--quick] [--json FILE] [--plot FILE]\n"
                   "       (unimem bench --help for more)\n");
   return 2;
 }
@@ -545,7 +555,7 @@ int tool_bench(int argc, char **argv) {
       known |= strcmp(benches[i].name, which) == 0;
     if (!known) {
       free(extra);
-      return usage_error("unknown benchmark '%s' (pool, transfer, stream or all)", which);
+      return usage_error("unknown benchmark '%s' (pool, transfer, stream, cuda or all)", which);
     }
   } else if (nextra > 0) {
     rc = usage_error("'%s': options for a benchmark need the benchmark named", extra[0]);
