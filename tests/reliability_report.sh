@@ -136,7 +136,7 @@ test runs under ASan+UBSan (LSan included) and valgrind in CI.
 
 Device loss and exhaustion:
 
-$(tests_table faults | grep -E "^\| (test|---)|device_lost|small_device|oom_callback")
+$(tests_table faults | grep -E "^\| (test|---)|device_lost|small_device|oom_callback|failed_write_back")
 
 - A device lost with fills queued: each queued fill either finished before
   or fails with \`UM_ENODEV\`; then allocation, blocking and asynchronous
