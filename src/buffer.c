@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "tcache.h"
 
 /* Sizes above this are refused outright: size classes stop at 2^63 and no
  * device comes near it. */
@@ -57,6 +57,12 @@ static int block_alloc_pressured(um_device *d, um_location loc, size_t bytes, um
       return st;
   }
   if (m->opts.on_oom != NULL && m->opts.on_oom(m->opts.oom_ctx, d, bytes)) {
+    /* What the application released may have gone to the pool. */
+    if (m->opts.trim_on_pressure) {
+      if (m->opts.debug)
+        um__quarantine_drop_blocks(m, d);
+      um__pool_trim(m, d, 0);
+    }
     UM__STAT_ADD(d, oom_retries, 1);
     st = um__block_alloc(d, loc, bytes, mem);
   }
@@ -64,7 +70,7 @@ static int block_alloc_pressured(um_device *d, um_location loc, size_t bytes, um
 }
 
 /* Set a block's first bytes to zero. */
-static int zero_block(um_buffer *b, size_t bytes) {
+static __attribute__((noinline)) int zero_block(um_buffer *b, size_t bytes) {
   um__xfer x;
   if (b->mem.host != NULL) {
     memset(b->mem.host, 0, bytes);
@@ -89,41 +95,34 @@ static void init_live(um_buffer *b, size_t bytes, const char *file, int line) {
   b->release_deferred = false;
   b->readonly = false;
   b->pinned_wrap = false;
+  atomic_store_explicit(&b->touched, false, memory_order_relaxed);
   b->site_file = file;
   b->site_line = line;
 }
 
-int um_alloc_at(um_manager *m, um_device *d, size_t bytes, um_location loc, unsigned flags,
-                um_buffer **out, const char *file, int line) {
+/* Everything but a hit in this thread's cache: the bins, then the device
+ * (with the pressure retry). Arguments are checked. */
+static __attribute__((noinline)) int alloc_slow(um_manager *m, um_device *d, size_t bytes,
+                                                um_location loc, unsigned flags, um_buffer **out,
+                                                const char *file, int line, um__tcache *tc) {
   um_buffer *b = NULL;
   bool pooled;
   int cls = -1, st;
   size_t capacity;
   um__mem mem;
 
-  if (m == NULL || d == NULL || out == NULL)
-    return um__set_error(UM_EINVAL, "um_alloc: NULL argument");
-  if (d->m != m)
-    return um__set_error(UM_EINVAL, "um_alloc: device belongs to another manager");
-  if (bytes == 0)
-    return um__set_error(UM_EINVAL, "um_alloc: zero bytes");
-  if (!um__loc_valid((int)loc))
-    return um__set_error(UM_EINVAL, "um_alloc: unknown location %d", (int)loc);
-  if (flags & ~(unsigned)(UM_ALLOC_UNPOOLED | UM_ALLOC_ZERO))
-    return um__set_error(UM_EINVAL, "um_alloc: unknown flags 0x%x", flags);
-  if (!(d->info.locations & (1u << loc)))
-    return um__set_error(UM_ENOTSUP, "um_alloc: device %d (%s) cannot allocate location %d", d->index,
-                         d->info.name, (int)loc);
-  if (bytes > MAX_ALLOC_BYTES)
-    return um__set_error(UM_ENOMEM, "um_alloc: %zu bytes is more than any device has", bytes);
-
+  if (tc != NULL && tc->epoch != atomic_load_explicit(&m->flush_epoch, memory_order_relaxed))
+    um__tcache_flush_own(tc, m); /* a trim asked for the cached blocks back */
   pooled = m->opts.enable_pooling && !(flags & UM_ALLOC_UNPOOLED);
   if (pooled) {
     cls = um__size_class_of(bytes);
     capacity = um__class_size(cls);
     b = um__pool_take(&d->pools[loc], cls);
     if (b != NULL) {
-      UM__STAT_ADD(d, pool_hits, 1);
+      if (tc != NULL)
+        um__tcounter_add(&tc->ctr[d->index].pool_hits, 1);
+      else
+        UM__STAT_ADD(d, pool_hits, 1);
       init_live(b, bytes, file, line);
       if ((flags & UM_ALLOC_ZERO) || m->opts.scrub) {
         st = zero_block(b, bytes);
@@ -164,11 +163,72 @@ int um_alloc_at(um_manager *m, um_device *d, size_t bytes, um_location loc, unsi
   }
 
 live:
-  UM__STAT_ADD(d, allocations, 1);
-  um__stat_in_use_add(d, bytes);
+  if (tc != NULL) {
+    um__tcounter_add(&tc->ctr[d->index].allocations, 1);
+    um__tcache_count_in(tc, d, bytes);
+  } else {
+    UM__STAT_ADD(d, allocations, 1);
+    um__stat_in_use_add(d, bytes);
+  }
   atomic_store_explicit(&b->state, UM__BUF_LIVE, memory_order_release);
   *out = b;
   return UM_OK;
+}
+
+int um_alloc_at(um_manager *m, um_device *d, size_t bytes, um_location loc, unsigned flags,
+                um_buffer **out, const char *file, int line) {
+  um__tcache *tc;
+  int cls;
+
+  if (m == NULL || d == NULL || out == NULL)
+    return um__set_error(UM_EINVAL, "um_alloc: NULL argument");
+  if (d->m != m)
+    return um__set_error(UM_EINVAL, "um_alloc: device belongs to another manager");
+  if (bytes == 0)
+    return um__set_error(UM_EINVAL, "um_alloc: zero bytes");
+  if (!um__loc_valid((int)loc))
+    return um__set_error(UM_EINVAL, "um_alloc: unknown location %d", (int)loc);
+  if (flags & ~(unsigned)(UM_ALLOC_UNPOOLED | UM_ALLOC_ZERO))
+    return um__set_error(UM_EINVAL, "um_alloc: unknown flags 0x%x", flags);
+  if (!(d->info.locations & (1u << loc)))
+    return um__set_error(UM_ENOTSUP, "um_alloc: device %d (%s) cannot allocate location %d", d->index,
+                         d->info.name, (int)loc);
+  if (bytes > MAX_ALLOC_BYTES)
+    return um__set_error(UM_ENOMEM, "um_alloc: %zu bytes is more than any device has", bytes);
+
+  /* Fast path: this thread's cached block of the class (tcache.h): one
+   * compare-and-swap, counters only this thread writes, no lock. */
+  tc = um__tcache_of(m);
+  if (__builtin_expect(tc == NULL || !tc->slots_on || (flags & UM_ALLOC_UNPOOLED) ||
+                           tc->epoch != atomic_load_explicit(&m->flush_epoch, memory_order_relaxed),
+                       0))
+    return alloc_slow(m, d, bytes, loc, flags, out, file, line, tc);
+  cls = um__size_class_of(bytes);
+  if (__builtin_expect(cls < UM__TCACHE_CLASSES, 1)) {
+    _Atomic(uintptr_t) *slot = um__tcache_slot(tc, d, loc, cls);
+    uintptr_t cur = atomic_load_explicit(slot, memory_order_relaxed);
+    if (cur > UM__TSLOT_RESERVED &&
+        atomic_compare_exchange_strong_explicit(slot, &cur, UM__TSLOT_RESERVED, memory_order_acquire,
+                                                memory_order_relaxed)) {
+      um_buffer *b = (um_buffer *)cur;
+      um__tcounters *c = &tc->ctr[d->index];
+      init_live(b, bytes, file, line);
+      if (__builtin_expect((flags & UM_ALLOC_ZERO) || m->opts.scrub, 0)) {
+        int st = zero_block(b, bytes);
+        if (st != UM_OK) {
+          um__pool_give(&d->pools[loc], b);
+          return st;
+        }
+      }
+      um__tcounter_add(&c->pool_hits, 1);
+      um__tcounter_add(&c->allocations, 1);
+      um__tcache_count_in(tc, d, bytes);
+      atomic_store_explicit(&b->state, UM__BUF_LIVE, memory_order_release);
+      *out = b;
+      return UM_OK;
+    }
+  }
+  return alloc_slow(m, d, bytes, loc, flags, out, file, line, tc);
 }
 
 int um_alloc(um_manager *m, um_device *d, size_t bytes, um_location loc, unsigned flags,
@@ -343,26 +403,75 @@ void um__buffer_recycle_now(um_buffer *b) {
   um__descriptor_put(m, b);
 }
 
-int um_release(um_buffer *b) {
-  int st = um__buffer_check_live(b);
-  bool now;
-  if (st != UM_OK)
-    return st;
-  pthread_mutex_lock(&b->lock);
-  if (atomic_load_explicit(&b->state, memory_order_acquire) != UM__BUF_LIVE) {
-    pthread_mutex_unlock(&b->lock);
-    return um__set_error(UM_ESTATE, "buffer %p was released", (void *)b);
+/* A released buffer with nothing pending, on the releasing thread: a pooled
+ * block goes to this thread's cache when its slot has room (tcache.h). */
+static void recycle_released(um_buffer *b, um__tcache *tc) {
+  um_manager *m = b->m;
+  if (b->kind == UM__KIND_POOLED && tc != NULL && b->cls < UM__TCACHE_CLASSES &&
+      m->opts.enable_pooling && !m->opts.debug) {
+    free(b->shadow);
+    b->shadow = NULL;
+    um__tcache_give_slow(tc, b, um__tcache_slot(tc, b->dev, b->loc, b->cls));
+    return;
   }
-  atomic_store_explicit(&b->state, UM__BUF_RELEASED, memory_order_release);
-  end_native_mapping(b);
-  now = b->pending == 0;
-  b->release_deferred = !now;
-  pthread_mutex_unlock(&b->lock);
-  UM__STAT_ADD(b->dev, releases, 1);
-  um__stat_in_use_sub(b->dev, b->size);
-  if (now)
-    um__buffer_recycle(b);
+  um__buffer_recycle(b);
+}
+
+/* The rest of um_release, once the buffer is RELEASED and counted. */
+static __attribute__((noinline)) int release_slow(um_buffer *b, um__tcache *tc) {
+  if (atomic_load(&b->touched)) {
+    /* Operations were issued or a mapping made: wait for the worker that
+     * may still hold the lock, and defer behind pending operations. */
+    bool now;
+    pthread_mutex_lock(&b->lock);
+    end_native_mapping(b);
+    now = b->pending == 0;
+    b->release_deferred = !now;
+    pthread_mutex_unlock(&b->lock);
+    if (!now)
+      return UM_OK;
+  }
+  recycle_released(b, tc);
   return UM_OK;
+}
+
+int um_release(um_buffer *b) {
+  int live = UM__BUF_LIVE;
+  um_manager *m;
+  um_device *d;
+  um__tcache *tc;
+  um__tcounters *c;
+  if (b == NULL || b->magic != UM__BUFFER_MAGIC)
+    return um__set_error(UM_EINVAL, "not a buffer");
+  /* seq_cst: paired with um__op_issue's touched store then state load. */
+  if (!atomic_compare_exchange_strong(&b->state, &live, UM__BUF_RELEASED))
+    return um__set_error(UM_ESTATE, "buffer %p was released", (void *)b);
+  m = b->m;
+  d = b->dev;
+  tc = um__tcache_of(m);
+  if (__builtin_expect(tc == NULL, 0)) {
+    UM__STAT_ADD(d, releases, 1);
+    um__stat_in_use_sub(d, b->size);
+    return release_slow(b, NULL);
+  }
+  c = &tc->ctr[d->index];
+  um__tcounter_add(&c->releases, 1);
+  um__tcache_count_out(tc, d, b->size);
+  /* Fast path: an untouched pooled block into this thread's reserved, empty
+   * slot of its class: one plain store. */
+  if (__builtin_expect(!atomic_load(&b->touched) && b->kind == UM__KIND_POOLED &&
+                           b->cls < UM__TCACHE_CLASSES && tc->slots_on &&
+                           tc->epoch == atomic_load_explicit(&m->flush_epoch, memory_order_relaxed),
+                       1)) {
+    _Atomic(uintptr_t) *slot = um__tcache_slot(tc, d, b->loc, b->cls);
+    if (__builtin_expect(atomic_load_explicit(slot, memory_order_relaxed) == UM__TSLOT_RESERVED, 1)) {
+      b->idle_key = um__tcache_key_fast(tc);
+      atomic_store_explicit(&b->state, UM__BUF_IDLE, memory_order_relaxed);
+      atomic_store_explicit(slot, (uintptr_t)b, memory_order_release);
+      return UM_OK;
+    }
+  }
+  return release_slow(b, tc);
 }
 
 void um__buffer_op_done(um_buffer *b, um_event *op) {
@@ -460,7 +569,8 @@ int um_map(um_buffer *b, um_map_mode mode, size_t off, size_t len, void **host) 
     return um__set_error(UM_ESTATE, "um_map: buffer is a read-only wrap");
 
   pthread_mutex_lock(&b->lock);
-  if (atomic_load_explicit(&b->state, memory_order_acquire) != UM__BUF_LIVE || b->mapped) {
+  atomic_store(&b->touched, true); /* as in um__op_issue: before the state check */
+  if (atomic_load(&b->state) != UM__BUF_LIVE || b->mapped) {
     st = um__set_error(UM_ESTATE, b->mapped ? "um_map: buffer is already mapped" : "um_map: released");
     goto out;
   }

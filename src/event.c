@@ -339,7 +339,11 @@ int um__op_issue(um_event *op, um_event **done) {
   lock_buffers(bufs, nbufs);
   for (int i = 0; i < nbufs; i++) {
     um_buffer *b = bufs[i];
-    if (atomic_load_explicit(&b->state, memory_order_acquire) != UM__BUF_LIVE || b->mapped) {
+    /* touched before the state check, both seq_cst, against um_release's
+     * state CAS then touched load: a release that misses touched comes
+     * after this check in the total order, so the check sees RELEASED. */
+    atomic_store(&b->touched, true);
+    if (atomic_load(&b->state) != UM__BUF_LIVE || b->mapped) {
       st = um__set_error(UM_ESTATE, b->mapped ? "buffer %p is mapped: unmap it first"
                                               : "buffer %p was released",
                          (void *)b);

@@ -28,15 +28,35 @@
  * power of two, so a request never wastes 25% or more of its size. */
 
 #define UM__CLASS_COUNT (8 + 4 * 61) /* enough for every size_t up to 2^63 */
-int um__size_class_of(size_t bytes);
-size_t um__class_size(int cls);
+
+/* Inline (C99 semantics, external definitions in sizeclass.c): they are on
+ * every allocation's path. */
+inline int um__size_class_of(size_t bytes) {
+  int k;
+  if (bytes <= 8)
+    return bytes == 0 ? 0 : (int)bytes - 1;
+  /* bytes in (2^k, 2^(k+1)]: classes 2^k + i * 2^(k-2), i = 1..4. */
+  k = 63 - __builtin_clzll((unsigned long long)(bytes - 1));
+  return 8 + (k - 3) * 4 + (int)((bytes - 1 - ((size_t)1 << k)) >> (k - 2));
+}
+
+inline size_t um__class_size(int cls) {
+  int k, i;
+  if (cls < 8)
+    return (size_t)cls + 1;
+  k = (cls - 8) / 4 + 3;
+  i = (cls - 8) % 4 + 1;
+  return ((size_t)1 << k) + ((size_t)1 << (k - 2)) * (size_t)i;
+}
 
 /* ------------------------------------------------------------------------ */
 /* Statistics counters, one set per device. Gauges move both ways; counters
- * only grow. All relaxed atomics: they are figures, not synchronisation. */
+ * only grow. All relaxed atomics: they are figures, not synchronisation.
+ * allocations, releases, pool_hits and bytes_in_use have per-thread shares
+ * besides (tcache.h), added on read; live buffers are allocations -
+ * releases. */
 
 typedef struct um__counters {
-  atomic_uint_fast64_t active_buffers;
   atomic_uint_fast64_t bytes_in_use;
   atomic_uint_fast64_t bytes_reserved;
   atomic_uint_fast64_t bytes_pooled;
@@ -73,12 +93,18 @@ typedef struct um__bin {
   um_buffer *head;
   um_buffer *tail;
   uint64_t idle_bytes;
+  /* Budget held by thread-cache slots of this class (tcache.h): idle_bytes
+   * + reserved_bytes <= max_pool_bytes_per_class. */
+  uint64_t reserved_bytes;
 } um__bin;
 
 typedef struct um__pool {
   um_device *dev;
   um_location loc;
   um__bin bins[UM__CLASS_COUNT];
+  /* Bit c set while bins[c] holds a block (changed under the bin's lock):
+   * trims and stats find the non-empty bins without touching the others. */
+  atomic_uint_fast64_t nonempty[(UM__CLASS_COUNT + 63) / 64];
 } um__pool;
 
 /* ------------------------------------------------------------------------ */
@@ -136,6 +162,10 @@ struct um_buffer {
    * 0's (buffer.c), NULL when none. Set at wrap, undone at recycle. */
   struct um__wrap_reg *wrap_regs;
   int nwrap_regs;
+  /* Set when an operation or a mapping was made on the buffer since it
+   * went live: um_release then takes b->lock to wait for or defer behind
+   * them. Buffers never touched that way are released without the lock. */
+  atomic_bool touched;
 
   pthread_mutex_t lock; /* guards everything below */
   pthread_cond_t idle_cond; /* signalled when pending drops to 0 */
@@ -153,6 +183,10 @@ struct um_buffer {
   /* pool links (under the bin's lock) */
   um_buffer *pool_prev, *pool_next;
   uint64_t idle_since_ns;
+  /* Order of going idle (pool.c: a bin is sorted on it, newest at the
+   * head; trims take the smallest first). A logical clock rather than a
+   * time, so that the thread caches' lock-free path can stamp it. */
+  uint64_t idle_key;
 
   um_buffer *all_next; /* manager registry (under registry_lock) */
   um_buffer *husk_next;
@@ -260,12 +294,27 @@ struct um_manager {
   unsigned char *peer;
   pthread_mutex_t peer_lock;
 
+  /* thread caches (tcache.h): the list of caches, the pool budget held by
+   * bins and slots together (<= max_pool_bytes), and the epoch that asks
+   * every owner to give its cached blocks and budget back. */
+  pthread_mutex_t tcache_lock;
+  struct um__tcache *tcaches;
+  atomic_uint_fast64_t pool_claimed;
+  atomic_uint flush_epoch;
+  /* Highest idle_key given by a slow path; thread caches keep their own
+   * clock ahead of it (a Lamport clock: tcache.h). */
+  atomic_uint_fast64_t idle_clock;
+
   /* trim timer */
   pthread_t trim_thread;
   bool trim_running;
   pthread_mutex_t trim_lock;
   pthread_cond_t trim_cond;
   bool trim_stop;
+  /* The timer sleeps with no deadline while nothing is idle; a thread that
+   * reserves a cache slot while it sleeps (reserve_seq moved) wakes it. */
+  atomic_bool trim_asleep;
+  atomic_uint reserve_seq;
 };
 
 /* ------------------------------------------------------------------------ */
@@ -289,7 +338,8 @@ void um__descriptor_put(um_manager *m, um_buffer *b);
 void um__pool_init(um__pool *p, um_device *dev, um_location loc);
 void um__pool_destroy(um__pool *p);
 um_buffer *um__pool_take(um__pool *p, int cls);
-/* Keep b idle in the pool, or free it when the limits say no. */
+/* Keep b idle in the pool, or free it when the limits say no. b->idle_key
+ * is set here. */
 void um__pool_give(um__pool *p, um_buffer *b);
 /* Free idle blocks, oldest first, until at most keep bytes stay idle in the
  * manager (dev == NULL) or on one device. Returns bytes freed. */
@@ -297,6 +347,21 @@ uint64_t um__pool_trim(um_manager *m, um_device *dev, uint64_t keep);
 /* Free blocks idle since before cutoff_ns. */
 uint64_t um__pool_trim_older(um_manager *m, uint64_t cutoff_ns);
 void um__pool_largest(um__pool *p, uint64_t *largest);
+/* Thread-cache slots (tcache.c): hold budget for one block of class cls
+ * (false when a limit says no), give it back, and move a block taken out of
+ * a slot, with its budget, into its bin. */
+bool um__pool_reserve(um__pool *p, int cls);
+void um__pool_unreserve(um__pool *p, int cls);
+void um__pool_adopt(um__pool *p, um_buffer *b);
+/* Give an idle block that lost its cache slot to a newer one (its
+ * idle_key kept): like um__pool_give, and counted as a trim if the limits
+ * free it. */
+void um__pool_give_idle(um__pool *p, um_buffer *b);
+/* The next idle_key, for a block going idle on the calling thread. */
+uint64_t um__idle_key_next(um_manager *m);
+/* Claim / return bytes of the manager's max_pool_bytes budget. */
+bool um__pool_claim(um_manager *m, uint64_t bytes);
+void um__pool_unclaim(um_manager *m, uint64_t bytes);
 int um__trim_thread_start(um_manager *m);
 void um__trim_thread_stop(um_manager *m);
 void um__trim_thread_kick(um_manager *m);

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "tcache.h"
 
 /* The backends this build knows, in device order after the cpu. Adding one
  * (Metal, Level Zero) is one line here and one file in backends/. */
@@ -92,6 +92,8 @@ static int open_backend(um_manager *m, const um__backend *be, bool required) {
 }
 
 static void free_manager(um_manager *m) {
+  /* Blocks cached by threads go back to the bins, which free them below. */
+  um__tcache_manager_gone(m);
   for (int i = 0; i < m->ndevices; i++)
     destroy_device(m->devices[i]);
   free(m->devices);
@@ -110,6 +112,7 @@ static void free_manager(um_manager *m) {
   pthread_mutex_destroy(&m->peer_lock);
   pthread_mutex_destroy(&m->trim_lock);
   pthread_cond_destroy(&m->trim_cond);
+  pthread_mutex_destroy(&m->tcache_lock);
   free(m);
 }
 
@@ -130,6 +133,7 @@ int um__manager_create_ex(const um_options *opts, const um__backend *const *extr
   pthread_mutex_init(&m->peer_lock, NULL);
   pthread_mutex_init(&m->trim_lock, NULL);
   pthread_cond_init(&m->trim_cond, NULL);
+  pthread_mutex_init(&m->tcache_lock, NULL);
   if ((st = um__options_check(&m->opts)) != UM_OK) {
     free_manager(m);
     return st;
@@ -234,9 +238,12 @@ um_buffer *um__descriptor_get(um_manager *m) {
     return b;
   }
   pthread_mutex_unlock(&m->registry_lock);
-  b = calloc(1, sizeof(*b));
+  /* Whole cache lines: two threads working on two buffers (each from its
+   * own thread cache) must not share a line. */
+  b = aligned_alloc(64, (sizeof(*b) + 63) & ~(size_t)63);
   if (b == NULL)
     return NULL;
+  memset(b, 0, sizeof(*b));
   b->magic = UM__BUFFER_MAGIC;
   b->m = m;
   atomic_init(&b->state, UM__BUF_HUSK);

@@ -6,27 +6,8 @@
  * steps per doubling for the same reason. */
 #include "internal.h"
 
-static inline int floor_log2(size_t x) {
-  return (int)(sizeof(size_t) * 8 - 1) - __builtin_clzl((unsigned long)x);
-}
-
-int um__size_class_of(size_t bytes) {
-  int k;
-  size_t step, idx;
-  if (bytes <= 8)
-    return bytes == 0 ? 0 : (int)bytes - 1;
-  /* bytes in (2^k, 2^(k+1)]: classes 2^k + step * i, step = 2^(k-2). */
-  k = floor_log2(bytes - 1);
-  step = (size_t)1 << (k - 2);
-  idx = (bytes - ((size_t)1 << k) + step - 1) / step; /* 1..4 */
-  return 8 + (k - 3) * 4 + (int)idx - 1;
-}
-
-size_t um__class_size(int cls) {
-  int k, i;
-  if (cls < 8)
-    return (size_t)cls + 1;
-  k = (cls - 8) / 4 + 3;
-  i = (cls - 8) % 4 + 1;
-  return ((size_t)1 << k) + ((size_t)1 << (k - 2)) * (size_t)i;
-}
+/* The definitions are inline in internal.h (the allocation fast path needs
+ * them without a call); these are the external definitions C99 asks one
+ * translation unit to provide. */
+extern inline int um__size_class_of(size_t bytes);
+extern inline size_t um__class_size(int cls);

@@ -1,24 +1,40 @@
 /* Statistics: per-device counters (relaxed atomics), summed on demand. The
  * figures that are not sums (peaks, largest idle block, fragmentation) are
- * kept or computed at the manager level. */
+ * kept or computed at the manager level.
+ *
+ * The hot counters (allocations, releases, pool hits, live buffers and
+ * bytes) are kept per thread in the thread caches (tcache.h) and added
+ * here on read; a thread's share moves into the device's counters when it
+ * exits. The peaks are brought up to date, from the exact sum over all
+ * threads, whenever one thread's own bytes in use pass its highest level
+ * so far: exact for one thread (and for threads that take turns); with
+ * several threads allocating at the same moment, a peak that no single
+ * thread's new high coincides with can be missed. */
 #include <stdio.h>
 #include <string.h>
 
-#include "internal.h"
+#include "tcache.h"
 
 void um__stat_in_use_add(um_device *d, uint64_t bytes) {
   um_manager *m = d->m;
-  uint64_t dev_now = (uint64_t)um__atomic_add_relaxed(&d->stats.bytes_in_use, bytes) + bytes;
-  uint64_t all_now = (uint64_t)um__atomic_add_relaxed(&m->bytes_in_use, bytes) + bytes;
-  um__atomic_add_relaxed(&d->stats.active_buffers, 1);
-  um__atomic_max_relaxed(&d->stats.peak_bytes_in_use, dev_now);
-  um__atomic_max_relaxed(&m->peak_bytes_in_use, all_now);
+  um__tcache *tc = um__tcache_of(m);
+  if (tc != NULL) {
+    um__tcache_count_in(tc, d, bytes);
+    return;
+  }
+  um__atomic_add_relaxed(&d->stats.bytes_in_use, bytes);
+  um__atomic_add_relaxed(&m->bytes_in_use, bytes);
+  um__tcache_note_high(NULL, d);
 }
 
 void um__stat_in_use_sub(um_device *d, uint64_t bytes) {
+  um__tcache *tc = um__tcache_of(d->m);
+  if (tc != NULL) {
+    um__tcache_count_out(tc, d, bytes);
+    return;
+  }
   um__atomic_sub_relaxed(&d->stats.bytes_in_use, bytes);
   um__atomic_sub_relaxed(&d->m->bytes_in_use, bytes);
-  um__atomic_sub_relaxed(&d->stats.active_buffers, 1);
 }
 
 uint64_t um__stat_pooled_add(um_device *d, uint64_t bytes) {
@@ -34,7 +50,6 @@ void um__stat_pooled_sub(um_device *d, uint64_t bytes) {
 static void add_device(um_stats *s, um_device *d) {
   const um__counters *c = &d->stats;
 #define SUM(f) s->f += (uint64_t)um__atomic_load_relaxed(&c->f)
-  SUM(active_buffers);
   SUM(bytes_in_use);
   SUM(bytes_reserved);
   SUM(bytes_pooled);
@@ -69,6 +84,9 @@ int um_stats_get(um_manager *m, um_device *d, um_stats *out) {
   if (d != NULL && d->m != m)
     return um__set_error(UM_EINVAL, "um_stats_get: device belongs to another manager");
   memset(&s, 0, sizeof(s));
+  /* The caches' list lock: a thread's exit moves its counters into the
+   * device's under it, so each share is counted once. */
+  pthread_mutex_lock(&m->tcache_lock);
   if (d != NULL) {
     add_device(&s, d);
     s.peak_bytes_in_use = um__atomic_load_relaxed(&d->stats.peak_bytes_in_use);
@@ -77,6 +95,13 @@ int um_stats_get(um_manager *m, um_device *d, um_stats *out) {
       add_device(&s, m->devices[i]);
     s.peak_bytes_in_use = um__atomic_load_relaxed(&m->peak_bytes_in_use);
   }
+  um__tcache_stats_add(m, d, &s);
+  pthread_mutex_unlock(&m->tcache_lock);
+  /* Every buffer that went live was counted in allocations, and in
+   * releases when it was released (the hot paths count no third figure). */
+  s.active_buffers = s.allocations - s.releases;
+  if (s.bytes_in_use > s.peak_bytes_in_use)
+    s.peak_bytes_in_use = s.bytes_in_use; /* a concurrent new high not yet noted */
   s.hit_rate = (s.pool_hits + s.pool_misses) ? (double)s.pool_hits / (double)(s.pool_hits + s.pool_misses) : 0.0;
   s.fragmentation = s.bytes_pooled ? 1.0 - (double)s.largest_pooled_block / (double)s.bytes_pooled : 0.0;
   if (s.fragmentation < 0.0)

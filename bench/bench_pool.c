@@ -1,0 +1,1120 @@
+/* The pool against the allocators people already use, in one run:
+ *
+ *   hit      allocate + release the same size on one thread (1 KiB to
+ *            100 MiB): unimem's pool, unimem unpooled, glibc malloc/free,
+ *            jemalloc, mimalloc;
+ *   touch    allocate + write every page + release (1 to 100 MiB): the
+ *            same, plus unimem unpooled without huge pages (the first-touch
+ *            cost with and without madvise(MADV_HUGEPAGE));
+ *   seeds    the seeds' own table ("Allocate 1MB / 10MB / 100MB /
+ *            Allocate+Free (100x)", without pool and with pool);
+ *   threads  pool hits on two threads against one (throughput), with
+ *            glibc and mimalloc beside it as the machine's own yardstick;
+ *   trace    a recorded allocation trace of mixed sizes and lifetimes
+ *            (bench/traces/mixed.txt, made from a fixed seed by
+ *            --make-trace), replayed, every page of every block written:
+ *            time against the allocators, the pool's hit rate, and peak
+ *            bytes reserved against peak bytes requested.
+ *
+ * Every figure is the median of several rounds; in a round every column
+ * runs once, one after the other, so that load from other processes
+ * falls on all of them alike. A round of a fast operation times a run of
+ * operations sized to take a few milliseconds and divides.
+ *
+ * jemalloc and mimalloc are loaded at run time (libjemalloc.so.2 with
+ * RTLD_DEEPBIND, libmimalloc.so.2), so that they run in this process beside
+ * glibc's malloc; a missing one is reported as "not installed". jemalloc
+ * uses initial-exec TLS, which a running process can only dlopen with
+ * more static TLS room than glibc keeps by default: when the first dlopen
+ * fails for that reason the program runs itself again (/proc/self/exe,
+ * same arguments) with GLIBC_TUNABLES=glibc.rtld.optional_static_tls set,
+ * once (UM_BENCH_POOL_REEXEC marks the second run).
+ *
+ *   bench_pool [--quick] [--json FILE] [--trace FILE] [--make-trace FILE]
+ *
+ * --quick: fewer rounds and shorter samples (a CI smoke run of seconds).
+ * --trace FILE: replay another trace (default: the one in the source tree).
+ * --make-trace FILE: write the trace from its seed, and exit.
+ *
+ * Built as the `unimem bench pool` subcommand with -DUM_BENCH_NO_MAIN
+ * (entry point um_bench_pool_main). Uses the public API only.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "unimem.h"
+
+#define KiB ((size_t)1024)
+#define MiB (1024 * KiB)
+#define PAGE 4096u
+
+#ifndef UM_BENCH_TRACE_DIR
+#define UM_BENCH_TRACE_DIR "bench/traces"
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Timing                                                                    */
+
+static double bp_now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
+}
+
+static int bp_cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double bp_median(const double *v, int n) {
+  double tmp[64];
+  if (n <= 0)
+    return -1;
+  memcpy(tmp, v, (size_t)n * sizeof(*tmp));
+  qsort(tmp, (size_t)n, sizeof(*tmp), bp_cmp_double);
+  return n % 2 ? tmp[n / 2] : (tmp[n / 2 - 1] + tmp[n / 2]) / 2;
+}
+
+/* Keep the compiler from proving a block unused (and dropping the pair). */
+static inline void bp_escape(void *p) { __asm__ volatile("" : : "r"(p) : "memory"); }
+
+/* Write one byte in every page, and the last byte. */
+static void bp_touch(void *p, size_t n) {
+  volatile unsigned char *c = p;
+  for (size_t i = 0; i < n; i += PAGE)
+    c[i] = (unsigned char)i;
+  c[n - 1] = 1;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The contenders                                                            */
+
+enum { COL_POOL, COL_UNPOOLED, COL_UNPOOLED_NOHUGE, COL_GLIBC, COL_JEMALLOC, COL_MIMALLOC, NCOLS };
+
+static const char *const col_key[NCOLS] = {"unimem_ns",  "unpooled_ns", "unpooled_nohuge_ns",
+                                           "glibc_ns",   "jemalloc_ns", "mimalloc_ns"};
+static const char *const col_title[NCOLS] = {"unimem", "unpooled", "no-huge", "glibc", "jemalloc", "mimalloc"};
+
+typedef void *(*bp_malloc_fn)(size_t);
+typedef void (*bp_free_fn)(void *);
+
+typedef struct bp_env {
+  um_manager *m;        /* pooled, huge pages as the options say (default on) */
+  um_device *cpu;
+  um_manager *m_nohuge; /* huge_pages = 0, for the unpooled first-touch column */
+  um_device *cpu_nohuge;
+  bp_malloc_fn c_malloc[NCOLS];
+  bp_free_fn c_free[NCOLS];
+  char status[NCOLS][160]; /* "" when present, else why not */
+  char machine[160];
+  char thp[64];
+  int ncores;
+  int quick;
+  int rounds;
+  double sample_ns; /* target duration of one sample */
+  bool failed;
+} bp_env;
+
+/* glibc's own, through pointers the compiler cannot see through. */
+static void *volatile glibc_malloc_ptr = (void *)malloc;
+static void *volatile glibc_free_ptr = (void *)free;
+
+static void load_allocators(bp_env *e) {
+  void *h;
+  e->c_malloc[COL_GLIBC] = (bp_malloc_fn)glibc_malloc_ptr;
+  e->c_free[COL_GLIBC] = (bp_free_fn)glibc_free_ptr;
+  h = dlopen("libjemalloc.so.2", RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+  if (h != NULL) {
+    e->c_malloc[COL_JEMALLOC] = (bp_malloc_fn)dlsym(h, "malloc");
+    e->c_free[COL_JEMALLOC] = (bp_free_fn)dlsym(h, "free");
+  }
+  if (e->c_malloc[COL_JEMALLOC] == NULL || e->c_free[COL_JEMALLOC] == NULL) {
+    const char *why = h == NULL ? dlerror() : "no malloc/free in libjemalloc.so.2";
+    snprintf(e->status[COL_JEMALLOC], sizeof(e->status[0]), "%s",
+             why && strstr(why, "No such file") ? "not installed" : why ? why : "not loadable");
+  }
+  h = dlopen("libmimalloc.so.2", RTLD_NOW | RTLD_LOCAL);
+  if (h != NULL) {
+    e->c_malloc[COL_MIMALLOC] = (bp_malloc_fn)dlsym(h, "mi_malloc");
+    e->c_free[COL_MIMALLOC] = (bp_free_fn)dlsym(h, "mi_free");
+  }
+  if (e->c_malloc[COL_MIMALLOC] == NULL || e->c_free[COL_MIMALLOC] == NULL) {
+    const char *why = h == NULL ? dlerror() : "no mi_malloc/mi_free in libmimalloc.so.2";
+    snprintf(e->status[COL_MIMALLOC], sizeof(e->status[0]), "%s",
+             why && strstr(why, "No such file") ? "not installed" : why ? why : "not loadable");
+  }
+}
+
+/* jemalloc cannot be dlopened without more static TLS room than glibc
+ * keeps: run again, once, with the room asked for. Returns only when that
+ * is not needed or not possible. json: the report file this run was asked
+ * for; when it exists and is still empty (a temporary file made by whoever
+ * runs this, such as `unimem bench`, which makes a new one when it runs
+ * again) it is removed first, so that nothing is left behind. */
+static void reexec_for_static_tls(const char *json) {
+  void *h;
+  const char *err;
+  char *cmdline = NULL, *argvv[256], tunables[512];
+  size_t len = 0, cap = 0;
+  int argc = 0;
+  FILE *f;
+  if (getenv("UM_BENCH_POOL_REEXEC") != NULL)
+    return;
+  h = dlopen("libjemalloc.so.2", RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+  if (h != NULL)
+    return; /* stays loaded; load_allocators finds it again */
+  err = dlerror();
+  if (err == NULL || strstr(err, "static TLS") == NULL)
+    return;
+  f = fopen("/proc/self/cmdline", "rb");
+  if (f == NULL)
+    return;
+  for (;;) {
+    if (len == cap) {
+      char *grown = realloc(cmdline, cap = cap ? 2 * cap : 4096);
+      if (grown == NULL) {
+        free(cmdline);
+        fclose(f);
+        return;
+      }
+      cmdline = grown;
+    }
+    size_t got = fread(cmdline + len, 1, cap - len, f);
+    if (got == 0)
+      break;
+    len += got;
+  }
+  fclose(f);
+  for (size_t i = 0; i < len && argc < 255; i += strlen(cmdline + i) + 1)
+    argvv[argc++] = cmdline + i;
+  argvv[argc] = NULL;
+  if (argc == 0) {
+    free(cmdline);
+    return;
+  }
+  const char *old = getenv("GLIBC_TUNABLES");
+  snprintf(tunables, sizeof(tunables), "%s%sglibc.rtld.optional_static_tls=65536", old ? old : "",
+           old && *old ? ":" : "");
+  setenv("GLIBC_TUNABLES", tunables, 1);
+  setenv("UM_BENCH_POOL_REEXEC", "1", 1);
+  if (json != NULL) {
+    struct stat st;
+    if (stat(json, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == 0)
+      unlink(json);
+  }
+  fflush(stdout);
+  fflush(stderr);
+  execv("/proc/self/exe", argvv);
+  free(cmdline); /* exec failed: go on without jemalloc */
+}
+
+static void describe_machine(bp_env *e) {
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  char line[256];
+  snprintf(e->machine, sizeof(e->machine), "unknown CPU");
+  if (f != NULL) {
+    while (fgets(line, sizeof(line), f)) {
+      char *p = strchr(line, ':');
+      if (strncmp(line, "model name", 10) == 0 && p != NULL) {
+        p += 2;
+        p[strcspn(p, "\n")] = '\0';
+        snprintf(e->machine, sizeof(e->machine), "%s", p);
+        break;
+      }
+    }
+    fclose(f);
+  }
+  e->ncores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+  snprintf(e->thp, sizeof(e->thp), "unknown");
+  f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+  if (f != NULL) {
+    if (fgets(line, sizeof(line), f)) {
+      char *a = strchr(line, '['), *b = a ? strchr(a, ']') : NULL;
+      if (a && b) {
+        *b = '\0';
+        snprintf(e->thp, sizeof(e->thp), "%s", a + 1);
+      }
+    }
+    fclose(f);
+  }
+}
+
+static bool col_present(const bp_env *e, int col) { return e->status[col][0] == '\0'; }
+
+/* ------------------------------------------------------------------------ */
+/* Operations: iters times, allocate bytes (+ touch) + release. 0 or -1.    */
+
+typedef int (*bp_op_fn)(bp_env *e, int col, size_t bytes, long iters, bool touch);
+
+static int op_unimem(bp_env *e, int col, size_t bytes, long iters, bool touch) {
+  um_manager *m = col == COL_UNPOOLED_NOHUGE ? e->m_nohuge : e->m;
+  um_device *d = col == COL_UNPOOLED_NOHUGE ? e->cpu_nohuge : e->cpu;
+  unsigned flags = col == COL_POOL ? 0 : UM_ALLOC_UNPOOLED;
+  for (long i = 0; i < iters; i++) {
+    um_buffer *b;
+    if (um_alloc(m, d, bytes, UM_HOST, flags, &b) != UM_OK) {
+      fprintf(stderr, "bench pool: um_alloc(%zu): %s\n", bytes, um_last_error());
+      return -1;
+    }
+    if (touch)
+      bp_touch(um_buffer_host_ptr(b), bytes);
+    um_release(b);
+  }
+  return 0;
+}
+
+static int op_malloc(bp_env *e, int col, size_t bytes, long iters, bool touch) {
+  bp_malloc_fn a = e->c_malloc[col];
+  bp_free_fn f = e->c_free[col];
+  for (long i = 0; i < iters; i++) {
+    void *p = a(bytes);
+    if (p == NULL) {
+      fprintf(stderr, "bench pool: %s(%zu) failed\n", col_title[col], bytes);
+      return -1;
+    }
+    bp_escape(p);
+    if (touch)
+      bp_touch(p, bytes);
+    f(p);
+  }
+  return 0;
+}
+
+static int run_op(bp_env *e, int col, size_t bytes, long iters, bool touch) {
+  return col <= COL_UNPOOLED_NOHUGE ? op_unimem(e, col, bytes, iters, touch)
+                                    : op_malloc(e, col, bytes, iters, touch);
+}
+
+/* How many operations make one sample of about e->sample_ns. */
+static long calibrate(bp_env *e, int col, size_t bytes, bool touch) {
+  double t0, t;
+  long iters = 1;
+  for (;;) {
+    t0 = bp_now_ns();
+    if (run_op(e, col, bytes, iters, touch) != 0)
+      return -1;
+    t = bp_now_ns() - t0;
+    if (t >= e->sample_ns / 8 || iters >= (1l << 24))
+      break;
+    iters *= 8;
+  }
+  long want = (long)(e->sample_ns / (t / (double)iters));
+  return want < 1 ? 1 : want > (1l << 24) ? (1l << 24) : want;
+}
+
+/* Medians of ns per operation for each present column of cols[]. */
+static void measure(bp_env *e, const int *cols, int ncols, size_t bytes, bool touch, double *out) {
+  double samples[NCOLS][64];
+  long iters[NCOLS];
+  for (int c = 0; c < ncols; c++) {
+    out[cols[c]] = -1;
+    iters[c] = col_present(e, cols[c]) ? calibrate(e, cols[c], bytes, touch) : 0;
+    if (iters[c] < 0)
+      e->failed = true;
+  }
+  for (int r = 0; r < e->rounds; r++) {
+    for (int c = 0; c < ncols; c++) {
+      double t0;
+      if (iters[c] <= 0)
+        continue;
+      t0 = bp_now_ns();
+      if (run_op(e, cols[c], bytes, iters[c], touch) != 0) {
+        e->failed = true;
+        iters[c] = 0;
+        continue;
+      }
+      samples[c][r] = (bp_now_ns() - t0) / (double)iters[c];
+    }
+  }
+  for (int c = 0; c < ncols; c++)
+    if (iters[c] > 0)
+      out[cols[c]] = bp_median(samples[c], e->rounds);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Report rows                                                               */
+
+#define BP_MAX_ROWS 48
+#define BP_MAX_EXTRA 6
+
+typedef struct bp_row {
+  const char *table;
+  char name[48];
+  size_t bytes;
+  double ns[NCOLS]; /* -1: not measured */
+  int nextra;
+  const char *extra_key[BP_MAX_EXTRA];
+  double extra[BP_MAX_EXTRA];
+} bp_row;
+
+typedef struct bp_report {
+  bp_row rows[BP_MAX_ROWS];
+  int nrows;
+} bp_report;
+
+static bp_row *add_row(bp_report *rep, const char *table, const char *name, size_t bytes) {
+  bp_row *r;
+  if (rep->nrows == BP_MAX_ROWS)
+    return NULL;
+  r = &rep->rows[rep->nrows++];
+  memset(r, 0, sizeof(*r));
+  r->table = table;
+  snprintf(r->name, sizeof(r->name), "%s", name);
+  r->bytes = bytes;
+  for (int c = 0; c < NCOLS; c++)
+    r->ns[c] = -1;
+  return r;
+}
+
+static void add_extra(bp_row *r, const char *key, double v) {
+  if (r != NULL && r->nextra < BP_MAX_EXTRA) {
+    r->extra_key[r->nextra] = key;
+    r->extra[r->nextra++] = v;
+  }
+}
+
+static void size_name(char *out, size_t cap, size_t bytes) {
+  if (bytes >= MiB && bytes % MiB == 0)
+    snprintf(out, cap, "%zu MiB", bytes / MiB);
+  else if (bytes >= KiB && bytes % KiB == 0)
+    snprintf(out, cap, "%zu KiB", bytes / KiB);
+  else
+    snprintf(out, cap, "%zu B", bytes);
+}
+
+/* A time in ns, in a unit that keeps 3 significant digits. */
+static void fmt_time(char *out, size_t cap, double ns) {
+  if (ns < 0)
+    snprintf(out, cap, "-");
+  else if (ns < 1e3)
+    snprintf(out, cap, "%.1f ns", ns);
+  else if (ns < 1e6)
+    snprintf(out, cap, "%.2f us", ns / 1e3);
+  else if (ns < 1e9)
+    snprintf(out, cap, "%.2f ms", ns / 1e6);
+  else
+    snprintf(out, cap, "%.2f s", ns / 1e9);
+}
+
+static double best_of_glibc_mimalloc(const double *ns) {
+  double g = ns[COL_GLIBC], mi = ns[COL_MIMALLOC];
+  if (g < 0)
+    return mi;
+  if (mi < 0)
+    return g;
+  return g < mi ? g : mi;
+}
+
+static void print_cols_header(const bp_env *e, const int *cols, int ncols) {
+  printf("  %-9s", "size");
+  for (int c = 0; c < ncols; c++)
+    printf(" %11s", col_present(e, cols[c]) ? col_title[cols[c]] : "-");
+  printf("\n");
+}
+
+static void print_cols(const bp_row *r, const int *cols, int ncols) {
+  char t[32];
+  printf("  %-9s", r->name);
+  for (int c = 0; c < ncols; c++) {
+    fmt_time(t, sizeof(t), r->ns[cols[c]]);
+    printf(" %11s", t);
+  }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Tables                                                                    */
+
+static void hit_table(bp_env *e, bp_report *rep) {
+  static const size_t sizes[] = {1 * KiB, 64 * KiB, 1 * MiB, 10 * MiB, 100 * MiB};
+  static const int cols[] = {COL_POOL, COL_UNPOOLED, COL_GLIBC, COL_JEMALLOC, COL_MIMALLOC};
+  const int ncols = 5;
+  printf("\nPool hit: allocate + release the same size, one thread (ns per pair)\n");
+  print_cols_header(e, cols, ncols);
+  for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+    char name[32];
+    bp_row *r;
+    double best;
+    size_name(name, sizeof(name), sizes[i]);
+    r = add_row(rep, "hit", name, sizes[i]);
+    measure(e, cols, ncols, sizes[i], false, r->ns);
+    best = best_of_glibc_mimalloc(r->ns);
+    print_cols(r, cols, ncols);
+    if (best > 0 && r->ns[COL_POOL] > 0) {
+      add_extra(r, "ratio_to_best", r->ns[COL_POOL] / best);
+      printf("   %5.3gx best of glibc/mimalloc: %s, %s\n", r->ns[COL_POOL] / best,
+             r->ns[COL_POOL] <= 2 * best ? "<=2x met" : "<=2x MISSED",
+             r->ns[COL_POOL] <= 50 ? "<=50 ns met" : "<=50 ns MISSED");
+    } else {
+      printf("\n");
+    }
+  }
+}
+
+static void touch_table(bp_env *e, bp_report *rep) {
+  static const size_t sizes[] = {1 * MiB, 10 * MiB, 100 * MiB};
+  static const int cols[] = {COL_POOL,  COL_UNPOOLED, COL_UNPOOLED_NOHUGE,
+                             COL_GLIBC, COL_JEMALLOC, COL_MIMALLOC};
+  const int ncols = 6;
+  printf("\nAllocate + write every page + release (time per round trip)\n");
+  printf("  (unpooled: fresh mmap with madvise(MADV_HUGEPAGE); no-huge: without; THP %s)\n", e->thp);
+  print_cols_header(e, cols, ncols);
+  for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+    char name[32];
+    bp_row *r;
+    size_name(name, sizeof(name), sizes[i]);
+    r = add_row(rep, "touch", name, sizes[i]);
+    measure(e, cols, ncols, sizes[i], true, r->ns);
+    print_cols(r, cols, ncols);
+    if (r->ns[COL_POOL] > 0 && r->ns[COL_GLIBC] > 0) {
+      double x = r->ns[COL_GLIBC] / r->ns[COL_POOL];
+      add_extra(r, "speedup_vs_glibc", x);
+      printf("   %7.1fx glibc", x);
+      if (sizes[i] == 100 * MiB)
+        printf(": >=100x %s", x >= 100 ? "met" : "MISSED");
+    }
+    if (r->ns[COL_UNPOOLED] > 0 && r->ns[COL_UNPOOLED_NOHUGE] > 0) {
+      add_extra(r, "huge_page_gain", r->ns[COL_UNPOOLED_NOHUGE] / r->ns[COL_UNPOOLED]);
+      printf("; huge pages %.1fx", r->ns[COL_UNPOOLED_NOHUGE] / r->ns[COL_UNPOOLED]);
+    }
+    printf("\n");
+  }
+}
+
+/* The seeds' table: the allocation call alone is timed (the release of each
+ * buffer is not), as the seeds time AllocateAsync; then 100 allocate +
+ * release pairs of 1 MiB, timed together. */
+static double time_alloc_only(bp_env *e, size_t bytes, unsigned flags, int n) {
+  double total = 0;
+  for (int i = 0; i < n; i++) {
+    um_buffer *b;
+    double t0 = bp_now_ns();
+    if (um_alloc(e->m, e->cpu, bytes, UM_HOST, flags, &b) != UM_OK) {
+      e->failed = true;
+      return -1;
+    }
+    total += bp_now_ns() - t0;
+    um_release(b);
+  }
+  return total / n;
+}
+
+static double time_alloc_free_100(bp_env *e, unsigned flags) {
+  double t0 = bp_now_ns();
+  if (op_unimem(e, flags ? COL_UNPOOLED : COL_POOL, 1 * MiB, 100, false) != 0) {
+    e->failed = true;
+    return -1;
+  }
+  return bp_now_ns() - t0;
+}
+
+static void seeds_table(bp_env *e, bp_report *rep) {
+  static const size_t sizes[] = {1 * MiB, 10 * MiB, 100 * MiB};
+  static const char *const seed_row[] = {"Allocate 1MB", "Allocate 10MB", "Allocate 100MB"};
+  static const char *const seed_fig[] = {"500us -> 45us, 11.1x", "2.1ms -> 48us, 43.8x",
+                                         "18.3ms -> 52us, 352x"};
+  double without[64], with[64];
+  int n = e->quick ? 5 : 50;
+  printf("\nThe seeds' table, on this machine (MB = MiB; the allocation call alone is timed)\n");
+  printf("  %-22s %12s %12s %9s   %s\n", "Operation", "Without Pool", "With Pool", "Speedup",
+         "(the seeds, a GPU)");
+  for (int i = 0; i < 4; i++) {
+    char a[32], b[32];
+    bp_row *r;
+    for (int k = 0; k < e->rounds; k++) {
+      if (i < 3) {
+        without[k] = time_alloc_only(e, sizes[i], UM_ALLOC_UNPOOLED, n);
+        with[k] = time_alloc_only(e, sizes[i], 0, n);
+      } else {
+        without[k] = time_alloc_free_100(e, UM_ALLOC_UNPOOLED);
+        with[k] = time_alloc_free_100(e, 0);
+      }
+    }
+    r = add_row(rep, "seeds", i < 3 ? seed_row[i] : "Allocate+Free (100x)", i < 3 ? sizes[i] : MiB);
+    r->ns[COL_UNPOOLED] = bp_median(without, e->rounds);
+    r->ns[COL_POOL] = bp_median(with, e->rounds);
+    fmt_time(a, sizeof(a), r->ns[COL_UNPOOLED]);
+    fmt_time(b, sizeof(b), r->ns[COL_POOL]);
+    add_extra(r, "speedup", r->ns[COL_UNPOOLED] / r->ns[COL_POOL]);
+    printf("  %-22s %12s %12s %8.1fx   %s\n", r->name, a, b, r->ns[COL_UNPOOLED] / r->ns[COL_POOL],
+           i < 3 ? seed_fig[i] : "51ms -> 5.2ms, 9.8x");
+  }
+}
+
+/* Two threads against one: each thread runs iters pairs after a start
+ * barrier; throughput is all pairs over the wall time. */
+typedef struct bp_thread_arg {
+  bp_env *e;
+  int col;
+  size_t bytes;
+  long iters;
+  pthread_barrier_t *start;
+  int rc;
+  double t0, t1; /* this thread's run, measured by itself */
+  double cpu_ns;  /* CPU time this thread spent in its run */
+} bp_thread_arg;
+
+static double bp_thread_cpu_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
+}
+
+static void *thread_body(void *p) {
+  bp_thread_arg *a = p;
+  a->rc = run_op(a->e, a->col, a->bytes, 1, false); /* this thread's cache, warm */
+  double c0;
+  pthread_barrier_wait(a->start);
+  c0 = bp_thread_cpu_ns();
+  a->t0 = bp_now_ns();
+  if (a->rc == 0)
+    a->rc = run_op(a->e, a->col, a->bytes, a->iters, false);
+  a->t1 = bp_now_ns();
+  a->cpu_ns = bp_thread_cpu_ns() - c0;
+  return NULL;
+}
+
+/* Pairs per second with nthreads threads: all pairs over the time from
+ * the first thread's start to the last one's end, as the threads see them
+ * (the main thread only waits: on two CPUs it would be a third runner). */
+static double throughput(bp_env *e, int col, size_t bytes, long iters, int nthreads, double *cpu_per_pair) {
+  pthread_t t[2];
+  bp_thread_arg a[2];
+  pthread_barrier_t start;
+  double t0 = 0, t1 = 0, cpu = 0;
+  pthread_barrier_init(&start, NULL, (unsigned)nthreads);
+  for (int i = 0; i < nthreads; i++) {
+    a[i] = (bp_thread_arg){e, col, bytes, iters, &start, 0, 0, 0, 0};
+    pthread_create(&t[i], NULL, thread_body, &a[i]);
+  }
+  for (int i = 0; i < nthreads; i++)
+    pthread_join(t[i], NULL);
+  pthread_barrier_destroy(&start);
+  for (int i = 0; i < nthreads; i++) {
+    if (i == 0 || a[i].t0 < t0)
+      t0 = a[i].t0;
+    if (i == 0 || a[i].t1 > t1)
+      t1 = a[i].t1;
+    cpu += a[i].cpu_ns;
+  }
+  *cpu_per_pair = cpu / ((double)iters * nthreads);
+  for (int i = 0; i < nthreads; i++)
+    if (a[i].rc != 0)
+      e->failed = true;
+  return (double)iters * nthreads / ((t1 - t0) / 1e9);
+}
+
+/* Wall-clock scaling needs a second CPU that nobody else uses; on a shared
+ * machine it often is not there. The CPU time each thread spends per pair
+ * tells the rest: equal with one thread and with two means the threads do
+ * not slow each other down (no shared line, no lock), and two free CPUs
+ * would give 2x. Both are printed. */
+static void threads_table(bp_env *e, bp_report *rep) {
+  static const size_t sizes[] = {1 * KiB, 64 * KiB};
+  static const int cols[] = {COL_POOL, COL_GLIBC, COL_MIMALLOC};
+  printf("\nTwo threads against one: pool hits (allocate + release)\n");
+  printf("  (%d CPUs here, shared with other work; glibc and mimalloc show what the machine allows.\n"
+         "   cpu ns/pair: CPU time each thread spent per pair; the same with 2 threads as with 1\n"
+         "   means the threads do not contend, and 2 idle CPUs would give 2x)\n",
+         e->ncores);
+  printf("  %-9s %-9s %11s %11s %7s %9s %9s %7s\n", "size", "", "1T pairs/s", "2T pairs/s", "2T/1T",
+         "cpu ns 1T", "cpu ns 2T", "2x cpu");
+  for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+    for (size_t c = 0; c < sizeof(cols) / sizeof(cols[0]); c++) {
+      int col = cols[c];
+      double one[64], two[64], cpu1[64], cpu2[64], ratio, cpu_ratio;
+      char name[48], sz[32];
+      long iters;
+      bp_row *r;
+      if (!col_present(e, col))
+        continue;
+      /* about 20 ms (quick: 2 ms) per thread per sample */
+      iters = calibrate(e, col, sizes[i], false);
+      if (iters < 0) {
+        e->failed = true;
+        continue;
+      }
+      iters *= e->quick ? 4 : 10;
+      for (int k = 0; k < e->rounds; k++) {
+        one[k] = throughput(e, col, sizes[i], iters, 1, &cpu1[k]);
+        two[k] = throughput(e, col, sizes[i], iters, 2, &cpu2[k]);
+      }
+      size_name(sz, sizeof(sz), sizes[i]);
+      snprintf(name, sizeof(name), "%s %s", sz, col_title[col]);
+      r = add_row(rep, "threads", name, sizes[i]);
+      ratio = bp_median(two, e->rounds) / bp_median(one, e->rounds);
+      cpu_ratio = 2 * bp_median(cpu1, e->rounds) / bp_median(cpu2, e->rounds);
+      add_extra(r, "pairs_per_s_1t", bp_median(one, e->rounds));
+      add_extra(r, "pairs_per_s_2t", bp_median(two, e->rounds));
+      add_extra(r, "scaling", ratio);
+      add_extra(r, "cpu_ns_per_pair_1t", bp_median(cpu1, e->rounds));
+      add_extra(r, "cpu_ns_per_pair_2t", bp_median(cpu2, e->rounds));
+      add_extra(r, "scaling_by_cpu_time", cpu_ratio);
+      r->ns[col] = 1e9 / bp_median(one, e->rounds);
+      printf("  %-9s %-9s %11.3g %11.3g %6.2fx %9.1f %9.1f %6.2fx%s\n", sz, col_title[col],
+             bp_median(one, e->rounds), bp_median(two, e->rounds), ratio, bp_median(cpu1, e->rounds),
+             bp_median(cpu2, e->rounds), cpu_ratio,
+             col != COL_POOL ? ""
+             : ratio >= 1.6 ? "  >=1.6x met"
+             : cpu_ratio >= 1.6 ? "  >=1.6x: wall MISSED (CPUs busy), by CPU time met"
+                                : "  >=1.6x MISSED");
+    }
+  }
+}
+
+/* ------------------------------------------------------------------------ */
+/* The trace                                                                 */
+
+typedef struct bp_event {
+  int id;       /* allocation number */
+  size_t bytes; /* 0: free */
+} bp_event;
+
+typedef struct bp_trace {
+  bp_event *ev;
+  int nev, nalloc;
+  uint64_t peak_requested;
+} bp_trace;
+
+#define TRACE_SEED 20240611u
+#define TRACE_ALLOCS 4000
+
+static uint64_t trace_rand(uint64_t *s) {
+  *s ^= *s >> 12;
+  *s ^= *s << 25;
+  *s ^= *s >> 27;
+  return *s * 2685821657736338717ull;
+}
+
+/* Log-uniform in [lo, hi]. */
+static size_t log_uniform(uint64_t *s, double lo, double hi) {
+  double u = (double)(trace_rand(s) >> 11) / 9007199254740992.0;
+  double v = lo * exp(u * log(hi / lo));
+  return v < 1 ? 1 : (size_t)v;
+}
+
+/* The trace: TRACE_ALLOCS allocations whose sizes follow a mix typical of
+ * compute programs (half small, a third medium, some large), each freed
+ * after a lifetime counted in later allocations: mostly short, some long.
+ * Every allocation is freed by the end. */
+static int make_trace(const char *path) {
+  uint64_t s = TRACE_SEED;
+  int *free_at = malloc(sizeof(int) * TRACE_ALLOCS);
+  FILE *f = fopen(path, "w");
+  if (f == NULL || free_at == NULL) {
+    fprintf(stderr, "bench pool: cannot write %s: %s\n", path, strerror(errno));
+    free(free_at);
+    if (f)
+      fclose(f);
+    return 1;
+  }
+  fprintf(f, "# unimem allocation trace: bench_pool --make-trace (seed %u, %d allocations)\n",
+          TRACE_SEED, TRACE_ALLOCS);
+  fprintf(f, "# a ID BYTES: allocate; f ID: free. Sizes: 50%% 16 B-4 KiB, 30%% 4-256 KiB,\n");
+  fprintf(f, "# 15%% 256 KiB-4 MiB, 5%% 4-16 MiB (log-uniform); lifetime in later\n");
+  fprintf(f, "# allocations: 80%% 1-16, 15%% 16-256, 5%% 256-2048.\n");
+  for (int i = 0; i < TRACE_ALLOCS; i++) {
+    uint64_t r = trace_rand(&s) % 100, l = trace_rand(&s) % 100;
+    size_t bytes = r < 50 ? log_uniform(&s, 16, 4096)
+                   : r < 80 ? log_uniform(&s, 4096, 256 * 1024)
+                   : r < 95 ? log_uniform(&s, 256 * 1024, 4 << 20)
+                            : log_uniform(&s, 4 << 20, 16 << 20);
+    int life = l < 80 ? (int)log_uniform(&s, 1, 16) : l < 95 ? (int)log_uniform(&s, 16, 256)
+                                                              : (int)log_uniform(&s, 256, 2048);
+    free_at[i] = i + life;
+    /* frees due before this allocation, oldest first */
+    for (int j = 0; j < i; j++)
+      if (free_at[j] == i)
+        fprintf(f, "f %d\n", j);
+    fprintf(f, "a %d %zu\n", i, bytes);
+  }
+  for (int t = TRACE_ALLOCS; t <= TRACE_ALLOCS + 2048; t++)
+    for (int j = 0; j < TRACE_ALLOCS; j++)
+      if (free_at[j] == t)
+        fprintf(f, "f %d\n", j);
+  free(free_at);
+  return fclose(f) == 0 ? 0 : 1;
+}
+
+static int load_trace(const char *path, bp_trace *t) {
+  FILE *f = fopen(path, "r");
+  char line[128];
+  int cap = 0;
+  uint64_t live = 0;
+  size_t *sizes = NULL;
+  memset(t, 0, sizeof(*t));
+  if (f == NULL)
+    return -1;
+  while (fgets(line, sizeof(line), f)) {
+    int id;
+    size_t bytes = 0;
+    if (line[0] == '#' || line[0] == '\n')
+      continue;
+    if (!((line[0] == 'a' && sscanf(line + 1, "%d %zu", &id, &bytes) == 2 && bytes > 0) ||
+          (line[0] == 'f' && sscanf(line + 1, "%d", &id) == 1)) ||
+        id < 0 || id > 10000000) {
+      fprintf(stderr, "bench pool: %s: bad line: %s", path, line);
+      goto fail;
+    }
+    if (t->nev == cap) {
+      bp_event *grown = realloc(t->ev, sizeof(*grown) * (size_t)(cap = cap ? 2 * cap : 8192));
+      if (grown == NULL)
+        goto fail;
+      t->ev = grown;
+    }
+    if (id >= t->nalloc) {
+      size_t *g = realloc(sizes, sizeof(*g) * (size_t)(id + 1));
+      if (g == NULL)
+        goto fail;
+      memset(g + t->nalloc, 0, sizeof(*g) * (size_t)(id + 1 - t->nalloc));
+      sizes = g;
+      t->nalloc = id + 1;
+    }
+    if (bytes) {
+      sizes[id] = bytes;
+      live += bytes;
+      if (live > t->peak_requested)
+        t->peak_requested = live;
+    } else {
+      live -= sizes[id];
+    }
+    t->ev[t->nev].id = id;
+    t->ev[t->nev].bytes = bytes;
+    t->nev++;
+  }
+  fclose(f);
+  free(sizes);
+  return 0;
+fail:
+  fclose(f);
+  free(sizes);
+  free(t->ev);
+  t->ev = NULL;
+  return -2;
+}
+
+/* Replay once with column col on manager m (unimem columns); slots holds
+ * one pointer per allocation. touch: write every page of every block.
+ * peak_reserved (untimed runs): read the pool's figures after every
+ * allocation and keep the peak of bytes reserved. Returns the time, or -1. */
+static double replay(bp_env *e, um_manager *m, int col, const bp_trace *t, void **slots, bool touch,
+                     uint64_t *peak_reserved, uint64_t *peak_live) {
+  um_device *cpu = um_device_get(m, 0);
+  double t0 = bp_now_ns();
+  for (int i = 0; i < t->nev; i++) {
+    const bp_event *ev = &t->ev[i];
+    if (ev->bytes) {
+      void *p;
+      if (col <= COL_UNPOOLED) {
+        um_buffer *b;
+        if (um_alloc(m, cpu, ev->bytes, UM_HOST, col == COL_POOL ? 0 : UM_ALLOC_UNPOOLED, &b) != UM_OK)
+          return -1;
+        slots[ev->id] = b;
+        p = um_buffer_host_ptr(b);
+        if (peak_reserved != NULL) {
+          um_stats s;
+          um_stats_get(m, cpu, &s);
+          if (s.bytes_reserved > *peak_reserved)
+            *peak_reserved = s.bytes_reserved;
+          if (s.bytes_reserved - s.bytes_pooled > *peak_live)
+            *peak_live = s.bytes_reserved - s.bytes_pooled;
+        }
+      } else {
+        p = e->c_malloc[col](ev->bytes);
+        if (p == NULL)
+          return -1;
+        slots[ev->id] = p;
+      }
+      if (touch)
+        bp_touch(p, ev->bytes);
+      else
+        bp_escape(p);
+    } else if (col <= COL_UNPOOLED) {
+      um_release(slots[ev->id]);
+    } else {
+      e->c_free[col](slots[ev->id]);
+    }
+  }
+  return bp_now_ns() - t0;
+}
+
+/* Timed replays of every column, the pool and the allocators warm (one
+ * untimed replay each first): median time per event. */
+static void time_replays(bp_env *e, const bp_trace *t, void **slots, bool touch, bp_row *r) {
+  static const int cols[] = {COL_POOL, COL_UNPOOLED, COL_GLIBC, COL_JEMALLOC, COL_MIMALLOC};
+  const int ncols = 5;
+  double samples[NCOLS][64];
+  int reps = e->quick ? 1 : 5;
+  for (int c = 0; c < ncols; c++)
+    if (col_present(e, cols[c]) && replay(e, e->m, cols[c], t, slots, touch, NULL, NULL) < 0)
+      e->failed = true;
+  for (int k = 0; k < reps; k++)
+    for (int c = 0; c < ncols; c++) {
+      samples[c][k] = -1;
+      if (col_present(e, cols[c]))
+        samples[c][k] = replay(e, e->m, cols[c], t, slots, touch, NULL, NULL);
+    }
+  for (int c = 0; c < ncols; c++)
+    if (col_present(e, cols[c]))
+      r->ns[cols[c]] = bp_median(samples[c], reps) / (double)t->nev;
+}
+
+/* One replay on a fresh manager with a pool of at most max_pool bytes
+ * (0: the default), figures read after every allocation. */
+static int trace_pass(bp_env *e, const bp_trace *t, void **slots, uint64_t max_pool, double *hit_rate,
+                      uint64_t *peak_reserved, uint64_t *peak_live) {
+  um_manager *m;
+  um_options o;
+  um_stats s;
+  um_options_init(&o);
+  snprintf(o.backends, sizeof(o.backends), "cpu");
+  o.enable_pooling = 1;
+  o.trim_interval_ms = 0;
+  if (max_pool != 0) {
+    o.max_pool_bytes = max_pool;
+    o.max_pool_bytes_per_class = max_pool;
+  }
+  if (um_manager_create(&o, &m) != UM_OK)
+    return -1;
+  *peak_reserved = *peak_live = 0;
+  if (replay(e, m, COL_POOL, t, slots, false, peak_reserved, peak_live) < 0) {
+    um_manager_destroy(m);
+    return -1;
+  }
+  um_stats_get(m, NULL, &s);
+  *hit_rate = s.hit_rate;
+  um_manager_destroy(m);
+  return 0;
+}
+
+static void trace_table(bp_env *e, bp_report *rep, const char *path) {
+  static const int cols[] = {COL_POOL, COL_UNPOOLED, COL_GLIBC, COL_JEMALLOC, COL_MIMALLOC};
+  const int ncols = 5;
+  bp_trace t;
+  void **slots;
+  uint64_t peak_default = 0, peak_capped = 0, live_default = 0, live_capped = 0, cap;
+  double hit_default = 0, hit_capped = 0;
+  bp_row *rt, *rc;
+  int st = load_trace(path, &t);
+  if (st != 0) {
+    printf("\nTrace: cannot read %s%s (bench_pool --make-trace FILE writes it)\n", path,
+           st == -1 ? "" : ": bad format");
+    if (st == -2)
+      e->failed = true;
+    return;
+  }
+  slots = calloc((size_t)t.nalloc, sizeof(*slots));
+  if (slots == NULL) {
+    free(t.ev);
+    e->failed = true;
+    return;
+  }
+  /* From an empty pool: the hit rate and the peak of bytes reserved, with
+   * the default limits and with the pool capped at half the peak request. */
+  cap = t.peak_requested / 2;
+  if (trace_pass(e, &t, slots, 0, &hit_default, &peak_default, &live_default) != 0 ||
+      trace_pass(e, &t, slots, cap, &hit_capped, &peak_capped, &live_capped) != 0) {
+    e->failed = true;
+    goto out;
+  }
+  rt = add_row(rep, "trace", "mixed, touched", 0);
+  time_replays(e, &t, slots, true, rt);
+  rc = add_row(rep, "trace", "mixed, calls only", 0);
+  time_replays(e, &t, slots, false, rc);
+  add_extra(rt, "hit_rate", hit_default);
+  add_extra(rt, "peak_requested_bytes", (double)t.peak_requested);
+  add_extra(rt, "peak_reserved_bytes", (double)peak_default);
+  add_extra(rt, "reserved_over_requested", (double)peak_default / (double)t.peak_requested);
+  add_extra(rt, "live_capacity_over_requested", (double)live_default / (double)t.peak_requested);
+  add_extra(rc, "hit_rate_capped_pool", hit_capped);
+  add_extra(rc, "peak_reserved_capped_bytes", (double)peak_capped);
+
+  printf("\nTrace replay: %s\n", path);
+  printf("  %d allocations, %d events; peak requested %.1f MiB\n", t.nalloc, t.nev,
+         (double)t.peak_requested / (double)MiB);
+  printf("  live blocks at their peak: %.1f MiB = %.3fx the bytes asked for (size classes)\n",
+         (double)live_default / (double)MiB, (double)live_default / (double)t.peak_requested);
+  printf("  from an empty pool: hit rate %.1f%%, peak reserved (live + idle) %.1f MiB = %.2fx peak requested\n",
+         100 * hit_default, (double)peak_default / (double)MiB, (double)peak_default / (double)t.peak_requested);
+  printf("  pool capped at %.1f MiB: hit rate %.1f%%, peak reserved %.1f MiB = %.2fx (seeds: 90-95%% hits)\n",
+         (double)cap / (double)MiB, 100 * hit_capped, (double)peak_capped / (double)MiB,
+         (double)peak_capped / (double)t.peak_requested);
+  printf("  time per event, warm (median of %d replays; touched: every page of every block written):\n",
+         e->quick ? 1 : 5);
+  print_cols_header(e, cols, ncols);
+  for (int i = 0; i < 2; i++) {
+    bp_row *r = i ? rc : rt;
+    print_cols(r, cols, ncols);
+    if (r->ns[COL_POOL] > 0 && best_of_glibc_mimalloc(r->ns) > 0) {
+      add_extra(r, "ratio_to_best", r->ns[COL_POOL] / best_of_glibc_mimalloc(r->ns));
+      printf("   %.2fx the best of glibc/mimalloc", r->ns[COL_POOL] / best_of_glibc_mimalloc(r->ns));
+    }
+    printf("\n");
+  }
+out:
+  free(slots);
+  free(t.ev);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Output                                                                    */
+
+static void json_string(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++) {
+    if (*s == '"' || *s == '\\')
+      fprintf(f, "\\%c", *s);
+    else if ((unsigned char)*s < 0x20)
+      fprintf(f, "\\u%04x", (unsigned char)*s);
+    else
+      fputc(*s, f);
+  }
+  fputc('"', f);
+}
+
+static int write_json(const bp_env *e, const bp_report *rep, const char *path) {
+  FILE *f = fopen(path, "w");
+  if (f == NULL) {
+    fprintf(stderr, "bench pool: cannot write %s\n", path);
+    return 1;
+  }
+  fprintf(f, "{\"bench\":\"pool\",\"quick\":%s,\"device\":", e->quick ? "true" : "false");
+  json_string(f, e->machine);
+  fprintf(f, ",\"cpus\":%d,\"thp\":", e->ncores);
+  json_string(f, e->thp);
+  fprintf(f, ",\"rounds\":%d,\"allocators\":{", e->rounds);
+  for (int c = COL_GLIBC; c < NCOLS; c++) {
+    fprintf(f, "%s\"%s\":", c == COL_GLIBC ? "" : ",", col_title[c]);
+    json_string(f, col_present(e, c) ? "loaded" : e->status[c]);
+  }
+  fprintf(f, "},\"rows\":[");
+  for (int i = 0; i < rep->nrows; i++) {
+    const bp_row *r = &rep->rows[i];
+    fprintf(f, "%s\n{\"table\":\"%s\",\"name\":", i ? "," : "", r->table);
+    json_string(f, r->name);
+    fprintf(f, ",\"bytes\":%zu", r->bytes);
+    for (int c = 0; c < NCOLS; c++)
+      if (r->ns[c] >= 0)
+        fprintf(f, ",\"%s\":%.1f", col_key[c], r->ns[c]);
+    for (int k = 0; k < r->nextra; k++)
+      fprintf(f, ",\"%s\":%.6g", r->extra_key[k], r->extra[k]);
+    fprintf(f, "}");
+  }
+  fprintf(f, "\n]}\n");
+  return fclose(f) == 0 ? 0 : 1;
+}
+
+static void usage(const char *argv0) {
+  fprintf(stderr, "usage: %s [--quick] [--json FILE] [--trace FILE] [--make-trace FILE]\n", argv0);
+}
+
+int um_bench_pool_main(int argc, char **argv) {
+  const char *json = NULL, *trace = UM_BENCH_TRACE_DIR "/mixed.txt";
+  bp_env *e;
+  bp_report *rep;
+  um_options o;
+  int quick = 0, rc = 0;
+  double t_start = bp_now_ns();
+
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--quick")) {
+      quick = 1;
+    } else if (!strcmp(argv[i], "--json") && i + 1 < argc) {
+      json = argv[++i];
+    } else if (!strcmp(argv[i], "--trace") && i + 1 < argc) {
+      trace = argv[++i];
+    } else if (!strcmp(argv[i], "--make-trace") && i + 1 < argc) {
+      return make_trace(argv[i + 1]);
+    } else {
+      usage(argv[0]);
+      return 2;
+    }
+  }
+  reexec_for_static_tls(json);
+
+  e = calloc(1, sizeof(*e));
+  rep = calloc(1, sizeof(*rep));
+  if (e == NULL || rep == NULL) {
+    free(e);
+    free(rep);
+    return 1;
+  }
+  e->quick = quick;
+  e->rounds = quick ? 3 : 11;
+  e->sample_ns = quick ? 0.5e6 : 2e6;
+  describe_machine(e);
+  load_allocators(e);
+
+  um_options_init(&o);
+  snprintf(o.backends, sizeof(o.backends), "cpu");
+  o.enable_pooling = 1;
+  o.trim_interval_ms = 0; /* no timer thread waking in the middle */
+  if (um_manager_create(&o, &e->m) != UM_OK) {
+    fprintf(stderr, "bench pool: %s\n", um_last_error());
+    free(e);
+    free(rep);
+    return 1;
+  }
+  e->cpu = um_device_get(e->m, 0);
+  if (!o.huge_pages)
+    printf("note: UNIMEM_HUGE_PAGES=0: the unpooled column has no huge pages either\n");
+  o.huge_pages = 0;
+  if (um_manager_create(&o, &e->m_nohuge) != UM_OK) {
+    fprintf(stderr, "bench pool: %s\n", um_last_error());
+    um_manager_destroy(e->m);
+    free(e);
+    free(rep);
+    return 1;
+  }
+  e->cpu_nohuge = um_device_get(e->m_nohuge, 0);
+
+  printf("unimem pool benchmark%s: %s, %d CPUs, transparent huge pages: %s\n", quick ? " (quick)" : "",
+         e->machine, e->ncores, e->thp);
+  printf("glibc malloc/free (this process); jemalloc: %s; mimalloc: %s\n",
+         col_present(e, COL_JEMALLOC) ? "libjemalloc.so.2 malloc/free" : e->status[COL_JEMALLOC],
+         col_present(e, COL_MIMALLOC) ? "libmimalloc.so.2 mi_malloc/mi_free" : e->status[COL_MIMALLOC]);
+  printf("medians of %d rounds; the columns run in turn within each round\n", e->rounds);
+  fflush(stdout);
+
+  /* Warm up (CPU clock, page tables, lazy binding) before the first row. */
+  {
+    double t0 = bp_now_ns();
+    while (bp_now_ns() - t0 < (quick ? 20e6 : 200e6))
+      for (int c = COL_POOL; c < NCOLS; c++)
+        if (col_present(e, c) && c != COL_UNPOOLED_NOHUGE)
+          run_op(e, c, 1 * KiB, 1000, false);
+  }
+  hit_table(e, rep);
+  fflush(stdout);
+  touch_table(e, rep);
+  fflush(stdout);
+  seeds_table(e, rep);
+  fflush(stdout);
+  threads_table(e, rep);
+  fflush(stdout);
+  trace_table(e, rep, trace);
+  printf("\n(%.1f s)\n", (bp_now_ns() - t_start) / 1e9);
+
+  if (json != NULL && write_json(e, rep, json) != 0)
+    rc = 1;
+  if (e->failed)
+    rc = 1;
+  um_manager_destroy(e->m_nohuge);
+  um_manager_destroy(e->m);
+  free(rep);
+  free(e);
+  return rc;
+}
+
+#ifndef UM_BENCH_NO_MAIN
+int main(int argc, char **argv) { return um_bench_pool_main(argc, argv); }
+#endif

@@ -1,0 +1,298 @@
+/* Thread caches: lookup, creation, flushing, the end of a thread or of a
+ * manager, and the statistics they hold. The fast paths are inline in
+ * tcache.h and buffer.c; the protocol of a slot is described in tcache.h. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tcache.h"
+
+_Thread_local um__tcache *um__tcache_last __attribute__((tls_model("initial-exec")));
+/* This thread's caches, one per manager it used (owner only). */
+static _Thread_local um__tcache *thread_caches;
+
+/* Serialises a thread's exit against a manager's destroy, so that exactly
+ * one of them gives a cache's blocks back to the manager, while the
+ * manager still exists. Taken only on those two paths and when a thread
+ * frees the caches of destroyed managers. */
+static pthread_mutex_t lifetime_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t key_once = PTHREAD_ONCE_INIT;
+static pthread_key_t exit_key;
+static bool exit_key_ok;
+
+static void thread_exit(void *unused);
+
+static void make_key(void) { exit_key_ok = pthread_key_create(&exit_key, thread_exit) == 0; }
+
+static size_t slot_count(int ndevices) {
+  return (size_t)ndevices * UM_LOCATION_COUNT * UM__TCACHE_CLASSES;
+}
+
+/* The pool and class of slot i. */
+static um__pool *slot_pool(um_manager *m, size_t i) {
+  size_t dl = i / UM__TCACHE_CLASSES;
+  return &m->devices[dl / UM_LOCATION_COUNT]->pools[dl % UM_LOCATION_COUNT];
+}
+
+static int slot_class(size_t i) { return (int)(i % UM__TCACHE_CLASSES); }
+
+/* Take every idle block out of tc's slots [lo, hi) into the bins; when
+ * owner, also give back the budget of empty slots. Returns bytes moved. */
+static uint64_t flush_slots(um__tcache *tc, um_manager *m, size_t lo, size_t hi, bool owner) {
+  uint64_t moved = 0;
+  for (size_t i = lo; i < hi; i++) {
+    _Atomic(uintptr_t) *slot = &tc->slots[i];
+    uintptr_t cur = atomic_load_explicit(slot, memory_order_acquire);
+    if (cur > UM__TSLOT_RESERVED) {
+      if (!atomic_compare_exchange_strong_explicit(slot, &cur, 0, memory_order_acquire,
+                                                   memory_order_relaxed))
+        continue; /* its owner took it, or another flush did */
+      um_buffer *b = (um_buffer *)cur;
+      moved += b->capacity;
+      um__pool_adopt(slot_pool(m, i), b);
+    } else if (cur == UM__TSLOT_RESERVED && owner) {
+      atomic_store_explicit(slot, 0, memory_order_relaxed);
+      um__pool_unreserve(slot_pool(m, i), slot_class(i));
+    }
+  }
+  return moved;
+}
+
+void um__tcache_flush_own(um__tcache *tc, um_manager *m) {
+  tc->epoch = atomic_load_explicit(&m->flush_epoch, memory_order_relaxed);
+  flush_slots(tc, m, 0, slot_count(tc->ndevices), true);
+}
+
+uint64_t um__tcache_flush_all(um_manager *m, um_device *only) {
+  uint64_t moved = 0;
+  pthread_mutex_lock(&m->tcache_lock);
+  for (um__tcache *tc = m->tcaches; tc != NULL; tc = tc->m_next) {
+    if (only != NULL) {
+      size_t per_dev = (size_t)UM_LOCATION_COUNT * UM__TCACHE_CLASSES;
+      size_t lo = (size_t)only->index * per_dev;
+      moved += flush_slots(tc, m, lo, lo + per_dev, false);
+    } else {
+      moved += flush_slots(tc, m, 0, slot_count(tc->ndevices), false);
+    }
+  }
+  pthread_mutex_unlock(&m->tcache_lock);
+  /* Owners give back their empty slots' budget at their next call. */
+  um__atomic_add_relaxed(&m->flush_epoch, 1u);
+  return moved;
+}
+
+/* Add tc's counters to the device's and unlink it from m. Called with
+ * m->tcache_lock held. */
+static void merge_and_unlink(um__tcache *tc, um_manager *m) {
+  for (int i = 0; i < tc->ndevices; i++) {
+    um_device *d = m->devices[i];
+    um__tcounters *c = &tc->ctr[i];
+    um__atomic_add_relaxed(&d->stats.allocations, um__atomic_load_relaxed(&c->allocations));
+    um__atomic_add_relaxed(&d->stats.releases, um__atomic_load_relaxed(&c->releases));
+    um__atomic_add_relaxed(&d->stats.pool_hits, um__atomic_load_relaxed(&c->pool_hits));
+    um__atomic_add_relaxed(&d->stats.bytes_in_use, um__atomic_load_relaxed(&c->bytes_in_use));
+  }
+  um__atomic_add_relaxed(&m->bytes_in_use, um__atomic_load_relaxed(&tc->in_use_total));
+  if (tc->ndevices == 1)
+    um__atomic_add_relaxed(&m->bytes_in_use, um__atomic_load_relaxed(&tc->ctr[0].bytes_in_use));
+  if (tc->m_prev)
+    tc->m_prev->m_next = tc->m_next;
+  else
+    m->tcaches = tc->m_next;
+  if (tc->m_next)
+    tc->m_next->m_prev = tc->m_prev;
+  tc->m_prev = tc->m_next = NULL;
+}
+
+static void free_cache(um__tcache *tc) {
+  free(tc->slots);
+  free(tc->ctr);
+  free(tc);
+}
+
+/* A thread ends: its caches' blocks go back to their managers' bins. */
+static void thread_exit(void *unused) {
+  (void)unused;
+  pthread_mutex_lock(&lifetime_lock);
+  while (thread_caches != NULL) {
+    um__tcache *tc = thread_caches;
+    um_manager *m = atomic_load_explicit(&tc->m, memory_order_relaxed);
+    thread_caches = tc->t_next;
+    if (m != NULL) {
+      flush_slots(tc, m, 0, slot_count(tc->ndevices), true);
+      pthread_mutex_lock(&m->tcache_lock);
+      merge_and_unlink(tc, m);
+      pthread_mutex_unlock(&m->tcache_lock);
+    }
+    free_cache(tc);
+  }
+  um__tcache_last = NULL;
+  pthread_mutex_unlock(&lifetime_lock);
+}
+
+void um__tcache_manager_gone(um_manager *m) {
+  pthread_mutex_lock(&lifetime_lock);
+  pthread_mutex_lock(&m->tcache_lock);
+  while (m->tcaches != NULL) {
+    um__tcache *tc = m->tcaches;
+    /* No thread uses a manager being destroyed, so the empty slots'
+     * budget can be taken back here, in the owner's place. */
+    flush_slots(tc, m, 0, slot_count(tc->ndevices), true);
+    merge_and_unlink(tc, m);
+    atomic_store_explicit(&tc->m, NULL, memory_order_release);
+  }
+  pthread_mutex_unlock(&m->tcache_lock);
+  pthread_mutex_unlock(&lifetime_lock);
+}
+
+/* Free this thread's caches whose manager is gone. */
+static void free_dead_caches(void) {
+  um__tcache **link = &thread_caches;
+  pthread_mutex_lock(&lifetime_lock);
+  while (*link != NULL) {
+    um__tcache *tc = *link;
+    if (atomic_load_explicit(&tc->m, memory_order_relaxed) == NULL) {
+      *link = tc->t_next;
+      if (um__tcache_last == tc)
+        um__tcache_last = NULL;
+      free_cache(tc);
+    } else {
+      link = &tc->t_next;
+    }
+  }
+  pthread_mutex_unlock(&lifetime_lock);
+}
+
+static um__tcache *create_cache(um_manager *m) {
+  um__tcache *tc;
+  pthread_once(&key_once, make_key);
+  if (!exit_key_ok)
+    return NULL; /* without the exit hook, cached blocks could be stranded */
+  /* Cache-line aligned and padded: nothing another thread writes shares a
+   * line with what this thread's fast path writes. */
+  tc = aligned_alloc(64, (sizeof(*tc) + 63) & ~(size_t)63);
+  if (tc == NULL)
+    return NULL;
+  memset(tc, 0, sizeof(*tc));
+  tc->ctr = aligned_alloc(64, ((size_t)m->ndevices * sizeof(*tc->ctr) + 63) & ~(size_t)63);
+  tc->slots = aligned_alloc(64, (slot_count(m->ndevices) * sizeof(*tc->slots) + 63) & ~(size_t)63);
+  if (tc->ctr == NULL || tc->slots == NULL || pthread_setspecific(exit_key, &thread_caches) != 0) {
+    free_cache(tc);
+    return NULL;
+  }
+  memset(tc->ctr, 0, (size_t)m->ndevices * sizeof(*tc->ctr));
+  memset(tc->slots, 0, slot_count(m->ndevices) * sizeof(*tc->slots));
+  tc->ndevices = m->ndevices;
+  tc->slots_on = m->opts.enable_pooling && !m->opts.debug;
+  tc->epoch = atomic_load_explicit(&m->flush_epoch, memory_order_relaxed);
+  atomic_init(&tc->m, m);
+  pthread_mutex_lock(&m->tcache_lock);
+  tc->m_next = m->tcaches;
+  if (m->tcaches)
+    m->tcaches->m_prev = tc;
+  m->tcaches = tc;
+  pthread_mutex_unlock(&m->tcache_lock);
+  tc->t_next = thread_caches;
+  thread_caches = tc;
+  return tc;
+}
+
+um__tcache *um__tcache_find(um_manager *m) {
+  bool dead = false;
+  um__tcache *tc;
+  for (tc = thread_caches; tc != NULL; tc = tc->t_next) {
+    um_manager *tm = atomic_load_explicit(&tc->m, memory_order_relaxed);
+    if (tm == m)
+      break;
+    dead |= tm == NULL;
+  }
+  if (dead)
+    free_dead_caches();
+  if (tc == NULL)
+    tc = create_cache(m);
+  if (tc != NULL)
+    um__tcache_last = tc;
+  return tc;
+}
+
+void um__tcache_give_slow(um__tcache *tc, um_buffer *b, _Atomic(uintptr_t) *slot) {
+  um_manager *m = b->m;
+  um__pool *p = &b->dev->pools[b->loc];
+  uintptr_t cur;
+  if (tc->epoch != atomic_load_explicit(&m->flush_epoch, memory_order_relaxed))
+    um__tcache_flush_own(tc, m);
+  b->idle_key = um__idle_key_next(m); /* moves the manager's clock too */
+  atomic_store_explicit(&b->state, UM__BUF_IDLE, memory_order_relaxed);
+  cur = atomic_load_explicit(slot, memory_order_relaxed);
+  for (;;) {
+    if (cur == 0) {
+      if (!um__pool_reserve(p, b->cls))
+        break;
+      cur = UM__TSLOT_RESERVED;
+    }
+    if (cur == UM__TSLOT_RESERVED) {
+      atomic_store_explicit(slot, (uintptr_t)b, memory_order_release);
+      return;
+    }
+    /* The slot holds an older block: b takes its place (and its budget),
+     * the older one goes to the bin. */
+    if (atomic_compare_exchange_strong_explicit(slot, &cur, (uintptr_t)b, memory_order_acq_rel,
+                                                memory_order_relaxed)) {
+      um__pool_give_idle(p, (um_buffer *)cur);
+      return;
+    }
+    /* another thread took the older block (cur is now 0): start over */
+  }
+  um__pool_give(p, b); /* no budget for a slot */
+}
+
+void um__tcache_note_high(um__tcache *tc, um_device *d) {
+  um_manager *m = d->m;
+  int64_t dev_total, all_total;
+  /* Under the lock: a thread's exit moves its share into the device's
+   * counters under it too, so the sums below see it exactly once. */
+  pthread_mutex_lock(&m->tcache_lock);
+  dev_total = (int64_t)um__atomic_load_relaxed(&d->stats.bytes_in_use);
+  all_total = (int64_t)um__atomic_load_relaxed(&m->bytes_in_use);
+  for (um__tcache *t = m->tcaches; t != NULL; t = t->m_next) {
+    dev_total += (int64_t)um__atomic_load_relaxed(&t->ctr[d->index].bytes_in_use);
+    all_total += (int64_t)um__atomic_load_relaxed(t->ndevices > 1 ? &t->in_use_total : &t->ctr[0].bytes_in_use);
+  }
+  pthread_mutex_unlock(&m->tcache_lock);
+  if (dev_total > 0)
+    um__atomic_max_relaxed(&d->stats.peak_bytes_in_use, (uint64_t)dev_total);
+  if (all_total > 0)
+    um__atomic_max_relaxed(&m->peak_bytes_in_use, (uint64_t)all_total);
+  if (tc != NULL) {
+    um__tcounters *c = &tc->ctr[d->index];
+    int64_t own = (int64_t)um__atomic_load_relaxed(&c->bytes_in_use);
+    int64_t own_total = (int64_t)um__atomic_load_relaxed(tc->ndevices > 1 ? &tc->in_use_total : &c->bytes_in_use);
+    if (own > c->in_use_high)
+      c->in_use_high = own;
+    if (own_total > tc->in_use_total_high)
+      tc->in_use_total_high = own_total;
+  }
+}
+
+void um__tcache_stats_add(um_manager *m, um_device *d, um_stats *s) {
+  for (um__tcache *tc = m->tcaches; tc != NULL; tc = tc->m_next) {
+    for (int i = 0; i < tc->ndevices; i++) {
+      um__tcounters *c = &tc->ctr[i];
+      size_t lo = (size_t)i * UM_LOCATION_COUNT * UM__TCACHE_CLASSES;
+      if (d != NULL && d->index != i)
+        continue;
+      s->allocations += um__atomic_load_relaxed(&c->allocations);
+      s->releases += um__atomic_load_relaxed(&c->releases);
+      s->pool_hits += um__atomic_load_relaxed(&c->pool_hits);
+      s->bytes_in_use += um__atomic_load_relaxed(&c->bytes_in_use);
+      for (size_t k = lo; k < lo + (size_t)UM_LOCATION_COUNT * UM__TCACHE_CLASSES; k++) {
+        if (atomic_load_explicit(&tc->slots[k], memory_order_relaxed) > UM__TSLOT_RESERVED) {
+          uint64_t cap = um__class_size(slot_class(k));
+          s->bytes_pooled += cap;
+          if (cap > s->largest_pooled_block)
+            s->largest_pooled_block = cap;
+        }
+      }
+    }
+  }
+}

@@ -1,0 +1,170 @@
+/* Thread caches: the pool's fast path (tcache.c has the slow paths).
+ *
+ * Every thread that allocates or releases through a manager gets one cache
+ * for that manager: one slot per (device, location, size class), each slot
+ * holding at most one idle block, plus the thread's own share of the hot
+ * statistics counters. An allocation that finds its slot full, and a
+ * release that finds its slot empty, touch nothing another thread writes:
+ * no lock, one compare-and-swap (taking from a slot) or one plain store
+ * (putting into one), and counters that only their thread writes (summed
+ * on read, as mimalloc's stats are).
+ *
+ * A slot is a word in one of three states:
+ *   0         empty, and holding none of the pool's budget;
+ *   RESERVED  empty, holding the budget of one block of its class, so that
+ *             a release can fill it without checking the pool's limits;
+ *   pointer   an idle block (state UM__BUF_IDLE), which holds the budget.
+ * Transitions: 0 -> RESERVED (owner, after um__pool_reserve), RESERVED ->
+ * pointer (owner; a plain store, since only the owner ever moves a slot out
+ * of RESERVED), pointer -> RESERVED (owner takes the block: CAS), pointer ->
+ * pointer (owner puts a newer block in and the older one goes to the bin:
+ * CAS), pointer -> 0 (anyone: CAS; takes the block and gives up the
+ * budget), RESERVED -> 0 (owner only). A slot thus holds its thread's most
+ * recently released block of the class, which keeps oldest-first exact
+ * for one thread. So another thread (a trim, pressure, the trim timer, the
+ * manager's destroy) can always take every idle block out of every cache;
+ * only the budget of empty slots waits for its owner, which gives it back
+ * when it sees the manager's flush epoch move (tcache_flush_own).
+ *
+ * Limits: a slot's budget is counted in its bin's reserved_bytes and in the
+ * manager's pool_claimed, exactly as an idle block in the bin is, so that
+ * max_pool_bytes and max_pool_bytes_per_class hold for blocks in caches.
+ *
+ * Lifetime: a cache is on its thread's list (thread-local) and on its
+ * manager's list (m->tcache_lock). Whichever of the thread's exit (a
+ * pthread key destructor) and the manager's destroy comes first moves the
+ * cache's blocks back to the manager's bins and unlinks it from the
+ * manager, under one process-wide lock; the manager's destroy marks the
+ * cache dead (m = NULL), and the thread frees it the next time it looks
+ * for a cache or when it exits. */
+#ifndef UNIMEM_TCACHE_H
+#define UNIMEM_TCACHE_H
+
+#include "internal.h"
+
+/* Classes with a slot: up to 2^40 bytes (class 156 ends at 1.25 * 2^40).
+ * Larger requests bypass the cache; 160 classes * 4 locations * 8 bytes
+ * is 5 KiB of slots per device and thread. */
+#define UM__TCACHE_CLASSES 160
+#define UM__TSLOT_RESERVED ((uintptr_t)1)
+
+/* Per-thread, per-device share of the hot counters. Only the owner
+ * thread writes them (relaxed load + store: no locked instruction); readers
+ * add them to the device's counters. bytes_in_use is a difference (a
+ * buffer allocated here and released elsewhere counts + here and - there)
+ * stored as uint64_t, read as int64_t. Live buffers are not counted apart:
+ * they are allocations - releases (stats.c). */
+typedef struct um__tcounters {
+  atomic_uint_fast64_t allocations;
+  atomic_uint_fast64_t releases;
+  atomic_uint_fast64_t pool_hits;
+  atomic_uint_fast64_t bytes_in_use;
+  /* Highest bytes_in_use of this thread since the device's peak was last
+   * brought up to date from here (owner only). */
+  int64_t in_use_high;
+} um__tcounters;
+
+typedef struct um__tcache {
+  _Atomic(um_manager *) m; /* NULL once the manager is gone */
+  int ndevices;
+  bool slots_on;  /* pooling on and debug off: the slots are used */
+  unsigned epoch; /* the manager's flush_epoch when last seen (owner) */
+  uint64_t clock; /* this thread's idle_key clock (owner) */
+  um__tcounters *ctr;        /* [ndevices] */
+  /* This thread's bytes_in_use over all devices, for the manager's peak;
+   * kept only when the manager has several devices (else it is ctr[0]'s). */
+  atomic_uint_fast64_t in_use_total;
+  int64_t in_use_total_high;
+  _Atomic(uintptr_t) *slots; /* [ndevices][UM_LOCATION_COUNT][UM__TCACHE_CLASSES] */
+  struct um__tcache *m_prev, *m_next; /* manager's list (m->tcache_lock) */
+  struct um__tcache *t_next;          /* thread's list (owner) */
+} um__tcache;
+
+/* The cache this thread used last. initial-exec: the shared library is
+ * linked at start-up by every program that uses it, and the general model
+ * would cost a __tls_get_addr call on every allocation. */
+extern _Thread_local um__tcache *um__tcache_last __attribute__((tls_model("initial-exec")));
+
+/* Slow path of um__tcache_of: find or make this thread's cache for m, and
+ * free caches of destroyed managers. NULL when out of memory (the callers
+ * then fall back to the bins and the device counters). */
+um__tcache *um__tcache_find(um_manager *m);
+/* The manager's flush epoch moved: give this thread's idle blocks back to
+ * the bins and drop the budget of its empty slots. */
+void um__tcache_flush_own(um__tcache *tc, um_manager *m);
+/* A new high of this thread's bytes_in_use on d: bring the peaks up to
+ * date with the exact sum over every thread. */
+void um__tcache_note_high(um__tcache *tc, um_device *d);
+/* Release path when the slot was empty without budget, or full: reserve
+ * budget for the slot, or give the block to the bin. */
+void um__tcache_give_slow(um__tcache *tc, um_buffer *b, _Atomic(uintptr_t) *slot);
+/* Move every idle block of every cache of m (of device only, when not
+ * NULL) to the bins, and ask every owner to drop its empty slots' budget.
+ * Returns the bytes moved. */
+uint64_t um__tcache_flush_all(um_manager *m, um_device *only);
+/* Manager destroy: move the caches' blocks to the bins, mark them dead. */
+void um__tcache_manager_gone(um_manager *m);
+/* Add the caches' counters and idle blocks to stats of d (all devices
+ * when d is NULL). Called with m->tcache_lock held. */
+void um__tcache_stats_add(um_manager *m, um_device *d, um_stats *s);
+
+static inline um__tcache *um__tcache_of(um_manager *m) {
+  um__tcache *tc = um__tcache_last;
+  if (__builtin_expect(tc != NULL && atomic_load_explicit(&tc->m, memory_order_relaxed) == m, 1))
+    return tc;
+  return um__tcache_find(m);
+}
+
+static inline _Atomic(uintptr_t) *um__tcache_slot(um__tcache *tc, const um_device *d,
+                                                 um_location loc, int cls) {
+  return &tc->slots[((size_t)d->index * UM_LOCATION_COUNT + (size_t)loc) * UM__TCACHE_CLASSES +
+                    (size_t)cls];
+}
+
+/* The idle_key of a block going idle on tc's thread. A Lamport clock: the
+ * thread's own clock, kept ahead of the manager's (which the slow paths
+ * move), so one thread's releases are ordered exactly without a shared
+ * write on the fast path; across threads the order is approximate. */
+static inline uint64_t um__tcache_key(um__tcache *tc, um_manager *m) {
+  uint64_t g = (uint64_t)atomic_load_explicit(&m->idle_clock, memory_order_relaxed);
+  uint64_t k = (tc->clock > g ? tc->clock : g) + 1;
+  tc->clock = k;
+  return k;
+}
+
+/* The release fast path's key: the thread's own clock alone (it meets the
+ * manager's again at the thread's next slow path). */
+static inline uint64_t um__tcache_key_fast(um__tcache *tc) { return ++tc->clock; }
+
+/* Owner-only counter update: no other thread writes c. */
+static inline void um__tcounter_add(atomic_uint_fast64_t *c, uint64_t v) {
+  atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + v,
+                        memory_order_relaxed);
+}
+
+/* A buffer of bytes went live (in) or was released (out) on this thread. */
+static inline void um__tcache_count_in(um__tcache *tc, um_device *d, uint64_t bytes) {
+  um__tcounters *c = &tc->ctr[d->index];
+  uint64_t dev_now = (uint64_t)atomic_load_explicit(&c->bytes_in_use, memory_order_relaxed) + bytes;
+  atomic_store_explicit(&c->bytes_in_use, dev_now, memory_order_relaxed);
+  /* The peaks move only when this thread passes its own highest level. */
+  if (__builtin_expect(tc->ndevices > 1, 0)) {
+    uint64_t all_now = (uint64_t)atomic_load_explicit(&tc->in_use_total, memory_order_relaxed) + bytes;
+    atomic_store_explicit(&tc->in_use_total, all_now, memory_order_relaxed);
+    if ((int64_t)all_now > tc->in_use_total_high) {
+      um__tcache_note_high(tc, d);
+      return;
+    }
+  }
+  if (__builtin_expect((int64_t)dev_now > c->in_use_high, 0))
+    um__tcache_note_high(tc, d);
+}
+
+static inline void um__tcache_count_out(um__tcache *tc, um_device *d, uint64_t bytes) {
+  um__tcounters *c = &tc->ctr[d->index];
+  um__tcounter_add(&c->bytes_in_use, (uint64_t)0 - bytes);
+  if (__builtin_expect(tc->ndevices > 1, 0))
+    um__tcounter_add(&tc->in_use_total, (uint64_t)0 - bytes);
+}
+
+#endif /* UNIMEM_TCACHE_H */
