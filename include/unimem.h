@@ -150,7 +150,10 @@ typedef struct um_options {
   uint64_t max_pool_bytes_per_class; /* idle bytes kept in one size class */
   uint32_t trim_interval_ms;   /* trim blocks idle this long; 0: no timer */
   int max_concurrent_transfers; /* transfers running at once (>= 1) */
-  int use_pinned_staging; /* pageable copies go through pinned chunks */
+  int use_pinned_staging; /* pageable copies larger than one chunk go through
+                             pinned chunks: 0 never; 1 on devices that gain
+                             from it (not those whose memory is host memory,
+                             e.g. OpenCL CPU devices); 2 always */
   size_t staging_chunk_bytes;  /* size of one pinned staging chunk */
   uint64_t pinned_pool_bytes;  /* pinned memory kept for staging */
   int enable_peer;        /* enable peer access between devices at start */

@@ -63,7 +63,8 @@ typedef struct um__xfer {
 /* Completion of an asynchronous transfer: called exactly once, from any
  * thread (a driver thread included), possibly before xfer_async returns.
  * The core's callback only records the outcome and hands follow-up work to
- * its own threads: it makes no backend call. */
+ * its own threads: it makes no backend call, unless the backend says its
+ * callbacks may (um__backend.callbacks_reenter). */
 typedef void (*um__done_fn)(void *arg, int status);
 
 /* Description of one device, filled by describe(). */
@@ -73,6 +74,10 @@ typedef struct um__bdev_desc {
   unsigned locations;    /* 1u << loc for each location it can allocate */
   uint64_t total_bytes;
   void *bdev;            /* the backend's device state, passed back below */
+  int host_memory;       /* 1: the device's memory is host memory (an OpenCL
+                            CPU device, an integrated GPU), so it moves
+                            pageable host memory as fast as pinned, and
+                            staging through pinned chunks only adds a copy */
 } um__bdev_desc;
 
 typedef struct um__backend {
@@ -136,6 +141,14 @@ typedef struct um__backend {
    * for two different devices of this backend in one manager. */
   int (*peer_possible)(void *a, void *b);
   int (*peer_enable)(void *a, void *b);
+
+  /* 1 when the driver lets its completion callbacks call this backend's
+   * non-blocking operations (native_release, mem_free, xfer_async without
+   * waiting): the core then finishes an operation inside done() instead of
+   * waking one of its threads for it, which costs a thread switch per
+   * operation. OpenCL allows non-blocking calls in event callbacks; CUDA
+   * forbids every call in a stream callback (0). */
+  int callbacks_reenter;
 } um__backend;
 
 /* The backends this build knows, for the manager's table. Each is defined

@@ -90,16 +90,28 @@ static void engine_push(um_manager *m, um_event *op, int task) {
 static void run_started(um_event *op);
 
 static void worker_start(um_event *op) {
+  um__engine *en = &op->m->engine;
   bool canceled;
+  int running, seen;
   pthread_mutex_lock(&op->lock);
   canceled = op->canceled;
   if (!canceled)
     atomic_store_explicit(&op->state, UM__EV_RUNNING, memory_order_release);
   pthread_mutex_unlock(&op->lock);
-  if (canceled)
+  if (canceled) {
     um__op_complete(op, UM_ECANCELED);
-  else
-    run_started(op);
+    return;
+  }
+  running = um__atomic_add_relaxed(&en->running, 1) + 1;
+  seen = um__atomic_load_relaxed(&en->running_max);
+  while (seen < running && !atomic_compare_exchange_weak_explicit(&en->running_max, &seen, running,
+                                                                  memory_order_relaxed,
+                                                                  memory_order_relaxed)) {
+  }
+  if (en->on_run != NULL)
+    en->on_run(op->m, running);
+  run_started(op);
+  um__atomic_sub_relaxed(&en->running, 1);
 }
 
 static void *worker_main(void *arg) {
@@ -134,6 +146,9 @@ int um__engine_start(um_manager *m) {
   pthread_cond_init(&en->cond, NULL);
   pthread_cond_init(&en->drained, NULL);
   atomic_init(&en->inflight, 0);
+  atomic_init(&en->running, 0);
+  atomic_init(&en->running_max, 0);
+  en->on_run = NULL;
   en->head = en->tail = NULL;
   en->stopping = false;
   en->threads = calloc((size_t)n, sizeof(pthread_t));
@@ -185,10 +200,25 @@ static void inflight_done(um_manager *m) {
 /* ------------------------------------------------------------------------ */
 /* Completion */
 
+/* The operation this thread is starting natively (set around the
+ * backend's xfer_async), so that native_done can tell a completion reported
+ * inside that call: completing there would take op's lock under the locks
+ * the issuer holds on earlier operations. */
+static _Thread_local um_event *starting_native;
+
+/* A native operation finished, on a driver thread (or inside xfer_async on
+ * the issuing thread). Finishing it right here where the backend allows
+ * saves a worker wake-up per operation: on PoCL, 1000 queued 4 KiB writes
+ * cost 5.9 us each with the hand-off to a worker, 2.2 to 3.1 us without. */
 static void native_done(void *arg, int status) {
   um_event *op = arg;
   op->native_status = status;
-  engine_push(op->m, op, TASK_COMPLETE);
+  if (!op->native_dev->be->callbacks_reenter)
+    engine_push(op->m, op, TASK_COMPLETE);
+  else if (starting_native == op)
+    op->complete_deferred = true;
+  else
+    um__op_complete(op, status);
 }
 
 void um__op_complete(um_event *op, int status) {
@@ -210,12 +240,15 @@ void um__op_complete(um_event *op, int status) {
   ndev = op->native_dev;
   op->native = NULL;
   atomic_store_explicit(&op->state, UM__EV_DONE, memory_order_release);
-  /* The token is released under the lock: an issuer reads it only under
-   * this lock and only while the operation is not done. */
+  pthread_mutex_unlock(&op->lock);
+  /* Waiters are woken after the unlock, so that they do not wake only to
+   * block on the lock; the engine's reference keeps op alive meanwhile. An
+   * issuer reads the token only under op's lock and only while the
+   * operation is not done, so once the lock is dropped nobody else holds
+   * it, and the driver call that releases it does not delay the waiters. */
+  pthread_cond_broadcast(&op->cond);
   if (native != NULL && ndev->be->native_release)
     ndev->be->native_release(ndev->bdev, native);
-  pthread_cond_broadcast(&op->cond);
-  pthread_mutex_unlock(&op->lock);
 
   if (op->dst)
     um__buffer_op_done(op->dst, op);
@@ -246,9 +279,17 @@ void um__op_complete(um_event *op, int status) {
 static void run_started(um_event *op) {
   if (op->native_dev != NULL) {
     void *native = NULL;
-    int st = um__op_start_native(op, NULL, 0, native_done, &native);
+    int st;
+    /* The operation may complete (and lose the engine's reference, its
+     * last one when the caller already released its event) before
+     * xfer_async returns: hold it until the token is stored. */
+    um__event_ref(op);
+    starting_native = op;
+    st = um__op_start_native(op, NULL, 0, native_done, &native);
+    starting_native = NULL;
     if (st != UM_OK) {
       um__op_complete(op, st);
+      um__event_unref(op);
       return;
     }
     pthread_mutex_lock(&op->lock);
@@ -259,6 +300,9 @@ static void run_started(um_event *op) {
       op->native = native;
     }
     pthread_mutex_unlock(&op->lock);
+    if (op->complete_deferred)
+      um__op_complete(op, op->native_status);
+    um__event_unref(op);
     return;
   }
   um__op_complete(op, um__op_run(op));
@@ -328,7 +372,7 @@ int um__op_issue(um_event *op, um_event **done) {
   um_event *old_last[2] = {NULL, NULL};
   int ndeps = 0;
   bool all_native = true;
-  int st;
+  int st = UM_OK; /* gcc -O2 cannot see that the native branch sets it */
 
   if (op->dst)
     bufs[nbufs++] = op->dst;
@@ -427,12 +471,18 @@ int um__op_issue(um_event *op, um_event **done) {
           deps[i]->native == NULL)
         missing = true;
     void *native = NULL;
-    if (!missing)
+    if (!missing) {
+      starting_native = op;
       st = start_native_after(op, after, nafter, &native);
+      starting_native = NULL;
+    }
     for (int i = ndeps - 1; i >= 0; i--)
       pthread_mutex_unlock(&deps[i]->lock);
-    if (!missing && st == UM_OK)
+    if (!missing && st == UM_OK) {
       keep_native(op, native);
+      if (op->complete_deferred)
+        um__op_complete(op, op->native_status);
+    }
     if (!missing) {
       for (int i = 0; i < ndeps; i++)
         um__event_unref(deps[i]);

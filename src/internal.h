@@ -118,6 +118,7 @@ struct um_device {
   um_device_info info;
   um__pool pools[UM_LOCATION_COUNT];
   um__counters stats;
+  bool host_memory; /* um__bdev_desc.host_memory */
   /* Pinned staging chunks for pageable copies (transfer.c). */
   pthread_mutex_t staging_lock;
   um__mem *staging_free[8];
@@ -245,6 +246,10 @@ struct um_event {
   um_device *native_dev;
   void *native;
   int native_status;
+  /* The backend reported completion inside xfer_async, on the issuing
+   * thread (event.c's native_done): the issuer completes the operation once
+   * it holds no other operation's lock. Touched by that thread only. */
+  bool complete_deferred;
 
   um_event *queue_next; /* worker queue */
   int task;             /* what a worker does with it */
@@ -262,6 +267,15 @@ typedef struct um__engine {
   bool stopping;
   atomic_int inflight; /* operations issued and not finished */
   pthread_cond_t drained;
+  /* Operations workers are running now (TASK_START to its return), and the
+   * most seen at once since the manager started: figures for the tests of
+   * max_concurrent_transfers. */
+  atomic_int running;
+  atomic_int running_max;
+  /* Test hook (NULL in production): called by a worker as it starts an
+   * operation, with the number running including this one. Set it before
+   * issuing the operations it should see. */
+  void (*on_run)(um_manager *m, int running);
 } um__engine;
 
 struct um_manager {

@@ -31,7 +31,9 @@ static void destroy_device(um_device *d) {
 static int add_device(um_manager *m, const um__backend *be, void *ctx, int i) {
   um__bdev_desc desc;
   um_device *d, **grown;
-  int st = be->describe(ctx, i, &desc);
+  int st;
+  memset(&desc, 0, sizeof(desc)); /* fields a backend does not know stay 0 */
+  st = be->describe(ctx, i, &desc);
   if (st != UM_OK)
     return st;
   d = calloc(1, sizeof(*d));
@@ -53,6 +55,7 @@ static int add_device(um_manager *m, const um__backend *be, void *ctx, int i) {
   d->info.caps = desc.caps;
   d->info.locations = desc.locations;
   d->info.total_bytes = desc.total_bytes;
+  d->host_memory = desc.host_memory != 0;
   for (int l = 0; l < UM_LOCATION_COUNT; l++)
     um__pool_init(&d->pools[l], d, (um_location)l);
   pthread_mutex_init(&d->staging_lock, NULL);

@@ -10,7 +10,8 @@
 
 #include "internal.h"
 
-typedef enum { OPT_BOOL, OPT_INT, OPT_U32, OPT_U64, OPT_SIZE, OPT_STRING, OPT_LEVEL } opt_type;
+/* OPT_TRI: a boolean, or 2 ("always") for a forced mode. */
+typedef enum { OPT_BOOL, OPT_TRI, OPT_INT, OPT_U32, OPT_U64, OPT_SIZE, OPT_STRING, OPT_LEVEL } opt_type;
 
 typedef struct option_desc {
   const char *env;
@@ -34,7 +35,7 @@ static const option_desc option_table[] = {
     OPT("UNIMEM_MAX_POOL_BYTES_PER_CLASS", OPT_U64, max_pool_bytes_per_class, 1 * GiB),
     OPT("UNIMEM_TRIM_INTERVAL_MS", OPT_U32, trim_interval_ms, 300000),
     OPT("UNIMEM_MAX_CONCURRENT_TRANSFERS", OPT_INT, max_concurrent_transfers, 4),
-    OPT("UNIMEM_USE_PINNED_STAGING", OPT_BOOL, use_pinned_staging, 1),
+    OPT("UNIMEM_USE_PINNED_STAGING", OPT_TRI, use_pinned_staging, 1),
     OPT("UNIMEM_STAGING_CHUNK_BYTES", OPT_SIZE, staging_chunk_bytes, 4 * MiB),
     OPT("UNIMEM_PINNED_POOL_BYTES", OPT_U64, pinned_pool_bytes, 64 * MiB),
     OPT("UNIMEM_ENABLE_PEER", OPT_BOOL, enable_peer, 1),
@@ -103,6 +104,7 @@ static void store(um_options *o, const option_desc *d, uint64_t v) {
   char *p = (char *)o + d->offset;
   switch (d->type) {
   case OPT_BOOL:
+  case OPT_TRI:
   case OPT_INT: *(int *)p = (int)v; break;
   case OPT_U32: *(uint32_t *)p = (uint32_t)v; break;
   case OPT_U64: *(uint64_t *)p = v; break;
@@ -128,6 +130,13 @@ void um_options_init(um_options *o) {
       continue;
     switch (d->type) {
     case OPT_BOOL: rc = parse_bool(s, &v); break;
+    case OPT_TRI:
+      rc = parse_bool(s, &v);
+      if (rc != 0 && (!strcasecmp(s, "2") || !strcasecmp(s, "always"))) {
+        v = 2;
+        rc = 0;
+      }
+      break;
     case OPT_LEVEL: rc = parse_level(s, &v); break;
     case OPT_STRING:
       if (strlen(s) >= sizeof(o->backends))
@@ -163,6 +172,8 @@ int um__options_check(const um_options *o) {
   if (o->staging_chunk_bytes < 4096)
     return um__set_error(UM_EINVAL, "staging_chunk_bytes must be at least 4096 (is %zu)",
                          o->staging_chunk_bytes);
+  if (o->use_pinned_staging < 0 || o->use_pinned_staging > 2)
+    return um__set_error(UM_EINVAL, "use_pinned_staging must be 0, 1 or 2 (is %d)", o->use_pinned_staging);
   if ((unsigned)o->log_level > UM_LOG_DEBUG)
     return um__set_error(UM_EINVAL, "log_level out of range");
   if (memchr(o->backends, '\0', sizeof(o->backends)) == NULL)
