@@ -13,7 +13,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "pool_standalone.h"
+#include "test_util.h" /* Criterion, or its stand-in under TSan */
 #include "tcache.h"
 
 #define KiB ((size_t)1024)

@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pool_standalone.h"
+#include "test_util.h" /* Criterion, or its stand-in under TSan */
 #include "tcache.h"
 
 #define NTHREADS 6

@@ -17,6 +17,7 @@
 #define UNIMEM_TEST_UTIL_TSAN_H
 
 #include <fnmatch.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -130,6 +131,8 @@ static __attribute__((unused)) void ut_log(const char *level, const char *fmt, .
 #define cr_assert_geq(a, b, ...) UT_CHECK_(1, (a) >= (b), #a " >= " #b, __VA_ARGS__)
 #define cr_assert_null(p, ...) UT_CHECK_(1, (p) == NULL, #p " == NULL", __VA_ARGS__)
 #define cr_assert_not_null(p, ...) UT_CHECK_(1, (p) != NULL, #p " != NULL", __VA_ARGS__)
+#define cr_assert_float_eq(a, b, eps, ...)                                     \
+  UT_CHECK_(1, fabs((double)(a) - (double)(b)) <= (eps), #a " ~= " #b, __VA_ARGS__)
 #define cr_assert_str_eq(a, b, ...) UT_CHECK_(1, strcmp((a), (b)) == 0, #a " equals " #b, __VA_ARGS__)
 #define cr_assert_arr_eq(a, b, size, ...)                                      \
   UT_CHECK_(1, memcmp((a), (b), (size)) == 0, #a "[0.." #size ") == " #b, __VA_ARGS__)
