@@ -296,3 +296,35 @@ OU_TEST_1_AND_2(opencl_ordering, threads_on_their_own_buffers) {
   }
   ou_close(&e);
 }
+
+/* Releasing buffers with native operations in flight: their blocks go back
+ * when the operations finish, which happens in the driver's completion
+ * callback (the OpenCL backend lets the core finish operations there), so
+ * unpooled blocks are freed from PoCL's thread. Every block comes back. */
+OU_TEST_1_AND_2(opencl_ordering, release_with_operations_in_flight) {
+  ou_env e = ou_open(NULL, 1);
+  enum { ROUNDS = 40, S = 64 * 1024 };
+  unsigned char *src = ou_malloc(S);
+  um_stats before, after;
+  ou_pattern(src, S, 77);
+  before = ut_stats(e.m, e.dev[0]);
+  for (int r = 0; r < ROUNDS; r++) {
+    um_buffer *b = NULL, *c = NULL;
+    um_event *w = NULL, *cp = NULL;
+    unsigned flags = r % 2 ? UM_ALLOC_UNPOOLED : 0;
+    cr_assert_eq(um_alloc(e.m, e.dev[0], S, UM_DEVICE, flags, &b), UM_OK);
+    cr_assert_eq(um_alloc(e.m, e.dev[0], S, r % 3 ? UM_DEVICE : UM_PINNED, flags, &c), UM_OK);
+    cr_assert_eq(um_copy_from_host(b, 0, src, S, &w), UM_OK);
+    cr_assert_eq(um_copy(c, 0, b, 0, S, &cp), UM_OK);
+    cr_assert_eq(um_release(b), UM_OK);
+    cr_assert_eq(um_release(c), UM_OK);
+    ou_wait(w, UM_OK);
+    ou_wait(cp, UM_OK);
+  }
+  cr_assert_eq(um_device_synchronize(e.dev[0]), UM_OK);
+  after = ut_stats(e.m, e.dev[0]);
+  cr_assert_eq(after.active_buffers, before.active_buffers);
+  cr_assert_eq(after.releases - before.releases, 2 * ROUNDS);
+  free(src);
+  ou_close(&e);
+}
