@@ -33,7 +33,7 @@ stage() {
     cat "$dir.configure.log"; failed_stages+=("$name: configure"); return
   fi
   if ! cmake --build "$dir" -j"$jobs" >"$dir.build.log" 2>&1; then
-    grep -E "error|warning" "$dir.build.log" | head -40
+    grep -E "error:|warning:|Error [0-9]" "$dir.build.log" | head -40
     failed_stages+=("$name: build"); return
   fi
   local log="$dir.ctest.log"
@@ -60,8 +60,8 @@ mkdir -p build-ci
 stage "gcc Debug -Werror" build-ci/gcc -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=gcc
 if [ $fast -eq 0 ]; then
   stage "clang Release -Werror" build-ci/clang -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=clang
-  stage "ASan+UBSan (clang)" build-ci/asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang -DUNIMEM_SANITIZE=address -DUNIMEM_BUILD_BENCH=OFF
-  stage "TSan (clang)" build-ci/tsan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang -DUNIMEM_SANITIZE=thread -DUNIMEM_BUILD_BENCH=OFF
+  stage "ASan+UBSan (clang)" build-ci/asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang -DUNIMEM_SANITIZE=address
+  stage "TSan (clang)" build-ci/tsan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang -DUNIMEM_SANITIZE=thread
 
   echo; echo "=== libFuzzer, ${fuzz_seconds} s ==="
   if tests/fuzz/run.sh "$fuzz_seconds"; then total_pass=$((total_pass + 1)); else total_fail=$((total_fail + 1)); failed_stages+=("fuzz"); fi

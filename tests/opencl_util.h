@@ -191,7 +191,8 @@ static UT_UNUSED ou_strategies ou_strategy_delta(const um_stats *a, const um_sta
               (unsigned long long)got_.local, (unsigned long long)got_.peer,   \
               (unsigned long long)got_.direct,                                 \
               (unsigned long long)got_.pipelined,                              \
-              (unsigned long long)got_.staged, (l), (p), (d), (pl), (s));      \
+              (unsigned long long)got_.staged, (int)(l), (int)(p), (int)(d),   \
+              (int)(pl), (int)(s));                                            \
   } while (0)
 
 /* ------------------------------------------------------------------------ */

@@ -17,32 +17,10 @@
 
 typedef int (*bench_main_fn)(int argc, char **argv);
 
-/* CMake defines UM_HAVE_BENCH_<NAME> for each bench/bench_<name>.c that
- * exists in the source tree. */
-#ifdef UM_HAVE_BENCH_POOL
 int um_bench_pool_main(int argc, char **argv);
-#define BENCH_POOL um_bench_pool_main
-#else
-#define BENCH_POOL NULL
-#endif
-#ifdef UM_HAVE_BENCH_TRANSFER
 int um_bench_transfer_main(int argc, char **argv);
-#define BENCH_TRANSFER um_bench_transfer_main
-#else
-#define BENCH_TRANSFER NULL
-#endif
-#ifdef UM_HAVE_BENCH_STREAM
 int um_bench_stream_main(int argc, char **argv);
-#define BENCH_STREAM um_bench_stream_main
-#else
-#define BENCH_STREAM NULL
-#endif
-#ifdef UM_HAVE_BENCH_CUDA
 int um_bench_cuda_main(int argc, char **argv);
-#define BENCH_CUDA um_bench_cuda_main
-#else
-#define BENCH_CUDA NULL
-#endif
 
 typedef struct bench_entry {
   const char *name;
@@ -51,10 +29,10 @@ typedef struct bench_entry {
 } bench_entry;
 
 static const bench_entry benches[] = {
-    {"pool", BENCH_POOL, "pool hits and allocate+touch against glibc, jemalloc and mimalloc"},
-    {"transfer", BENCH_TRANSFER, "copies against the raw OpenCL calls and memcpy"},
-    {"stream", BENCH_STREAM, "a file larger than the device through um_stream against read()+copy"},
-    {"cuda", BENCH_CUDA, "pool and copies on an NVIDIA GPU against the CUDA driver's own calls"},
+    {"pool", um_bench_pool_main, "pool hits and allocate+touch against glibc, jemalloc and mimalloc"},
+    {"transfer", um_bench_transfer_main, "copies against the raw OpenCL calls and memcpy"},
+    {"stream", um_bench_stream_main, "a file larger than the device through um_stream against read()+copy"},
+    {"cuda", um_bench_cuda_main, "pool and copies on an NVIDIA GPU against the CUDA driver's own calls"},
 };
 #define NBENCHES (sizeof(benches) / sizeof(benches[0]))
 
@@ -261,8 +239,6 @@ static int run_one(bench_result *r, int quick, int nextra, char **extra) {
 }
 
 static const char *status_text(const bench_result *r) {
-  if (r->status < 0)
-    return "not built";
   if (r->status == 0)
     return "ok";
   if (r->status == BENCH_SKIPPED)
@@ -581,16 +557,6 @@ int tool_bench(int argc, char **argv) {
       res[n++].b = &benches[i];
   for (int i = 0; i < n; i++) {
     bench_result *r = &res[i];
-    if (r->b->run == NULL) {
-      r->status = -1;
-      if (strcmp(which, "all") != 0) {
-        fprintf(stderr, "unimem bench: '%s' is not built into this command (bench/bench_%s.c was absent)\n",
-                r->b->name, r->b->name);
-        free(extra);
-        return 2;
-      }
-      continue;
-    }
     if (tty)
       fprintf(stderr, "\r\033[K[%d/%d] %s: %s ...\n", i + 1, n, r->b->name, r->b->what);
     else
