@@ -438,24 +438,58 @@ int um__op_run(um_event *op) {
   }
 }
 
+/* Bytes are counted by what physically moved: into device memory from host
+ * memory is host-to-device whether the host side was a pointer, a pinned
+ * buffer or a buffer of the cpu device; between two devices is peer
+ * traffic whether it went directly or through a host bounce. */
 void um__op_account(const um_event *op) {
   um_device *d;
   if (op->kind == UM__OP_FILL) {
     UM__STAT_ADD(op->dst->dev, fills, 1);
     return;
   }
-  if (op->host_src != NULL) {
+  switch ((um__path)op->path) {
+  case PATH_H2D:
+  case PATH_H2D_PIPELINED:
     d = op->dst->dev;
     UM__STAT_ADD(d, bytes_h2d, op->bytes);
-  } else if (op->host_dst != NULL) {
+    break;
+  case PATH_D2H:
+  case PATH_D2H_PIPELINED:
     d = op->src->dev;
     UM__STAT_ADD(d, bytes_d2h, op->bytes);
-  } else if (op->src->dev == op->dst->dev) {
+    break;
+  case PATH_LOCAL:
+  case PATH_OVERLAP:
     d = op->dst->dev;
     UM__STAT_ADD(d, bytes_d2d, op->bytes);
-  } else {
+    break;
+  case PATH_PEER:
+  case PATH_STAGED:
     d = op->dst->dev;
     UM__STAT_ADD(d, bytes_peer, op->bytes);
+    break;
+  default: /* PATH_MEMCPY: both ends are host-addressable */
+    if (op->host_src != NULL) {
+      d = op->dst->dev;
+      UM__STAT_ADD(d, bytes_h2d, op->bytes);
+    } else if (op->host_dst != NULL) {
+      d = op->src->dev;
+      UM__STAT_ADD(d, bytes_d2h, op->bytes);
+    } else if (op->src->dev != op->dst->dev && op->src->dev->index == 0) {
+      d = op->dst->dev;
+      UM__STAT_ADD(d, bytes_h2d, op->bytes);
+    } else if (op->src->dev != op->dst->dev && op->dst->dev->index == 0) {
+      d = op->src->dev;
+      UM__STAT_ADD(d, bytes_d2h, op->bytes);
+    } else if (op->src->dev == op->dst->dev) {
+      d = op->dst->dev;
+      UM__STAT_ADD(d, bytes_d2d, op->bytes);
+    } else {
+      d = op->dst->dev;
+      UM__STAT_ADD(d, bytes_peer, op->bytes);
+    }
+    break;
   }
   switch ((um__path)op->path) {
   case PATH_MEMCPY:
