@@ -230,6 +230,13 @@ void um__op_complete(um_event *op, int status) {
 
   if (status == UM_OK && op->kind != UM__OP_GROUP)
     um__op_account(op);
+  /* The buffers first: a caller woken by the wait below may release the
+   * buffer at once, and its block should then go straight to the pool
+   * rather than wait for this thread to catch up. */
+  if (op->dst)
+    um__buffer_op_done(op->dst, op);
+  if (op->src && op->src != op->dst)
+    um__buffer_op_done(op->src, op);
 
   pthread_mutex_lock(&op->lock);
   op->status = status;
@@ -249,11 +256,6 @@ void um__op_complete(um_event *op, int status) {
   pthread_cond_broadcast(&op->cond);
   if (native != NULL && ndev->be->native_release)
     ndev->be->native_release(ndev->bdev, native);
-
-  if (op->dst)
-    um__buffer_op_done(op->dst, op);
-  if (op->src && op->src != op->dst)
-    um__buffer_op_done(op->src, op);
 
   if (group != NULL) {
     if (status != UM_OK) {

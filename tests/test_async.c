@@ -418,3 +418,26 @@ Test(async, deferred_release_without_events) {
   cr_assert_eq(s.fills, 1);
   free(src);
 }
+
+/* Once an operation's event reports completion, the buffer's bookkeeping is
+ * finished too: releasing it right after the wait returns the block to the
+ * pool at once, not when the engine catches up. */
+Test(async, release_after_wait_pools_at_once) {
+  um_device *cpu = um_device_get(m, 0);
+  unsigned char *src = malloc(WORKER_BYTES);
+  um_buffer *b;
+  um_event *e;
+  um_stats s;
+  cr_assert_not_null(src);
+  memset(src, 0x3c, WORKER_BYTES);
+  for (int round = 0; round < 20; round++) {
+    cr_assert_eq(um_alloc(m, cpu, WORKER_BYTES, UM_DEVICE, 0, &b), UM_OK);
+    cr_assert_eq(um_copy_from_host(b, 0, src, WORKER_BYTES, &e), UM_OK);
+    cr_assert_eq(um_event_wait(e), UM_OK);
+    um_event_release(e);
+    cr_assert_eq(um_release(b), UM_OK);
+    s = ut_stats(m, cpu);
+    cr_assert_eq(s.bytes_pooled, um__class_size(um__size_class_of(WORKER_BYTES)), "round %d", round);
+  }
+  free(src);
+}
