@@ -474,25 +474,19 @@ int um_release(um_buffer *b) {
   return release_slow(b, tc);
 }
 
-void um__buffer_op_done(um_buffer *b, um_event *op) {
-  bool drop, recycle = false;
-  pthread_mutex_lock(&b->lock);
+void um__buffer_op_finish_locked(um_buffer *b, um_event *op, bool *drop_last, bool *recycle) {
   b->pending--;
-  drop = b->last == op;
-  if (drop)
+  *drop_last = b->last == op;
+  if (*drop_last)
     b->last = NULL;
+  *recycle = false;
   if (b->pending == 0) {
     pthread_cond_broadcast(&b->idle_cond);
     if (b->release_deferred) {
       b->release_deferred = false;
-      recycle = true;
+      *recycle = true;
     }
   }
-  pthread_mutex_unlock(&b->lock);
-  if (drop)
-    um__event_unref(op);
-  if (recycle)
-    um__buffer_recycle(b);
 }
 
 /* Getters read fields that only change while the buffer is not live. */

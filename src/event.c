@@ -221,7 +221,13 @@ static void native_done(void *arg, int status) {
     um__op_complete(op, status);
 }
 
+static void lock_buffers(um_buffer **bufs, int n);
+static void unlock_buffers(um_buffer **bufs, int n);
+
 void um__op_complete(um_event *op, int status) {
+  um_buffer *bufs[2];
+  int nbufs = 0;
+  bool drop_last[2] = {false, false}, recycle[2] = {false, false};
   um_event *deps[UM__MAX_DEPENDENTS];
   int ndeps;
   void *native;
@@ -230,13 +236,17 @@ void um__op_complete(um_event *op, int status) {
 
   if (status == UM_OK && op->kind != UM__OP_GROUP)
     um__op_account(op);
-  /* The buffers first: a caller woken by the wait below may release the
-   * buffer at once, and its block should then go straight to the pool
-   * rather than wait for this thread to catch up. */
+  /* The buffers' bookkeeping and the operation's state change together,
+   * under the buffers' locks: a caller woken by a wait sees the buffer
+   * idle (a release pools its block at once), and um_map, which waits for
+   * the buffer to be idle, sees every earlier event done. */
   if (op->dst)
-    um__buffer_op_done(op->dst, op);
+    bufs[nbufs++] = op->dst;
   if (op->src && op->src != op->dst)
-    um__buffer_op_done(op->src, op);
+    bufs[nbufs++] = op->src;
+  lock_buffers(bufs, nbufs);
+  for (int i = 0; i < nbufs; i++)
+    um__buffer_op_finish_locked(bufs[i], op, &drop_last[i], &recycle[i]);
 
   pthread_mutex_lock(&op->lock);
   op->status = status;
@@ -248,6 +258,13 @@ void um__op_complete(um_event *op, int status) {
   op->native = NULL;
   atomic_store_explicit(&op->state, UM__EV_DONE, memory_order_release);
   pthread_mutex_unlock(&op->lock);
+  unlock_buffers(bufs, nbufs);
+  for (int i = 0; i < nbufs; i++) {
+    if (drop_last[i])
+      um__event_unref(op); /* not the last reference: the engine holds one */
+    if (recycle[i])
+      um__buffer_recycle(bufs[i]);
+  }
   /* Waiters are woken after the unlock, so that they do not wake only to
    * block on the lock; the engine's reference keeps op alive meanwhile. An
    * issuer reads the token only under op's lock and only while the

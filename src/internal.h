@@ -398,10 +398,11 @@ typedef struct um__wrap_reg {
 /* Whether b is a UM_WRAP_PIN wrap registered with d's backend, so that d
  * may DMA from and to it directly. */
 bool um__wrap_registered(const um_buffer *b, const um_device *d);
-/* An operation on b finished: drop it from b's chain, and recycle the
- * block when b was released while the operation was in flight. */
-void um__buffer_op_done(um_buffer *b, um_event *op);
-
+/* An operation on b finished (b's lock held): drop it from b's chain;
+ * *drop_last says the chain's reference to op must be dropped, *recycle
+ * that b was released meanwhile and its block must now be recycled (both
+ * after the lock is released). */
+void um__buffer_op_finish_locked(um_buffer *b, um_event *op, bool *drop_last, bool *recycle);
 /* event.c */
 int um__engine_start(um_manager *m);
 void um__engine_stop(um_manager *m);
