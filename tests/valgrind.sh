@@ -7,10 +7,11 @@
 #
 # BUILD_DIR is a normal (not sanitizer) build with the tests built. With no
 # TEST named, runs the default set below: the fault-injection, misuse and
-# stress tests, the fuzz corpus replay, the seeds' tests, and the map and
-# leak-report tests (those that exist in BUILD_DIR); tests that time a
-# timer (the pool's trim timer) are left out: valgrind slows them past
-# their deadlines.
+# stress tests, the fuzz corpus replay, the seeds' tests, the map,
+# leak-report, bad-input, statistics, asynchronous, wrap and streaming
+# tests, and the CUDA backend against the fake driver (those that exist
+# in BUILD_DIR); tests that time a timer (the pool's trim timer) are left
+# out: valgrind slows them past their deadlines.
 # TEST=all runs every test_* executable. Fails (exit 1) on any memcheck
 # error, on memory definitely lost, or on a failing test; prints one
 # summary line per test and "valgrind: N programs, 0 errors, 0 bytes
@@ -22,7 +23,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 tests=("$@")
 if [ ${#tests[@]} -eq 0 ]; then
   tests=(test_faults test_misuse test_stress fuzz_corpus stress_standalone test_seeds
-         test_map test_leak)
+         test_map test_leak test_errors test_stats test_async test_wrap test_stream
+         test_fakecuda_api)
 elif [ "${tests[0]}" = all ]; then
   tests=(fuzz_corpus)
   for t in "$build"/tests/test_*; do
