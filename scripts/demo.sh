@@ -10,8 +10,8 @@
 #   out/bench.txt   the tables, as printed
 #   out/bench.json  the full report (versions, machine, devices, every row)
 #   out/bench.svg   the chart (when gnuplot is installed)
-# Needs cmake and a C compiler; scripts/deps.sh installs every dependency on
-# Debian/Ubuntu. Environment: UNIMEM_* options as for any unimem program,
+# Installs what is missing first (scripts/deps.sh: apt-get on Debian/Ubuntu,
+# as root or through sudo). Environment: UNIMEM_* options as for any unimem program,
 # JOBS (parallel build jobs, default: the number of CPUs).
 set -euo pipefail
 
@@ -26,6 +26,8 @@ case "${1:-}" in
   -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) echo "usage: scripts/demo.sh [--full]" >&2; exit 2 ;;
 esac
+
+scripts/deps.sh || echo "demo: scripts/deps.sh could not install everything; trying anyway" >&2
 
 missing=()
 command -v cmake >/dev/null 2>&1 || missing+=(cmake)
