@@ -301,10 +301,12 @@ UM_EXTERN int um_wrap_host(um_manager *m, void *host, size_t bytes,
                            unsigned flags, um_buffer **out);
 
 /* Give the buffer back. Its block returns to the pool when every operation
- * issued on it has finished (at once when none is pending). The handle is
- * invalid afterwards: using it answers UM_ESTATE until the block is handed
- * to a new allocation. Returns UM_ESTATE when already released or still
- * mapped... (a mapped buffer is unmapped first). */
+ * issued on it has finished (at once when none is pending). A mapped buffer
+ * is unmapped first, without writing the mapping back. The handle is
+ * invalid afterwards: using or releasing it again answers UM_ESTATE until
+ * its block is handed to a new allocation (with the debug option, until it
+ * leaves the quarantine). Returns UM_OK, UM_EINVAL (not a buffer),
+ * UM_ESTATE (already released). */
 UM_EXTERN int um_release(um_buffer *b);
 
 /* Getters; 0/NULL for NULL or released buffers. */
