@@ -38,6 +38,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "unimem.h"
 
 #define KiB ((size_t)1024)
@@ -163,22 +164,6 @@ static int driver_load(char *why, size_t cap) {
 /* ------------------------------------------------------------------------ */
 /* Timing                                                                    */
 
-static double now_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static double median_of(double *v, int n) {
-  qsort(v, (size_t)n, sizeof(v[0]), cmp_double);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 /* One side of a comparison: run(ctx, iters) performs iters operations and
  * returns 0, or nonzero on a failure. */
 typedef int (*bc_run_fn)(void *ctx, int iters);
@@ -210,10 +195,10 @@ static int measure(const bc_plan *plan, bc_side *sides, int nsides) {
     if (sides[s].run(sides[s].ctx, 1) != 0)
       return 1;
     for (;;) {
-      double t0 = now_ns();
+      double t0 = bench_now_ns();
       if (sides[s].run(sides[s].ctx, iters[s]) != 0)
         return 1;
-      if (now_ns() - t0 >= plan->sample_ns || iters[s] >= (1 << 20))
+      if (bench_now_ns() - t0 >= plan->sample_ns || iters[s] >= (1 << 20))
         break;
       iters[s] *= 2;
     }
@@ -223,15 +208,15 @@ static int measure(const bc_plan *plan, bc_side *sides, int nsides) {
       double t0;
       if (sides[s].run == NULL)
         continue;
-      t0 = now_ns();
+      t0 = bench_now_ns();
       if (sides[s].run(sides[s].ctx, iters[s]) != 0)
         return 1;
-      t[s][k] = (now_ns() - t0) / iters[s];
+      t[s][k] = (bench_now_ns() - t0) / iters[s];
     }
   }
   for (int s = 0; s < nsides; s++)
     if (sides[s].run != NULL)
-      sides[s].ns = median_of(t[s], plan->samples);
+      sides[s].ns = bench_median(t[s], plan->samples);
   return 0;
 }
 

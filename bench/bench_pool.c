@@ -52,6 +52,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "unimem.h"
 
 #define KiB ((size_t)1024)
@@ -65,23 +66,12 @@
 /* ------------------------------------------------------------------------ */
 /* Timing                                                                    */
 
-static double bp_now_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
-}
-
-static int bp_cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
 static double bp_median(const double *v, int n) {
   double tmp[64];
   if (n <= 0)
     return -1;
   memcpy(tmp, v, (size_t)n * sizeof(*tmp));
-  qsort(tmp, (size_t)n, sizeof(*tmp), bp_cmp_double);
+  qsort(tmp, (size_t)n, sizeof(*tmp), bench_cmp_double);
   return n % 2 ? tmp[n / 2] : (tmp[n / 2 - 1] + tmp[n / 2]) / 2;
 }
 
@@ -300,10 +290,10 @@ static long calibrate(bp_env *e, int col, size_t bytes, bool touch) {
   double t0, t;
   long iters = 1;
   for (;;) {
-    t0 = bp_now_ns();
+    t0 = bench_now_ns();
     if (run_op(e, col, bytes, iters, touch) != 0)
       return -1;
-    t = bp_now_ns() - t0;
+    t = bench_now_ns() - t0;
     if (t >= e->sample_ns / 8 || iters >= (1l << 24))
       break;
     iters *= 8;
@@ -327,13 +317,13 @@ static void measure(bp_env *e, const int *cols, int ncols, size_t bytes, bool to
       double t0;
       if (iters[c] <= 0)
         continue;
-      t0 = bp_now_ns();
+      t0 = bench_now_ns();
       if (run_op(e, cols[c], bytes, iters[c], touch) != 0) {
         e->failed = true;
         iters[c] = 0;
         continue;
       }
-      samples[c][r] = (bp_now_ns() - t0) / (double)iters[c];
+      samples[c][r] = (bench_now_ns() - t0) / (double)iters[c];
     }
   }
   for (int c = 0; c < ncols; c++)
@@ -497,24 +487,24 @@ static double time_alloc_only(bp_env *e, size_t bytes, unsigned flags, int n) {
   double total = 0;
   for (int i = 0; i < n; i++) {
     um_buffer *b;
-    double t0 = bp_now_ns();
+    double t0 = bench_now_ns();
     if (um_alloc(e->m, e->cpu, bytes, UM_HOST, flags, &b) != UM_OK) {
       e->failed = true;
       return -1;
     }
-    total += bp_now_ns() - t0;
+    total += bench_now_ns() - t0;
     um_release(b);
   }
   return total / n;
 }
 
 static double time_alloc_free_100(bp_env *e, unsigned flags) {
-  double t0 = bp_now_ns();
+  double t0 = bench_now_ns();
   if (op_unimem(e, flags ? COL_UNPOOLED : COL_POOL, 1 * MiB, 100, false) != 0) {
     e->failed = true;
     return -1;
   }
-  return bp_now_ns() - t0;
+  return bench_now_ns() - t0;
 }
 
 static void seeds_table(bp_env *e, bp_report *rep) {
@@ -575,10 +565,10 @@ static void *thread_body(void *p) {
   double c0;
   pthread_barrier_wait(a->start);
   c0 = bp_thread_cpu_ns();
-  a->t0 = bp_now_ns();
+  a->t0 = bench_now_ns();
   if (a->rc == 0)
     a->rc = run_op(a->e, a->col, a->bytes, a->iters, false);
-  a->t1 = bp_now_ns();
+  a->t1 = bench_now_ns();
   a->cpu_ns = bp_thread_cpu_ns() - c0;
   return NULL;
 }
@@ -809,7 +799,7 @@ fail:
 static double replay(bp_env *e, um_manager *m, int col, const bp_trace *t, void **slots, bool touch,
                      uint64_t *peak_reserved, uint64_t *peak_live) {
   um_device *cpu = um_device_get(m, 0);
-  double t0 = bp_now_ns();
+  double t0 = bench_now_ns();
   for (int i = 0; i < t->nev; i++) {
     const bp_event *ev = &t->ev[i];
     if (ev->bytes) {
@@ -844,7 +834,7 @@ static double replay(bp_env *e, um_manager *m, int col, const bp_trace *t, void 
       e->c_free[col](slots[ev->id]);
     }
   }
-  return bp_now_ns() - t0;
+  return bench_now_ns() - t0;
 }
 
 /* Timed replays of every column, the pool and the allocators warm (one
@@ -1023,7 +1013,7 @@ int um_bench_pool_main(int argc, char **argv) {
   bp_report *rep;
   um_options o;
   int quick = 0, rc = 0;
-  double t_start = bp_now_ns();
+  double t_start = bench_now_ns();
 
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--quick")) {
@@ -1087,8 +1077,8 @@ int um_bench_pool_main(int argc, char **argv) {
 
   /* Warm up (CPU clock, page tables, lazy binding) before the first row. */
   {
-    double t0 = bp_now_ns();
-    while (bp_now_ns() - t0 < (quick ? 20e6 : 200e6))
+    double t0 = bench_now_ns();
+    while (bench_now_ns() - t0 < (quick ? 20e6 : 200e6))
       for (int c = COL_POOL; c < NCOLS; c++)
         if (col_present(e, c) && c != COL_UNPOOLED_NOHUGE)
           run_op(e, c, 1 * KiB, 1000, false);
@@ -1102,7 +1092,7 @@ int um_bench_pool_main(int argc, char **argv) {
   threads_table(e, rep);
   fflush(stdout);
   trace_table(e, rep, trace);
-  printf("\n(%.1f s)\n", (bp_now_ns() - t_start) / 1e9);
+  printf("\n(%.1f s)\n", (bench_now_ns() - t_start) / 1e9);
 
   if (json != NULL && write_json(e, rep, json) != 0)
     rc = 1;

@@ -31,6 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "unimem.h"
 
 #define MiB ((size_t)1 << 20)
@@ -62,22 +63,6 @@ typedef struct bs_state {
   const char *what;
   int tty;
 } bs_state;
-
-static double now_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof(v[0]), cmp_double);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 /* The file's content: word i of the file is word_at(i). Chunk sizes are
  * whole MiB, so every chunk starts on a word. */
@@ -144,21 +129,21 @@ static void on_progress(void *user, uint64_t done, uint64_t total) { progress_li
 
 static int run_unimem(bs_state *s, const char *path, size_t chunk, double *ns) {
   um_buffer *file = NULL;
-  double t0 = now_ns();
+  double t0 = bench_now_ns();
   int st = um_map_file(s->m, path, UM_MAP_READ, &file);
   if (st != UM_OK)
     return st;
   s->checksum = 0;
   st = um_stream(file, 0, um_buffer_size(file), s->dev, chunk, on_chunk, on_progress, s);
   um_release(file);
-  *ns = now_ns() - t0;
+  *ns = bench_now_ns() - t0;
   return st;
 }
 
 static int run_naive(bs_state *s, const char *path, size_t file_bytes, size_t chunk, double *ns) {
   um_buffer *dev = NULL;
   char *host = malloc(chunk);
-  double t0 = now_ns();
+  double t0 = bench_now_ns();
   int fd = -1, st;
   if (host == NULL)
     return UM_ENOMEM;
@@ -193,7 +178,7 @@ out:
   if (dev != NULL)
     um_release(dev);
   free(host);
-  *ns = now_ns() - t0;
+  *ns = bench_now_ns() - t0;
   return st;
 }
 
@@ -415,8 +400,8 @@ int um_bench_stream_main(int argc, char **argv) {
     }
     if (!failed) {
       rows[k].chunk = c.chunks[k];
-      rows[k].unimem_ns = median(t_um, c.reps);
-      rows[k].naive_ns = median(t_naive, c.reps);
+      rows[k].unimem_ns = bench_median(t_um, c.reps);
+      rows[k].naive_ns = bench_median(t_naive, c.reps);
     }
   }
   if (s.tty)

@@ -21,6 +21,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "unimem.h"
 
 #if defined(__has_include)
@@ -39,17 +40,6 @@
 /* ------------------------------------------------------------------------ */
 /* Timing                                                                    */
 
-static double now_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
 /* One measured case: run(ctx, iters) performs iters operations and returns
  * 0, or nonzero when an operation failed. */
 typedef int (*bt_run_fn)(void *ctx, int iters);
@@ -66,11 +56,6 @@ typedef struct bt_side {
   bt_run_fn run; /* NULL: not measured */
   void *ctx;
 } bt_side;
-
-static double median_of(double *t, int n) {
-  qsort(t, (size_t)n, sizeof(t[0]), cmp_double);
-  return n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
-}
 
 /* Median nanoseconds per operation of two sides (b may be unmeasured),
  * after one untimed warm-up sample each; out[i] < 0 when side i was not
@@ -95,17 +80,17 @@ static void measure_pair(bt_side a, bt_side b, bt_plan plan, double *out) {
       double t0;
       if (!ok[k])
         continue;
-      t0 = now_ns();
+      t0 = bench_now_ns();
       if (sides[k].run(sides[k].ctx, plan.iters) != 0) {
         ok[k] = false;
         continue;
       }
-      t[k][s] = (now_ns() - t0) / plan.iters;
+      t[k][s] = (bench_now_ns() - t0) / plan.iters;
     }
   }
   for (int k = 0; k < 2; k++)
     if (ok[k])
-      out[k] = median_of(t[k], plan.samples);
+      out[k] = bench_median(t[k], plan.samples);
 }
 
 /* ------------------------------------------------------------------------ */
