@@ -84,7 +84,7 @@ static __attribute__((noinline)) int zero_block(um_buffer *b, size_t bytes) {
   return b->dev->be->xfer(b->dev->bdev, &x);
 }
 
-static void init_live(um_buffer *b, size_t bytes, const char *file, int line) {
+void um__buffer_init_live(um_buffer *b, size_t bytes, const char *file, int line) {
   b->size = bytes;
   b->valid = b->mem.host ? (UM_VALID_HOST | UM_VALID_DEVICE) : UM_VALID_DEVICE;
   b->mapped = false;
@@ -123,7 +123,7 @@ static __attribute__((noinline)) int alloc_slow(um_manager *m, um_device *d, siz
         um__tcounter_add(&tc->ctr[d->index].pool_hits, 1);
       else
         UM__STAT_ADD(d, pool_hits, 1);
-      init_live(b, bytes, file, line);
+      um__buffer_init_live(b, bytes, file, line);
       if ((flags & UM_ALLOC_ZERO) || m->opts.scrub) {
         st = zero_block(b, bytes);
         if (st != UM_OK) {
@@ -152,7 +152,7 @@ static __attribute__((noinline)) int alloc_slow(um_manager *m, um_device *d, siz
   b->capacity = capacity;
   b->cls = cls;
   b->mem = mem;
-  init_live(b, bytes, file, line);
+  um__buffer_init_live(b, bytes, file, line);
   if ((flags & UM_ALLOC_ZERO) || m->opts.scrub) {
     st = zero_block(b, bytes);
     if (st != UM_OK) {
@@ -212,7 +212,7 @@ int um_alloc_at(um_manager *m, um_device *d, size_t bytes, um_location loc, unsi
                                                 memory_order_relaxed)) {
       um_buffer *b = (um_buffer *)cur;
       um__tcounters *c = &tc->ctr[d->index];
-      init_live(b, bytes, file, line);
+      um__buffer_init_live(b, bytes, file, line);
       if (__builtin_expect((flags & UM_ALLOC_ZERO) || m->opts.scrub, 0)) {
         int st = zero_block(b, bytes);
         if (st != UM_OK) {
@@ -337,7 +337,7 @@ int um_wrap_host(um_manager *m, void *host, size_t bytes, unsigned flags, um_buf
   b->capacity = bytes;
   b->cls = -1;
   b->mem = mem;
-  init_live(b, bytes, NULL, 0);
+  um__buffer_init_live(b, bytes, NULL, 0);
   b->readonly = (flags & UM_WRAP_READONLY) != 0;
   b->pinned_wrap = (flags & UM_WRAP_PIN) != 0;
   if (b->pinned_wrap)

@@ -293,6 +293,20 @@ void um__op_complete(um_event *op, int status) {
 /* ------------------------------------------------------------------------ */
 /* Starting */
 
+/* Keep a started operation's token, or release it when the operation has
+ * finished already. Until then op->native is NULL, which a later issuer
+ * treats as "not started yet" and orders by registration instead. */
+static void keep_native(um_event *op, void *native) {
+  pthread_mutex_lock(&op->lock);
+  if (atomic_load_explicit(&op->state, memory_order_acquire) == UM__EV_DONE) {
+    if (op->native_dev->be->native_release)
+      op->native_dev->be->native_release(op->native_dev->bdev, native);
+  } else {
+    op->native = native;
+  }
+  pthread_mutex_unlock(&op->lock);
+}
+
 /* Run an operation whose dependencies are all satisfied and whose state is
  * already RUNNING. */
 static void run_started(um_event *op) {
@@ -311,14 +325,7 @@ static void run_started(um_event *op) {
       um__event_unref(op);
       return;
     }
-    pthread_mutex_lock(&op->lock);
-    if (atomic_load_explicit(&op->state, memory_order_acquire) == UM__EV_DONE) {
-      if (op->native_dev->be->native_release)
-        op->native_dev->be->native_release(op->native_dev->bdev, native);
-    } else {
-      op->native = native;
-    }
-    pthread_mutex_unlock(&op->lock);
+    keep_native(op, native);
     if (op->complete_deferred)
       um__op_complete(op, op->native_status);
     um__event_unref(op);
@@ -338,19 +345,6 @@ static int start_native_after(um_event *op, void *const *after, int nafter, void
   return um__op_start_native(op, after, nafter, native_done, native);
 }
 
-/* Keep a started operation's token, or release it when the operation has
- * finished already. Until then op->native is NULL, which a later issuer
- * treats as "not started yet" and orders by registration instead. */
-static void keep_native(um_event *op, void *native) {
-  pthread_mutex_lock(&op->lock);
-  if (atomic_load_explicit(&op->state, memory_order_acquire) == UM__EV_DONE) {
-    if (op->native_dev->be->native_release)
-      op->native_dev->be->native_release(op->native_dev->bdev, native);
-  } else {
-    op->native = native;
-  }
-  pthread_mutex_unlock(&op->lock);
-}
 
 static int lock_order(const void *a, const void *b) {
   uintptr_t x = (uintptr_t) * (um_event *const *)a, y = (uintptr_t) * (um_event *const *)b;

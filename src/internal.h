@@ -389,6 +389,9 @@ void um__buffer_recycle(um_buffer *b);
 /* Back to the pool (or the device, or the caller) now. */
 void um__buffer_recycle_now(um_buffer *b);
 int um__buffer_check_live(const um_buffer *b);
+/* Reset a descriptor's per-owner state (size, coherence, mapping, chain,
+ * site) for a new owner; mem, dev, loc and kind are set by the caller. */
+void um__buffer_init_live(um_buffer *b, size_t bytes, const char *file, int line);
 /* One registration of a UM_WRAP_PIN range with a device's backend
  * (cuMemHostRegister for CUDA), made through that device. */
 typedef struct um__wrap_reg {
