@@ -328,26 +328,33 @@ Test(stream_cpu, bad_input) {
   cr_assert_eq(um_manager_destroy(mm), UM_OK);
 }
 
+/* Write ref[0..n) to a new file in a new temporary directory; dir and
+ * path receive their names (dir: 256 bytes, path: 300). */
+static void write_temp_file(const unsigned char *ref, size_t n, char *dir, char *path) {
+  const char *tmp = getenv("TMPDIR");
+  int fd;
+  snprintf(dir, 256, "%s/unimem-stream-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  cr_assert_not_null(mkdtemp(dir));
+  snprintf(path, 300, "%s/src.bin", dir);
+  fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0644);
+  cr_assert_geq(fd, 0);
+  cr_assert_eq(write(fd, ref, n), (ssize_t)n);
+  close(fd);
+}
+
 Test(stream_cpu, a_mapped_file) {
   um_manager *mm = make_manager("cpu", 0);
   const size_t n = 7 * MiB + 31;
   unsigned char *ref = malloc(n);
   char dir[256], path[300];
-  const char *tmp = getenv("TMPDIR");
   um_buffer *file = NULL;
-  int fd;
   fill_pattern(ref, n);
-  snprintf(dir, sizeof(dir), "%s/unimem-stream-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-  cr_assert_not_null(mkdtemp(dir));
-  snprintf(path, sizeof(path), "%s/src.bin", dir);
-  fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0644);
-  cr_assert_geq(fd, 0);
-  cr_assert_eq(write(fd, ref, n), (ssize_t)n);
-  close(fd);
+  write_temp_file(ref, n, dir, path);
   cr_assert_eq(um_map_file(mm, path, UM_MAP_READ, &file), UM_OK);
   stream_and_check(mm, um_device_get(mm, 0), file, ref, 1000, n - 1000, 2 * MiB + 1, 1, 0);
   cr_assert_eq(um_release(file), UM_OK);
   unlink(path);
+  rmdir(dir);
   rmdir(dir);
   cr_assert_eq(um_manager_destroy(mm), UM_OK);
   free(ref);
@@ -423,21 +430,14 @@ Test(stream_opencl, a_mapped_file_through_a_small_device, .timeout = 120) {
   const size_t n = 4 * LIMIT + 77;
   unsigned char *ref = malloc(n);
   char dir[256], path[300];
-  const char *tmp = getenv("TMPDIR");
   um_buffer *file = NULL;
-  int fd;
   fill_pattern(ref, n);
-  snprintf(dir, sizeof(dir), "%s/unimem-stream-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-  cr_assert_not_null(mkdtemp(dir));
-  snprintf(path, sizeof(path), "%s/src.bin", dir);
-  fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0644);
-  cr_assert_geq(fd, 0);
-  cr_assert_eq(write(fd, ref, n), (ssize_t)n);
-  close(fd);
+  write_temp_file(ref, n, dir, path);
   cr_assert_eq(um_map_file(mm, path, UM_MAP_READ, &file), UM_OK);
   stream_and_check(mm, dev, file, ref, 0, n, 2 * MiB + 333, 0, 0);
   cr_assert_eq(um_release(file), UM_OK);
   unlink(path);
+  rmdir(dir);
   rmdir(dir);
   cr_assert_eq(um_manager_destroy(mm), UM_OK);
   free(ref);
