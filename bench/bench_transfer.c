@@ -368,6 +368,9 @@ static int run_raw(void *vctx, int iters) {
   }
   return 0;
 }
+
+/* The raw side of a comparison, running rc. */
+static bt_side raw_side(raw_case *rc) { return (bt_side){.run = run_raw, .ctx = rc}; }
 #endif
 
 /* ------------------------------------------------------------------------ */
@@ -572,14 +575,9 @@ static void host_device_row(bt_run *run, bt_env *e, um_manager *m, um_device *d,
     if (pinned && rhost != NULL)
       memcpy(rhost, e->host_a, n);
     if (rdev != NULL && rhost != NULL) {
-      memset(&rc, 0, sizeof(rc));
-      rc.r = &e->raw;
-      rc.op = to_device ? OP_H2D : OP_D2H;
-      rc.dst = rc.src = rdev;
-      rc.bytes = n;
-      rc.host = rhost;
-      raw.run = run_raw;
-      raw.ctx = &rc;
+      rc = (raw_case){.r = &e->raw, .op = to_device ? OP_H2D : OP_D2H, .dst = rdev, .src = rdev,
+                      .bytes = n, .host = rhost};
+      raw = raw_side(&rc);
     }
   }
 #endif
@@ -643,17 +641,9 @@ static void device_row(bt_run *run, bt_env *e, const char *label, um_manager *m,
     rs = raw_device_buffer(&e->raw, qa, n);
     rd = raw_device_buffer(&e->raw, qb, n);
     if (rs != NULL && rd != NULL) {
-      memset(&rc, 0, sizeof(rc));
-      rc.r = &e->raw;
-      rc.op = OP_COPY;
-      rc.q = qb;
-      rc.src = rs;
-      rc.dst = rd;
-      rc.bytes = n;
-      rc.staged = raw_staged;
-      rc.bounce = e->host_b;
-      raw.run = run_raw;
-      raw.ctx = &rc;
+      rc = (raw_case){.r = &e->raw, .op = OP_COPY, .q = qb, .src = rs, .dst = rd, .bytes = n,
+                      .staged = raw_staged, .bounce = e->host_b};
+      raw = raw_side(&rc);
     }
   }
 #endif
@@ -720,13 +710,8 @@ static void batch_table(bt_run *run, bt_env *e) {
     c[k].op = k == 0 ? OP_BATCH : OP_LOOP;
 #ifdef BT_HAVE_CL_HEADER
     if (rdev != NULL) {
-      memset(&rc[k], 0, sizeof(rc[k]));
-      rc[k].r = &e->raw;
-      rc[k].dst = rdev;
-      rc[k].host = e->host_a;
-      rc[k].op = c[k].op;
-      raw[k].run = run_raw;
-      raw[k].ctx = &rc[k];
+      rc[k] = (raw_case){.r = &e->raw, .op = c[k].op, .dst = rdev, .host = e->host_a};
+      raw[k] = raw_side(&rc[k]);
     }
 #endif
     measure_row(run, rows[k], &c[k], raw[k], NULL, plan);
@@ -771,15 +756,9 @@ static void alignment_table(bt_run *run, bt_env *e) {
       raw_case rc;
       cl_mem rdev = e->have_raw ? raw_device_buffer(&e->raw, 0, n + 64) : NULL;
       if (rdev != NULL) {
-        memset(&rc, 0, sizeof(rc));
-        rc.r = &e->raw;
-        rc.op = OP_H2D;
-        rc.dst = rdev;
-        rc.dst_off = off;
-        rc.host = e->host_a + hoff;
-        rc.bytes = n;
-        raw.run = run_raw;
-        raw.ctx = &rc;
+        rc = (raw_case){.r = &e->raw, .op = OP_H2D, .dst = rdev, .dst_off = off, .host = e->host_a + hoff,
+                        .bytes = n};
+        raw = raw_side(&rc);
       }
 #endif
       measure_row(run, row, &c, raw, &mc, plan);
@@ -821,14 +800,8 @@ static void overhead_table(bt_run *run, bt_env *e) {
     raw_case rc;
     cl_mem rdev = e->have_raw && !on_cpu ? raw_device_buffer(&e->raw, 0, SMALL_BYTES) : NULL;
     if (rdev != NULL) {
-      memset(&rc, 0, sizeof(rc));
-      rc.r = &e->raw;
-      rc.op = c.op;
-      rc.dst = rdev;
-      rc.host = e->host_a;
-      rc.bytes = SMALL_BYTES;
-      raw.run = run_raw;
-      raw.ctx = &rc;
+      rc = (raw_case){.r = &e->raw, .op = c.op, .dst = rdev, .host = e->host_a, .bytes = SMALL_BYTES};
+      raw = raw_side(&rc);
     }
 #endif
     measure_row(run, row, &c, raw, &mc, plan);
