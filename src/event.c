@@ -548,7 +548,7 @@ static void op_publish(um_event *op, um_buffer **bufs, int nbufs) {
 static bool op_start_after_tokens(um_event *op, um_event **deps, int ndeps) {
   void *after[2], *native = NULL;
   um_event *owner[2];
-  int nafter = 0, st;
+  int nafter = 0, st = UM_OK;
   bool missing = false;
   for (int i = 0; i < ndeps; i++) {
     void *tok;
