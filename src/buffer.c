@@ -640,7 +640,7 @@ static int map_begin_locked(um_buffer *b, uint32_t gen) {
 }
 
 int um_map(um_buffer *b, um_map_mode mode, size_t off, size_t len, void **host) {
-  uint32_t gen;
+  uint32_t gen = 0;
   int st = um__buffer_check_owner(b, &gen);
   unsigned valid;
   void *ptr = NULL;

@@ -584,7 +584,7 @@ int um_copy(um_buffer *dst, size_t dst_off, um_buffer *src, size_t src_off, size
 
 int um_fill(um_buffer *dst, size_t off, int byte, size_t bytes, um_event **done) {
   um_event *op;
-  uint32_t gen;
+  uint32_t gen = 0;
   int st;
   if (dst == NULL)
     return um__set_error(UM_EINVAL, "um_fill: NULL buffer");
