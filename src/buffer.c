@@ -39,8 +39,8 @@ static int block_alloc_pressured(um_device *d, um_location loc, size_t bytes, um
 
 /* b is the caller's now: count it (in this thread's cache when there is
  * one), and publish it live. */
-static void go_live(um_device *d, um__tcache *tc, um_buffer *b, size_t bytes, bool hit,
-                    um_buffer **out) {
+static inline __attribute__((always_inline)) void go_live(um_device *d, um__tcache *tc, um_buffer *b,
+                                                         size_t bytes, bool hit, um_buffer **out) {
   if (tc != NULL) {
     um__tcounters *c = &tc->ctr[d->index];
     if (hit)
@@ -59,7 +59,8 @@ static void go_live(um_device *d, um__tcache *tc, um_buffer *b, size_t bytes, bo
 
 /* An idle block taken from the pool for a new owner, zeroed when asked;
  * back to the pool when zeroing fails. */
-static int reuse_block(um_buffer *b, size_t bytes, unsigned flags, const char *file, int line) {
+static inline __attribute__((always_inline)) int reuse_block(um_buffer *b, size_t bytes, unsigned flags,
+                                                             const char *file, int line) {
   int st = UM_OK;
   um__buffer_init_live(b, bytes, file, line);
   if (__builtin_expect((flags & UM_ALLOC_ZERO) || b->m->opts.scrub, 0)) {
@@ -126,8 +127,9 @@ static __attribute__((noinline)) int alloc_slow(um_manager *m, um_device *d, siz
   return UM_OK;
 }
 
-static int check_alloc_args(um_manager *m, um_device *d, size_t bytes, um_location loc,
-                            unsigned flags, um_buffer **out) {
+static inline __attribute__((always_inline)) int check_alloc_args(um_manager *m, um_device *d, size_t bytes,
+                                                                  um_location loc, unsigned flags,
+                                                                  um_buffer **out) {
   if (m == NULL || d == NULL || out == NULL)
     return um__set_error(UM_EINVAL, "um_alloc: NULL argument");
   if (d->m != m)

@@ -24,26 +24,6 @@ int um__buffer_check_owner(const um_buffer *b, uint32_t *gen) {
   return um__buffer_check_live(b);
 }
 
-void um__buffer_init_live(um_buffer *b, size_t bytes, const char *file, int line) {
-  /* Only the thread making the descriptor live writes gen: no locked add. */
-  atomic_store_explicit(&b->gen, atomic_load_explicit(&b->gen, memory_order_relaxed) + 1,
-                        memory_order_release);
-  b->size = bytes;
-  b->valid = b->mem.host ? (UM_VALID_HOST | UM_VALID_DEVICE) : UM_VALID_DEVICE;
-  b->mapped = false;
-  b->map_busy = false;
-  b->map_ptr = NULL;
-  b->map_native = false;
-  b->last = NULL;
-  b->pending = 0;
-  b->release_deferred = false;
-  b->readonly = false;
-  b->pinned_wrap = false;
-  atomic_store_explicit(&b->touched, false, memory_order_relaxed);
-  b->site_file = file;
-  b->site_line = line;
-}
-
 void um__buffer_op_finish_locked(um_buffer *b, um_event *op, bool *drop_last, bool *retire) {
   b->pending--;
   *drop_last = b->last == op;

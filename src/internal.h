@@ -184,8 +184,28 @@ int um__buffer_check_live(const um_buffer *b);
 /* um__buffer_check_live, and b's generation for a check under its lock. */
 int um__buffer_check_owner(const um_buffer *b, uint32_t *gen);
 /* Reset a descriptor's per-owner state (size, coherence, mapping, chain,
- * site) for a new owner; mem, dev, loc and kind are set by the caller. */
-void um__buffer_init_live(um_buffer *b, size_t bytes, const char *file, int line);
+ * site) for a new owner; mem, dev, loc and kind are set by the caller.
+ * Inline: it is on the pool hit's path. */
+static inline void um__buffer_init_live(um_buffer *b, size_t bytes, const char *file, int line) {
+  /* Only the thread making the descriptor live writes gen: no locked add. */
+  atomic_store_explicit(&b->gen, atomic_load_explicit(&b->gen, memory_order_relaxed) + 1,
+                        memory_order_release);
+  b->size = bytes;
+  b->valid = b->mem.host ? (UM_VALID_HOST | UM_VALID_DEVICE) : UM_VALID_DEVICE;
+  b->mapped = false;
+  b->map_busy = false;
+  b->map_ptr = NULL;
+  b->map_native = false;
+  b->last = NULL;
+  b->pending = 0;
+  b->release_deferred = false;
+  b->readonly = false;
+  b->pinned_wrap = false;
+  atomic_store_explicit(&b->touched, false, memory_order_relaxed);
+  b->site_file = file;
+  b->site_line = line;
+}
+
 /* An operation on b finished (b's lock held): drop it from b's chain;
  * *drop_last says the chain's reference to op must be dropped, *retire
  * that b was released meanwhile and must now be retired (both after the
