@@ -462,3 +462,61 @@ Test(buffers, null_in_each_position) {
   cr_assert_eq(e, MU_SENTINEL);
   cr_assert_eq(um_release(b), UM_OK);
 }
+
+/* The pointer of another buffer's mapping: UM_EINVAL, both stay mapped. */
+Test(buffers, unmap_with_another_buffers_pointer) {
+  um_device *devs[] = {cpu, fdev, fmap};
+  for (int i = 0; i < 3; i++) {
+    um_buffer *a = alloc_on(m, devs[i], 4096, UM_DEVICE, 0), *b = alloc_on(m, devs[i], 4096, UM_DEVICE, 0);
+    void *pa = NULL, *pb = NULL;
+    cr_assert_eq(um_map(a, UM_MAP_READ_WRITE, 0, 4096, &pa), UM_OK);
+    cr_assert_eq(um_map(b, UM_MAP_READ, 0, 4096, &pb), UM_OK);
+    MU_FAILS(m, UM_EINVAL, um_unmap(a, pb));
+    MU_FAILS(m, UM_EINVAL, um_unmap(b, pa));
+    cr_assert_eq(um_unmap(a, pa), UM_OK, "device %d: the refused unmap ended a's mapping", i);
+    cr_assert_eq(um_unmap(b, pb), UM_OK, "device %d: the refused unmap ended b's mapping", i);
+    cr_assert_eq(um_release(a), UM_OK);
+    cr_assert_eq(um_release(b), UM_OK);
+  }
+}
+
+/* Two threads release the same buffer at once: exactly one release takes
+ * (UM_OK), the other answers UM_ESTATE, and the buffer is counted once. */
+typedef struct racer {
+  pthread_t t;
+  um_buffer *b;
+  pthread_barrier_t *start;
+  int status;
+} racer;
+
+static void *release_racer(void *arg) {
+  racer *r = arg;
+  pthread_barrier_wait(r->start);
+  r->status = um_release(r->b);
+  return NULL;
+}
+
+Test(buffers, double_release_from_two_threads) {
+  enum { ROUNDS = 200 };
+  pthread_barrier_t start;
+  um_device *devs[] = {cpu, fdev, fmap};
+  um_stats s;
+  cr_assert_eq(pthread_barrier_init(&start, NULL, 2), 0);
+  for (int i = 0; i < ROUNDS; i++) {
+    um_buffer *b = alloc_on(m, devs[i % 3], 64 + (size_t)i, UM_DEVICE, 0);
+    racer r[2] = {{.b = b, .start = &start, .status = 1}, {.b = b, .start = &start, .status = 1}};
+    if (i % 2)
+      cr_assert_eq(um_fill(b, 0, i, 64, NULL), UM_OK); /* touched: the slower release path */
+    for (int k = 0; k < 2; k++)
+      cr_assert_eq(pthread_create(&r[k].t, NULL, release_racer, &r[k]), 0);
+    for (int k = 0; k < 2; k++)
+      pthread_join(r[k].t, NULL);
+    cr_assert((r[0].status == UM_OK && r[1].status == UM_ESTATE) || (r[0].status == UM_ESTATE && r[1].status == UM_OK),
+              "round %d: the releases answered %s and %s", i, um_err_name(r[0].status), um_err_name(r[1].status));
+  }
+  pthread_barrier_destroy(&start);
+  s = ut_stats(m, NULL);
+  cr_assert_eq(s.active_buffers, 0);
+  cr_assert_eq(s.releases, ROUNDS);
+  cr_assert_eq(s.bytes_in_use, 0);
+}

@@ -519,3 +519,37 @@ Test(events, stale_handle_from_many_threads) {
   ut_assert_unchanged(m, before);
   cr_assert_eq(um_release(b), UM_OK);
 }
+
+/* Two threads release the same event at once: one reference is dropped,
+ * the other release does nothing, and the handle is stale. */
+static void *event_release_racer(void *arg) {
+  waiter *w = arg;
+  pthread_mutex_lock(w->lock);
+  (*w->ready)++;
+  pthread_cond_broadcast(w->cond);
+  while (*w->ready < 2)
+    pthread_cond_wait(w->cond, w->lock);
+  pthread_mutex_unlock(w->lock);
+  um_event_release(w->e);
+  return NULL;
+}
+
+Test(events, double_release_from_two_threads) {
+  enum { ROUNDS = 100 };
+  um_buffer *b = host_buffer(4096);
+  pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+  pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
+  for (int i = 0; i < ROUNDS; i++) {
+    int ready = 0;
+    um_event *e = finished_event(b);
+    waiter w[2];
+    for (int k = 0; k < 2; k++) {
+      w[k] = (waiter){.e = e, .lock = &lock, .cond = &cond, .ready = &ready};
+      cr_assert_eq(pthread_create(&w[k].t, NULL, event_release_racer, &w[k]), 0);
+    }
+    for (int k = 0; k < 2; k++)
+      pthread_join(w[k].t, NULL);
+    MU_FAILS(m, UM_ESTATE, um_event_query(e));
+  }
+  cr_assert_eq(um_release(b), UM_OK);
+}
