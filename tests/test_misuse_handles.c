@@ -166,8 +166,10 @@ Test(events, released_then_handles_reused) {
 /* ------------------------------------------------------------------------ */
 /* Pointers that are no event: UM_EINVAL, and releasing one writes nothing. */
 
+/* n: bytes at p that must stay as they are (0 for a live object of the
+ * library, whose locks and counters are its own business). */
 static void expect_not_an_event(void *p, size_t n) {
-  unsigned char *copy = mu_malloc(n);
+  unsigned char *copy = mu_malloc(n + 1);
   um_event *e = p;
   memcpy(copy, p, n);
   MU_FAILS(m, UM_EINVAL, um_event_wait(e));
@@ -191,7 +193,7 @@ Test(events, garbage_pattern_memory) {
 
 Test(events, garbage_buffer_handle) {
   um_buffer *b = host_buffer(256);
-  expect_not_an_event(b, sizeof(*b));
+  expect_not_an_event(b, 0);
   cr_assert_eq(um_buffer_size(b), 256, "the buffer was disturbed");
   cr_assert_eq(um_fill(b, 0, 1, 256, NULL), UM_OK);
   cr_assert_eq(um_release(b), UM_OK);
@@ -199,13 +201,13 @@ Test(events, garbage_buffer_handle) {
 
 Test(events, garbage_device_handle) {
   um_device_info info;
-  expect_not_an_event(cpu, sizeof(*cpu));
+  expect_not_an_event(cpu, 0);
   cr_assert_eq(um_device_info_get(cpu, &info), UM_OK);
   cr_assert_eq(info.index, 0);
 }
 
 Test(events, garbage_manager_handle) {
-  expect_not_an_event(m, sizeof(*m));
+  expect_not_an_event(m, 0);
   cr_assert_eq(um_device_count(m), 1);
 }
 
