@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "test_util.h"
+#include "testhook.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define MU_ASAN 1
@@ -24,6 +25,20 @@
 #endif
 #ifdef MU_ASAN
 #include <sanitizer/allocator_interface.h>
+#define MU_ASAN_ON 1
+#else
+#define MU_ASAN_ON 0
+#endif
+
+/* Fork tests cannot run under ThreadSanitizer: it kills a child of a
+ * multithreaded process that starts a thread (its die_after_fork), and a
+ * new manager starts its workers. */
+#ifdef UT_TSAN
+#define MU_SKIP_FORK_UNDER_TSAN()                                              \
+  cr_skip_test("ThreadSanitizer cannot start threads in the child of a "       \
+               "multithreaded process; the other builds run this test")
+#else
+#define MU_SKIP_FORK_UNDER_TSAN() ((void)0)
 #endif
 
 /* A pointer no call may write through: out-parameters keep it on failure. */
@@ -74,10 +89,11 @@ static UT_UNUSED void *mu_malloc(size_t n) {
 }
 
 /* ------------------------------------------------------------------------ */
-/* The gate: installed on a manager (um__engine.on_run), it holds every
- * operation a worker starts until the test opens it. An operation held there
- * is RUNNING and does not finish, so the figures it would move stay put.
- * A gate left closed opens by itself after MU_GATE_SECONDS, so that a
+/* The gate, on the test build's worker hook (src/testhook.h): once closed
+ * on a manager, it holds every operation a worker of that manager starts
+ * until the test opens it (other managers' workers pass). An operation held
+ * there is RUNNING and does not finish, so the figures it would move stay
+ * put. A gate left closed opens by itself after MU_GATE_SECONDS, so that a
  * broken library fails the test instead of hanging it (the suites' own
  * timeouts are longer). */
 
@@ -86,28 +102,33 @@ static UT_UNUSED void *mu_malloc(size_t n) {
 typedef struct mu_gate {
   pthread_mutex_t lock;
   pthread_cond_t cond;
-  int entered; /* operations that reached the gate */
+  um_manager *held; /* the manager whose workers wait */
+  int entered;      /* operations that reached the gate */
   int open;
 } mu_gate;
 
-static UT_UNUSED mu_gate mu_gate_state = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
+static UT_UNUSED mu_gate mu_gate_state = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, 0, 0};
 
 static UT_UNUSED void mu_deadline(struct timespec *ts, int seconds) {
   clock_gettime(CLOCK_REALTIME, ts);
   ts->tv_sec += seconds;
 }
 
-static UT_UNUSED void mu_gate_hook(um_manager *mm, int running) {
+static UT_UNUSED void mu_gate_hook(um__test_point point, void *arg) {
   mu_gate *g = &mu_gate_state;
+  const um_event *op = arg;
   struct timespec deadline;
-  (void)mm, (void)running;
+  if (point != UM__TP_WORKER_RUN)
+    return;
   mu_deadline(&deadline, MU_GATE_SECONDS);
   pthread_mutex_lock(&g->lock);
-  g->entered++;
-  pthread_cond_broadcast(&g->cond);
-  while (!g->open)
-    if (pthread_cond_timedwait(&g->cond, &g->lock, &deadline) != 0)
-      g->open = 1; /* latched: the operations behind pass at once */
+  if (op->m == g->held) {
+    g->entered++;
+    pthread_cond_broadcast(&g->cond);
+    while (!g->open)
+      if (pthread_cond_timedwait(&g->cond, &g->lock, &deadline) != 0)
+        g->open = 1; /* latched: the operations behind pass at once */
+  }
   pthread_mutex_unlock(&g->lock);
 }
 
@@ -115,10 +136,11 @@ static UT_UNUSED void mu_gate_hook(um_manager *mm, int running) {
 static UT_UNUSED void mu_gate_close(um_manager *mm) {
   mu_gate *g = &mu_gate_state;
   pthread_mutex_lock(&g->lock);
+  g->held = mm;
   g->entered = 0;
   g->open = 0;
   pthread_mutex_unlock(&g->lock);
-  mm->engine.on_run = mu_gate_hook;
+  atomic_store(&um__test_hook, mu_gate_hook);
 }
 
 /* Wait until n operations are held at the gate. */

@@ -197,7 +197,7 @@ Test(buffers, released_with_operations_in_flight) {
   expect_stale_buffer(dead, live);
   mu_gate_open();
   cr_assert_eq(um_event_wait(e), UM_OK);
-  um_event_release(e);
+  cr_assert_eq(um_event_release(e), UM_OK);
   cr_assert_eq(um_release(live), UM_OK);
 }
 
@@ -405,7 +405,7 @@ Test(buffers, event_handle_as_buffer) {
   cr_assert_eq(um_fill(b, 0, 1, 64, &e), UM_OK);
   expect_not_a_buffer(e);
   cr_assert_eq(um_event_wait(e), UM_OK);
-  um_event_release(e);
+  cr_assert_eq(um_event_release(e), UM_OK);
   cr_assert_eq(um_release(b), UM_OK);
 }
 

@@ -144,7 +144,7 @@ static void release_waits(wrap_path path, um_device *other_dev, unsigned wrap_fl
                  q == UM_EAGAIN ? "still pending" : um_err_name(q));
   cr_assert(complete, "um_release of a wrap returned before the write into it was complete");
   cr_assert_eq(um_event_wait(e), UM_OK);
-  um_event_release(e);
+  cr_assert_eq(um_event_release(e), UM_OK);
   if (path == OUT_OF_BY_COPY) {
     cr_assert_eq(um_copy_to_host(other, 0, out, n, NULL), UM_OK);
     cr_assert(ut_all_bytes(out, n, 0x5c), "the copy read memory the owner had taken back");

@@ -57,13 +57,13 @@ static um_event *held_fill(um_buffer *b, int value, int nth) {
   return e;
 }
 
-/* Every call on a released event: UM_ESTATE, nothing changes; releasing it
- * again does nothing either. */
+/* Every call on a released event, releasing it again included: UM_ESTATE,
+ * and nothing changes. */
 static void expect_stale_event(um_event *e) {
   MU_FAILS(m, UM_ESTATE, um_event_wait(e));
   MU_FAILS(m, UM_ESTATE, um_event_query(e));
   MU_FAILS(m, UM_ESTATE, um_event_cancel(e));
-  MU_QUIET(m, um_event_release(e));
+  MU_FAILS(m, UM_ESTATE, um_event_release(e));
   MU_FAILS(m, UM_ESTATE, um_event_query(e));
 }
 
@@ -74,7 +74,7 @@ Test(events, released_after_wait) {
   um_buffer *b = host_buffer(4096);
   um_event *e = finished_event(b);
   cr_assert_eq(um_event_wait(e), UM_OK);
-  um_event_release(e);
+  cr_assert_eq(um_event_release(e), UM_OK);
   expect_stale_event(e);
   cr_assert_eq(um_release(b), UM_OK);
 }
@@ -82,7 +82,7 @@ Test(events, released_after_wait) {
 Test(events, released_without_wait) {
   um_buffer *b = host_buffer(4096);
   um_event *e = finished_event(b);
-  um_event_release(e);
+  cr_assert_eq(um_event_release(e), UM_OK);
   expect_stale_event(e);
   cr_assert_eq(um_release(b), UM_OK);
 }
@@ -90,9 +90,9 @@ Test(events, released_without_wait) {
 Test(events, released_twice_in_a_row) {
   um_buffer *b = host_buffer(4096);
   um_event *e = finished_event(b);
-  um_event_release(e);
-  MU_QUIET(m, um_event_release(e));
-  MU_QUIET(m, um_event_release(e));
+  cr_assert_eq(um_event_release(e), UM_OK);
+  MU_FAILS(m, UM_ESTATE, um_event_release(e));
+  MU_FAILS(m, UM_ESTATE, um_event_release(e));
   expect_stale_event(e);
   cr_assert_eq(um_release(b), UM_OK);
 }
@@ -105,7 +105,7 @@ Test(events, released_while_pending) {
   um_stats s;
   mu_gate_close(m);
   e = held_fill(b, 0x6b, 1);
-  um_event_release(e);
+  cr_assert_eq(um_event_release(e), UM_OK);
   expect_stale_event(e);
   mu_gate_open();
   cr_assert_eq(um_device_synchronize(cpu), UM_OK);
@@ -125,7 +125,7 @@ Test(events, released_batch_event) {
   ut_pattern(src, sizeof(src), 3);
   cr_assert_eq(um_copy_batch(m, ops, 2, &e), UM_OK);
   cr_assert_eq(um_event_wait(e), UM_OK);
-  um_event_release(e);
+  cr_assert_eq(um_event_release(e), UM_OK);
   expect_stale_event(e);
   cr_assert_arr_eq(um_buffer_host_ptr(b), src, sizeof(src));
   cr_assert_eq(um_release(a), UM_OK);
@@ -144,7 +144,7 @@ Test(events, released_then_handles_reused) {
   for (int i = 0; i < N; i++)
     old[i] = finished_event(b);
   for (int i = 0; i < N; i++)
-    um_event_release(old[i]);
+    cr_assert_eq(um_event_release(old[i]), UM_OK);
   for (int i = 0; i < N; i++)
     fresh[i] = finished_event(b);
   for (int i = 0; i < N; i++) {
@@ -158,7 +158,7 @@ Test(events, released_then_handles_reused) {
   }
   for (int i = 0; i < N; i++) {
     cr_assert_eq(um_event_wait(fresh[i]), UM_OK);
-    um_event_release(fresh[i]);
+    cr_assert_eq(um_event_release(fresh[i]), UM_OK);
   }
   cr_assert_eq(um_release(b), UM_OK);
 }
@@ -175,7 +175,7 @@ static void expect_not_an_event(void *p, size_t n) {
   MU_FAILS(m, UM_EINVAL, um_event_wait(e));
   MU_FAILS(m, UM_EINVAL, um_event_query(e));
   MU_FAILS(m, UM_EINVAL, um_event_cancel(e));
-  MU_QUIET(m, um_event_release(e));
+  MU_FAILS(m, UM_EINVAL, um_event_release(e));
   cr_assert_arr_eq(p, copy, n, "um_event_release wrote into a pointer that is no event");
   free(copy);
 }
@@ -220,7 +220,7 @@ Test(events, cancel_after_done) {
   MU_FAILS(m, UM_EBUSY, um_event_cancel(e));
   MU_FAILS(m, UM_EBUSY, um_event_cancel(e));
   cr_assert_eq(um_event_wait(e), UM_OK, "a refused cancel changed the outcome");
-  um_event_release(e);
+  cr_assert_eq(um_event_release(e), UM_OK);
   cr_assert_eq(um_release(b), UM_OK);
 }
 
@@ -233,7 +233,7 @@ Test(events, cancel_while_running) {
   mu_gate_open();
   cr_assert_eq(um_event_wait(e), UM_OK);
   cr_assert(ut_all_bytes(um_buffer_host_ptr(b), MU_WORKER_BYTES, 0x21));
-  um_event_release(e);
+  cr_assert_eq(um_event_release(e), UM_OK);
   cr_assert_eq(um_release(b), UM_OK);
 }
 
@@ -257,8 +257,8 @@ Test(events, cancel_queued_twice) {
   cr_assert(ut_all_bytes(um_buffer_host_ptr(b), MU_WORKER_BYTES, 0x31), "the canceled fill ran");
   s = ut_stats(m, cpu);
   cr_assert_eq(s.fills, 1);
-  um_event_release(first);
-  um_event_release(second);
+  cr_assert_eq(um_event_release(first), UM_OK);
+  cr_assert_eq(um_event_release(second), UM_OK);
   expect_stale_event(second);
   cr_assert_eq(um_release(b), UM_OK);
 }
@@ -289,7 +289,7 @@ Test(events, batch_event_while_members_held) {
   cr_assert_eq(um_event_wait(e), UM_OK);
   cr_assert_arr_eq(back, src, MU_WORKER_BYTES, "the batch ended before its last member");
   MU_FAILS(m, UM_EBUSY, um_event_cancel(e));
-  um_event_release(e);
+  cr_assert_eq(um_event_release(e), UM_OK);
   expect_stale_event(e);
   cr_assert_eq(um_release(a), UM_OK);
   cr_assert_eq(um_release(b), UM_OK);
@@ -310,7 +310,7 @@ Test(events, batch_event_released_early) {
   mu_gate_close(m);
   cr_assert_eq(um_copy_batch(m, ops, 2, &e), UM_OK);
   mu_gate_wait_entered(1);
-  um_event_release(e);
+  cr_assert_eq(um_event_release(e), UM_OK);
   expect_stale_event(e);
   mu_gate_open();
   cr_assert_eq(um_copy_to_host(b, 0, back, MU_WORKER_BYTES, NULL), UM_OK);
@@ -344,7 +344,7 @@ Test(events, batch_member_failure) {
   MU_FAILS(fm, UM_EBUSY, um_event_cancel(e));
   cr_assert_eq(um_copy_to_host(h, 0, back, sizeof(back), NULL), UM_OK);
   cr_assert_arr_eq(back, src, sizeof(src), "the member on the cpu did not run");
-  um_event_release(e);
+  cr_assert_eq(um_event_release(e), UM_OK);
   MU_FAILS(fm, UM_ESTATE, um_event_wait(e));
   cr_assert_eq(um_release(h), UM_OK);
   cr_assert_eq(um_release(d), UM_OK);
@@ -383,7 +383,7 @@ Test(events, used_after_its_buffers_were_released) {
   cr_assert_eq(um_alloc(m, cpu, MU_WORKER_BYTES, UM_HOST, 0, &a), UM_OK);
   cr_assert_eq(um_fill(a, 0, 0x45, 64, NULL), UM_OK);
   cr_assert_eq(um_event_wait(e), UM_OK);
-  um_event_release(e);
+  cr_assert_eq(um_event_release(e), UM_OK);
   expect_stale_event(e);
   cr_assert_eq(um_release(a), UM_OK);
 }
@@ -399,7 +399,7 @@ Test(events, other_manager_destroyed) {
   ea = held_fill(a, 0x55, 1);
   cr_assert_eq(um_fill(b2, 0, 0x66, MU_WORKER_BYTES, &eb), UM_OK);
   cr_assert_eq(um_event_wait(eb), UM_OK);
-  um_event_release(eb);
+  cr_assert_eq(um_event_release(eb), UM_OK);
   cr_assert_eq(um_release(b2), UM_OK);
   held = ut_snap(m);
   cr_assert_eq(um_manager_destroy(m2), UM_OK);
@@ -408,7 +408,7 @@ Test(events, other_manager_destroyed) {
   mu_gate_open();
   cr_assert_eq(um_event_wait(ea), UM_OK);
   cr_assert(ut_all_bytes(um_buffer_host_ptr(a), MU_WORKER_BYTES, 0x55));
-  um_event_release(ea);
+  cr_assert_eq(um_event_release(ea), UM_OK);
   expect_stale_event(ea);
   cr_assert_eq(um_release(a), UM_OK);
 }
@@ -441,11 +441,12 @@ static void *waiter_main(void *arg) {
 typedef struct releaser {
   pthread_t t;
   um_event *e;
+  int status;
 } releaser;
 
 static void *releaser_main(void *arg) {
   releaser *r = arg;
-  um_event_release(r->e);
+  r->status = um_event_release(r->e);
   return NULL;
 }
 
@@ -472,6 +473,7 @@ Test(events, released_by_one_thread_while_others_wait) {
     r.e = e;
     cr_assert_eq(pthread_create(&r.t, NULL, releaser_main, &r), 0);
     pthread_join(r.t, NULL);
+    cr_assert_eq(r.status, UM_OK, "round %d: the release answered %s", round, um_err_name(r.status));
     mu_gate_open();
     for (int i = 0; i < WAITERS; i++) {
       pthread_join(w[i].t, NULL);
@@ -496,7 +498,7 @@ static void *stale_waiter_main(void *arg) {
     if (st == UM_ESTATE)
       st = um_event_cancel(w->e);
     if (st == UM_ESTATE)
-      um_event_release(w->e);
+      st = um_event_release(w->e);
   }
   w->status = st;
   return NULL;
@@ -508,7 +510,7 @@ Test(events, stale_handle_from_many_threads) {
   um_event *e = finished_event(b);
   waiter w[THREADS];
   ut_snapshot before;
-  um_event_release(e);
+  cr_assert_eq(um_event_release(e), UM_OK);
   before = ut_snap(m);
   for (int i = 0; i < THREADS; i++) {
     w[i] = (waiter){.e = e, .status = 1};
@@ -522,8 +524,8 @@ Test(events, stale_handle_from_many_threads) {
   cr_assert_eq(um_release(b), UM_OK);
 }
 
-/* Two threads release the same event at once: one reference is dropped,
- * the other release does nothing, and the handle is stale. */
+/* Two threads release the same event at once: exactly one release takes
+ * (UM_OK), the other answers UM_ESTATE, and the handle is stale. */
 static void *event_release_racer(void *arg) {
   waiter *w = arg;
   pthread_mutex_lock(w->lock);
@@ -532,7 +534,7 @@ static void *event_release_racer(void *arg) {
   while (*w->ready < 2)
     pthread_cond_wait(w->cond, w->lock);
   pthread_mutex_unlock(w->lock);
-  um_event_release(w->e);
+  w->status = um_event_release(w->e);
   return NULL;
 }
 
@@ -546,11 +548,13 @@ Test(events, double_release_from_two_threads) {
     um_event *e = finished_event(b);
     waiter w[2];
     for (int k = 0; k < 2; k++) {
-      w[k] = (waiter){.e = e, .lock = &lock, .cond = &cond, .ready = &ready};
+      w[k] = (waiter){.e = e, .lock = &lock, .cond = &cond, .ready = &ready, .status = 1};
       cr_assert_eq(pthread_create(&w[k].t, NULL, event_release_racer, &w[k]), 0);
     }
     for (int k = 0; k < 2; k++)
       pthread_join(w[k].t, NULL);
+    cr_assert((w[0].status == UM_OK && w[1].status == UM_ESTATE) || (w[0].status == UM_ESTATE && w[1].status == UM_OK),
+              "round %d: the releases answered %s and %s", i, um_err_name(w[0].status), um_err_name(w[1].status));
     MU_FAILS(m, UM_ESTATE, um_event_query(e));
   }
   cr_assert_eq(um_release(b), UM_OK);
