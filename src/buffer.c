@@ -130,8 +130,8 @@ static __attribute__((noinline)) int alloc_slow(um_manager *m, um_device *d, siz
 static inline __attribute__((always_inline)) int check_alloc_args(um_manager *m, um_device *d, size_t bytes,
                                                                   um_location loc, unsigned flags,
                                                                   um_buffer **out) {
-  if (m == NULL || d == NULL || out == NULL)
-    return um__set_error(UM_EINVAL, "um_alloc: NULL argument");
+  if (m == NULL || out == NULL || !um__device_ok(d))
+    return um__set_error(UM_EINVAL, "um_alloc: NULL argument or not a device");
   if (d->m != m)
     return um__set_error(UM_EINVAL, "um_alloc: device belongs to another manager");
   UM__CHECK_PROCESS(m);
@@ -179,8 +179,8 @@ int um_alloc(um_manager *m, um_device *d, size_t bytes, um_location loc, unsigne
 int um_alloc_array_at(um_manager *m, um_device *d, size_t count, size_t elem_size, um_location loc,
                       unsigned flags, um_buffer **out, const char *file, int line) {
   size_t bytes;
-  if (m == NULL || d == NULL || out == NULL)
-    return um__set_error(UM_EINVAL, "um_alloc_array: NULL argument");
+  if (m == NULL || out == NULL || !um__device_ok(d))
+    return um__set_error(UM_EINVAL, "um_alloc_array: NULL argument or not a device");
   if (count == 0 || elem_size == 0)
     return um__set_error(UM_EINVAL, "um_alloc_array: zero count or element size");
   if (__builtin_mul_overflow(count, elem_size, &bytes))

@@ -59,6 +59,9 @@ static inline uint64_t um__now_ns(void) {
 
 static inline bool um__loc_valid(int loc) { return loc >= UM_HOST && loc <= UM_UNIFIED; }
 
+/* d is a device handle (not NULL, not a handle of another kind). */
+static inline bool um__device_ok(const um_device *d) { return d != NULL && d->magic == UM__DEVICE_MAGIC; }
+
 #define UM__STAT_ADD(dev, field, v) um__atomic_add_relaxed(&(dev)->stats.field, (uint64_t)(v))
 #define UM__STAT_SUB(dev, field, v) um__atomic_sub_relaxed(&(dev)->stats.field, (uint64_t)(v))
 

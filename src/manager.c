@@ -25,6 +25,7 @@ static void destroy_device(um_device *d) {
     um__pool_destroy(&d->pools[l]);
   um__staging_free_all(d);
   pthread_mutex_destroy(&d->staging_lock);
+  d->magic = 0;
   free(d);
 }
 
@@ -45,6 +46,7 @@ static int add_device(um_manager *m, const um__backend *be, void *ctx, int i) {
     return um__set_error(UM_ENOMEM, "out of memory for a device");
   }
   m->devices = grown;
+  d->magic = UM__DEVICE_MAGIC;
   d->m = m;
   d->index = m->ndevices;
   d->be = be;

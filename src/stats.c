@@ -49,6 +49,8 @@ int um_stats_get(um_manager *m, um_device *d, um_stats *out) {
   um_stats s;
   if (m == NULL || out == NULL)
     return um__set_error(UM_EINVAL, "um_stats_get: NULL argument");
+  if (d != NULL && !um__device_ok(d))
+    return um__set_error(UM_EINVAL, "um_stats_get: not a device");
   if (d != NULL && d->m != m)
     return um__set_error(UM_EINVAL, "um_stats_get: device belongs to another manager");
   UM__CHECK_PROCESS(m);

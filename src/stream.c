@@ -18,8 +18,8 @@
 static int check_args(um_buffer *src, size_t off, size_t bytes, um_device *dev, size_t chunk_bytes,
                       um_chunk_fn fn) {
   int st;
-  if (src == NULL || dev == NULL || fn == NULL)
-    return um__set_error(UM_EINVAL, "um_stream: NULL argument");
+  if (src == NULL || fn == NULL || !um__device_ok(dev))
+    return um__set_error(UM_EINVAL, "um_stream: NULL argument or not a device");
   if ((st = um__buffer_check_live(src)) != UM_OK)
     return st;
   UM__CHECK_PROCESS(src->m);

@@ -15,6 +15,7 @@
 
 #define UM__BUFFER_MAGIC 0x554d4246u /* "UMBF" */
 #define UM__EVENT_MAGIC 0x554d4556u  /* "UMEV" */
+#define UM__DEVICE_MAGIC 0x554d4456u /* "UMDV" */
 #define UM__MAX_BACKENDS 8
 
 /* Size classes (sizeclass.c): exact up to 8 bytes, then four classes per
@@ -88,6 +89,7 @@ typedef struct um__pool {
 /* Devices */
 
 struct um_device {
+  uint32_t magic; /* a handle of another kind answers UM_EINVAL */
   um_manager *m;
   int index;
   const um__backend *be;
