@@ -48,7 +48,7 @@
 
 #define KiB ((size_t)1024)
 #define MiB (1024 * KiB)
-#define EXIT_NO_GPU 77
+#define EXIT_NO_GPU BENCH_SKIPPED
 
 int um_bench_cuda_main(int argc, char **argv, bench_report *rep);
 

@@ -968,7 +968,7 @@ static void trace_table(bp_env *e, bench_report *rep, const char *path) {
 static void default_trace(char *out, size_t cap) {
   static const char *const beside[] = {UM_BENCH_TRACE_INSTALLED, UM_BENCH_TRACE_BUILT};
   const char *env = getenv("UNIMEM_TRACE_DIR");
-  char exe[4096], candidate[4200];
+  char exe[4096];
   ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
   if (env != NULL && env[0] != '\0') {
     snprintf(out, cap, "%s/%s", env, TRACE_FILE);
@@ -978,16 +978,17 @@ static void default_trace(char *out, size_t cap) {
   if (strrchr(exe, '/') != NULL)
     *strrchr(exe, '/') = '\0';
   for (size_t i = 0; i < sizeof(beside) / sizeof(beside[0]); i++) {
-    char *dir;
-    snprintf(candidate, sizeof(candidate), "%s/%s/%s", exe, beside[i], TRACE_FILE);
-    if (access(candidate, R_OK) == 0 && (dir = realpath(candidate, NULL)) != NULL) {
-      snprintf(out, cap, "%s", dir);
-      free(dir);
-      return;
-    }
+    char *found;
+    if (snprintf(out, cap, "%s/%s/%s", exe, beside[i], TRACE_FILE) >= (int)cap || access(out, R_OK) != 0 ||
+        (found = realpath(out, NULL)) == NULL)
+      continue;
+    snprintf(out, cap, "%s", found);
+    free(found);
+    return;
   }
   /* Where an installed program would find it: the message names it. */
-  snprintf(out, cap, "%s/%s/%s", exe, beside[0], TRACE_FILE);
+  if (snprintf(out, cap, "%s/%s/%s", exe, beside[0], TRACE_FILE) >= (int)cap)
+    snprintf(out, cap, "%s", TRACE_FILE);
 }
 
 /* Two managers of the host CPU: pooled, with huge pages as the options
