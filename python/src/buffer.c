@@ -126,6 +126,22 @@ static PyBufferProcs Buffer_as_buffer = {
     (releasebufferproc)Buffer_releasebuffer,
 };
 
+/* numpy.asarray(b) takes the buffer protocol first; it calls __array__ only
+ * where that failed, and would otherwise quietly make an object array. */
+static PyObject *Buffer_array(BufferObject *self, PyObject *args, PyObject *kwds) {
+  static char *kwlist[] = {"dtype", "copy", NULL};
+  PyObject *dtype = Py_None, *copy = Py_None, *view, *numpy, *out;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OO:__array__", kwlist, &dtype, &copy))
+    return NULL;
+  if ((view = PyMemoryView_FromObject((PyObject *)self)) == NULL)
+    return NULL; /* the BufferError saying why */
+  numpy = PyImport_ImportModule("numpy");
+  out = numpy != NULL ? PyObject_CallMethod(numpy, "asarray", "OO", view, dtype) : NULL;
+  Py_XDECREF(numpy);
+  Py_DECREF(view);
+  return out;
+}
+
 /* ---- Methods -------------------------------------------------------------- */
 
 PyDoc_STRVAR(release_doc,
@@ -303,6 +319,9 @@ static PyMethodDef Buffer_methods[] = {
     {"fill", (PyCFunction)(void (*)(void))pyum_buffer_fill, METH_FASTCALL | METH_KEYWORDS, fill_doc},
     {"map", (PyCFunction)(void (*)(void))Buffer_map, METH_FASTCALL | METH_KEYWORDS, map_doc},
     {"release", (PyCFunction)Buffer_release, METH_NOARGS, release_doc},
+    {"__array__", (PyCFunction)(void (*)(void))Buffer_array, METH_VARARGS | METH_KEYWORDS,
+     PyDoc_STR("__array__(dtype=None, copy=None)\n--\n\nnumpy.asarray(b): a uint8 view of the host memory; "
+               "BufferError for a buffer without host view or released.")},
     {"__enter__", (PyCFunction)Buffer_enter, METH_NOARGS, PyDoc_STR("The buffer itself.")},
     {"__exit__", (PyCFunction)Buffer_exit, METH_VARARGS, PyDoc_STR("release()")},
     {NULL, NULL, 0, NULL},

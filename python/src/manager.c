@@ -455,6 +455,8 @@ static int Manager_clear(ManagerObject *self) {
 
 static void Manager_dealloc(ManagerObject *self) {
   PyObject_GC_UnTrack(self);
+  if (self->weakrefs != NULL)
+    PyObject_ClearWeakRefs((PyObject *)self);
   /* Every Buffer, Event and Mapping holds a reference: none is left. */
   self->closed = 1;
   pyum_manager_maybe_destroy(self, 0);
@@ -699,6 +701,7 @@ PyTypeObject Manager_Type = {
     .tp_doc = Manager_doc,
     .tp_traverse = (traverseproc)Manager_traverse,
     .tp_clear = (inquiry)Manager_clear,
+    .tp_weaklistoffset = offsetof(ManagerObject, weakrefs),
     .tp_methods = Manager_methods,
     .tp_getset = Manager_getset,
     .tp_new = Manager_new,

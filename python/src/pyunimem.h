@@ -45,6 +45,7 @@ typedef struct ManagerObject {
   log_sink *sink;        /* Python log callback plumbing, or NULL */
   PyObject *log, *log_ctx, *on_oom, *oom_ctx; /* the options' objects */
   um_options opts;       /* the options the manager runs with */
+  PyObject *weakrefs;
 } ManagerObject;
 
 struct BufferObject {

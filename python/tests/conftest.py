@@ -43,3 +43,20 @@ def ocl():
     m = opencl_manager()
     yield m
     m.close()
+
+
+def header_text():
+    with open(os.path.join(SOURCE_DIR, "include", "unimem.h")) as f:
+        return f.read()
+
+
+def header_macro(name):
+    """The body of a #define NAME(XX) X-macro list of unimem.h."""
+    text = header_text()
+    start = text.index(f"#define {name}(XX)")
+    lines = []
+    for line in text[start:].splitlines():
+        lines.append(line)
+        if not line.rstrip().endswith("\\"):
+            break
+    return "\n".join(lines)
