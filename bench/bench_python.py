@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""Per-call cost of the unimem Python binding (SPEC §6: a copy through the
+binding adds at most 2 µs over the C call).
+
+For each case, the same loop of copies runs twice in this process: through
+the binding (b.copy_from / b.copy_to in a Python for loop) and through the
+C API (python_helper.c, timed in C, loaded with ctypes so that no ctypes call
+lands inside the loop). Each figure is the median over the repetitions of
+the mean time per call; "added" is binding minus C.
+
+    PYTHONPATH=build/python python3 bench/bench_python.py [--quick] [--helper PATH]
+
+The helper is bench/libunimem_pybench.so of the build tree (found next to
+the package's build directory, or given with --helper). Cases on an OpenCL
+device run where one exists (PoCL: POCL_DEVICES=pthread).
+"""
+
+import argparse
+import ctypes
+import os
+import statistics
+import sys
+import time
+
+import unimem
+
+LOCATIONS = {"host": 0, "device": 1, "pinned": 2, "unified": 3}
+MODES = {"copy_from": 0, "copy_to": 1, "copy_from+wait": 2}
+TARGET_NS = 2000.0
+
+
+def find_helper(path):
+    if path:
+        return path
+    build = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(unimem.__file__))))
+    candidate = os.path.join(build, "bench", "libunimem_pybench.so")
+    if not os.path.exists(candidate):
+        sys.exit(f"bench_python: no C helper at {candidate}; build the target unimem_pybench or pass --helper")
+    return candidate
+
+
+def c_side(helper, backends, device, location, mode, nbytes, iterations, reps):
+    out = ctypes.c_double()
+    st = helper.pybench_copy(backends.encode(), device, LOCATIONS[location], MODES[mode], nbytes,
+                             iterations, reps, ctypes.byref(out))
+    if st != 0:
+        raise RuntimeError(f"C side of {mode} {nbytes} B failed with status {st}")
+    return out.value
+
+
+def python_side(backends, device, location, mode, nbytes, iterations, reps):
+    samples = []
+    with unimem.Manager(backends=backends) as m, m.alloc(nbytes, device=device, location=location) as b:
+        host = bytearray(nbytes)
+        if mode == "copy_from":
+            call = b.copy_from
+        elif mode == "copy_to":
+            call = b.copy_to
+        else:
+            def call(obj, copy=b.copy_from):
+                copy(obj, wait=False).wait()
+        for _ in range(iterations // 10 + 1):  # warm up
+            call(host)
+        loop = range(iterations)
+        for _ in range(reps):
+            t0 = time.perf_counter_ns()
+            for _ in loop:
+                call(host)
+            samples.append((time.perf_counter_ns() - t0) / iterations)
+    return statistics.median(samples)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer iterations (a smoke run)")
+    ap.add_argument("--helper", help="path of libunimem_pybench.so")
+    ap.add_argument("--reps", type=int, default=0, help="repetitions per case (default 9, quick 3)")
+    args = ap.parse_args()
+    helper = ctypes.CDLL(find_helper(args.helper))
+    helper.pybench_copy.restype = ctypes.c_int
+    helper.pybench_copy.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_size_t,
+                                    ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_double)]
+    reps = args.reps or (3 if args.quick else 9)
+    scale = 20 if args.quick else 1
+
+    cases = [("cpu", 0, "device", mode, n, 200000) for mode in MODES for n in (8, 4096)]
+    with unimem.Manager(backends="cpu,opencl") as m:
+        if len(m.devices) > 1:
+            cases += [("cpu,opencl", 1, "device", mode, n, 5000)
+                      for mode in ("copy_from", "copy_to") for n in (8, 4096)]
+
+    print(f"unimem {unimem.__version__}, Python {sys.version.split()[0]}; median of {reps} runs, "
+          f"ns per call (blocking unless +wait)")
+    print(f"{'device':<16}{'call':<16}{'bytes':>7}{'C':>11}{'binding':>11}{'added':>10}  target <= 2000")
+    worst = 0.0
+    for backends, device, location, mode, nbytes, iterations in cases:
+        iterations = max(100, iterations // scale)
+        c = c_side(helper, backends, device, location, mode, nbytes, iterations, reps)
+        py = python_side(backends, device, location, mode, nbytes, iterations, reps)
+        added = py - c
+        worst = max(worst, added)
+        name = "cpu" if device == 0 else f"opencl:{device}"
+        print(f"{name:<16}{mode:<16}{nbytes:>7}{c:>11.0f}{py:>11.0f}{added:>10.0f}  "
+              f"{'ok' if added <= TARGET_NS else 'OVER'}")
+    print(f"largest added cost: {worst:.0f} ns per call ({'within' if worst <= TARGET_NS else 'over'} "
+          f"the 2 µs target)")
+
+
+if __name__ == "__main__":
+    main()
