@@ -130,14 +130,19 @@ static PyBufferProcs Buffer_as_buffer = {
  * where that failed, and would otherwise quietly make an object array. */
 static PyObject *Buffer_array(BufferObject *self, PyObject *args, PyObject *kwds) {
   static char *kwlist[] = {"dtype", "copy", NULL};
-  PyObject *dtype = Py_None, *copy = Py_None, *view, *numpy, *out;
-  if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OO:__array__", kwlist, &dtype, &copy))
+  PyObject *dtype = Py_None, *copy = Py_None, *view, *numpy, *out = NULL;
+  int want_copy;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OO:__array__", kwlist, &dtype, &copy) ||
+      (want_copy = PyObject_IsTrue(copy)) < 0)
     return NULL;
   if ((view = PyMemoryView_FromObject((PyObject *)self)) == NULL)
     return NULL; /* the BufferError saying why */
-  numpy = PyImport_ImportModule("numpy");
-  out = numpy != NULL ? PyObject_CallMethod(numpy, "asarray", "OO", view, dtype) : NULL;
-  Py_XDECREF(numpy);
+  if ((numpy = PyImport_ImportModule("numpy")) != NULL) {
+    PyObject *fn = PyObject_GetAttrString(numpy, want_copy ? "array" : "asarray");
+    out = fn != NULL ? PyObject_CallFunctionObjArgs(fn, view, dtype, NULL) : NULL;
+    Py_XDECREF(fn);
+    Py_DECREF(numpy);
+  }
   Py_DECREF(view);
   return out;
 }

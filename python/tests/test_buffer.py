@@ -67,6 +67,9 @@ def test_numpy_and_memoryview_share_the_memory(cpu):
     assert out[3] == 42 and out[5] == 7
     b.copy_from(bytes(range(16)))
     assert a.tolist() == list(range(16)) and v.tolist() == list(range(16))
+    c = b.__array__(copy=True)
+    c[0] = 99
+    assert a[0] == 0 and b.__array__()[0] == 0 and b.__array__(numpy.uint8).dtype == numpy.uint8
     f = numpy.frombuffer(b, dtype=numpy.float32)
     f[0] = 1.5
     assert numpy.frombuffer(bytes(v[:4]), numpy.float32)[0] == 1.5

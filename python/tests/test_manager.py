@@ -231,6 +231,50 @@ def test_on_oom_is_asked_and_can_free_memory():
         assert not held and b.size == 600 << 10
 
 
+def oom_manager(on_oom, ctx):
+    m = unimem.Manager(backends="cpu,opencl", device_limit_bytes=1 << 20, on_oom=on_oom, oom_ctx=ctx)
+    if len(m.devices) < 2:
+        m.close()
+        pytest.skip("no OpenCL device (POCL_DEVICES=\"pthread pthread\")")
+    return m
+
+
+def test_on_oom_may_close_the_manager():
+    def close_it(box, dev, n):
+        box[0].close()  # releases box[1]: its memory is free again
+        return True
+
+    box = []
+    m = oom_manager(close_it, box)
+    box += [m, m.alloc(600 << 10, device=1)]
+    with pytest.raises(unimem.InvalidState, match="closed while allocating"):
+        m.alloc(600 << 10, device=1)  # the retry succeeds, into a closed manager
+    assert m.closed and box[1].released
+
+    box.clear()
+    m = oom_manager(close_it, box)
+    box.append(m)
+    with pytest.raises(unimem.OutOfMemory):
+        m.alloc(2 << 20, device=1)  # more than the limit: the retry fails too
+    assert m.closed
+
+
+def test_on_oom_may_allocate():
+    inner = []
+
+    def alloc_inside(box, dev, n):
+        inner.append(box[0].alloc(64, device=dev))  # a nested allocation on this thread
+        return False
+
+    box = []
+    with oom_manager(alloc_inside, box) as m:
+        box.append(m)
+        with pytest.raises(unimem.OutOfMemory):
+            m.alloc(2 << 20, device=1)
+        assert inner[0].size == 64 and inner[0].device.index == 1
+    box.clear()
+
+
 def test_on_oom_exception_is_unraisable_and_declines():
     def broken(ctx, dev, n):
         raise RuntimeError("from on_oom")

@@ -38,6 +38,13 @@ elseif(UNIMEM_SANITIZE STREQUAL "address")
 endif()
 
 set(_um_pytest ${Python3_EXECUTABLE} -m pytest -q -p no:cacheprovider)
+execute_process(COMMAND ${Python3_EXECUTABLE} -c "import pytest, hypothesis, numpy"
+                RESULT_VARIABLE _um_py_modules OUTPUT_QUIET ERROR_QUIET)
+if(NOT _um_py_modules EQUAL 0)
+  set(_um_py_missing "${Python3_EXECUTABLE} cannot import pytest, hypothesis and numpy (apt-get install python3-pytest python3-hypothesis python3-numpy)")
+  message(WARNING "${_um_py_missing}: the Python tests will skip")
+  set(_um_pytest ${Python3_EXECUTABLE} -c "import sys; print('SKIP: ${_um_py_missing}'); sys.exit(77)")
+endif()
 # Everything but the hypothesis fuzzing, then the fuzzing (longer) apart.
 add_test(NAME python_api
          COMMAND ${_um_pytest} ${CMAKE_CURRENT_SOURCE_DIR}/tests --ignore=${CMAKE_CURRENT_SOURCE_DIR}/tests/test_fuzz.py)
