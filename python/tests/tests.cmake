@@ -32,7 +32,7 @@ elseif(UNIMEM_SANITIZE STREQUAL "address")
     message(WARNING "ASan runtime not found (${_um_asan_rt}): the Python tests are not registered")
     return()
   endif()
-  list(APPEND _um_py_env "LD_PRELOAD=${_um_asan_rt}" "PYTHONMALLOC=malloc"
+  list(APPEND _um_py_env "LD_PRELOAD=${_um_asan_rt}" "PYTHONMALLOC=malloc" "UM_EXPECT_ASAN=1"
        "ASAN_OPTIONS=detect_leaks=0:abort_on_error=0:halt_on_error=1"
        "UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")
 endif()
