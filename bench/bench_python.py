@@ -2,11 +2,13 @@
 """Per-call cost of the unimem Python binding (SPEC §6: a copy through the
 binding adds at most 2 µs over the C call).
 
-For each case, the same loop of copies runs twice in this process: through
-the binding (b.copy_from / b.copy_to in a Python for loop) and through the
-C API (python_helper.c, timed in C, loaded with ctypes so that no ctypes call
-lands inside the loop). Each figure is the median over the repetitions of
-the mean time per call; "added" is binding minus C.
+For each case, the same loop of copies runs in this process through the
+binding (b.copy_from / b.copy_to in a Python for loop) and through the C API
+(python_helper.c, timed in C, loaded with ctypes so that no ctypes call lands
+inside the loop), one repetition of each in turn. Each figure is the median
+over the repetitions of the mean time per call; "added" is binding minus C.
+On a shared, loaded machine the OpenCL rows (tens of µs, thread wake-ups)
+vary by more than the binding costs; the cpu rows measure the binding.
 
     PYTHONPATH=build/python python3 bench/bench_python.py [--quick] [--helper PATH]
 
@@ -39,35 +41,44 @@ def find_helper(path):
     return candidate
 
 
-def c_side(helper, backends, device, location, mode, nbytes, iterations, reps):
+def c_rep(helper, backends, device, location, mode, nbytes, iterations):
+    """One repetition on the C side: mean ns per call."""
     out = ctypes.c_double()
     st = helper.pybench_copy(backends.encode(), device, LOCATIONS[location], MODES[mode], nbytes,
-                             iterations, reps, ctypes.byref(out))
+                             iterations, 1, ctypes.byref(out))
     if st != 0:
         raise RuntimeError(f"C side of {mode} {nbytes} B failed with status {st}")
     return out.value
 
 
-def python_side(backends, device, location, mode, nbytes, iterations, reps):
-    samples = []
+def python_call(b, mode):
+    if mode == "copy_from":
+        return b.copy_from
+    if mode == "copy_to":
+        return b.copy_to
+
+    def call(obj, copy=b.copy_from):
+        copy(obj, wait=False).wait()
+    return call
+
+
+def measure(helper, backends, device, location, mode, nbytes, iterations, reps):
+    """Medians of the C side and of the binding, their repetitions taken in
+    turn so that both see the same load on a shared machine."""
+    c_samples, py_samples = [], []
     with unimem.Manager(backends=backends) as m, m.alloc(nbytes, device=device, location=location) as b:
         host = bytearray(nbytes)
-        if mode == "copy_from":
-            call = b.copy_from
-        elif mode == "copy_to":
-            call = b.copy_to
-        else:
-            def call(obj, copy=b.copy_from):
-                copy(obj, wait=False).wait()
+        call = python_call(b, mode)
+        loop = range(iterations)
         for _ in range(iterations // 10 + 1):  # warm up
             call(host)
-        loop = range(iterations)
         for _ in range(reps):
+            c_samples.append(c_rep(helper, backends, device, location, mode, nbytes, iterations))
             t0 = time.perf_counter_ns()
             for _ in loop:
                 call(host)
-            samples.append((time.perf_counter_ns() - t0) / iterations)
-    return statistics.median(samples)
+            py_samples.append((time.perf_counter_ns() - t0) / iterations)
+    return statistics.median(c_samples), statistics.median(py_samples)
 
 
 def main():
@@ -95,8 +106,7 @@ def main():
     worst = 0.0
     for backends, device, location, mode, nbytes, iterations in cases:
         iterations = max(100, iterations // scale)
-        c = c_side(helper, backends, device, location, mode, nbytes, iterations, reps)
-        py = python_side(backends, device, location, mode, nbytes, iterations, reps)
+        c, py = measure(helper, backends, device, location, mode, nbytes, iterations, reps)
         added = py - c
         worst = max(worst, added)
         name = "cpu" if device == 0 else f"opencl:{device}"
