@@ -47,6 +47,7 @@ static int check_overlap(const BufferObject *b, size_t off, const void *p, size_
 static PyObject *copy_run(copy_req *r) {
   BufferObject *any = r->dst != NULL ? r->dst : r->src;
   char *hostp = r->host.buf;
+  PyObject *out;
   um_event *ev = NULL;
   um_event **done = r->wait ? NULL : &ev;
   int st;
@@ -60,17 +61,21 @@ static PyObject *copy_run(copy_req *r) {
   else
     st = um_copy(r->dst->b, r->dst_off, r->src->b, r->src_off, r->bytes, done);
   Py_END_ALLOW_THREADS
-  if (st != UM_OK)
+  if (st != UM_OK) {
     pyum_raise(st);
+    out = NULL;
+  } else if (r->wait) {
+    Py_INCREF(Py_None);
+    out = Py_None;
+  } else {
+    /* Before the unpins: a release or close() that waited for them must
+     * find the event counted among the manager's handles. */
+    out = pyum_event_new(any->mgr, ev, (PyObject *)r->dst, (PyObject *)r->src, &r->host);
+  }
+  host_release(&r->host); /* unless the event took it */
   unpin(r->src);
   unpin(r->dst);
-  if (st != UM_OK || r->wait) {
-    host_release(&r->host);
-    if (st != UM_OK)
-      return NULL;
-    Py_RETURN_NONE;
-  }
-  return pyum_event_new(any->mgr, ev, (PyObject *)r->dst, (PyObject *)r->src, &r->host);
+  return out;
 }
 
 static int check_buffers(copy_req *r) {
@@ -181,6 +186,7 @@ PyObject *pyum_buffer_fill(BufferObject *self, PyObject *const *args, Py_ssize_t
   size_t off = 0, n = 0;
   int byte, wait, st;
   um_event *ev = NULL;
+  PyObject *out;
   if (pyum_parse("fill", args, nargs, kwnames, names, 4, 1, a) < 0 || parse_byte(a[0], &byte) < 0 ||
       (a[1] != NULL && pyum_size(a[1], "offset", &off) < 0) ||
       (a[2] != NULL && a[2] != Py_None && pyum_size(a[2], "nbytes", &n) < 0) || (wait = pyum_flag(a[3], 1)) < 0 ||
@@ -195,12 +201,14 @@ PyObject *pyum_buffer_fill(BufferObject *self, PyObject *const *args, Py_ssize_t
   Py_BEGIN_ALLOW_THREADS
   st = um_fill(self->b, off, byte, n, wait ? NULL : &ev);
   Py_END_ALLOW_THREADS
-  if (st != UM_OK)
-    pyum_raise(st);
+  if (st != UM_OK) {
+    out = pyum_raise(st);
+  } else if (wait) {
+    Py_INCREF(Py_None);
+    out = Py_None;
+  } else { /* before the unpin, as in copy_run */
+    out = pyum_event_new(self->mgr, ev, (PyObject *)self, NULL, NULL);
+  }
   pyum_buffer_unpin_call(self);
-  if (st != UM_OK)
-    return NULL;
-  if (wait)
-    Py_RETURN_NONE;
-  return pyum_event_new(self->mgr, ev, (PyObject *)self, NULL, NULL);
+  return out;
 }

@@ -141,3 +141,33 @@ def test_weakref_to_buffer(cpu):
     assert r() is b
     del b
     assert r() is None
+
+
+def test_close_while_async_copies_are_being_issued():
+    """close() runs while another thread is inside an asynchronous copy
+    (without the GIL): the copy's event must still be counted when the
+    buffer is unpinned, so the manager is destroyed only after it."""
+    for opencl in (False, True):
+        for _ in range(10):
+            m = unimem.Manager(backends="cpu,opencl" if opencl else "cpu")
+            dev = len(m.devices) - 1
+            b = m.alloc(1 << 16, device=dev)
+            src = bytearray(1 << 16)
+            events, started = [], threading.Event()
+
+            def issue():
+                try:
+                    while True:
+                        events.append(b.copy_from(src, wait=False))
+                        started.set()
+                except unimem.InvalidState:
+                    started.set()
+
+            t = threading.Thread(target=issue)
+            t.start()
+            started.wait()
+            m.close()
+            t.join()
+            for ev in events:
+                ev.wait()
+                assert ev.done
