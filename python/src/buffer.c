@@ -150,7 +150,7 @@ static PyObject *Buffer_array(BufferObject *self, PyObject *args, PyObject *kwds
 /* ---- Methods -------------------------------------------------------------- */
 
 PyDoc_STRVAR(release_doc,
-"release()\n--\n\n"
+"release($self)\n--\n\n"
 "Give the buffer back to its pool. Operations still pending on it finish\n"
 "first. If numpy arrays, memoryviews or a mapping of the buffer are alive,\n"
 "its memory stays valid for them and returns to the pool when the last one is\n"
@@ -201,8 +201,8 @@ static int parse_map_mode(PyObject *o, um_map_mode *mode) {
 }
 
 PyDoc_STRVAR(map_doc,
-"map(mode='rw', offset=0, nbytes=None) -> Mapping\n--\n\n"
-"Map [offset, offset + nbytes) (nbytes None: to the end) into host memory:\n"
+"map($self, mode='rw', offset=0, nbytes=None)\n--\n\n"
+"Map [offset, offset + nbytes) (nbytes None: to the end) into host memory, as a Mapping:\n"
 "'r' read, 'w' write, 'rw' both, 'discard' write without fetching the old\n"
 "contents. Use as `with b.map('rw') as view:` where view is a memoryview\n"
 "(read-only for 'r'). Reading modes fetch the device copy first; writes reach\n"
@@ -301,20 +301,20 @@ static void Buffer_dealloc(BufferObject *self) {
 }
 
 PyDoc_STRVAR(copy_from_doc,
-"copy_from(obj, offset=0, wait=True)\n--\n\n"
+"copy_from($self, obj, offset=0, wait=True)\n--\n\n"
 "Copy all bytes of obj (any C-contiguous object with the buffer protocol)\n"
 "into the buffer at offset. OutOfRange when they do not fit. wait=False\n"
 "returns an Event at once; obj stays referenced (and its memory exported)\n"
 "until the copy is done.");
 
 PyDoc_STRVAR(copy_to_doc,
-"copy_to(obj, offset=0, wait=True)\n--\n\n"
+"copy_to($self, obj, offset=0, wait=True)\n--\n\n"
 "Fill obj (a writable, C-contiguous object with the buffer protocol) with the\n"
 "buffer's bytes from offset on. OutOfRange when the buffer has fewer. wait=False\n"
 "returns an Event at once; obj stays referenced until the copy is done.");
 
 PyDoc_STRVAR(fill_doc,
-"fill(byte, offset=0, nbytes=None, wait=True)\n--\n\n"
+"fill($self, byte, offset=0, nbytes=None, wait=True)\n--\n\n"
 "Set nbytes bytes from offset (nbytes None: to the end) to byte (0..255).\n"
 "wait=False returns an Event.");
 
@@ -325,7 +325,7 @@ static PyMethodDef Buffer_methods[] = {
     {"map", (PyCFunction)(void (*)(void))Buffer_map, METH_FASTCALL | METH_KEYWORDS, map_doc},
     {"release", (PyCFunction)Buffer_release, METH_NOARGS, release_doc},
     {"__array__", (PyCFunction)(void (*)(void))Buffer_array, METH_VARARGS | METH_KEYWORDS,
-     PyDoc_STR("__array__(dtype=None, copy=None)\n--\n\nnumpy.asarray(b): a uint8 view of the host memory; "
+     PyDoc_STR("__array__($self, dtype=None, copy=None)\n--\n\nnumpy.asarray(b): a uint8 view of the host memory (a copy with copy=True); "
                "BufferError for a buffer without host view or released.")},
     {"__enter__", (PyCFunction)Buffer_enter, METH_NOARGS, PyDoc_STR("The buffer itself.")},
     {"__exit__", (PyCFunction)Buffer_exit, METH_VARARGS, PyDoc_STR("release()")},

@@ -151,7 +151,7 @@ static void Event_dealloc(EventObject *self) {
 
 static PyMethodDef Event_methods[] = {
     {"wait", (PyCFunction)Event_wait, METH_NOARGS,
-     PyDoc_STR("wait()\n--\n\nBlock until the operation finished; raise its error if it failed.")},
+     PyDoc_STR("wait($self)\n--\n\nBlock until the operation finished; raise its error if it failed.")},
     {NULL, NULL, 0, NULL},
 };
 

@@ -486,7 +486,7 @@ static PyObject *buffers_snapshot(ManagerObject *self) {
 }
 
 PyDoc_STRVAR(close_doc,
-"close()\n--\n\n"
+"close($self)\n--\n\n"
 "Close the manager: wait for pending operations, release every live buffer\n"
 "and free the devices' memory. Memory that a live view still points into (a\n"
 "numpy array or memoryview of a buffer, a mapping) is freed when the last such\n"
@@ -532,8 +532,8 @@ static int parse_location(PyObject *o, int *loc) {
 }
 
 PyDoc_STRVAR(alloc_doc,
-"alloc(nbytes, device=0, location='device', zero=False) -> Buffer\n--\n\n"
-"Allocate nbytes on a device (an index into devices, or a Device) at a\n"
+"alloc($self, nbytes, device=0, location='device', zero=False)\n--\n\n"
+"Allocate a Buffer of nbytes on a device (an index into devices, or a Device) at a\n"
 "location: 'host', 'device', 'pinned' (page-locked) or 'unified'. zero=True:\n"
 "the bytes read as zero. Pooled: a released buffer's block serves the next\n"
 "fitting request. NotSupported when the device has no such location,\n"
@@ -591,8 +591,8 @@ static PyObject *stats_dict(const um_stats *s) {
 }
 
 PyDoc_STRVAR(stats_doc,
-"stats(device=None) -> dict\n--\n\n"
-"The statistics of one device (an index or a Device), or of all devices\n"
+"stats($self, device=None)\n--\n\n"
+"A dict of the statistics of one device (an index or a Device), or of all devices\n"
 "together: one entry per field of unimem.stats_fields().");
 
 static PyObject *Manager_stats(ManagerObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
@@ -610,7 +610,7 @@ static PyObject *Manager_stats(ManagerObject *self, PyObject *const *args, Py_ss
 }
 
 PyDoc_STRVAR(trim_doc,
-"trim(keep_bytes=0)\n--\n\n"
+"trim($self, keep_bytes=0)\n--\n\n"
 "Give idle pool blocks back to their devices, oldest first, until at most\n"
 "keep_bytes stay idle in all pools together.");
 
