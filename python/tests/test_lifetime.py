@@ -147,7 +147,7 @@ def test_close_while_async_copies_are_being_issued():
     """close() runs while another thread is inside an asynchronous copy
     (without the GIL): the copy's event must still be counted when the
     buffer is unpinned, so the manager is destroyed only after it."""
-    for opencl in (False, True):
+    for opencl, wait_each in ((False, False), (False, True), (True, False), (True, True)):
         for _ in range(10):
             m = unimem.Manager(backends="cpu,opencl" if opencl else "cpu")
             dev = len(m.devices) - 1
@@ -158,7 +158,11 @@ def test_close_while_async_copies_are_being_issued():
             def issue():
                 try:
                     while True:
-                        events.append(b.copy_from(src, wait=False))
+                        ev = b.copy_from(src, wait=False)
+                        if wait_each:  # nothing left for close() to wait for
+                            ev.wait()
+                        else:
+                            events.append(ev)
                         started.set()
                 except unimem.InvalidState:
                     started.set()
