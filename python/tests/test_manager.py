@@ -296,7 +296,7 @@ def test_on_oom_exception_is_unraisable_and_declines():
 def test_callback_cycle_is_collected():
     # manager -> log_ctx (a list) -> manager and buffer -> manager.
     box = []
-    m2 = unimem.Manager(backends="cpu", log=lambda ctx, level, text: box, log_ctx=box)
+    m2 = unimem.Manager(backends="cpu", log=lambda ctx, level, text: ctx.append(text), log_ctx=box)
     box.append(m2)
     b = m2.alloc(8)
     box.append(b)

@@ -58,7 +58,7 @@ def test_map_arguments(cpu):
 
 def test_one_mapping_at_a_time(cpu):
     b = cpu.alloc(16)
-    with b.map("r") as view:
+    with b.map("r"):
         with pytest.raises(unimem.InvalidState, match="already mapped"):
             b.map("r")
     with b.map("r"):
