@@ -456,6 +456,90 @@ UM_EXTERN int um_stream(um_buffer *src, size_t off, size_t bytes,
                         um_device *dev, size_t chunk_bytes, um_chunk_fn fn,
                         um_progress_fn progress, void *user);
 
+/* ------------------------------------------------------------------------ */
+/* Interop: the caller's own kernels on unimem memory                       */
+
+/* The native handles of a device. Fields that do not apply are NULL (and
+ * cu_device -1). The handles belong to unimem and stay valid until
+ * um_manager_destroy: use them, do not release them. */
+typedef struct um_device_native {
+  char backend[16];  /* "cpu", "opencl", "cuda" */
+  void *cl_platform; /* cl_platform_id */
+  void *cl_device;   /* cl_device_id */
+  void *cl_context;  /* cl_context: unimem's buffers of this device live in it */
+  void *cl_queue;    /* an in-order cl_command_queue the caller may use (not
+                        the one unimem queues its own copies on; for an
+                        adopted device, the caller's own queue) */
+  int cu_device;     /* CUdevice ordinal (-1 when not CUDA) */
+  void *cu_context;  /* CUcontext (the device's primary context) */
+  void *cu_stream;   /* a CUstream the caller may use (not unimem's own) */
+} um_device_native;
+/* Fill *out with d's native handles. UM_EINVAL (NULL, not a device). */
+UM_EXTERN int um_device_native_get(um_device *d, um_device_native *out);
+
+/* The native handles of a buffer's memory; NULL / 0 where they do not
+ * apply. Valid while the buffer is live (um_buffer_retain keeps it so). */
+typedef struct um_buffer_native {
+  void *host;      /* host view, or NULL */
+  void *cl_mem;    /* cl_mem holding the buffer (OpenCL DEVICE, PINNED) */
+  void *svm;       /* SVM pointer (OpenCL UNIFIED) */
+  uint64_t cu_ptr; /* CUdeviceptr (CUDA DEVICE, UNIFIED, PINNED) */
+  size_t offset;   /* byte offset of the buffer inside cl_mem / cu_ptr */
+} um_buffer_native;
+/* Fill *out with b's native handles. UM_EINVAL, UM_ESTATE (released). */
+UM_EXTERN int um_buffer_native_get(um_buffer *b, um_buffer_native *out);
+
+/* Bracket the caller's own device work on b (kernels, native copies).
+ *
+ * um_access_begin never blocks: *wait_native receives the native event
+ * (cl_event on OpenCL, CUevent on CUDA) that the caller's first command on
+ * b must wait for (in its wait list; cuStreamWaitEvent), or NULL when
+ * nothing issued on b is pending. It belongs to unimem and stays valid
+ * until um_access_end. On the cpu device, which has no native events, it
+ * is a um_event * instead (wait with um_event_wait; do not release it).
+ * Until um_access_end, unimem issues nothing that would race with the
+ * caller on b: operations issued on b meanwhile wait for the bracket; um_map
+ * of b answers UM_ESTATE.
+ *
+ * um_access_end takes the native event of the caller's last command on b
+ * (NULL when the caller has waited for its commands; always NULL on the cpu
+ * device). Later operations on b, and um_map, are ordered after it, without
+ * blocking the host. A writing mode (anything but UM_MAP_READ) makes the
+ * device copy the current one.
+ *
+ * Releasing b inside an open bracket ends it: its block returns to the pool
+ * only after the commands the caller queued on the device's caller queue
+ * (um_device_native's cl_queue / cu_stream) so far; work on other queues
+ * must be ended with um_access_end first.
+ *
+ * Codes: UM_EINVAL (NULL, unknown mode, a native event of another context
+ * or device), UM_ESTATE (released, a bracket already open on b, no bracket
+ * open, a read-only wrap in a writing mode, b mapped). */
+UM_EXTERN int um_access_begin(um_buffer *b, um_map_mode mode, void **wait_native);
+UM_EXTERN int um_access_end(um_buffer *b, void *done_native);
+
+/* Add the caller's own OpenCL context, device and queue to m as one more
+ * device: unimem allocates in that context and orders its copies with the
+ * caller's commands through events. Pool, copies, peer copies with the
+ * other devices of that context, statistics and the leak report work as on
+ * a discovered device. The context and queue are retained (and released at
+ * um_manager_destroy); unimem queues its own copies on a queue of its own
+ * in that context. Returns UM_EINVAL (NULL, a device not in the context, a
+ * queue of another context or device), UM_ENOTSUP (OpenCL unavailable),
+ * UM_ENOMEM (too many devices). */
+UM_EXTERN int um_device_adopt_opencl(um_manager *m, void *cl_context, void *cl_device,
+                                     void *cl_queue, um_device **out);
+
+/* One more owner of b: each um_buffer_retain needs one more um_release
+ * before b is released. UM_EINVAL, UM_ESTATE (released). */
+UM_EXTERN int um_buffer_retain(um_buffer *b);
+
+/* The native event (cl_event / CUevent) of an operation that runs on a
+ * device queue; not retained for the caller (valid until um_event_release).
+ * UM_ENOTSUP when it runs on host threads, UM_EAGAIN when it waits for an
+ * earlier operation and has not been queued yet, UM_EINVAL, UM_ESTATE. */
+UM_EXTERN int um_event_native(um_event *e, void **native);
+
 #ifdef UNIMEM_TRACK_SITES
 #define um_alloc(m, d, bytes, loc, flags, out)                                 \
   um_alloc_at((m), (d), (bytes), (loc), (flags), (out), __FILE__, __LINE__)

@@ -118,6 +118,11 @@ void um__events_free_all(um_manager *m) {
             unreleased);
 }
 
+void um__event_token_put(um_event *e, um_device *ndev, void *native) {
+  if (um__atomic_sub_acq_rel(&e->native_refs, 1) == 1 && ndev->be->native_release)
+    ndev->be->native_release(ndev->bdev, native);
+}
+
 int um__event_wait_internal(um_event *e) {
   int st;
   pthread_mutex_lock(&e->lock);
@@ -304,6 +309,32 @@ int um_event_release(um_event *e) {
   if (!atomic_compare_exchange_strong_explicit(&e->caller_holds, &held, false, memory_order_acq_rel,
                                                memory_order_acquire))
     return um__set_error(UM_ESTATE, "event %p was released already", (void *)e);
+  pthread_mutex_lock(&e->lock);
+  void *native = e->caller_native;
+  e->caller_native = NULL;
+  pthread_mutex_unlock(&e->lock);
+  if (native != NULL) /* the share keep_native (op.c) took for um_event_native */
+    um__event_token_put(e, e->native_dev, native);
   um__event_unref(e);
+  return UM_OK;
+}
+
+int um_event_native(um_event *e, void **native) {
+  um_device *d;
+  void *tok;
+  int st = check_event(e);
+  if (st != UM_OK)
+    return st;
+  if (native == NULL)
+    return um__set_error(UM_EINVAL, "um_event_native: NULL native");
+  pthread_mutex_lock(&e->lock);
+  tok = e->caller_native;
+  d = e->native_dev;
+  pthread_mutex_unlock(&e->lock);
+  if (d == NULL || d->be->token_native == NULL)
+    return um__set_error(UM_ENOTSUP, "the operation runs on host threads: it has no native event");
+  if (tok == NULL)
+    return um__set_error(UM_EAGAIN, "the operation is not on the device's queue yet");
+  *native = d->be->token_native(d->bdev, tok);
   return UM_OK;
 }

@@ -59,6 +59,11 @@ static inline uint64_t um__now_ns(void) {
 
 static inline bool um__loc_valid(int loc) { return loc >= UM_HOST && loc <= UM_UNIFIED; }
 
+/* The manager's devices now (adoption adds some). */
+static inline int um__ndevices(const um_manager *m) {
+  return atomic_load_explicit(&((um_manager *)m)->ndevices, memory_order_acquire);
+}
+
 /* d is a device handle (not NULL, not a handle of another kind). */
 static inline bool um__device_ok(const um_device *d) { return d != NULL && d->magic == UM__DEVICE_MAGIC; }
 
@@ -124,6 +129,24 @@ um_event *um__op_group_begin(um_manager *m);
 void um__op_group_expect(um_event *group);
 void um__op_group_not_issued(um_event *group, int status);
 int um__op_group_end(um_event *group, um_event **done);
+/* A held operation (a bracket): published on its buffers like any other
+ * (later operations wait for it) but not started; *dep is the unfinished
+ * operation it was ordered after (a reference), or NULL. start_held starts
+ * it once after (a reference, consumed; NULL: now) has finished.
+ * issue_after: an operation on no buffer (a gate), started once after has
+ * finished. token_borrow: dep's token when it runs on d's queue and has
+ * one (give it back with um__event_token_put), else NULL. */
+int um__op_hold(um_event *op, um_event **dep);
+void um__op_start_held(um_event *op, um_event *after);
+void um__op_issue_after(um_event *op, um_event *after);
+void *um__op_token_borrow(um_event *dep, um_device *d);
+
+/* access.c: take b's open bracket (b's lock held; NULL when none) and end
+ * it behind what the caller queued so far (a release); end every bracket
+ * left open (manager destroy). */
+um_event *um__access_take_locked(um_buffer *b);
+void um__access_end_taken(um_event *op);
+void um__access_end_all(um_manager *m);
 
 /* path.c: one entry per way an operation runs. Entries are offered an
  * operation in table order (under its buffers' locks); the first whose
@@ -160,12 +183,16 @@ extern const um__path um__path_fill_host, um__path_fill_device, um__path_memcpy,
 /* staged.c: the multi-call paths of path.c's table */
 extern const um__path um__path_h2d_pipelined, um__path_d2h_pipelined, um__path_staged,
     um__path_overlap;
+/* access.c: the caller's bracket and the gate */
+extern const um__path um__path_access, um__path_gate;
 
 /* event.c: event objects */
 um_event *um__event_new(um_manager *m, um__op_kind kind);
 void um__event_ref(um_event *e);
 void um__event_unref(um_event *e);
 int um__event_wait_internal(um_event *e);
+/* Drop one owner of e's token (e->native_refs); the last releases it. */
+void um__event_token_put(um_event *e, um_device *ndev, void *native);
 /* Manager destroy: free every event object. */
 void um__events_free_all(um_manager *m);
 /* event.c: the engine. push: a worker will call w->fn(w) (first: ahead of
@@ -202,6 +229,9 @@ static inline void um__buffer_init_live(um_buffer *b, size_t bytes, const char *
   b->last = NULL;
   b->pending = 0;
   b->release_deferred = false;
+  b->access_state = 0;
+  b->access_op = NULL;
+  atomic_store_explicit(&b->holds, 0, memory_order_relaxed);
   b->readonly = false;
   b->pinned_wrap = false;
   atomic_store_explicit(&b->touched, false, memory_order_relaxed);

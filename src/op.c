@@ -61,12 +61,6 @@ static void native_done(void *arg, int status) {
     um__op_complete(op, status);
 }
 
-/* Drop one owner of op's token; the last one releases it. */
-static void token_put(um_event *op, um_device *ndev, void *native) {
-  if (um__atomic_sub_acq_rel(&op->native_refs, 1) == 1 && ndev->be->native_release)
-    ndev->be->native_release(ndev->bdev, native);
-}
-
 /* Under dep->lock: dep's token for a wait list, with one more owner, or
  * NULL when dep has finished or has not stored its token yet. */
 static void *token_borrow_locked(um_event *dep) {
@@ -80,15 +74,20 @@ static void *token_borrow_locked(um_event *dep) {
  * finished already. Until then op->native is NULL, which a later issuer
  * treats as "not started yet" and orders by registration instead. */
 static void keep_native(um_event *op, void *native) {
-  bool done;
+  bool done, caller;
   pthread_mutex_lock(&op->lock);
   done = atomic_load_explicit(&op->state, memory_order_acquire) == UM__EV_DONE;
-  if (!done) {
-    atomic_store_explicit(&op->native_refs, 1, memory_order_relaxed);
+  /* The caller's event keeps the token for um_event_native until it is
+   * released (um_event_release drops that share under this lock). */
+  caller = atomic_load_explicit(&op->caller_holds, memory_order_relaxed);
+  if (caller)
+    op->caller_native = native;
+  if (!done)
     op->native = native;
-  }
+  if (!done || caller)
+    atomic_store_explicit(&op->native_refs, (int)!done + (int)caller, memory_order_relaxed);
   pthread_mutex_unlock(&op->lock);
-  if (done && op->native_dev->be->native_release)
+  if (done && !caller && op->native_dev->be->native_release)
     op->native_dev->be->native_release(op->native_dev->bdev, native);
 }
 
@@ -197,7 +196,7 @@ void um__op_complete(um_event *op, int status) {
    * block on the lock; the engine's reference keeps op alive meanwhile. */
   pthread_cond_broadcast(&op->cond);
   if (native != NULL)
-    token_put(op, ndev, native);
+    um__event_token_put(op, ndev, native);
   if (group != NULL)
     group_member_done(group, status);
   for (int i = 0; i < ndeps; i++)
@@ -374,7 +373,7 @@ static bool op_start_after_tokens(um_event *op, um_event **deps, int ndeps) {
     start_native(op, after, nafter);
   }
   for (int i = 0; i < nafter; i++)
-    token_put(owner[i], owner[i]->native_dev, after[i]);
+    um__event_token_put(owner[i], owner[i]->native_dev, after[i]);
   if (missing)
     return false;
   for (int i = 0; i < ndeps; i++)
@@ -455,15 +454,59 @@ int um__op_issue(um_event *op, um_event **done) {
   op_publish(op, bufs, nbufs);
   um__event_ref(op); /* the issuing reference: the caller's event, or ours
                         until the wait below */
+  if (done != NULL) /* before the start: the caller's share of the token */
+    atomic_store_explicit(&op->caller_holds, true, memory_order_relaxed);
   op_start_ordered(op, deps, ndeps, all_native);
   if (done == NULL) {
     st = um__event_wait_internal(op);
     um__event_unref(op); /* the issuing reference */
     return st;
   }
-  atomic_store_explicit(&op->caller_holds, true, memory_order_relaxed);
   *done = op;
   return UM_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Held operations (a bracket: access.c): published now, started later */
+
+int um__op_hold(um_event *op, um_event **dep) {
+  um_buffer *bufs[2];
+  um_event *deps[2];
+  int nbufs = op_buffers(op, bufs), ndeps, st;
+  bool all_native;
+  lock_buffers(bufs, nbufs);
+  if ((st = op_check_locked(op, bufs, nbufs)) != UM_OK) {
+    unlock_buffers(bufs, nbufs);
+    um__event_unref(op);
+    return st;
+  }
+  um__path_plan(op);
+  ndeps = op_collect_deps(op, bufs, nbufs, deps, &all_native);
+  op_publish(op, bufs, nbufs);
+  for (int i = 1; i < ndeps; i++) /* one buffer: at most one */
+    um__event_unref(deps[i]);
+  *dep = ndeps > 0 ? deps[0] : NULL;
+  return UM_OK;
+}
+
+void um__op_start_held(um_event *op, um_event *after) {
+  if (after != NULL && op_register(op, &after, 1))
+    return; /* it starts when after finishes */
+  op_start_now(op);
+}
+
+void um__op_issue_after(um_event *op, um_event *after) {
+  um__engine_op_begin(op->m);
+  um__op_start_held(op, after);
+}
+
+void *um__op_token_borrow(um_event *dep, um_device *d) {
+  void *tok = NULL;
+  pthread_mutex_lock(&dep->lock);
+  if (dep->native_dev == d)
+    tok = token_borrow_locked(dep);
+  pthread_mutex_unlock(&dep->lock);
+  return tok;
 }
 
 /* ------------------------------------------------------------------------ */

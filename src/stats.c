@@ -62,7 +62,7 @@ int um_stats_get(um_manager *m, um_device *d, um_stats *out) {
     add_device(&s, d);
     s.peak_bytes_in_use = um__atomic_load_relaxed(&d->stats.peak_bytes_in_use);
   } else {
-    for (int i = 0; i < m->ndevices; i++)
+    for (int i = 0; i < um__ndevices(m); i++)
       add_device(&s, m->devices[i]);
     s.peak_bytes_in_use = um__atomic_load_relaxed(&m->peak_bytes_in_use);
   }

@@ -17,6 +17,10 @@
 #define UM__EVENT_MAGIC 0x554d4556u  /* "UMEV" */
 #define UM__DEVICE_MAGIC 0x554d4456u /* "UMDV" */
 #define UM__MAX_BACKENDS 8
+/* Devices of one manager, discovered and adopted (um_device_adopt_opencl):
+ * the device array and the peer matrix never move, so readers need no
+ * lock. */
+#define UM__MAX_DEVICES 64
 
 /* Size classes (sizeclass.c): exact up to 8 bytes, then four classes per
  * power of two, so a request never wastes 25% or more of its size. */
@@ -158,6 +162,9 @@ struct um_buffer {
    * went live: um_release then takes b->lock to wait for or defer behind
    * them. Buffers never touched that way are released without the lock. */
   atomic_bool touched;
+  /* Owners beyond the first (um_buffer_retain): um_release drops one of
+   * them while there are any. */
+  atomic_int holds;
 
   pthread_mutex_t lock;     /* guards everything below */
   pthread_cond_t idle_cond; /* signalled when pending drops to 0, and when
@@ -175,6 +182,10 @@ struct um_buffer {
   um_event *last;   /* last operation issued on the buffer (a reference) */
   unsigned pending; /* operations issued and not yet finished */
   bool release_deferred;
+  /* The caller's bracket (access.c): 0 none, 1 being opened, 2 open, with
+   * its operation. */
+  int access_state;
+  um_event *access_op;
 
   /* pool links (under the bin's lock) */
   um_buffer *pool_prev, *pool_next;
@@ -196,9 +207,12 @@ struct um_buffer {
  * life of an operation; path.c: how a copy runs) */
 
 typedef enum {
-  UM__OP_COPY = 0, /* covers copy, copy_from_host, copy_to_host */
+  UM__OP_COPY = 0,   /* covers copy, copy_from_host, copy_to_host */
   UM__OP_FILL = 1,
-  UM__OP_GROUP = 2 /* completes when its members do (um_copy_batch) */
+  UM__OP_GROUP = 2,  /* completes when its members do (um_copy_batch) */
+  UM__OP_ACCESS = 3, /* the caller's bracket (access.c) */
+  UM__OP_GATE = 4    /* opens a gate, or stands for one, once an earlier
+                        operation finished (access.c) */
 } um__op_kind;
 
 typedef enum {
@@ -271,6 +285,23 @@ struct um_event {
    * thread (op.c's native_done): the issuer completes the operation once
    * the backend call returned. Touched by that thread only. */
   bool complete_deferred;
+  /* The token kept for the caller's um_event_native (one of native_refs),
+   * until um_event_release. */
+  void *caller_native;
+
+  /* A bracket (access.c): its mode, the token its wait handle stands on
+   * (borrowed from wait_owner, or a gate) and the caller's last command
+   * (adopted at um_access_end); the gate operation that opens the gate, or
+   * stands for it on devices without native events. */
+  um_map_mode access_mode;
+  void *access_wait;
+  um_event *access_wait_owner;
+  um_event *access_gate;
+  void *access_done;
+  /* A gate operation: the gate it opens on gate_dev (NULL: none, the
+   * operation itself is the wait). */
+  void *gate_token;
+  um_device *gate_dev;
 
   um__work work; /* the engine's queue: start it, or complete it */
 };
@@ -331,8 +362,11 @@ typedef struct um__engine {
 
 struct um_manager {
   um_options opts;
-  um_device **devices;
-  int ndevices;
+  um_device *devices[UM__MAX_DEVICES];
+  /* Grows when a device is adopted: read it with um__ndevices (acquire),
+   * the device is complete before it is counted. */
+  atomic_int ndevices;
+  pthread_mutex_t devices_lock; /* adopting a device */
   struct {
     const um__backend *be;
     void *ctx;
@@ -365,8 +399,8 @@ struct um_manager {
   atomic_uint_fast64_t peak_bytes_in_use;
   atomic_uint_fast64_t bytes_pooled;
 
-  /* peer matrix: peer[a * ndevices + b] != 0 when a may access b */
-  unsigned char *peer;
+  /* peer matrix: peer[a * UM__MAX_DEVICES + b] != 0 when a may access b */
+  unsigned char peer[UM__MAX_DEVICES * UM__MAX_DEVICES];
   pthread_mutex_t peer_lock;
 
   /* thread caches (tcache.h): the list of caches, the pool budget held by

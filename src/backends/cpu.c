@@ -214,6 +214,7 @@ static int cpu_xfer(void *bdev, const um__xfer *x) {
     memset((char *)x->dst->host + x->dst_off, x->value, x->bytes);
     return UM_OK;
   case UM__XFER_PEER:
+  case UM__XFER_MARKER:
     break;
   }
   return um__set_error(UM_ENOTSUP, "cpu: transfer kind %d not supported", (int)x->kind);
