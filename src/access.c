@@ -50,14 +50,29 @@ static int run_nothing(um_event *op) {
   return UM_OK;
 }
 
+/* The bracket's token: done once what begin handed out and the caller's
+ * last command are (a MARKER holds its own references on them: ours go
+ * here, whatever the outcome). */
 static int start_marker(um_event *op, void *const *after, int nafter, um__done_fn done, void **native) {
   um_device *d = op->native_dev;
   um__xfer x;
+  int st;
   memset(&x, 0, sizeof(x));
   x.kind = UM__XFER_MARKER;
   x.wait[0] = op->access_wait;
   x.wait[1] = op->access_done;
-  return d->be->xfer_async(d->bdev, &x, after, nafter, done, op, native);
+  st = d->be->xfer_async(d->bdev, &x, after, nafter, done, op, native);
+  if (op->access_wait_owner != NULL) {
+    um__event_token_put(op->access_wait_owner, d, op->access_wait);
+    um__event_unref(op->access_wait_owner);
+  } else if (op->access_wait != NULL) {
+    d->be->native_release(d->bdev, op->access_wait); /* the gate's second owner */
+  }
+  if (op->access_done != NULL)
+    d->be->native_release(d->bdev, op->access_done);
+  op->access_wait_owner = NULL;
+  op->access_wait = op->access_done = NULL;
+  return st;
 }
 
 static void account_nothing(const um_event *op) { (void)op; }
@@ -203,27 +218,19 @@ int um_access_begin(um_buffer *b, um_map_mode mode, void **wait_native) {
 /* ------------------------------------------------------------------------ */
 /* End */
 
-/* Start the held bracket: after done (an adopted token, or NULL) and its
- * wait, then give back what begin borrowed. */
+/* Start the held bracket, after done (an adopted token, or NULL) and its
+ * wait. When the wait is a gate, the bracket starts only once the gate
+ * operation ran (the earlier operation finished): a token of the bracket's
+ * existing before that earlier operation is even queued would let a later
+ * operation wait for it on the same in-order queue, ahead of it (a
+ * deadlock). */
 static void finish(um_event *op, void *done) {
   um_device *d = op->native_dev;
   um_event *gate = op->access_gate;
   op->access_done = done;
-  if (d != NULL) {
-    um__op_start_held(op, NULL); /* the marker holds what it waits for */
-    if (op->access_wait_owner != NULL) {
-      um__event_token_put(op->access_wait_owner, d, op->access_wait);
-      um__event_unref(op->access_wait_owner);
-    } else if (op->access_wait != NULL) {
-      d->be->native_release(d->bdev, op->access_wait); /* the gate's second owner */
-    }
-    if (done != NULL)
-      d->be->native_release(d->bdev, done);
-  } else {
-    if (gate != NULL)
-      um__event_ref(gate); /* consumed by the registration */
-    um__op_start_held(op, gate);
-  }
+  if (gate != NULL)
+    um__event_ref(gate); /* consumed by the registration */
+  um__op_start_held(op, gate);
   if (gate != NULL) {
     bool held = true;
     if (d == NULL && atomic_compare_exchange_strong(&gate->caller_holds, &held, false))

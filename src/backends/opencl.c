@@ -909,8 +909,6 @@ static int check_transfer_block(const um__mem *mem, const char *role) {
 
 static int check_transfer(ocl_device *dev, const um__xfer *x) {
   int status = UM_OK;
-  if (x != NULL && x->kind == UM__XFER_MARKER)
-    return UM_OK; /* nothing moves */
   if (x == NULL || x->bytes == 0)
     return um__set_error(UM_EINVAL, "opencl: empty transfer");
   switch (x->kind) {
@@ -973,10 +971,6 @@ static int enqueue_transfer(ocl_device *dev, const um__xfer *x,
     err = ocl.clEnqueueFillBuffer(dev->queue, (cl_mem)x->dst->handle,
                                   &x->value, 1, x->dst_off, x->bytes,
                                   wait_count, wait_list, event);
-    break;
-  case UM__XFER_MARKER:
-    call = "clEnqueueMarkerWithWaitList";
-    err = ocl.clEnqueueMarkerWithWaitList(dev->queue, wait_count, wait_list, event);
     break;
   default: /* D2D, and PEER: one context holds both devices' buffers */
     call = "clEnqueueCopyBuffer";
@@ -1100,9 +1094,84 @@ static void watch_completion(ocl_device *dev, cl_event event, transfer_completio
   ocl.clFlush(dev->queue);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Markers: a token done once other tokens are                               */
+
+/* A MARKER joins tokens without a queue: a user event, completed by the
+ * last of the tokens' callbacks. A command on an in-order queue would add
+ * an ordering edge of its own (everything queued behind it), and the
+ * tokens may stand for the caller's commands on other queues. */
+typedef struct ocl_join {
+  atomic_int left;   /* tokens not yet complete, plus the setup's guard */
+  atomic_int status; /* UM_OK or the first failure */
+  cl_event user;
+  um__done_fn done;
+  void *arg;
+} ocl_join;
+
+static void join_arrive(ocl_join *j, int status) {
+  int expected = UM_OK;
+  if (status != UM_OK)
+    atomic_compare_exchange_strong(&j->status, &expected, status);
+  if (atomic_fetch_sub(&j->left, 1) != 1)
+    return;
+  status = atomic_load(&j->status);
+  ocl.clSetUserEventStatus(j->user, status == UM_OK ? CL_COMPLETE : CL_INVALID_OPERATION);
+  ocl.clReleaseEvent(j->user); /* the join's reference */
+  um__done_fn done = j->done;
+  void *arg = j->arg;
+  free(j);
+  done(arg, status); /* last: the core may close the backend after it */
+}
+
+static void CL_CALLBACK on_join_token(cl_event event, cl_int execution_status, void *user_data) {
+  int status = execution_status < 0 ? translate_cl_error(execution_status, "a marker's token") : UM_OK;
+  ocl.clReleaseEvent(event); /* the reference ocl_join took */
+  join_arrive(user_data, status);
+}
+
+static int start_join(ocl_device *dev, const um__xfer *x, void *const *after, int nafter,
+                    um__done_fn done, void *arg, void **native) {
+  cl_event tokens[OCL_INLINE_WAIT_LIST];
+  int n = 0;
+  cl_int err = CL_SUCCESS;
+  ocl_join *j;
+  if (nafter + 2 > OCL_INLINE_WAIT_LIST)
+    return um__set_error(UM_EINVAL, "opencl: a marker of more than %d tokens", OCL_INLINE_WAIT_LIST);
+  for (int i = 0; i < nafter; i++)
+    tokens[n++] = (cl_event)after[i];
+  for (int i = 0; i < 2; i++)
+    if (x->wait[i] != NULL)
+      tokens[n++] = (cl_event)x->wait[i];
+  if ((j = calloc(1, sizeof(*j))) == NULL)
+    return um__set_error(UM_ENOMEM, "opencl: out of host memory");
+  j->user = ocl.clCreateUserEvent(dev->context, &err);
+  if (j->user == NULL || err != CL_SUCCESS) {
+    free(j);
+    return translate_cl_error(err != CL_SUCCESS ? err : CL_OUT_OF_RESOURCES, "clCreateUserEvent");
+  }
+  ocl.clRetainEvent(j->user); /* one for the join, one for the caller's token */
+  atomic_init(&j->left, n + 1);
+  atomic_init(&j->status, UM_OK);
+  j->done = done;
+  j->arg = arg;
+  *native = j->user;
+  for (int i = 0; i < n; i++) {
+    ocl.clRetainEvent(tokens[i]);
+    if ((err = ocl.clSetEventCallback(tokens[i], CL_COMPLETE, on_join_token, j)) != CL_SUCCESS) {
+      ocl.clReleaseEvent(tokens[i]);
+      join_arrive(j, translate_cl_error(err, "clSetEventCallback"));
+    }
+  }
+  join_arrive(j, UM_OK); /* the guard: the join may complete from here on */
+  return UM_OK;
+}
+
 static int ocl_xfer_async(void *bdev, const um__xfer *x, void *const *after, int nafter,
                           um__done_fn done, void *arg, void **native) {
   ocl_device *dev = bdev;
+  if (x != NULL && x->kind == UM__XFER_MARKER && done != NULL && native != NULL)
+    return start_join(dev, x, after, nafter, done, arg, native);
   cl_event inline_wait_list[OCL_INLINE_WAIT_LIST];
   cl_event *wait_list = inline_wait_list;
   cl_event event = NULL;
