@@ -243,6 +243,25 @@ int um_wrap_host(um_manager *m, void *host, size_t bytes, unsigned flags, um_buf
   return UM_OK;
 }
 
+int um__wrap_foreign(um_manager *m, um_device *d, um_location loc, const um__mem *mem, size_t bytes,
+                     void (*on_return)(void *ctx), void *ctx, um_buffer **out) {
+  um_buffer *b;
+  UM__CHECK_PROCESS(m);
+  if ((b = um__descriptor_get(m)) == NULL)
+    return um__set_error(UM_ENOMEM, "out of memory for a descriptor");
+  b->dev = d;
+  b->loc = loc;
+  b->kind = UM__KIND_WRAPPED;
+  b->capacity = bytes;
+  b->cls = -1;
+  b->mem = *mem;
+  um__buffer_init_live(b, bytes, NULL, 0);
+  b->on_return = on_return;
+  b->on_return_ctx = ctx;
+  go_live(d, NULL, b, bytes, false, out);
+  return UM_OK;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Release */
 

@@ -107,6 +107,15 @@ int um__manager_check_process(const um_manager *m);
 /* ------------------------------------------------------------------------ */
 /* API files' internal entry points */
 
+/* buffer.c: a buffer over memory someone else owns (a DLPack producer's),
+ * on device d at loc: mem as d's backend knows such memory (a host view, or
+ * a cl_mem / CUdeviceptr handle with host NULL). Never pooled; released
+ * like a wrap (its release waits for its operations), and on_return(ctx)
+ * runs exactly once when the memory goes back (also at manager destroy for
+ * a buffer never released). */
+int um__wrap_foreign(um_manager *m, um_device *d, um_location loc, const um__mem *mem, size_t bytes,
+                     void (*on_return)(void *ctx), void *ctx, um_buffer **out);
+
 /* manager.c */
 int um__manager_create_ex(const um_options *opts, const um__backend *const *extra, int nextra,
                           um_manager **out);

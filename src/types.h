@@ -158,6 +158,10 @@ struct um_buffer {
    * 0's (buffer.c), NULL when none. Set at wrap, undone at retire. */
   um__wrap_reg *wrap_regs;
   int nwrap_regs;
+  /* A foreign wrap (um__wrap_foreign: a DLPack producer's memory): called
+   * once when the memory goes back to its owner (owner.c), then NULL. */
+  void (*on_return)(void *ctx);
+  void *on_return_ctx;
   /* Set when an operation or a mapping was made on the buffer since it
    * went live: um_release then takes b->lock to wait for or defer behind
    * them. Buffers never touched that way are released without the lock. */
