@@ -177,6 +177,8 @@ struct um__path {
   /* Operations of at most this many bytes run on the issuing thread even
    * when an event was asked for (host work cheaper than a hand-off). */
   size_t inline_bytes;
+  /* start_native queues a command on the device's queue (not a join). */
+  bool queued;
 };
 void um__path_plan(um_event *op);
 bool um__path_runs_inline(const um_event *op);
@@ -204,6 +206,9 @@ int um__event_wait_internal(um_event *e);
 void um__event_token_put(um_event *e, um_device *ndev, void *native);
 /* Manager destroy: free every event object. */
 void um__events_free_all(um_manager *m);
+/* A thread's cache goes (thread exit): its stash of event objects back to
+ * the manager. */
+void um__events_stash_flush(um_manager *m, um__tcache *tc);
 /* event.c: the engine. push: a worker will call w->fn(w) (first: ahead of
  * the queue). op_begin / op_done count the operations in flight; drain
  * waits until none is. op_done is the completing thread's last touch of the

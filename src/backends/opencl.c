@@ -909,6 +909,8 @@ static int check_transfer_block(const um__mem *mem, const char *role) {
 
 static int check_transfer(ocl_device *dev, const um__xfer *x) {
   int status = UM_OK;
+  if (x != NULL && x->kind == UM__XFER_QUEUE_MARK)
+    return UM_OK; /* nothing moves */
   if (x == NULL || x->bytes == 0)
     return um__set_error(UM_EINVAL, "opencl: empty transfer");
   switch (x->kind) {
@@ -972,6 +974,10 @@ static int enqueue_transfer(ocl_device *dev, const um__xfer *x,
                                   &x->value, 1, x->dst_off, x->bytes,
                                   wait_count, wait_list, event);
     break;
+  case UM__XFER_QUEUE_MARK: /* an empty wait list: after everything queued */
+    call = "clEnqueueMarkerWithWaitList";
+    err = ocl.clEnqueueMarkerWithWaitList(dev->queue, 0, NULL, event);
+    break;
   default: /* D2D, and PEER: one context holds both devices' buffers */
     call = "clEnqueueCopyBuffer";
     err = ocl.clEnqueueCopyBuffer(dev->queue, (cl_mem)x->src->handle,
@@ -985,6 +991,8 @@ static int enqueue_transfer(ocl_device *dev, const um__xfer *x,
 
 static const char *transfer_call_name(um__xfer_kind kind) {
   switch (kind) {
+  case UM__XFER_QUEUE_MARK:
+    return "clEnqueueMarkerWithWaitList";
   case UM__XFER_MARKER:
     return "clEnqueueMarkerWithWaitList";
   case UM__XFER_H2D:
@@ -1167,11 +1175,22 @@ static int start_join(ocl_device *dev, const um__xfer *x, void *const *after, in
   return UM_OK;
 }
 
+/* A quiet transfer: queued with no event, no callback, no flush (the queue
+ * mark that follows flushes). */
+static int start_quiet(ocl_device *dev, const um__xfer *x) {
+  int status = check_transfer(dev, x);
+  if (status != UM_OK)
+    return status;
+  return enqueue_transfer(dev, x, CL_FALSE, 0, NULL, NULL);
+}
+
 static int ocl_xfer_async(void *bdev, const um__xfer *x, void *const *after, int nafter,
                           um__done_fn done, void *arg, void **native) {
   ocl_device *dev = bdev;
   if (x != NULL && x->kind == UM__XFER_MARKER && done != NULL && native != NULL)
     return start_join(dev, x, after, nafter, done, arg, native);
+  if (x != NULL && done == NULL && native == NULL && nafter == 0)
+    return start_quiet(dev, x);
   cl_event inline_wait_list[OCL_INLINE_WAIT_LIST];
   cl_event *wait_list = inline_wait_list;
   cl_event event = NULL;
@@ -1452,4 +1471,7 @@ const um__backend um__backend_opencl = {
     /* Event callbacks may make non-blocking OpenCL calls (OpenCL 1.2,
      * 5.9 "clSetEventCallback"); native_release and mem_free are such. */
     .callbacks_reenter = 1,
+    /* One in-order queue per device carries every transfer (the caller's
+     * commands go on the caller queue). */
+    .single_queue = 1,
 };
