@@ -15,6 +15,25 @@ if(TARGET unimem_tool)
   set(_um_tool $<TARGET_FILE:unimem_tool>)
   set(_um_check ${_um_pkg}/check_tool.sh)
   add_test(NAME tool_info COMMAND ${_um_check} 0 "device\\(s\\)" "\\[0\\] cpu" "peer access" -- ${_um_tool} info)
+  # --verbose: each device's native handles; the cpu has none.
+  add_test(NAME tool_info_verbose COMMAND ${_um_check} 0 "^unimem [0-9.]+: 1 device\\(s\\)$"
+           "^    native: +cpu \\(no native handles\\)$" -- ${_um_tool} info --verbose)
+  set_tests_properties(tool_info_verbose PROPERTIES ENVIRONMENT "UNIMEM_BACKENDS=cpu")
+  add_test(NAME tool_info_bad_option COMMAND ${_um_check} 2 "unknown option '--nosuch'" -- ${_um_tool} info --nosuch)
+  add_test(NAME tool_info_help COMMAND ${_um_check} 0 "^SYNOPSIS" "unimem info \\[--verbose\\]" "-v, --verbose"
+           -- ${_um_tool} info --help)
+  set(_um_tool_tests tool_info_verbose tool_info_bad_option tool_info_help)
+  if(UM_HAVE_OPENCL)
+    # Two PoCL devices of one platform: the four OpenCL handles of each (the
+    # context is the same for both); skipped where no OpenCL device is found.
+    set(_um_ptr "0x[0-9a-f]+")
+    add_test(NAME tool_info_verbose_opencl COMMAND ${_um_check} 0 "^\\[1\\] opencl "
+             "^    native: +opencl platform=${_um_ptr} device=${_um_ptr} context=${_um_ptr} queue=${_um_ptr}$"
+             "^\\[2\\] opencl " -- ${_um_tool} info -v)
+    set_tests_properties(tool_info_verbose_opencl PROPERTIES SKIP_REGULAR_EXPRESSION ": 1 device\\(s\\)"
+                         ENVIRONMENT "UNIMEM_BACKENDS=cpu,opencl;POCL_DEVICES=pthread pthread")
+    list(APPEND _um_tool_tests tool_info_verbose_opencl)
+  endif()
   add_test(NAME tool_stats COMMAND ${_um_check} 0
            "^pool_hits +[0-9]+" "^hit_rate +0\\.[0-9]+" "^bytes_h2d +[1-9]" "device 0: " -- ${_um_tool} stats)
   add_test(NAME tool_stats_json COMMAND ${_um_check} 0
@@ -50,7 +69,7 @@ if(TARGET unimem_tool)
                    "^  2 allocations, 4 events; peak requested 1\\.0 MiB$" "summary: pool ok"
                    -- ${_um_tool} bench pool --quick)
   set_tests_properties(tool_bench_pool_trace_dir PROPERTIES ENVIRONMENT "UNIMEM_TRACE_DIR=${_um_trace_dir}")
-  set(_um_tool_tests tool_bench_pool_quick tool_bench_pool_trace_dir)
+  list(APPEND _um_tool_tests tool_bench_pool_quick tool_bench_pool_trace_dir)
 
   # The merged reports are strict JSON with the keys their readers use.
   if(UM_PYTHON3)
