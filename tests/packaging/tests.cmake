@@ -71,6 +71,18 @@ if(TARGET unimem_tool)
   set_tests_properties(tool_bench_pool_trace_dir PROPERTIES ENVIRONMENT "UNIMEM_TRACE_DIR=${_um_trace_dir}")
   list(APPEND _um_tool_tests tool_bench_pool_quick tool_bench_pool_trace_dir)
 
+  # The kernel chains against raw OpenCL events: both sides' results are
+  # checked before timing; skipped where no OpenCL device is found.
+  set(_um_kernels_out ${CMAKE_CURRENT_BINARY_DIR}/tool_bench_kernels)
+  add_test(NAME tool_bench_kernels_quick
+           COMMAND ${_um_check} 0 "^chain +unimem +raw events +ratio +added +spread"
+                   "^local 4 KiB +[0-9.]+ us +[0-9.]+ us " "^  <= 1 us added per step, local 4 KiB: [-+][0-9.]+ us"
+                   "summary: kernels ok" "full report: "
+                   -- ${_um_tool} bench kernels --quick --json ${_um_kernels_out}/bench.json)
+  set_tests_properties(tool_bench_kernels_quick PROPERTIES FIXTURES_SETUP tool_kernels_json
+                       SKIP_REGULAR_EXPRESSION "summary: kernels skipped")
+  list(APPEND _um_tool_tests tool_bench_kernels_quick)
+
   # The merged reports are strict JSON with the keys their readers use.
   if(UM_PYTHON3)
     add_test(NAME tool_bench_stream_json
@@ -82,7 +94,12 @@ if(TARGET unimem_tool)
                      hit:unimem_ns hit:glibc_ns touch:speedup_vs_glibc seeds:speedup threads:scaling
                      trace:hit_rate trace:peak_reserved_capped_bytes)
     set_tests_properties(tool_bench_pool_json PROPERTIES FIXTURES_REQUIRED tool_pool_json)
-    list(APPEND _um_tool_tests tool_bench_stream_json tool_bench_pool_json)
+    add_test(NAME tool_bench_kernels_json
+             COMMAND ${UM_PYTHON3} ${_um_pkg}/check_report.py ${_um_kernels_out}/bench.json kernels ok
+                     chain:unimem_ns chain:raw_ns chain:ratio chain:spread chain:unimem_issue_ns chain:raw_issue_ns)
+    set_tests_properties(tool_bench_kernels_json PROPERTIES FIXTURES_REQUIRED tool_kernels_json
+                         SKIP_REGULAR_EXPRESSION "status 'skipped'")
+    list(APPEND _um_tool_tests tool_bench_stream_json tool_bench_pool_json tool_bench_kernels_json)
   endif()
 
   add_test(NAME tool_help COMMAND ${_um_check} 0 "^NAME" "^SYNOPSIS" "^OPTIONS" "^ENVIRONMENT" "^EXIT STATUS"
