@@ -542,7 +542,7 @@ static int parse_args(int argc, char **argv, bk_config *c) {
   if (c->steps == 0)
     c->steps = c->quick ? 8 : 64;
   if (c->reps == 0)
-    c->reps = c->quick ? 3 : 41;
+    c->reps = c->quick ? 3 : 101;
   if (c->reps > MAX_REPS) {
     fprintf(stderr, "%s: --reps %d: at most %d\n", argv[0], c->reps, MAX_REPS);
     return 2;
