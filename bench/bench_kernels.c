@@ -207,11 +207,13 @@ static int find_devices(bk_env *e) {
  * raw side's copy queues. 0, or 1 with a message. */
 static int build_kernels(bk_env *e) {
   cl_device_id ids[2];
-  cl_int err;
+  cl_int err = CL_SUCCESS;
   for (int i = 0; i < e->ndev; i++)
     ids[i] = (cl_device_id)e->dev[i].nat.cl_device;
   e->program = cl.clCreateProgramWithSource((cl_context)e->dev[0].nat.cl_context, 1, &kernel_source, NULL, &err);
-  if (e->program == NULL || cl.clBuildProgram(e->program, (cl_uint)e->ndev, ids, "", NULL, NULL) != CL_SUCCESS) {
+  if (e->program != NULL)
+    err = cl.clBuildProgram(e->program, (cl_uint)e->ndev, ids, "", NULL, NULL);
+  if (e->program == NULL || err != CL_SUCCESS) {
     fprintf(stderr, "bench kernels: cannot build the kernel (%d)\n", (int)err);
     return 1;
   }

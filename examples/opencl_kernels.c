@@ -42,8 +42,9 @@
     }                                                                          \
   } while (0)
 
-/* first: the buffer's offset inside its cl_mem, in elements (a pooled
- * buffer may share a cl_mem with others). */
+/* first: where the buffer starts inside its cl_mem, in elements
+ * (um_buffer_native.offset: unimem may place a buffer inside a larger
+ * block). */
 static const char *source =
     "__kernel void axpb(__global float *x, ulong first, float a, float b) {\n"
     "  size_t i = first + get_global_id(0);\n"
