@@ -1306,6 +1306,10 @@ static int cuda_caller_marker(void *bdev, void **token) {
  * blocked on a word must not hold up work that the word's writer waits
  * for. Nothing is queued behind the wait on its lane but the gate's record
  * (lanes, above); what the gate's opener waits for is on other streams.
+ * Streams share the GPU's hardware queues (CUDA_DEVICE_MAX_CONNECTIONS, 8
+ * by default); scripts/gpu_check.sh runs the interop tests again with one
+ * connection, every stream on one queue, to show whether a blocked wait
+ * holds up another stream's work there.
  *
  * Without stream memory operations (a driver older than their v2 entry
  * point, or one that answers CUDA_ERROR_NOT_SUPPORTED), and with
@@ -1313,7 +1317,7 @@ static int cuda_caller_marker(void *bdev, void **token) {
  * on the same word through the device's mapping of it instead: the same
  * order, at the cost of a resident thread while the gate is closed. */
 
-#define CUDA_GATE_SLAB_WORDS 1024
+#define CUDA_GATE_SLAB_WORDS 1024 /* one 4 KiB page-locked page */
 
 typedef struct cuda_gate_slab {
   struct cuda_gate_slab *next;
