@@ -137,6 +137,8 @@ struct CUstream_st {
   fake_op *head, *tail; /* queued work, head running (threaded mode) */
   CUresult error;       /* sticky, as after a device fault */
   int threaded;
+  int inline_running; /* operations running inside issuing calls: queued
+                         ones start after them, as submitted later */
   int stopping;
   pthread_t worker;
   struct CUstream_st *next;
@@ -521,7 +523,7 @@ static void *stream_worker(void *arg) {
   pthread_mutex_lock(&fake_lock);
   for (;;) {
     fake_op *op;
-    while (stream->head == NULL && !stream->stopping)
+    while ((stream->head == NULL && !stream->stopping) || stream->inline_running > 0)
       pthread_cond_wait(&fake_changed, &fake_lock);
     if (stream->head == NULL)
       break;
@@ -550,9 +552,14 @@ static CUresult enqueue(struct CUstream_st *stream, const fake_op *model) {
   op->next = NULL;
   pthread_mutex_lock(&fake_lock);
   if (!stream->threaded && !would_block(op)) {
+    stream->inline_running++;
     pthread_mutex_unlock(&fake_lock);
     run_op(stream, op);
     free(op);
+    pthread_mutex_lock(&fake_lock);
+    stream->inline_running--;
+    pthread_cond_broadcast(&fake_changed);
+    pthread_mutex_unlock(&fake_lock);
     return CUDA_SUCCESS;
   }
   if (!stream->threaded) {
@@ -824,7 +831,7 @@ CUresult CUDAAPI cuCtxSynchronize(void) {
   do {
     busy = 0;
     for (s = streams; s != NULL; s = s->next)
-      if (s->ctx == current_context && s->head != NULL)
+      if (s->ctx == current_context && (s->head != NULL || s->inline_running > 0))
         busy = 1;
     if (busy)
       pthread_cond_wait(&fake_changed, &fake_lock);
@@ -1080,7 +1087,7 @@ CUresult CUDAAPI cuStreamSynchronize(CUstream hStream) {
     return result;
   atomic_fetch_add(&host_waits, 1);
   pthread_mutex_lock(&fake_lock);
-  while (hStream->head != NULL)
+  while (hStream->head != NULL || hStream->inline_running > 0)
     pthread_cond_wait(&fake_changed, &fake_lock);
   result = hStream->error;
   pthread_mutex_unlock(&fake_lock);
@@ -1229,9 +1236,10 @@ CUresult CUDAAPI cuStreamQuery(CUstream hStream) {
   if (result != CUDA_SUCCESS)
     return result;
   pthread_mutex_lock(&fake_lock);
-  result = hStream->error != CUDA_SUCCESS ? hStream->error
-           : hStream->head != NULL      ? CUDA_ERROR_NOT_READY
-                                        : CUDA_SUCCESS;
+  if (hStream->error != CUDA_SUCCESS)
+    result = hStream->error;
+  else if (hStream->head != NULL || hStream->inline_running > 0)
+    result = CUDA_ERROR_NOT_READY;
   pthread_mutex_unlock(&fake_lock);
   return result;
 }
