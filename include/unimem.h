@@ -505,15 +505,21 @@ UM_EXTERN int um_buffer_native_get(um_buffer *b, um_buffer_native *out);
  * (NULL when the caller has waited for its commands; always NULL on the cpu
  * device). Later operations on b, and um_map, are ordered after it, without
  * blocking the host. A writing mode (anything but UM_MAP_READ) makes the
- * device copy the current one.
+ * device copy the current one. An OpenCL event is retained as long as
+ * unimem needs it. A CUevent is not reference-counted: it must have been
+ * recorded before the call and stay alive during it; unimem captures the
+ * work it stands for (cuStreamWaitEvent) before returning, so the caller
+ * may destroy or record it again as soon as um_access_end returns. An
+ * event of another CUDA device or context is accepted (CUDA waits across
+ * devices).
  *
  * Releasing b inside an open bracket ends it: its block returns to the pool
  * only after the commands the caller queued on the device's caller queue
  * (um_device_native's cl_queue / cu_stream) so far; work on other queues
  * must be ended with um_access_end first.
  *
- * Codes: UM_EINVAL (NULL, unknown mode, a native event of another context
- * or device), UM_ESTATE (released, a bracket already open on b, no bracket
+ * Codes: UM_EINVAL (NULL, unknown mode, an OpenCL event of another
+ * context, a handle the CUDA driver does not know as an event), UM_ESTATE (released, a bracket already open on b, no bracket
  * open, a read-only wrap in a writing mode, b mapped). */
 UM_EXTERN int um_access_begin(um_buffer *b, um_map_mode mode, void **wait_native);
 UM_EXTERN int um_access_end(um_buffer *b, void *done_native);
