@@ -25,7 +25,7 @@ needs_torch = pytest.mark.skipif(torch is None, reason="SKIP: PyTorch is not ins
 
 
 def test_numpy_from_dlpack_shares_the_memory(cpu):
-    b = cpu.alloc(4096, location="device")
+    b = cpu.alloc(4096, location="device", zero=True)
     a = numpy.from_dlpack(b)
     assert a.dtype == numpy.uint8 and a.shape == (4096,)
     assert a.ctypes.data == b.native()["host"], "zero-copy: the buffer's own memory"
