@@ -251,22 +251,19 @@ static PyObject *get_done(AccessObject *self, void *closure) {
   return self->done_obj;
 }
 
-/* The native event of an int, a pyopencl.Event (int_ptr) or a CuPy / PyTorch
- * CUDA event (ptr / cuda_event). */
+/* The native event of a pyopencl.Event (int_ptr) or a CuPy / PyTorch CUDA
+ * event (ptr / cuda_event). Plain ints are refused: an address typed by
+ * hand would reach the driver, which reads through it. */
 static int native_event(PyObject *value, void **out) {
   static const char *const attrs[] = {"int_ptr", "ptr", "cuda_event"};
   PyObject *n = NULL;
-  if (PyLong_Check(value) && !PyBool_Check(value)) {
-    Py_INCREF(value);
-    n = value;
-  }
-  for (int i = 0; n == NULL && i < 3; i++)
+  for (int i = 0; !PyLong_Check(value) && n == NULL && i < 3; i++)
     if (PyObject_HasAttrString(value, attrs[i]) && (n = PyObject_GetAttrString(value, attrs[i])) == NULL)
       return -1;
   if (n == NULL || !PyLong_Check(n)) {
     Py_XDECREF(n);
-    PyErr_Format(PyExc_TypeError, "done must be a native event: an int, a pyopencl.Event or a CUDA event "
-                 "object, not %.100s", Py_TYPE(value)->tp_name);
+    PyErr_Format(PyExc_TypeError, "done must be a native event object (a pyopencl.Event, a CuPy or PyTorch "
+                 "CUDA event) or None, not %.100s", Py_TYPE(value)->tp_name);
     return -1;
   }
   *out = PyLong_AsVoidPtr(n);
@@ -323,8 +320,9 @@ static PyGetSetDef Access_getset[] = {
     {"wait_for", (getter)get_wait_for, NULL,
      PyDoc_STR("wait_event as a list for pyopencl's wait_for= (empty when there is nothing to wait for)."), NULL},
     {"done", (getter)get_done, (setter)set_done,
-     PyDoc_STR("The native event of the caller's last command on the buffer (a pyopencl.Event, a CUDA event "
-               "object or an int); None: the caller waited for its commands. Read at the end."), NULL},
+     PyDoc_STR("The native event of the caller's last command on the buffer: a pyopencl.Event, or a CuPy / "
+               "PyTorch CUDA event (an object with int_ptr, ptr or cuda_event); None: the caller waited for its "
+               "commands. Read at the end."), NULL},
     {"open", (getter)get_open, NULL, PyDoc_STR("True between the beginning and the end."), NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };

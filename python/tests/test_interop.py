@@ -85,9 +85,13 @@ def test_access_misuse(cpu):
     with pytest.raises(TypeError):
         b.access(1)
     # A done event on the cpu device (which has none): the bracket ends, the error says why.
+    class FakeEvent:
+        int_ptr = 12345
     with pytest.raises(unimem.InvalidArgument):
         with b.access("rw") as ac2:
-            ac2.done = 12345
+            with pytest.raises(TypeError):
+                ac2.done = 12345  # a bare address is refused
+            ac2.done = FakeEvent()
     assert not ac2.open
     with b.access("rw"):
         pass
@@ -163,10 +167,11 @@ def test_pyopencl_wait_event_of_a_pending_copy(ocl):
         out = numpy.empty(n, numpy.float32)
         a.copy_to(out)
         assert numpy.all(out == 2.0)
-    # The done event may be a plain int (the cl_event's address).
-    with a.access("rw") as ac:
-        e = prog.axpb(queue, (n,), None, a.to_pyopencl(), numpy.float32(1), numpy.float32(1), wait_for=ac.wait_for)
-        ac.end(done=e.int_ptr)
+    # end(done=...) instead of the with block's exit.
+    ac = a.access("rw").__enter__()
+    e = prog.axpb(queue, (n,), None, a.to_pyopencl(), numpy.float32(1), numpy.float32(1), wait_for=ac.wait_for)
+    ac.end(done=e)
+    assert not ac.open
     a.copy_to(out)
     assert numpy.all(out == 3.0)
 
