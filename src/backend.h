@@ -188,6 +188,20 @@ typedef struct um__backend {
   int (*adopt)(const um_options *opts, void **ctx, void *context, void *device, void *queue,
                um__bdev_desc *out);
 
+  /* Optional (NULL: memory another owner holds is taken as the caller
+   * describes it). A block over native memory the caller owns (a DLPack
+   * import) at loc: handle is the native object (a cl_mem); [offset, offset
+   * + bytes) the range to wrap. Checks that it is memory of this device's
+   * context holding the range, and fills *out as mem_alloc does for loc
+   * (for offset > 0 a block of its own over the range, which
+   * foreign_release gives back; the caller's object itself is never
+   * released). UM_EINVAL (another context, not a buffer), UM_ERANGE (the
+   * range is past the end), UM_ENOTSUP (an offset the device cannot start
+   * a block at). */
+  int (*foreign_wrap)(void *bdev, um_location loc, uintptr_t handle, uint64_t offset, size_t bytes,
+                      um__mem *out);
+  void (*foreign_release)(void *bdev, um__mem *mem);
+
   /* 1 when the driver lets its completion callbacks call this backend's
    * non-blocking operations (native_release, mem_free, xfer_async without
    * waiting): the core then finishes an operation inside done() instead of

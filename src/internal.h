@@ -5,7 +5,7 @@
  * draws them with the path of one allocation and of one copy):
  *
  *   API        buffer.c map.c copy.c stream.c mapfile.c device.c peer.c
- *              stats.c manager.c
+ *              stats.c manager.c access.c dlpack.c
  *   operations op.c -> path.c, staged.c (how each kind runs)
  *              event.c (event objects, the worker engine)
  *   buffers    handle.c (checks, going live, an operation's end, retire)
@@ -246,6 +246,7 @@ static inline void um__buffer_init_live(um_buffer *b, size_t bytes, const char *
   b->access_state = 0;
   b->access_op = NULL;
   atomic_store_explicit(&b->holds, 0, memory_order_relaxed);
+  atomic_store_explicit(&b->dlpack_tensors, 0, memory_order_relaxed);
   b->readonly = false;
   b->pinned_wrap = false;
   atomic_store_explicit(&b->touched, false, memory_order_relaxed);

@@ -169,6 +169,9 @@ struct um_buffer {
   /* Owners beyond the first (um_buffer_retain): um_release drops one of
    * them while there are any. */
   atomic_int holds;
+  /* DLPack tensors exported from the buffer and not deleted yet (dlpack.c;
+   * each holds one of the holds): the leak report names them. */
+  atomic_int dlpack_tensors;
 
   pthread_mutex_t lock;     /* guards everything below */
   pthread_cond_t idle_cond; /* signalled when pending drops to 0, and when
