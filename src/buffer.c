@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "net.h"
 #include "tcache.h"
 
 /* Sizes above this are refused outright: size classes stop at 2^63 and no
@@ -423,6 +424,7 @@ static __attribute__((noinline)) int release_slow(um_buffer *b, um__tcache *tc) 
     /* Operations were issued or a mapping made: wait for the worker that
      * may still hold the lock, and defer behind pending operations. */
     bool now;
+    um__net_buffer_released(b); /* peers lose access before the block is reused */
     pthread_mutex_lock(&b->lock);
     end_native_mapping(b);
     now = b->pending == 0;

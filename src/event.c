@@ -23,6 +23,7 @@
 #include <time.h>
 
 #include "internal.h"
+#include "net.h"
 
 enum { TASK_START = 1, TASK_COMPLETE = 2 };
 
@@ -56,6 +57,8 @@ void um__event_ref(um_event *e) { um__atomic_add_relaxed(&e->refs, 1); }
 void um__event_unref(um_event *e) {
   if (um__atomic_sub_acq_rel(&e->refs, 1) != 1)
     return;
+  if (e->net != NULL)
+    um__net_op_free(e->net);
   pthread_mutex_destroy(&e->lock);
   pthread_cond_destroy(&e->cond);
   e->magic = 0;

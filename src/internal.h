@@ -202,7 +202,8 @@ struct um_buffer {
 typedef enum {
   UM__OP_COPY = 0, /* covers copy, copy_from_host, copy_to_host */
   UM__OP_FILL = 1,
-  UM__OP_GROUP = 2 /* completes when its members do (um_copy_batch) */
+  UM__OP_GROUP = 2, /* completes when its members do (um_copy_batch) */
+  UM__OP_NET = 3    /* um_net_put / um_net_get (net.c runs it) */
 } um__op_kind;
 
 typedef enum {
@@ -230,6 +231,7 @@ struct um_event {
   const void *host_src;
   void *host_dst;
   unsigned char value;
+  struct um__net_op *net; /* UM__OP_NET: the transfer (net.h), freed with the event */
 
   /* ordering: operations that wait for this one */
   atomic_int deps_pending;

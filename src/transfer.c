@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "net.h"
 
 typedef enum {
   PATH_MEMCPY = 0,
@@ -33,7 +34,8 @@ typedef enum {
   PATH_H2D_PIPELINED,
   PATH_D2H_PIPELINED,
   PATH_STAGED,
-  PATH_OVERLAP
+  PATH_OVERLAP,
+  PATH_NET /* um_net_put / um_net_get: net.c's seam, waited for here */
 } um__path;
 
 /* Host copies up to this size run on the issuing thread even when an event
@@ -67,6 +69,10 @@ void um__op_plan(um_event *op) {
   const char *src_host;
   char *dst_host;
   op->native_dev = NULL;
+  if (op->kind == UM__OP_NET) {
+    op->path = PATH_NET;
+    return;
+  }
   if (op->kind == UM__OP_FILL) {
     if (op->dst->mem.host != NULL) {
       op->path = PATH_FILL_HOST;
@@ -432,6 +438,8 @@ int um__op_run(um_event *op) {
     return run_staged(op);
   case PATH_OVERLAP:
     return run_overlap(op);
+  case PATH_NET:
+    return um__net_op_run(op);
   default:
     d = single_xfer(op, &x);
     return d->be->xfer(d->bdev, &x);
@@ -444,6 +452,8 @@ int um__op_run(um_event *op) {
  * traffic whether it went directly or through a host bounce. */
 void um__op_account(const um_event *op) {
   um_device *d;
+  if (op->kind == UM__OP_NET)
+    return; /* the network is not a device; staging counts its own copies */
   if (op->kind == UM__OP_FILL) {
     UM__STAT_ADD(op->dst->dev, fills, 1);
     return;
