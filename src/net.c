@@ -304,6 +304,11 @@ int um_net_connect(um_net *n, const void *addr, size_t len, um_endpoint **out) {
     return st;
   if (addr == NULL || out == NULL)
     return um__set_error(UM_EINVAL, "um_net_connect: NULL argument");
+  pthread_mutex_lock(&n->lock);
+  st = n->destroyed ? um__set_error(UM_ESTATE, "um_net %p was destroyed", (void *)n) : UM_OK;
+  pthread_mutex_unlock(&n->lock);
+  if (st != UM_OK)
+    return st;
   if ((st = blob_open(addr, len, BLOB_ADDRESS, &body, &body_len)) != UM_OK)
     return st;
   if (body_len == 0)

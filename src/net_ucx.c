@@ -99,6 +99,8 @@ struct ucx_ep {
   bool force_close;    /* failed: close it (the progress loop does) */
   char failure[224];   /* the failure's text */
   uint64_t deadline;   /* of the close, in EP_CLOSING / EP_CLOSE_POSTED */
+  bool zombie;         /* UCX may still hold requests naming it or its
+                          transfers: kept until the worker is destroyed */
   ucx_rkey *rkeys;
   int nrkeys;
 };
@@ -157,7 +159,8 @@ struct ucx_net {
   ucx_ep *eps;
   ucx_rma *inflight;
   ucx_rma *done_head, *done_tail;
-  ucx_rma *kept; /* abandoned records (ucx_rma.keep) */
+  ucx_rma *kept;   /* abandoned records (ucx_rma.keep) */
+  ucx_ep *zombies; /* disconnected endpoints with abandoned transfers */
 };
 
 static uint64_t mono_ns(void) {
@@ -257,6 +260,8 @@ static void rma_advance(ucx_rma *r);
 static void admit_cb(void *req, ucs_status_t st, void *user) {
   ucx_rma *r = user;
   um__ucx.ucp_request_free(req);
+  if (r->keep)
+    return; /* reported already: its endpoint was abandoned */
   if (st != UCS_OK) {
     rma_fail(r, st, "atomic (admission)");
     return;
@@ -268,6 +273,8 @@ static void admit_cb(void *req, ucs_status_t st, void *user) {
 static void flush_cb(void *req, ucs_status_t st, void *user) {
   ucx_rma *r = user;
   um__ucx.ucp_request_free(req);
+  if (r->keep)
+    return; /* reported already: its endpoint was abandoned */
   if (st != UCS_OK) {
     rma_fail(r, st, r->dir == UM__NET_PUT ? "put" : "get");
     return;
@@ -494,9 +501,11 @@ static void ep_post_close(ucx_ep *e, bool force) {
     e->state = EP_CLOSED; /* done in place, or failed: resources released */
 }
 
-/* Transfers of a closed endpoint that UCX never completed: reported as
- * failed. Their records stay allocated (UCX may still hold a pointer to
- * them) and are freed with the worker. */
+/* Transfers of a closed endpoint that UCX did not complete (a forced close
+ * in error mode NONE leaves a shared-memory endpoint's pending requests to
+ * the worker's destruction): reported as failed. Their records and the
+ * endpoint stay allocated until the worker is gone, since UCX still names
+ * them; their callbacks then do nothing. */
 static void ep_abandon_transfers(ucx_ep *e) {
   for (ucx_rma *r = e->n->inflight, *next; r != NULL; r = next) {
     next = r->next;
@@ -504,6 +513,7 @@ static void ep_abandon_transfers(ucx_ep *e) {
       continue;
     set_detail(r, "%s%s", e->failed != UM_OK ? e->failure : "endpoint closed", "");
     r->keep = true;
+    e->zombie = true;
     rma_finish(r, UM_EBACKEND);
   }
 }
@@ -731,6 +741,11 @@ static void ucx_close(void *tn) {
     n->kept = r->kept_next;
     free(r);
   }
+  while (n->zombies != NULL) {
+    ucx_ep *e = n->zombies;
+    n->zombies = e->next;
+    free(e);
+  }
   pthread_mutex_destroy(&n->lock);
   pthread_cond_destroy(&n->changed);
   free(n);
@@ -868,6 +883,11 @@ static void ucx_disconnect(void *tep) {
     e->rkeys = k->next;
     rkey_free(k);
   }
+  if (e->zombie) {
+    e->next = n->zombies;
+    n->zombies = e;
+    e = NULL;
+  }
   pthread_mutex_unlock(&n->lock);
   free(e);
 }
@@ -997,10 +1017,10 @@ static int ucx_rma_start(void *tep, const um__net_rma *q, um__done_fn done, void
   r->arg = arg;
   r->stage = RMA_ADMIT;
   pthread_mutex_lock(&n->lock);
-  if (e->state != EP_OPEN)
-    st = um__set_error(UM_ESTATE, "endpoint is closing");
-  else if (e->failed != UM_OK)
+  if (e->failed != UM_OK) /* its UCX endpoint may be closed already */
     st = um__set_error(UM_EBACKEND, "%s", e->failure);
+  else if (e->state != EP_OPEN)
+    st = um__set_error(UM_ESTATE, "endpoint is closing");
   else
     st = rkey_get(e, q->key, q->key_len, &r->rk);
   if (st != UM_OK) {
