@@ -23,6 +23,13 @@ foreach(src ${UM_TEST_SOURCES})
   endif()
 endforeach()
 
+# Environment of every net test: one PoCL device, and in TSan builds the
+# suppressions of UCX's handlers (tsan_net.supp says why).
+set(UM_NET_ENV "POCL_DEVICES=pthread")
+if(UNIMEM_SANITIZE STREQUAL "thread")
+  list(APPEND UM_NET_ENV "TSAN_OPTIONS=suppressions=${CMAKE_CURRENT_SOURCE_DIR}/tsan_net.supp")
+endif()
+
 if(TARGET test_net AND UM_HAVE_UCX)
   # name|environment, the variables separated by '#'.
   set(UM_NET_TRANSPORTS
@@ -39,19 +46,19 @@ if(TARGET test_net AND UM_HAVE_UCX)
       if(TARGET ${exe})
         add_test(NAME ${exe}_${tname} COMMAND ${exe} --jobs=1)
         set_tests_properties(${exe}_${tname} PROPERTIES LABELS "net" TIMEOUT 600 SKIP_RETURN_CODE 77
-                             ENVIRONMENT "${tenv};POCL_DEVICES=pthread")
+                             ENVIRONMENT "${tenv};${UM_NET_ENV}")
       endif()
     endforeach()
   endforeach()
 endif()
-foreach(exe test_net test_net_fail)
+foreach(exe test_net test_net_fail test_net_api)
   if(TEST ${exe})
-    set_tests_properties(${exe} PROPERTIES TIMEOUT 600 ENVIRONMENT "POCL_DEVICES=pthread")
+    set_tests_properties(${exe} PROPERTIES TIMEOUT 600 ENVIRONMENT "${UM_NET_ENV}")
   endif()
 endforeach()
 
 if(TARGET test_net_api)
   add_test(NAME test_net_api_nolib COMMAND test_net_api --jobs=1 --filter "nolib/*")
   set_tests_properties(test_net_api_nolib PROPERTIES LABELS "net" TIMEOUT 120 SKIP_RETURN_CODE 77
-                       ENVIRONMENT "UNIMEM_UCX_LIBRARY=/nonexistent/libucp.so.0")
+                       ENVIRONMENT "UNIMEM_UCX_LIBRARY=/nonexistent/libucp.so.0;${UM_NET_ENV}")
 endif()
