@@ -218,7 +218,7 @@ static int run_get(const stage_job *j, const stage_pair *p, chunk_net c[2]) {
 
 static void job_run(um__net_stager *s, stage_job *j) {
   chunk_net c[2];
-  stage_pair *p;
+  stage_pair *p = NULL;
   int st = stage_pair_of(s, j->x.buf->dev, &p);
   if (st != UM_OK) {
     if (j->x.detail != NULL)

@@ -49,6 +49,10 @@
 #include "net.h"
 #include "net_ucx_lib.h"
 
+/* Calls of ucp_worker_progress in a row before the progress thread lets
+ * go of the lock, so that threads posting transfers get their turn while a
+ * large transfer keeps it busy. */
+#define UCX_PROGRESS_BURST 64
 /* Exposures one instance can hold at once: one 8-byte word each in the
  * control region (32 KiB). */
 #define UCX_SLOTS 4096u
@@ -541,6 +545,7 @@ static uint64_t eps_advance(ucx_net *n, uint64_t now) {
       um__log(&n->opts, UM_LOG_WARN, "net: UCX endpoint %p did not close within the timeout: abandoned",
               (void *)e->uep);
       e->state = EP_CLOSED;
+      e->zombie = true; /* its close request still names it */
     }
     if (e->state == EP_CLOSED && e->inflight > 0)
       ep_abandon_transfers(e);
@@ -618,7 +623,8 @@ static void *progress_main(void *arg) {
     uint64_t now, next, ep_next;
     ucs_status_t armed;
     ucx_rma *done;
-    while (um__ucx.ucp_worker_progress(n->worker) != 0) {
+    bool busy = false;
+    for (int i = 0; i < UCX_PROGRESS_BURST && (busy = um__ucx.ucp_worker_progress(n->worker) != 0); i++) {
     }
     now = mono_ns();
     next = rmas_expire(n, now);
@@ -628,7 +634,7 @@ static void *progress_main(void *arg) {
     done = take_done(n);
     if (n->stopping && done == NULL && n->inflight == NULL)
       break;
-    armed = done != NULL ? UCS_ERR_BUSY : um__ucx.ucp_worker_arm(n->worker);
+    armed = done != NULL || busy ? UCS_ERR_BUSY : um__ucx.ucp_worker_arm(n->worker);
     pthread_mutex_unlock(&n->lock);
     report_done(n, done);
     if (armed != UCS_OK && armed != UCS_ERR_BUSY && !arm_failed_logged) {
