@@ -78,9 +78,9 @@ struct um__net_op {
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static um_net *registry;
-/* Nets alive (created, not destroyed) in the process: a buffer release
- * looks for an exposure only when there is one. */
-static atomic_int live_nets;
+/* Exposures alive in the process (and exposures being made): a buffer
+ * release looks for its exposure only when there is one. */
+static atomic_int live_exposures;
 
 /* ------------------------------------------------------------------------ */
 /* References */
@@ -263,7 +263,6 @@ int um_net_create(um_manager *m, um_net **out) {
   }
   n->next = registry;
   registry = n;
-  atomic_fetch_add(&live_nets, 1);
   pthread_mutex_unlock(&registry_lock);
   *out = n;
   return UM_OK;
@@ -396,6 +395,13 @@ static int exposure_revoke(um_net *n, net_exposure *x) {
   return st;
 }
 
+/* Revoke an exposure that was registered (and counted). */
+static int exposure_end(um_net *n, net_exposure *x) {
+  int st = exposure_revoke(n, x);
+  atomic_fetch_sub(&live_exposures, 1);
+  return st;
+}
+
 /* A new exposure of b (live, with a host view) and its blob. */
 static int exposure_make(um_net *n, um_buffer *b, net_exposure **out) {
   net_exposure *x = calloc(1, sizeof(*x));
@@ -451,26 +457,32 @@ int um_net_expose(um_buffer *b, void *blob, size_t *len) {
                          (void *)b);
   if ((n = net_of_buffer_lock(b)) == NULL)
     return UM_ESTATE;
-  /* touched before the state check, both seq_cst, against um_release's
-   * state CAS then touched load (as um__op_issue does): a release either
-   * sees touched and looks for the exposure under n->lock, or comes early
-   * enough that the check below sees it. */
+  /* The count, then touched, before the state check, all seq_cst, against
+   * um_release's state CAS, then touched load, then count load (in
+   * um__net_buffer_released): a release either sees both and looks for
+   * the exposure under n->lock, or comes early enough that the check
+   * below sees it released. */
+  atomic_fetch_add(&live_exposures, 1);
   atomic_store(&b->touched, true);
   if (atomic_load(&b->state) != UM__BUF_LIVE) {
+    atomic_fetch_sub(&live_exposures, 1);
     pthread_mutex_unlock(&n->lock);
     return um__set_error(UM_ESTATE, "buffer %p was released", (void *)b);
   }
-  if ((x = exposure_find_locked(n, b)) != NULL) {
+  x = exposure_find_locked(n, b);
+  if (x != NULL) {
+    atomic_fetch_sub(&live_exposures, 1); /* counted already */
     st = blob_copy_out(x->blob, x->blob_len, blob, len);
-  } else if ((st = exposure_make(n, b, &x)) == UM_OK) {
-    st = blob_copy_out(x->blob, x->blob_len, blob, len);
-    if (st == UM_OK) {
-      x->next = n->exposures;
-      n->exposures = x;
-    } else {
-      (void)exposure_revoke(n, x); /* never seen by anyone: nothing to wait for */
+  } else if ((st = exposure_make(n, b, &x)) == UM_OK &&
+             (st = blob_copy_out(x->blob, x->blob_len, blob, len)) == UM_OK) {
+    x->next = n->exposures;
+    n->exposures = x;
+  } else {
+    if (x != NULL) { /* made, but the blob does not fit: never seen by anyone */
+      (void)exposure_revoke(n, x);
       um__set_error(UM_ERANGE, "key blob needs %zu bytes", *len);
     }
+    atomic_fetch_sub(&live_exposures, 1);
   }
   pthread_mutex_unlock(&n->lock);
   return st;
@@ -491,14 +503,14 @@ int um_net_unexpose(um_buffer *b) {
   if (x == NULL)
     return um__set_error(UM_ESTATE, "buffer %p is not exposed", (void *)b);
   /* Outside the net's lock: revoking waits for peers' admitted transfers. */
-  return exposure_revoke(n, x);
+  return exposure_end(n, x);
 }
 
 void um__net_buffer_released(um_buffer *b) {
   net_exposure *x;
   um_net *n;
   int st;
-  if (atomic_load(&live_nets) == 0)
+  if (atomic_load(&live_exposures) == 0)
     return;
   pthread_mutex_lock(&registry_lock);
   n = net_of_locked(b->m);
@@ -509,7 +521,7 @@ void um__net_buffer_released(um_buffer *b) {
     return;
   x = exposure_unlink_locked(n, b);
   pthread_mutex_unlock(&n->lock);
-  if (x != NULL && (st = exposure_revoke(n, x)) != UM_OK)
+  if (x != NULL && (st = exposure_end(n, x)) != UM_OK)
     um__log(&b->m->opts, UM_LOG_WARN, "um_release of exposed buffer %p: %s", (void *)b, um_last_error());
 }
 
@@ -547,12 +559,11 @@ static void net_teardown(um_net *n, const char *who) {
     xs = x->next;
     um__log(&n->m->opts, UM_LOG_WARN, "%s: buffer %p of %zu bytes was still exposed: unexposed", who,
             (void *)x->buf, x->buf->size);
-    if (exposure_revoke(n, x) != UM_OK)
+    if (exposure_end(n, x) != UM_OK)
       um__log(&n->m->opts, UM_LOG_WARN, "%s: %s", who, um_last_error());
   }
   n->tr->close(n->tn);
   n->tn = NULL;
-  atomic_fetch_sub(&live_nets, 1);
 }
 
 int um_net_destroy(um_net *n) {
