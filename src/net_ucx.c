@@ -22,7 +22,8 @@
  * generation, the low half the count of admitted transfers. A peer's
  * transfer first adds 1 to the word with a fetching atomic and proceeds
  * only if the generation it read is the one in its key; it subtracts 1
- * when done (after a fence, so the subtraction lands after the data).
+ * once the data's flush completed (then the data is in place at the
+ * target, whatever lanes UCX used).
  * Revoking bumps the generation, then waits for the count to drop to 0:
  * from then on no transfer can touch the range. The word is updated with
  * CPU atomics here and by UCX's software or shared-memory atomics, which
@@ -53,6 +54,16 @@
  * go of the lock, so that threads posting transfers get their turn while a
  * large transfer keeps it busy. */
 #define UCX_PROGRESS_BURST 64
+/* Longest nap of the progress thread while transfers of this instance are
+ * in flight, or for UCX_WARM_NS after the network last had work for it.
+ * The event fd does not fire when a send queue that was full drains
+ * (shared memory: a 1 MiB put fills the 64-entry FIFO), and UCX may have
+ * queued sends of its own (a passive side's replies and completions), so a
+ * thread asleep until the next event could wait for an unrelated one.
+ * Napping instead costs a wake-up per nap while traffic flows, and nothing
+ * once it stopped: an idle side sleeps until an event. */
+#define UCX_WARM_NAP_NS 50000ull
+#define UCX_WARM_NS 20000000ull
 /* Exposures one instance can hold at once: one 8-byte word each in the
  * control region (32 KiB). */
 #define UCX_SLOTS 4096u
@@ -109,7 +120,12 @@ struct ucx_ep {
   int nrkeys;
 };
 
-typedef enum { RMA_ADMIT, RMA_MOVE, RMA_RELEASE } rma_stage;
+typedef enum {
+  RMA_ADMIT,   /* the admission's fetch-add is in flight */
+  RMA_MOVE,    /* a data step and its flush are in flight */
+  RMA_RELEASE, /* the release's add and its flush are in flight */
+  RMA_DONE     /* released: report */
+} rma_stage;
 
 /* One transfer (um__net_rma) in flight. */
 typedef struct ucx_rma {
@@ -153,6 +169,7 @@ struct ucx_net {
   pthread_t progress;
   bool progress_running;
   bool stopping;
+  uint64_t warm_until; /* the network had work for this side until then */
   /* control region: one word per exposure slot */
   ucp_mem_h ctrl_memh;
   _Atomic uint64_t *ctrl;
@@ -256,10 +273,22 @@ static void ep_error_cb(void *arg, ucp_ep_h uep, ucs_status_t st) {
 /* ------------------------------------------------------------------------ */
 /* The transfer's steps: admit (fetch-add 1 on the exposure's word), move
  * the data in steps of UCX_STEP_BYTES with a flush after each, then
- * release (fence, add -1) with the last flush. A refused admission
- * releases and reports UM_ESTATE. */
+ * release (add -1) and flush that. A refused admission releases and
+ * reports UM_ESTATE. */
 
 static void rma_advance(ucx_rma *r);
+
+/* The admission's reply is in: the range is still exposed under this key's
+ * generation (move the data), or it is not (release, report UM_ESTATE). */
+static void rma_admitted(ucx_rma *r) {
+  if ((r->reply >> 32) == r->rk->gen) {
+    r->stage = RMA_MOVE;
+    return;
+  }
+  r->stage = RMA_RELEASE;
+  r->status = UM_ESTATE;
+  set_detail(r, "%s%s", "the remote range is no longer exposed (unexposed or released)", "");
+}
 
 static void admit_cb(void *req, ucs_status_t st, void *user) {
   ucx_rma *r = user;
@@ -270,7 +299,7 @@ static void admit_cb(void *req, ucs_status_t st, void *user) {
     rma_fail(r, st, "atomic (admission)");
     return;
   }
-  r->stage = (r->reply >> 32) == r->rk->gen ? RMA_MOVE : RMA_RELEASE;
+  rma_admitted(r);
   rma_advance(r);
 }
 
@@ -310,16 +339,15 @@ static ucs_status_ptr_t post_admission(ucx_rma *r) {
                                    r->rk->ctrl_addr + 8ull * r->rk->slot, r->rk->ctrl, &prm);
 }
 
-/* The fence orders the subtraction after the data at the target (UCX does
- * not order operations of one endpoint otherwise). */
+/* Posted only once the data's flush completed: a fence would not do, since
+ * UCX may move the data as active messages that the target processes
+ * later, and the atomic on another lane (shared memory: the CPU's own
+ * atomic on the mapped word) would overtake them. */
 static ucs_status_t post_release(ucx_rma *r) {
   ucp_request_param_t prm;
   memset(&prm, 0, sizeof(prm));
   prm.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;
   prm.datatype = ucp_dt_make_contig(8);
-  ucs_status_t st = um__ucx.ucp_worker_fence(r->ep->n->worker);
-  if (st != UCS_OK)
-    return st;
   r->operand = UINT64_MAX; /* -1: the count is >= 1, so no borrow from the generation */
   return post_plain(um__ucx.ucp_atomic_op_nbx(r->ep->uep, UCP_ATOMIC_OP_ADD, &r->operand, 1,
                                               r->rk->ctrl_addr + 8ull * r->rk->slot, r->rk->ctrl,
@@ -349,8 +377,10 @@ static ucs_status_ptr_t post_flush(ucx_rma *r) {
   return um__ucx.ucp_ep_flush_nbx(r->ep->uep, &prm);
 }
 
-/* Post the next step; loops while UCX completes steps in place. A step's
- * deadline starts when it is posted. */
+/* Post what comes next; loops while UCX completes it in place. Every
+ * posting starts a deadline. Order: admission, then the data in steps
+ * (each flushed), then the release (flushed); a refused admission goes
+ * straight to the release. */
 static void rma_advance(ucx_rma *r) {
   for (;;) {
     ucs_status_ptr_t p;
@@ -358,28 +388,24 @@ static void rma_advance(ucx_rma *r) {
     const char *what = r->dir == UM__NET_PUT ? "put" : "get";
     r->deadline = mono_ns() + r->ep->n->timeout_ns;
     if (r->stage == RMA_ADMIT) {
-      p = post_admission(r);
       what = "atomic (admission)";
+      p = post_admission(r);
       if (p == NULL) { /* completed in place: the reply is there */
-        r->stage = (r->reply >> 32) == r->rk->gen ? RMA_MOVE : RMA_RELEASE;
+        rma_admitted(r);
         continue;
       }
+    } else if (r->stage == RMA_DONE) {
+      rma_finish(r, r->status);
+      return;
     } else {
-      if (r->stage == RMA_MOVE && r->moved == r->bytes) {
-        rma_finish(r, UM_OK);
-        return;
-      }
-      if (r->stage == RMA_RELEASE && r->status != UM_OK) {
-        rma_finish(r, r->status); /* the refusal's release was flushed */
-        return;
-      }
-      if (r->stage == RMA_MOVE)
-        st = post_step(r);
-      if (st == UCS_OK && (r->stage == RMA_RELEASE || r->moved == r->bytes))
-        st = post_release(r);
+      if (r->stage == RMA_MOVE && r->moved == r->bytes)
+        r->stage = RMA_RELEASE;
       if (r->stage == RMA_RELEASE) {
-        r->status = UM_ESTATE;
-        set_detail(r, "%s%s", "the remote range is no longer exposed (unexposed or released)", "");
+        what = "atomic (release)";
+        st = post_release(r);
+        r->stage = RMA_DONE; /* once its flush completes */
+      } else {
+        st = post_step(r);
       }
       p = st == UCS_OK ? post_flush(r) : UCS_STATUS_PTR(st);
       if (p == NULL)
@@ -603,16 +629,22 @@ static void report_done(ucx_net *n, ucx_rma *list) {
 }
 
 /* Sleep until the worker's event fd fires (network activity, or
- * ucp_worker_signal from a thread that posted work) or until deadline. */
-static void wait_events(ucx_net *n, uint64_t deadline) {
+ * ucp_worker_signal from a thread that posted work) or until deadline,
+ * at most max_ns (0: no cap). */
+static void wait_events(ucx_net *n, uint64_t deadline, uint64_t max_ns) {
   struct pollfd p = {.fd = n->efd, .events = POLLIN, .revents = 0};
-  int ms = -1;
-  if (deadline != UINT64_MAX) {
-    uint64_t now = mono_ns();
-    uint64_t left = deadline > now ? deadline - now : 0;
-    ms = left / 1000000ull >= 1000000 ? 1000000 : (int)((left + 999999) / 1000000);
+  struct timespec ts, *tsp = NULL;
+  uint64_t now = mono_ns(), left = UINT64_MAX;
+  if (deadline != UINT64_MAX)
+    left = deadline > now ? deadline - now : 0;
+  if (max_ns != 0 && max_ns < left)
+    left = max_ns;
+  if (left != UINT64_MAX) {
+    ts.tv_sec = (time_t)(left / 1000000000ull);
+    ts.tv_nsec = (long)(left % 1000000000ull);
+    tsp = &ts;
   }
-  (void)poll(&p, 1, ms);
+  (void)ppoll(&p, 1, tsp, NULL);
 }
 
 static void *progress_main(void *arg) {
@@ -623,10 +655,13 @@ static void *progress_main(void *arg) {
     uint64_t now, next, ep_next;
     ucs_status_t armed;
     ucx_rma *done;
-    bool busy = false;
-    for (int i = 0; i < UCX_PROGRESS_BURST && (busy = um__ucx.ucp_worker_progress(n->worker) != 0); i++) {
+    bool busy = false, warm;
+    int i;
+    for (i = 0; i < UCX_PROGRESS_BURST && (busy = um__ucx.ucp_worker_progress(n->worker) != 0); i++) {
     }
     now = mono_ns();
+    if (i > 0 || busy)
+      n->warm_until = now + UCX_WARM_NS;
     next = rmas_expire(n, now);
     ep_next = eps_advance(n, now);
     if (ep_next < next)
@@ -635,6 +670,7 @@ static void *progress_main(void *arg) {
     if (n->stopping && done == NULL && n->inflight == NULL)
       break;
     armed = done != NULL || busy ? UCS_ERR_BUSY : um__ucx.ucp_worker_arm(n->worker);
+    warm = n->inflight != NULL || now < n->warm_until;
     pthread_mutex_unlock(&n->lock);
     report_done(n, done);
     if (armed != UCS_OK && armed != UCS_ERR_BUSY && !arm_failed_logged) {
@@ -643,9 +679,9 @@ static void *progress_main(void *arg) {
       arm_failed_logged = true;
     }
     if (armed == UCS_OK)
-      wait_events(n, next);
+      wait_events(n, next, warm ? UCX_WARM_NAP_NS : 0);
     else if (armed != UCS_ERR_BUSY)
-      wait_events(n, mono_ns() + 1000000ull);
+      wait_events(n, next, 1000000ull);
     pthread_mutex_lock(&n->lock);
   }
   pthread_mutex_unlock(&n->lock);

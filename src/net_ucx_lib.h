@@ -29,7 +29,6 @@
   XX(ucs_status_t, ucp_worker_get_efd, (ucp_worker_h, int *))                  \
   XX(ucs_status_t, ucp_worker_arm, (ucp_worker_h))                             \
   XX(ucs_status_t, ucp_worker_signal, (ucp_worker_h))                          \
-  XX(ucs_status_t, ucp_worker_fence, (ucp_worker_h))                           \
   XX(ucs_status_t, ucp_ep_create, (ucp_worker_h, const ucp_ep_params_t *, ucp_ep_h *)) \
   XX(ucs_status_ptr_t, ucp_ep_close_nbx, (ucp_ep_h, const ucp_request_param_t *)) \
   XX(ucs_status_ptr_t, ucp_ep_flush_nbx, (ucp_ep_h, const ucp_request_param_t *)) \

@@ -72,15 +72,19 @@ static UT_UNUSED pid_t nt_spawn(nt_peer_fn fn, int idx, void *arg) {
   return pid;
 }
 
+/* Exit status of a peer from waitpid's status: its code, 128 + signal. */
+static UT_UNUSED int nt_status(int status) {
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
 /* Exit status of a peer: its code, 128 + signal when killed, 124 when it
  * overran timeout_s (then killed). */
 static UT_UNUSED int nt_reap(pid_t pid, int timeout_s) {
   struct timespec pause = {0, 10000000};
   int status;
   for (long waited = 0;; waited += 10) {
-    pid_t r = waitpid(pid, &status, WNOHANG);
-    if (r == pid)
-      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (waitpid(pid, &status, WNOHANG) == pid)
+      return nt_status(status);
     if (waited >= (long)timeout_s * 1000) {
       kill(pid, SIGKILL);
       waitpid(pid, &status, 0);
@@ -90,19 +94,39 @@ static UT_UNUSED int nt_reap(pid_t pid, int timeout_s) {
   }
 }
 
-/* Reap every peer; skip the test when one skipped, fail when one failed. */
+/* Reap every peer; skip the test when one skipped, fail when one failed.
+ * Once one failed, the others (waiting for it, typically) are killed. */
 static UT_UNUSED void nt_reap_all(const pid_t *pids, int n, int timeout_s) {
-  int skipped = 0, failed = 0;
-  for (int i = 0; i < n; i++) {
-    int rc = nt_reap(pids[i], timeout_s);
-    if (rc == NT_SKIP)
-      skipped++;
-    else if (rc != 0) {
-      cr_log_error("peer %d exited with %d", i, rc);
-      failed++;
+  struct timespec pause = {0, 10000000};
+  int rc[8], left = n, skipped = 0, failed = 0;
+  cr_assert(n <= 8);
+  for (int i = 0; i < n; i++)
+    rc[i] = -1;
+  for (long waited = 0; left > 0; waited += 10) {
+    for (int i = 0; i < n; i++) {
+      int status;
+      if (rc[i] != -1 || waitpid(pids[i], &status, WNOHANG) != pids[i])
+        continue;
+      rc[i] = nt_status(status);
+      left--;
+      if (rc[i] != 0 && rc[i] != NT_SKIP)
+        failed++;
     }
+    if (left > 0 && (failed > 0 || waited >= (long)timeout_s * 1000))
+      for (int i = 0; i < n; i++)
+        if (rc[i] == -1)
+          kill(pids[i], SIGKILL);
+    nanosleep(&pause, NULL);
+  }
+  for (int i = 0; i < n; i++) {
+    if (rc[i] == NT_SKIP)
+      skipped++;
+    else if (rc[i] != 0)
+      cr_log_error("peer %d exited with %d", i, rc[i]);
   }
   cr_assert_eq(failed, 0, "%d peer(s) failed (their reasons are above)", failed);
+  for (int i = 0; i < n; i++)
+    cr_assert_eq(rc[i] == NT_SKIP || rc[i] == 0, 1, "peer %d was killed: another one hung", i);
   if (skipped > 0)
     cr_skip_test("%d peer(s) skipped: UCX or the device they need is not here", skipped);
 }

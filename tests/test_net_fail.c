@@ -187,3 +187,101 @@ Test(net_fail, unexposed_or_released_before_put, .timeout = 120) {
   close(fds[1]);
   nt_reap_all(pids, 2, 110);
 }
+
+/* ------------------------------------------------------------------------ */
+/* Unexposed while puts stream in: once um_net_unexpose returns, nothing
+ * lands any more (a transfer admitted before it finished first). */
+
+#define STREAM_BYTES (4u << 20)
+#define STREAM_PUT (1u << 20)
+
+static int stream_target(int idx, void *arg) {
+  int fd = ((int *)arg)[idx];
+  static unsigned char zero[STREAM_BYTES];
+  unsigned char *snap = malloc(STREAM_BYTES);
+  struct timespec pause = {0, 1000000};
+  nt_peer p;
+  um_buffer *b;
+  um_endpoint *ep;
+  unsigned char *mem;
+  size_t bad;
+  NT_CHECK(snap != NULL, "malloc");
+  nt_open(&p, 20000);
+  ep = nt_connect(&p, fd);
+  NT_OK(um_alloc(p.m, um_device_get(p.m, 0), STREAM_BYTES, UM_HOST, UM_ALLOC_ZERO, &b));
+  mem = um_buffer_host_ptr(b);
+  nt_send_key(fd, b);
+  /* Wait until puts are landing, then revoke in the middle of the stream. */
+  for (int waited = 0; memcmp(mem, zero, STREAM_BYTES) == 0; waited++) {
+    NT_CHECK(waited < NT_WAIT_MS, "no put arrived");
+    nanosleep(&pause, NULL);
+  }
+  NT_OK(um_net_unexpose(b));
+  memcpy(snap, mem, STREAM_BYTES);
+  nt_expect(fd, 'd'); /* the issuer saw its puts refused and stopped */
+  bad = nt_diff(mem, snap, STREAM_BYTES);
+  NT_CHECK(bad == STREAM_BYTES, "byte %zu changed after um_net_unexpose returned", bad);
+  nt_signal(fd, 'q');
+  NT_OK(um_endpoint_close(ep));
+  NT_OK(um_release(b));
+  nt_close(&p);
+  free(snap);
+  return 0;
+}
+
+static int stream_issuer(int idx, void *arg) {
+  int fd = ((int *)arg)[idx];
+  unsigned char key[4096];
+  size_t klen;
+  nt_peer p;
+  um_buffer *src[2];
+  um_endpoint *ep;
+  um_event *ev[2] = {NULL, NULL};
+  int refused = 0, landed = 0;
+  nt_open(&p, 20000);
+  ep = nt_connect(&p, fd);
+  klen = nt_recv(fd, key, sizeof(key));
+  for (int s = 0; s < 2; s++)
+    NT_OK(um_alloc(p.m, um_device_get(p.m, 0), STREAM_PUT, UM_HOST, 0, &src[s]));
+  /* Two puts in flight at a time until the target refuses them. */
+  for (unsigned i = 0; !refused; i++) {
+    int s = (int)(i & 1), st;
+    if (ev[s] != NULL) {
+      st = um_event_wait(ev[s]);
+      um_event_release(ev[s]);
+      ev[s] = NULL;
+      NT_CHECK(st == UM_OK || st == UM_ESTATE, "put: %s", um_err_name(st));
+      refused = st == UM_ESTATE;
+      landed += st == UM_OK;
+      if (refused)
+        break;
+    }
+    memset(um_buffer_host_ptr(src[s]), (int)(i % 255) + 1, STREAM_PUT);
+    NT_OK(um_net_put(ep, src[s], 0, key, klen, (i % 4) * (size_t)STREAM_PUT, STREAM_PUT, &ev[s]));
+  }
+  for (int s = 0; s < 2; s++)
+    if (ev[s] != NULL) {
+      int st = um_event_wait(ev[s]);
+      NT_CHECK(st == UM_OK || st == UM_ESTATE, "put: %s", um_err_name(st));
+      um_event_release(ev[s]);
+    }
+  NT_CHECK(landed > 0, "no put landed before the revocation");
+  nt_signal(fd, 'd');
+  nt_expect(fd, 'q');
+  NT_OK(um_endpoint_close(ep));
+  for (int s = 0; s < 2; s++)
+    NT_OK(um_release(src[s]));
+  nt_close(&p);
+  return 0;
+}
+
+Test(net_fail, unexposed_while_puts_stream_in, .timeout = 120) {
+  int fds[2];
+  pid_t pids[2];
+  cr_assert_eq(nb_pair(fds), 0);
+  pids[0] = nt_spawn(stream_target, 0, fds);
+  pids[1] = nt_spawn(stream_issuer, 1, fds);
+  close(fds[0]);
+  close(fds[1]);
+  nt_reap_all(pids, 2, 110);
+}
