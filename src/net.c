@@ -3,16 +3,15 @@
  *
  * No UCX here: the transport table (net.h, net_ucx.c) does the network.
  * This file owns what is unimem's: checking arguments and ranges, the
- * blobs' envelope, which buffers are exposed, endpoints' lifetimes, and
- * issuing puts and gets as operations ordered with the buffers' other
- * operations (um__op_issue).
+ * blobs' envelope, which buffers are exposed, endpoints' lifetimes. Puts
+ * and gets are operations of the path table (net_op.c), which calls the
+ * seam here.
  *
  * Handles. A um_net stays in the registry after um_net_destroy, and a
  * um_endpoint in its net's list after um_endpoint_close, until the manager
  * is destroyed: a stale handle answers UM_ESTATE instead of touching freed
  * memory. Both are reference counted besides (a net by its endpoints, an
- * endpoint by the operations issued on it), so an event released after
- * the manager never reaches freed memory either.
+ * endpoint by the operations issued on it until they complete).
  *
  * Locks: registry_lock, then a net's lock, then the transport's. The
  * transport calls done callbacks without its lock; the callbacks here take
@@ -94,9 +93,9 @@ static void net_unref(um_net *n) {
   free(n);
 }
 
-static void ep_ref(um_endpoint *ep) { um__atomic_add_relaxed(&ep->refs, 1); }
+void um__net_endpoint_ref(um_endpoint *ep) { um__atomic_add_relaxed(&ep->refs, 1); }
 
-static void ep_unref(um_endpoint *ep) {
+void um__net_endpoint_unref(um_endpoint *ep) {
   um_net *n = ep->net;
   if (um__atomic_sub_acq_rel(&ep->refs, 1) != 1)
     return;
@@ -610,7 +609,7 @@ void um__net_manager_destroy(um_manager *m) {
     while (n->eps != NULL) { /* the list's references */
       um_endpoint *ep = n->eps;
       n->eps = ep->next;
-      ep_unref(ep);
+      um__net_endpoint_unref(ep);
     }
     net_unref(n);
   }
@@ -666,64 +665,10 @@ int um__net_xfer_start(const um__net_xfer *x, um__done_fn done, void *arg) {
 }
 
 /* ------------------------------------------------------------------------ */
-/* Operations: um_net_put / um_net_get are operations of kind UM__OP_NET,
- * ordered after the buffer's earlier operations by um__op_issue and run by
- * um__net_op_run (transfer.c's PATH_NET), which waits for the seam. */
+/* Checks of a transfer (net_op.c issues it) */
 
-typedef struct op_wait {
-  pthread_mutex_t lock;
-  pthread_cond_t cond;
-  bool done;
-  int status;
-} op_wait;
-
-static void op_done(void *arg, int status) {
-  op_wait *w = arg;
-  pthread_mutex_lock(&w->lock);
-  w->done = true;
-  w->status = status;
-  pthread_cond_signal(&w->cond);
-  pthread_mutex_unlock(&w->lock);
-}
-
-int um__net_op_run(um_event *op) {
-  um__net_op *p = op->net;
-  op_wait w;
-  int st;
-  pthread_mutex_init(&w.lock, NULL);
-  pthread_cond_init(&w.cond, NULL);
-  w.done = false;
-  w.status = UM_OK;
-  p->detail[0] = '\0';
-  st = um__net_xfer_start(&p->x, op_done, &w);
-  if (st == UM_OK) {
-    /* Bounded: the transport fails a step that makes no progress for
-     * net_timeout_ms. */
-    pthread_mutex_lock(&w.lock);
-    while (!w.done)
-      pthread_cond_wait(&w.cond, &w.lock);
-    pthread_mutex_unlock(&w.lock);
-    st = w.status;
-    if (st != UM_OK)
-      um__set_error(st, "%s", p->detail[0] != '\0' ? p->detail : um_strerror(st));
-  }
-  pthread_mutex_destroy(&w.lock);
-  pthread_cond_destroy(&w.cond);
-  return st;
-}
-
-void um__net_op_free(um__net_op *p) {
-  if (p == NULL)
-    return;
-  ep_unref(p->x.ep);
-  free(p);
-}
-
-/* Everything checked before the operation exists: the codes of um_net_put
- * and um_net_get for bad arguments. */
-static int net_args_check(um__net_dir dir, um_endpoint *ep, um_buffer *b, size_t off,
-                          const void *blob, size_t blob_len, size_t roff, size_t bytes,
-                          um__net_remote *rem) {
+int um__net_transfer_check(um__net_dir dir, um_endpoint *ep, um_buffer *b, size_t off, const void *blob,
+                           size_t blob_len, size_t roff, size_t bytes, um__net_remote *rem) {
   int st;
   if (ep == NULL || b == NULL || blob == NULL)
     return um__set_error(UM_EINVAL, "%s: NULL argument", dir == UM__NET_PUT ? "um_net_put" : "um_net_get");
@@ -748,42 +693,4 @@ static int net_args_check(um__net_dir dir, um_endpoint *ep, um_buffer *b, size_t
   st = ep->closing || ep->tep == NULL ? um__set_error(UM_ESTATE, "endpoint %p is closed", (void *)ep) : UM_OK;
   pthread_mutex_unlock(&ep->net->lock);
   return st;
-}
-
-static int net_issue(um__net_dir dir, um_endpoint *ep, um_buffer *b, size_t off, const void *blob,
-                     size_t blob_len, size_t roff, size_t bytes, um_event **done) {
-  um__net_remote rem;
-  um__net_op *p;
-  um_event *op;
-  int st = net_args_check(dir, ep, b, off, blob, blob_len, roff, bytes, &rem);
-  if (st != UM_OK)
-    return st;
-  if ((p = malloc(sizeof(*p) + rem.key_len)) == NULL ||
-      (op = um__event_new(b->m, UM__OP_NET)) == NULL) {
-    free(p);
-    return um__set_error(UM_ENOMEM, "out of memory for a network operation");
-  }
-  memcpy(p->key, rem.key, rem.key_len);
-  rem.key = p->key;
-  p->x = (um__net_xfer){.dir = dir, .ep = ep, .buf = b, .buf_off = off, .remote = rem,
-                        .remote_off = roff, .bytes = bytes, .detail = p->detail,
-                        .detail_cap = sizeof(p->detail)};
-  ep_ref(ep);
-  op->net = p;
-  if (dir == UM__NET_PUT)
-    op->src = b, op->src_off = off;
-  else
-    op->dst = b, op->dst_off = off;
-  op->bytes = bytes;
-  return um__op_issue(op, done);
-}
-
-int um_net_put(um_endpoint *ep, um_buffer *src, size_t src_off, const void *rkey, size_t rkey_len,
-               size_t dst_off, size_t bytes, um_event **done) {
-  return net_issue(UM__NET_PUT, ep, src, src_off, rkey, rkey_len, dst_off, bytes, done);
-}
-
-int um_net_get(um_endpoint *ep, um_buffer *dst, size_t dst_off, const void *rkey, size_t rkey_len,
-               size_t src_off, size_t bytes, um_event **done) {
-  return net_issue(UM__NET_GET, ep, dst, dst_off, rkey, rkey_len, src_off, bytes, done);
 }

@@ -8,12 +8,13 @@
  *  2. The transport table (um__net_transport): what a one-sided RMA library
  *     gives net.c. UCX is the one implementation (net_ucx.c, loaded at run
  *     time by net_ucx_lib.c); net.c and the core never include its headers.
- *  3. The hooks the core calls: an operation of kind UM__OP_NET runs and is
- *     freed through net.c, a released buffer stops being exposed, and a
- *     manager destroys the um_net it still has.
+ *  3. The hooks the core calls: a released buffer stops being exposed, and
+ *     a manager destroys the um_net it still has.
  *
- * Layers: API (net.c) -> seam (net.c, staging in net_staging.c) ->
- * transport (net_ucx.c) -> the RMA library.
+ * Layers: API (net.c: handles, blobs, exposures; net_op.c: um_net_put and
+ * um_net_get) -> operations (op.c, through net_op.c's entries of the path
+ * table) -> seam (net.c, staging in net_staging.c) -> transport
+ * (net_ucx.c) -> the RMA library.
  */
 #ifndef UNIMEM_NET_H
 #define UNIMEM_NET_H
@@ -166,26 +167,26 @@ extern const um__net_transport um__net_ucx;
 #endif
 
 /* ------------------------------------------------------------------------ */
-/* 3. Hooks for the core */
+/* 3. Hooks for the core, and what net_op.c needs of net.c */
 
-/* An operation of kind UM__OP_NET: what um_net_put / um_net_get issued.
- * Owned by its event; freed with it. */
-typedef struct um__net_op um__net_op;
-
-/* transfer.c, path PATH_NET: run op to completion on the calling thread
- * (a worker, or the issuer of a blocking call): start it through the seam
- * and wait for done. Sets um_last_error() on failure. */
-int um__net_op_run(um_event *op);
-/* event.c, at the event's last reference: free what um_net_put/get
- * attached to it. */
-void um__net_op_free(um__net_op *p);
 /* buffer.c, um_release of a buffer that operations or an exposure touched:
- * revoke its exposure, if any, before its block can be reused. */
+ * revoke its exposure, if any, before its block can be reused. Blocks until
+ * the peers' admitted transfers finished (at most net_timeout_ms). */
 void um__net_buffer_released(um_buffer *b);
 /* manager.c, um_manager_destroy after the engine drained: destroy the
  * manager's um_net if the application did not (reported through the log),
  * and free the handles of destroyed nets and closed endpoints. */
 void um__net_manager_destroy(um_manager *m);
+
+/* The checks of um_net_put / um_net_get before an operation exists, with
+ * their codes (unimem.h); *rem receives the parsed key blob (its key
+ * points into blob). */
+int um__net_transfer_check(um__net_dir dir, um_endpoint *ep, um_buffer *b, size_t off, const void *blob,
+                           size_t blob_len, size_t roff, size_t bytes, um__net_remote *rem);
+/* An operation's share of an endpoint: the handle stays allocated while
+ * an operation issued on it has not completed. */
+void um__net_endpoint_ref(um_endpoint *ep);
+void um__net_endpoint_unref(um_endpoint *ep);
 
 /* net_staging.c: the net's staging thread. */
 typedef struct um__net_stager um__net_stager;
