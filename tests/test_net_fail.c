@@ -53,6 +53,12 @@ static int kill_issuer(int idx, void *arg) {
   NT_OK(um_net_get(ep, dst, 0, key, klen, 0, BIG, &ev[1]));
   NT_CHECK(kill(k->target, SIGKILL) == 0, "kill: %s", strerror(errno));
   st[0] = um_event_wait(ev[0]);
+  /* The waiting thread gets the text of the failure, seen on the net's
+   * progress thread. */
+  NT_CHECK(strstr(um_last_error(), "peer failure") != NULL || strstr(um_last_error(), "no progress") != NULL ||
+               strstr(um_last_error(), "UCX") != NULL,
+           "reason after the wait: %s", um_last_error());
+  fprintf(stderr, "[pid %d] put in flight: %s\n", (int)getpid(), um_last_error());
   st[1] = um_event_wait(ev[1]);
   um_event_release(ev[0]);
   um_event_release(ev[1]);
