@@ -28,6 +28,7 @@
  * ucx_perftest.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -207,12 +208,18 @@ typedef struct bn_procs {
 static int bn_procs_start(bn_procs *p, int quick) {
   int fds[2], cmd[2], res[2];
   p->failed = false;
-  if (nb_pair(fds) != 0 || pipe(cmd) != 0 || pipe(res) != 0)
+  /* Close-on-exec: the ucx_perftest processes started later must not keep
+   * the issuer's command pipe open (it ends at EOF). */
+  if (nb_pair(fds) != 0 || pipe2(cmd, O_CLOEXEC) != 0 || pipe2(res, O_CLOEXEC) != 0)
     return 1;
   fflush(stdout);
   fflush(stderr);
   if ((p->target = fork()) == 0) {
     close(fds[1]);
+    close(cmd[0]);
+    close(cmd[1]);
+    close(res[0]);
+    close(res[1]);
     _exit(bn_target(fds[0]));
   }
   if ((p->issuer = fork()) == 0) {
