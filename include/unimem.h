@@ -372,8 +372,11 @@ UM_EXTERN int um_unmap(um_buffer *b, void *host);
 /* Events                                                                    */
 
 /* Block until the operation finishes; returns its status (UM_ECANCELED when
- * it was canceled). The event calls answer UM_EINVAL for what is not an
- * event and UM_ESTATE for an event the caller released. */
+ * it was canceled). On a failure um_last_error() of the calling thread has
+ * the failure's text, wherever it happened (a worker, a driver thread, the
+ * network's thread); um_event_query does the same once the operation is
+ * done. The event calls answer UM_EINVAL for what is not an event and
+ * UM_ESTATE for an event the caller released. */
 UM_EXTERN int um_event_wait(um_event *e);
 /* UM_EAGAIN while pending, else the operation's status. */
 UM_EXTERN int um_event_query(um_event *e);
@@ -567,7 +570,9 @@ UM_EXTERN int um_event_native(um_event *e, void **native);
  * in the blob (UM_ERANGE). Unexposing is a revocation that the target
  * enforces: once um_net_unexpose (or um_release of the buffer) returns, no
  * later put or get from any peer touches the memory; they fail with
- * UM_ESTATE.
+ * UM_ESTATE. unimem enforces it with an admission count and a generation
+ * per exposure, because UCX's own deregistration does not stop a peer on
+ * its shared-memory and tcp transports.
  *
  * Failures: a peer that dies fails the operations in flight to it with
  * UM_EBACKEND and UCX's own message; nothing waits longer than
@@ -606,9 +611,12 @@ UM_EXTERN int um_net_connect(um_net *n, const void *addr, size_t len,
  * um_net_put / um_net_get. The range is the whole buffer (um_buffer_size
  * bytes); a read-only buffer (read-only wrap or file) takes gets only.
  * Exposing an exposed buffer gives the same blob again. b must have a host
- * view (any buffer of the cpu device, HOST, PINNED or UNIFIED): a DEVICE
- * buffer without one answers UM_ENOTSUP; expose a PINNED buffer of its
- * device and um_copy between the two. *len in/out as for um_net_address
+ * view (any buffer of the cpu device, HOST, PINNED or UNIFIED): an OpenCL
+ * or CUDA DEVICE buffer answers UM_ENOTSUP, because the exposing side is
+ * passive and nothing there would move a peer's bytes between the network
+ * and device memory (docs/design.md says why active messages were not
+ * used): expose a PINNED buffer of its device and um_copy between the two.
+ * (As the local side of um_net_put / um_net_get a DEVICE buffer works.) *len in/out as for um_net_address
  * (UM_ERANGE leaves b unexposed). Returns UM_EINVAL (NULL), UM_ESTATE (b
  * released, or its manager has no um_net), UM_ENOTSUP, UM_ENOMEM (also:
  * 4096 buffers are exposed already), UM_EBACKEND. The exposure lasts until
