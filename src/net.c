@@ -127,18 +127,6 @@ static um_net *net_of_locked(um_manager *m) {
 /* ------------------------------------------------------------------------ */
 /* Blobs */
 
-static void put_le(unsigned char *p, uint64_t v, int n) {
-  for (int i = 0; i < n; i++)
-    p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint64_t get_le(const unsigned char *p, int n) {
-  uint64_t v = 0;
-  for (int i = 0; i < n; i++)
-    v |= (uint64_t)p[i] << (8 * i);
-  return v;
-}
-
 static uint64_t blob_checksum(const unsigned char *b, size_t len) {
   static const unsigned char zero[8];
   uint64_t h = 0xcbf29ce484222325ull;
@@ -149,12 +137,12 @@ static uint64_t blob_checksum(const unsigned char *b, size_t len) {
 
 /* Fill the envelope of a blob whose body is in place. */
 static void blob_seal(unsigned char *b, size_t len, int kind) {
-  put_le(b, BLOB_MAGIC, 4);
-  put_le(b + 4, BLOB_VERSION, 2);
-  put_le(b + 6, (uint64_t)kind, 2);
-  put_le(b + 8, len, 4);
-  put_le(b + 12, 0, 4);
-  put_le(b + 16, blob_checksum(b, len), 8);
+  um__net_le_put(b, BLOB_MAGIC, 4);
+  um__net_le_put(b + 4, BLOB_VERSION, 2);
+  um__net_le_put(b + 6, (uint64_t)kind, 2);
+  um__net_le_put(b + 8, len, 4);
+  um__net_le_put(b + 12, 0, 4);
+  um__net_le_put(b + 16, blob_checksum(b, len), 8);
 }
 
 /* Check an envelope; *body / *body_len receive the body. */
@@ -164,17 +152,17 @@ static int blob_open(const void *blob, size_t len, int kind, const unsigned char
   const char *what = kind == BLOB_ADDRESS ? "address" : "key";
   if (len < BLOB_HEAD)
     return um__set_error(UM_EINVAL, "%s blob of %zu bytes is truncated", what, len);
-  if (get_le(b, 4) != BLOB_MAGIC)
+  if (um__net_le_get(b, 4) != BLOB_MAGIC)
     return um__set_error(UM_EINVAL, "not a unimem %s blob (bad magic)", what);
-  if (get_le(b + 4, 2) != BLOB_VERSION)
+  if (um__net_le_get(b + 4, 2) != BLOB_VERSION)
     return um__set_error(UM_EINVAL, "%s blob of version %u (this library reads %u)", what,
-                         (unsigned)get_le(b + 4, 2), BLOB_VERSION);
-  if (get_le(b + 6, 2) != (uint64_t)kind)
-    return um__set_error(UM_EINVAL, "blob is not a %s blob (kind %u)", what, (unsigned)get_le(b + 6, 2));
-  if (get_le(b + 8, 4) != len)
-    return um__set_error(UM_EINVAL, "%s blob says %u bytes, %zu given", what, (unsigned)get_le(b + 8, 4),
+                         (unsigned)um__net_le_get(b + 4, 2), BLOB_VERSION);
+  if (um__net_le_get(b + 6, 2) != (uint64_t)kind)
+    return um__set_error(UM_EINVAL, "blob is not a %s blob (kind %u)", what, (unsigned)um__net_le_get(b + 6, 2));
+  if (um__net_le_get(b + 8, 4) != len)
+    return um__set_error(UM_EINVAL, "%s blob says %u bytes, %zu given", what, (unsigned)um__net_le_get(b + 8, 4),
                          len);
-  if (get_le(b + 16, 8) != blob_checksum(b, len))
+  if (um__net_le_get(b + 16, 8) != blob_checksum(b, len))
     return um__set_error(UM_EINVAL, "%s blob is damaged (checksum mismatch)", what);
   *body = b + BLOB_HEAD;
   *body_len = len - BLOB_HEAD;
@@ -189,11 +177,11 @@ static int blob_parse_exposure(const um__net_transport *tr, const void *blob, si
   int st = blob_open(blob, len, BLOB_EXPOSURE, &body, &body_len);
   if (st != UM_OK)
     return st;
-  if (body_len < BLOB_EXPOSURE_BODY || get_le(body + 20, 4) != body_len - BLOB_EXPOSURE_BODY)
+  if (body_len < BLOB_EXPOSURE_BODY || um__net_le_get(body + 20, 4) != body_len - BLOB_EXPOSURE_BODY)
     return um__set_error(UM_EINVAL, "key blob's key length does not match its size");
-  r->base = get_le(body, 8);
-  r->size = get_le(body + 8, 8);
-  r->flags = (unsigned)get_le(body + 16, 4);
+  r->base = um__net_le_get(body, 8);
+  r->size = um__net_le_get(body + 8, 8);
+  r->flags = (unsigned)um__net_le_get(body + 16, 4);
   r->key = body + BLOB_EXPOSURE_BODY;
   r->key_len = body_len - BLOB_EXPOSURE_BODY;
   if (r->size == 0 || r->base + r->size < r->base || (r->flags & ~UM__NET_EXPOSED_READONLY) != 0)
@@ -418,10 +406,10 @@ static int exposure_make(um_net *n, um_buffer *b, net_exposure **out) {
     (void)exposure_revoke(n, x);
     return um__set_error(UM_ENOMEM, "out of memory for a key blob");
   }
-  put_le(x->blob + BLOB_HEAD, (uint64_t)(uintptr_t)b->mem.host, 8);
-  put_le(x->blob + BLOB_HEAD + 8, b->size, 8);
-  put_le(x->blob + BLOB_HEAD + 16, b->readonly ? UM__NET_EXPOSED_READONLY : 0, 4);
-  put_le(x->blob + BLOB_HEAD + 20, key_len, 4);
+  um__net_le_put(x->blob + BLOB_HEAD, (uint64_t)(uintptr_t)b->mem.host, 8);
+  um__net_le_put(x->blob + BLOB_HEAD + 8, b->size, 8);
+  um__net_le_put(x->blob + BLOB_HEAD + 16, b->readonly ? UM__NET_EXPOSED_READONLY : 0, 4);
+  um__net_le_put(x->blob + BLOB_HEAD + 20, key_len, 4);
   memcpy(x->blob + BLOB_HEAD + BLOB_EXPOSURE_BODY, key, key_len);
   blob_seal(x->blob, x->blob_len, BLOB_EXPOSURE);
   x->buf = b;
@@ -429,17 +417,19 @@ static int exposure_make(um_net *n, um_buffer *b, net_exposure **out) {
   return UM_OK;
 }
 
-/* b's manager's live net, locked; NULL (with the error set) when none. */
-static um_net *net_of_buffer_lock(um_buffer *b) {
+/* b's manager's live net, locked; NULL when none. */
+static um_net *net_of_buffer_lock(const um_buffer *b) {
   um_net *n;
   pthread_mutex_lock(&registry_lock);
   n = net_of_locked(b->m);
   if (n != NULL)
     pthread_mutex_lock(&n->lock);
   pthread_mutex_unlock(&registry_lock);
-  if (n == NULL)
-    um__set_error(UM_ESTATE, "buffer %p: its manager has no um_net (um_net_create first)", (void *)b);
   return n;
+}
+
+static int no_net(const um_buffer *b) {
+  return um__set_error(UM_ESTATE, "buffer %p: its manager has no um_net (um_net_create first)", (const void *)b);
 }
 
 int um_net_expose(um_buffer *b, void *blob, size_t *len) {
@@ -455,7 +445,7 @@ int um_net_expose(um_buffer *b, void *blob, size_t *len) {
                                      "of its device and um_copy between the two",
                          (void *)b);
   if ((n = net_of_buffer_lock(b)) == NULL)
-    return UM_ESTATE;
+    return no_net(b);
   /* The count, then touched, before the state check, all seq_cst, against
    * um_release's state CAS, then touched load, then count load (in
    * um__net_buffer_released): a release either sees both and looks for
@@ -496,7 +486,7 @@ int um_net_unexpose(um_buffer *b) {
   if ((st = um__buffer_check_live(b)) != UM_OK)
     return st;
   if ((n = net_of_buffer_lock(b)) == NULL)
-    return UM_ESTATE;
+    return no_net(b);
   x = exposure_unlink_locked(n, b);
   pthread_mutex_unlock(&n->lock);
   if (x == NULL)
@@ -509,14 +499,7 @@ void um__net_buffer_released(um_buffer *b) {
   net_exposure *x;
   um_net *n;
   int st;
-  if (atomic_load(&live_exposures) == 0)
-    return;
-  pthread_mutex_lock(&registry_lock);
-  n = net_of_locked(b->m);
-  if (n != NULL)
-    pthread_mutex_lock(&n->lock);
-  pthread_mutex_unlock(&registry_lock);
-  if (n == NULL)
+  if (atomic_load(&live_exposures) == 0 || (n = net_of_buffer_lock(b)) == NULL)
     return;
   x = exposure_unlink_locked(n, b);
   pthread_mutex_unlock(&n->lock);

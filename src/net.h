@@ -45,6 +45,20 @@ typedef struct um__net_remote {
   size_t key_len;
 } um__net_remote;
 
+/* Little-endian fields of the blobs and keys, whatever the host's order:
+ * n bytes of v at p, and back. */
+static inline void um__net_le_put(unsigned char *p, uint64_t v, int n) {
+  for (int i = 0; i < n; i++)
+    p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static inline uint64_t um__net_le_get(const unsigned char *p, int n) {
+  uint64_t v = 0;
+  for (int i = 0; i < n; i++)
+    v |= (uint64_t)p[i] << (8 * i);
+  return v;
+}
+
 /* ------------------------------------------------------------------------ */
 /* 1. The seam */
 

@@ -190,19 +190,6 @@ static uint64_t mono_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* Little-endian fields of a key, whatever the host's order. */
-static void put_le(unsigned char *p, uint64_t v, int n) {
-  for (int i = 0; i < n; i++)
-    p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint64_t get_le(const unsigned char *p, int n) {
-  uint64_t v = 0;
-  for (int i = 0; i < n; i++)
-    v |= (uint64_t)p[i] << (8 * i);
-  return v;
-}
-
 static uint64_t fnv1a(const void *p, size_t n) {
   const unsigned char *b = p;
   uint64_t h = 0xcbf29ce484222325ull;
@@ -425,13 +412,13 @@ static int ucx_key_check(const void *key, size_t len) {
   uint64_t dlen, clen;
   if (key == NULL || len < UCX_KEY_HEAD)
     return um__set_error(UM_EINVAL, "UCX key of %zu bytes is truncated", len);
-  dlen = get_le(k + 16, 4);
-  clen = get_le(k + 20, 4);
+  dlen = um__net_le_get(k + 16, 4);
+  clen = um__net_le_get(k + 20, 4);
   if (dlen == 0 || clen == 0 || UCX_KEY_HEAD + dlen + clen != len)
     return um__set_error(UM_EINVAL, "UCX key lengths (%" PRIu64 " + %" PRIu64 ") do not add up to %zu",
                          dlen, clen, len);
-  if (get_le(k, 4) >= UCX_SLOTS)
-    return um__set_error(UM_EINVAL, "UCX key names slot %" PRIu64 " of %u", get_le(k, 4), UCX_SLOTS);
+  if (um__net_le_get(k, 4) >= UCX_SLOTS)
+    return um__set_error(UM_EINVAL, "UCX key names slot %" PRIu64 " of %u", um__net_le_get(k, 4), UCX_SLOTS);
   return UM_OK;
 }
 
@@ -483,12 +470,12 @@ static int rkey_get(ucx_ep *e, const unsigned char *key, size_t len, ucx_rkey **
   memcpy(k->bytes, key, len);
   k->hash = h;
   k->len = len;
-  k->slot = (uint32_t)get_le(key, 4);
-  k->gen = (uint32_t)get_le(key + 4, 4);
-  k->ctrl_addr = get_le(key + 8, 8);
+  k->slot = (uint32_t)um__net_le_get(key, 4);
+  k->gen = (uint32_t)um__net_le_get(key + 4, 4);
+  k->ctrl_addr = um__net_le_get(key + 8, 8);
   st = um__ucx.ucp_ep_rkey_unpack(e->uep, key + UCX_KEY_HEAD, &k->data);
   if (st == UCS_OK)
-    st = um__ucx.ucp_ep_rkey_unpack(e->uep, key + UCX_KEY_HEAD + get_le(key + 16, 4), &k->ctrl);
+    st = um__ucx.ucp_ep_rkey_unpack(e->uep, key + UCX_KEY_HEAD + um__net_le_get(key + 16, 4), &k->ctrl);
   if (st != UCS_OK) {
     rkey_free(k);
     return um__set_error(UM_EINVAL, "remote key refused by UCX (ucp_ep_rkey_unpack: %s)",
@@ -975,11 +962,11 @@ static int ucx_expose(void *tn, void *base, size_t len, void **tx, const void **
   x->slot = n->free_slots[--n->nfree];
   word = atomic_fetch_add(&n->ctrl[x->slot], GEN_ONE) + GEN_ONE;
   x->key_len = UCX_KEY_HEAD + plen + n->ctrl_rkey_len;
-  put_le(x->key, x->slot, 4);
-  put_le(x->key + 4, word >> 32, 4);
-  put_le(x->key + 8, (uint64_t)(uintptr_t)n->ctrl, 8);
-  put_le(x->key + 16, plen, 4);
-  put_le(x->key + 20, n->ctrl_rkey_len, 4);
+  um__net_le_put(x->key, x->slot, 4);
+  um__net_le_put(x->key + 4, word >> 32, 4);
+  um__net_le_put(x->key + 8, (uint64_t)(uintptr_t)n->ctrl, 8);
+  um__net_le_put(x->key + 16, plen, 4);
+  um__net_le_put(x->key + 20, n->ctrl_rkey_len, 4);
   memcpy(x->key + UCX_KEY_HEAD, packed, plen);
   memcpy(x->key + UCX_KEY_HEAD + plen, n->ctrl_rkey, n->ctrl_rkey_len);
   um__ucx.ucp_rkey_buffer_release(packed);
