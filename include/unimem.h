@@ -165,6 +165,8 @@ typedef struct um_options {
   int debug;              /* quarantine released handles, poison freed blocks */
   int huge_pages;         /* madvise(MADV_HUGEPAGE) large host blocks */
   uint64_t device_limit_bytes; /* cap each non-host device's memory (0: none) */
+  uint32_t net_timeout_ms; /* um_net: longest a network step may go without
+                              progress before its operation fails (>= 1) */
   char backends[128];     /* comma list: "cpu,opencl,cuda"; "" means all */
   um_log_level log_level; /* messages above this level are dropped */
   um_log_fn log;          /* NULL: messages go to stderr */
@@ -213,7 +215,10 @@ typedef struct um_device_info {
   XX(uint64_t, xfer_direct, "copies run as direct DMA or host memcpy")         \
   XX(uint64_t, xfer_pipelined, "copies run through pinned staging chunks")     \
   XX(uint64_t, xfer_staged, "copies staged through host memory")               \
-  XX(uint64_t, fills, "fill operations")
+  XX(uint64_t, fills, "fill operations")                                      \
+  XX(uint64_t, bytes_net_out, "bytes this process put to peers (um_net_put)")  \
+  XX(uint64_t, bytes_net_in, "bytes this process got from peers (um_net_get)") \
+  XX(uint64_t, xfer_net, "um_net_put and um_net_get operations completed")
 
 /* Counters and gauges of one device, or of all devices (um_stats_get); one
  * field per entry of UM_STATS_FIELDS. */
@@ -367,8 +372,11 @@ UM_EXTERN int um_unmap(um_buffer *b, void *host);
 /* Events                                                                    */
 
 /* Block until the operation finishes; returns its status (UM_ECANCELED when
- * it was canceled). The event calls answer UM_EINVAL for what is not an
- * event and UM_ESTATE for an event the caller released. */
+ * it was canceled). On a failure um_last_error() of the calling thread has
+ * the failure's text, wherever it happened (a worker, a driver thread, the
+ * network's thread); um_event_query does the same once the operation is
+ * done. The event calls answer UM_EINVAL for what is not an event and
+ * UM_ESTATE for an event the caller released. */
 UM_EXTERN int um_event_wait(um_event *e);
 /* UM_EAGAIN while pending, else the operation's status. */
 UM_EXTERN int um_event_query(um_event *e);
@@ -620,6 +628,129 @@ UM_EXTERN int um_dlpack_export(um_buffer *b, size_t offset, int ndim, const int6
  * overflows), UM_ERANGE (byte_offset + size past the end of the cl_mem),
  * UM_ENOMEM. */
 UM_EXTERN int um_dlpack_import(um_manager *m, void *tensor, unsigned flags, um_buffer **out);
+
+/* ------------------------------------------------------------------------ */
+/* Across processes and nodes (UCX)                                          */
+
+/* One-sided put and get between buffers of different processes, over UCX
+ * (libucp.so.0, loaded at run time: unimem does not link against it).
+ *
+ * A process creates a um_net on its manager, hands its address blob to its
+ * peers, and connects to theirs (exchanging the blobs is the application's
+ * job: a socket, MPI, a file). To let peers reach a buffer it exposes it
+ * and hands them the key blob; a peer then puts into or gets from any
+ * range of the exposed buffer with no call on the exposing side: a
+ * progress thread serves the peers, sleeping while there is nothing to do.
+ *
+ * Blobs are capabilities. Whoever holds a buffer's key blob can read and
+ * write the exposed range until it is unexposed: hand it only to peers
+ * trusted with that memory. The blob's header (magic, version, length,
+ * checksum) catches damage in transit (UM_EINVAL), not forgery.
+ *
+ * Ranges are checked on the issuing side against the exposed size carried
+ * in the blob (UM_ERANGE). Unexposing is a revocation that the target
+ * enforces: once um_net_unexpose (or um_release of the buffer) returns, no
+ * later put or get from any peer touches the memory; they fail with
+ * UM_ESTATE. unimem enforces it with an admission count and a generation
+ * per exposure, because UCX's own deregistration does not stop a peer on
+ * its shared-memory and tcp transports.
+ *
+ * Failures: a peer that dies fails the operations in flight to it with
+ * UM_EBACKEND and UCX's own message; nothing waits longer than
+ * um_options.net_timeout_ms (UNIMEM_NET_TIMEOUT_MS) without progress: an
+ * operation that stalls that long fails with UM_EBACKEND, and its endpoint
+ * can no longer be used. Where UCX's transports detect peer failure (tcp)
+ * it is reported at once; over shared memory (posix, sysv) the timeout
+ * finds it. UCX's environment (UCX_TLS, UCX_NET_DEVICES, ...) selects the
+ * transports. */
+typedef struct um_net um_net;
+typedef struct um_endpoint um_endpoint;
+
+/* Open the network for manager m: a UCX context and worker, and a progress
+ * thread. One um_net per manager at a time. Returns UM_EINVAL (NULL),
+ * UM_ESTATE (m has a um_net already), UM_ENOTSUP (UCX is not installed, or
+ * this build has no UCX support: um_last_error() says which; the
+ * UNIMEM_UCX_LIBRARY environment variable names another libucp),
+ * UM_ENOMEM, UM_EBACKEND. The caller owns *out until um_net_destroy. */
+UM_EXTERN int um_net_create(um_manager *m, um_net **out);
+
+/* This process's address blob, for peers' um_net_connect. *len in/out:
+ * the capacity of blob, then the blob's length. UM_ERANGE when the
+ * capacity is too small, with *len set to the length needed (blob may be
+ * NULL when *len is 0). Returns UM_EINVAL (NULL n or len), UM_ESTATE (n was
+ * destroyed). */
+UM_EXTERN int um_net_address(um_net *n, void *blob, size_t *len);
+
+/* An endpoint to the peer whose address blob is addr[0..len). Returns
+ * UM_EINVAL (NULL, or a blob that is not an intact address blob),
+ * UM_ESTATE (n was destroyed), UM_ENOMEM, UM_EBACKEND. The caller owns
+ * *out until um_endpoint_close (or um_net_destroy). */
+UM_EXTERN int um_net_connect(um_net *n, const void *addr, size_t len,
+                             um_endpoint **out);
+
+/* Expose buffer b to peers: writes the key blob that a peer passes to
+ * um_net_put / um_net_get. The range is the whole buffer (um_buffer_size
+ * bytes); a read-only buffer (read-only wrap or file) takes gets only.
+ * Exposing an exposed buffer gives the same blob again. b must have a host
+ * view (any buffer of the cpu device, HOST, PINNED or UNIFIED): an OpenCL
+ * or CUDA DEVICE buffer answers UM_ENOTSUP, because the exposing side is
+ * passive and nothing there would move a peer's bytes between the network
+ * and device memory (docs/design.md says why active messages were not
+ * used): expose a PINNED buffer of its device and um_copy between the two.
+ * (As the local side of um_net_put / um_net_get a DEVICE buffer works.) *len in/out as for um_net_address
+ * (UM_ERANGE leaves b unexposed). Returns UM_EINVAL (NULL), UM_ESTATE (b
+ * released, or its manager has no um_net), UM_ENOTSUP, UM_ENOMEM (also:
+ * 4096 buffers are exposed already), UM_EBACKEND. The exposure lasts until
+ * um_net_unexpose, um_release of b or um_net_destroy. */
+UM_EXTERN int um_net_expose(um_buffer *b, void *blob, size_t *len);
+
+/* Revoke b's exposure: when this returns, no put or get from any peer
+ * reads or writes b any more (later ones fail with UM_ESTATE), and the ones
+ * already admitted have finished. Returns UM_OK; UM_EINVAL (NULL);
+ * UM_ESTATE (b released or not exposed); UM_EBUSY when transfers admitted
+ * before did not finish within net_timeout_ms (a peer died mid-transfer):
+ * b is unexposed all the same. */
+UM_EXTERN int um_net_unexpose(um_buffer *b);
+
+/* Write bytes of src from src_off into the remote buffer of key blob
+ * rkey[0..rkey_len) at dst_off, through ep. Ordered after the operations
+ * issued earlier on src (a um_copy_from_host into src before the put is
+ * what the put sends). done as for the copies: NULL blocks and returns the
+ * status; otherwise *done receives an event. Complete means the bytes are
+ * in the remote memory. src may be any live buffer of ep's manager: one
+ * without a host view is sent through pinned host chunks. Returns UM_EINVAL
+ * (NULL, zero bytes, buffer of another manager, rkey not an intact key
+ * blob), UM_ERANGE (src range outside src, or remote range outside the
+ * exposed size), UM_ESTATE (src released or mapped, ep closed, remote
+ * buffer read-only, or no longer exposed), UM_EBACKEND (peer failure or
+ * net_timeout_ms without progress; um_last_error() has UCX's text after a
+ * blocking call), UM_ENOMEM. */
+UM_EXTERN int um_net_put(um_endpoint *ep, um_buffer *src, size_t src_off,
+                         const void *rkey, size_t rkey_len, size_t dst_off,
+                         size_t bytes, um_event **done);
+
+/* Read bytes of the remote buffer of key blob rkey[0..rkey_len) from
+ * src_off into dst at dst_off, through ep. As um_net_put, mirrored: ordered
+ * after the operations issued earlier on dst; UM_ESTATE also for a
+ * read-only dst. */
+UM_EXTERN int um_net_get(um_endpoint *ep, um_buffer *dst, size_t dst_off,
+                         const void *rkey, size_t rkey_len, size_t src_off,
+                         size_t bytes, um_event **done);
+
+/* Close ep: operations in flight on it finish first (or fail after
+ * net_timeout_ms without progress); operations issued on it that have not
+ * started yet fail with UM_ESTATE when they start. Returns UM_OK,
+ * UM_EINVAL (not an endpoint), UM_ESTATE (already closed). */
+UM_EXTERN int um_endpoint_close(um_endpoint *ep);
+
+/* Close n: every endpoint still open is closed and every buffer still
+ * exposed is unexposed, each reported through the log (a warning); then
+ * the worker and the progress thread go. Operations not yet started fail
+ * with UM_ESTATE. Handles of n and its endpoints answer UM_ESTATE
+ * afterwards, until the manager is destroyed. um_manager_destroy destroys a
+ * um_net the application did not. Returns UM_OK, UM_EINVAL (not a net),
+ * UM_ESTATE (already destroyed). */
+UM_EXTERN int um_net_destroy(um_net *n);
 
 #ifdef UNIMEM_TRACK_SITES
 #define um_alloc(m, d, bytes, loc, flags, out)                                 \

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "net.h"
 #include "tcache.h"
 #include "testhook.h"
 
@@ -290,6 +291,10 @@ static __attribute__((noinline)) int release_slow(um_buffer *b, um__tcache *tc) 
     bool now;
     void *mapped;
     um_event *bracket;
+    /* Peers lose an exposed buffer first (net.c: a revocation, which waits
+     * for their transfers already admitted), so none reaches the block
+     * once it is reused. */
+    um__net_buffer_released(b);
     pthread_mutex_lock(&b->lock);
     mapped = take_native_mapping_locked(b);
     bracket = um__access_take_locked(b);

@@ -142,6 +142,7 @@ um_event *um__event_new(um_manager *m, um__op_kind kind) {
   if (e == NULL)
     return NULL;
   e->free_next = NULL;
+  e->error_text[0] = '\0';
   memset((char *)e + offsetof(um_event, refs), 0, sizeof(*e) - offsetof(um_event, refs));
   atomic_init(&e->refs, 1);
   atomic_init(&e->caller_holds, false);
@@ -207,6 +208,15 @@ int um__event_wait_internal(um_event *e) {
   return st;
 }
 
+int um__event_wait_result(um_event *e) {
+  int st = um__event_wait_internal(e);
+  if (st == UM_OK)
+    return st;
+  /* Written before the operation completed; the wait's lock orders it. */
+  if (e->error_text[0] != '\0')
+    return um__set_error(st, "%s", e->error_text);
+  return um__set_error(st, "the operation failed: %s", um_strerror(st));
+}
 
 /* ------------------------------------------------------------------------ */
 /* The engine */
@@ -344,7 +354,7 @@ int um_event_wait(um_event *e) {
    * meanwhile (a misuse, but not one that may reach freed memory). */
   if (!event_ref_if_used(e))
     return um__set_error(UM_ESTATE, "event %p was released", (void *)e);
-  st = um__event_wait_internal(e);
+  st = um__event_wait_result(e);
   um__event_unref(e);
   return st;
 }
@@ -356,6 +366,8 @@ int um_event_query(um_event *e) {
   pthread_mutex_lock(&e->lock);
   st = atomic_load_explicit(&e->state, memory_order_acquire) != UM__EV_DONE ? UM_EAGAIN : e->status;
   pthread_mutex_unlock(&e->lock);
+  if (st != UM_OK && st != UM_EAGAIN)
+    return um__set_error(st, "%s", e->error_text[0] != '\0' ? e->error_text : um_strerror(st));
   return st;
 }
 

@@ -5,9 +5,14 @@
  * draws them with the path of one allocation and of one copy):
  *
  *   API        buffer.c map.c copy.c stream.c mapfile.c device.c peer.c
- *              stats.c manager.c access.c dlpack.c
- *   operations op.c -> path.c, staged.c (how each kind runs)
+ *              stats.c manager.c access.c dlpack.c net.c (um_net_*:
+ *              handles, blobs, exposures; net.h)
+ *   operations op.c -> path.c, staged.c, access.c, net_op.c (how each kind
+ *              runs: table entries)
  *              event.c (event objects, the worker engine)
+ *   net        net.c's seam -> net_staging.c (device buffers) -> the
+ *              transport table (net.h): net_ucx.c -> net_ucx_lib.c
+ *              (dlopen libucp.so.0); beside the backends, not under them
  *   buffers    handle.c (checks, going live, an operation's end, retire)
  *              trim.c (on request, under pressure, the timer)
  *              quarantine.c (debug) -> owner.c (a block back to its owner)
@@ -179,6 +184,15 @@ struct um__path {
   size_t inline_bytes;
   /* start_native queues a command on the device's queue (not a join). */
   bool queued;
+  /* Start host-side asynchronous work (no device queue) without blocking
+   * the calling thread: UM_OK, then done(op, status) exactly once from any
+   * thread, possibly before it returns (it then touches neither op nor its
+   * attachment afterwards); or a failure (um_last_error() set), and done is
+   * never called. A failure's text goes into op->error_text before done.
+   * Taken instead of run when not NULL; op.c then starts the operation on
+   * the issuing thread, or on a worker once its dependencies finished, and
+   * no thread waits for the work itself. */
+  int (*start_async)(um_event *op, um__done_fn done);
 };
 void um__path_plan(um_event *op);
 bool um__path_runs_inline(const um_event *op);
@@ -196,12 +210,18 @@ extern const um__path um__path_h2d_pipelined, um__path_d2h_pipelined, um__path_s
     um__path_overlap;
 /* access.c: the caller's bracket and the gate */
 extern const um__path um__path_access, um__path_gate;
+/* net_op.c: um_net_put and um_net_get (SPEC §10) */
+extern const um__path um__path_net_put, um__path_net_get;
 
 /* event.c: event objects */
 um_event *um__event_new(um_manager *m, um__op_kind kind);
 void um__event_ref(um_event *e);
 void um__event_unref(um_event *e);
 int um__event_wait_internal(um_event *e);
+/* um__event_wait_internal for a caller: on failure, um_last_error() of
+ * the calling thread gets the operation's error_text (or the code's
+ * meaning when it has none). */
+int um__event_wait_result(um_event *e);
 /* Drop one owner of e's token (e->native_refs); the last releases it. */
 void um__event_token_put(um_event *e, um_device *ndev, void *native);
 /* Manager destroy: free every event object. */

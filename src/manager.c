@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "net.h"
 #include "tcache.h"
 
 /* The backends this build knows, in device order after the cpu. Adding one
@@ -226,6 +227,9 @@ int um_manager_destroy(um_manager *m) {
     return st;
   um__access_end_all(m); /* brackets left open would never finish */
   um__engine_drain(m);
+  /* Before the leak report: it releases exposed buffers, and a net's
+   * staging chunks are blocks of the devices. */
+  um__net_manager_destroy(m);
   um__trim_thread_stop(m);
   um__engine_stop(m);
 

@@ -15,12 +15,19 @@
  *    started by a worker thread (event.c's engine) when the earlier one
  *    completes.
  * A native operation completes in the driver's callback where the backend
- * allows it (callbacks_reenter), else on a worker.
+ * allows it (callbacks_reenter), else on a worker. A path with host-side
+ * asynchronous work (start_async: a network transfer) is started on the
+ * thread that may start it and completes on whatever thread reports it
+ * done; no worker blocks on it.
+ *
+ * A failure's text is kept in the event (error_text) by the thread that
+ * saw it, for um_last_error() on the thread that waits.
  *
  * No lock of unimem is held across a backend call: a driver may run an
  * earlier command's completion on the submitting thread, and that
  * completion takes the locks of its operation and buffers.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,6 +48,21 @@ static void engine_push_op(um_event *op, void (*fn)(um__work *), bool first) {
 
 /* ------------------------------------------------------------------------ */
 /* Native tokens */
+
+/* A failure this thread just saw (its um_last_error()) becomes op's text,
+ * unless the path wrote one. */
+static void keep_error_text(um_event *op) {
+  if (op->error_text[0] == '\0')
+    snprintf(op->error_text, sizeof(op->error_text), "%s", um_last_error());
+}
+
+/* The issuer's attachment goes, once (types.h: attached). */
+static void drop_attached(um_event *op) {
+  void (*drop)(um_event *) = op->attached_drop;
+  op->attached_drop = NULL;
+  if (drop != NULL)
+    drop(op);
+}
 
 /* The operation this thread is starting natively (set around the
  * backend's xfer_async), so that native_done can tell a completion reported
@@ -117,6 +139,7 @@ static void start_native(um_event *op, void *const *after, int nafter) {
   st = op->path->start_native(op, after, nafter, native_done, &native);
   starting_native = NULL;
   if (st != UM_OK) {
+    keep_error_text(op);
     um__op_complete(op, st);
     return;
   }
@@ -200,6 +223,7 @@ void um__op_complete(um_event *op, int status) {
 
   if (status == UM_OK && op->path != NULL)
     op->path->account(op);
+  drop_attached(op);
   lock_buffers(bufs, nbufs);
   native = finish_locked(op, status, bufs, nbufs, drop_last, retire, deps, &ndeps);
   unlock_buffers(bufs, nbufs);
@@ -233,8 +257,31 @@ static void op_task_complete(um__work *w) {
 /* ------------------------------------------------------------------------ */
 /* Starting */
 
+static void async_done(void *arg, int status) { um__op_complete(arg, status); }
+
+/* Run a started operation on host threads: its path's run, to completion
+ * on this thread; or its asynchronous start, which returns at once (the
+ * operation completes in async_done, on the thread that reports it). */
+static void run_host(um_event *op) {
+  int st;
+  if (op->path->start_async == NULL) {
+    if ((st = op->path->run(op)) != UM_OK)
+      keep_error_text(op);
+    um__op_complete(op, st);
+    return;
+  }
+  /* done may complete op, and drop the engine's reference, before
+   * start_async returns. */
+  um__event_ref(op);
+  if ((st = op->path->start_async(op, async_done)) != UM_OK) {
+    keep_error_text(op);
+    um__op_complete(op, st);
+  }
+  um__event_unref(op);
+}
+
 /* Run an operation whose dependencies are all satisfied and whose state is
- * already RUNNING: on its device's queue, or here. */
+ * already RUNNING: on its device's queue, or on host threads. */
 static void run_started(um_event *op) {
   if (op->native_dev != NULL) {
     /* The operation may complete (and lose the engine's reference, its
@@ -245,7 +292,7 @@ static void run_started(um_event *op) {
     um__event_unref(op);
     return;
   }
-  um__op_complete(op, op->path->run(op));
+  run_host(op);
 }
 
 /* A worker starts an operation its last dependency handed over, unless it
@@ -268,14 +315,12 @@ static void op_task_start(um__work *w) {
 }
 
 /* Nothing to wait for: start op now, on its device's queue, on this thread
- * (blocking, or small enough), or on a worker. */
+ * (blocking, small enough, or an asynchronous start), or on a worker. */
 static void op_start_now(um_event *op) {
-  if (op->native_dev != NULL) {
+  if (op->native_dev != NULL || op->blocking || op->path->start_async != NULL ||
+      um__path_runs_inline(op)) {
     atomic_store_explicit(&op->state, UM__EV_RUNNING, memory_order_release);
     run_started(op);
-  } else if (op->blocking || um__path_runs_inline(op)) {
-    atomic_store_explicit(&op->state, UM__EV_RUNNING, memory_order_release);
-    um__op_complete(op, op->path->run(op));
   } else {
     engine_push_op(op, op_task_start, false);
   }
@@ -340,8 +385,9 @@ static int op_run_unpublished(um_event *op) {
   atomic_store_explicit(&op->state, UM__EV_RUNNING, memory_order_relaxed);
   um__engine_op_begin(op->m);
   um__event_ref(op); /* um__op_complete drops the engine's reference */
-  um__op_complete(op, op->path->run(op));
-  st = op->status;
+  run_host(op);
+  /* A run failed on this thread, which has its text already. */
+  st = op->path->start_async != NULL ? um__event_wait_result(op) : op->status;
   um__event_unref(op);
   return st;
 }
@@ -466,6 +512,7 @@ int um__op_issue(um_event *op, um_event **done) {
   lock_buffers(bufs, nbufs);
   if ((st = op_check_locked(op, bufs, nbufs)) != UM_OK) {
     unlock_buffers(bufs, nbufs);
+    drop_attached(op);
     um__event_unref(op); /* never published: the caller's only reference */
     return st;
   }
@@ -486,7 +533,7 @@ int um__op_issue(um_event *op, um_event **done) {
     return UM_OK;
   }
   if (done == NULL) {
-    st = um__event_wait_internal(op);
+    st = um__event_wait_result(op);
     um__event_unref(op); /* the issuing reference */
     return st;
   }
@@ -505,6 +552,7 @@ int um__op_hold(um_event *op, um_event **dep) {
   lock_buffers(bufs, nbufs);
   if ((st = op_check_locked(op, bufs, nbufs)) != UM_OK) {
     unlock_buffers(bufs, nbufs);
+    drop_attached(op);
     um__event_unref(op);
     return st;
   }
@@ -661,7 +709,7 @@ int um__op_group_end(um_event *group, um_event **done) {
   close_runs(group);
   group_member_done(group, UM_OK); /* the guard */
   if (done == NULL) {
-    st = um__event_wait_internal(group);
+    st = um__event_wait_result(group);
     um__event_unref(group);
     return st;
   }

@@ -223,7 +223,7 @@ const um__path um__path_peer = SINGLE_CALL("peer", plan_peer, account_peer, xfer
 /* The table and the plan */
 
 static const um__path *const paths[] = {
-    &um__path_access, &um__path_gate,
+    &um__path_access, &um__path_gate, &um__path_net_put, &um__path_net_get,
     &um__path_fill_host, &um__path_fill_device, &um__path_memcpy,
     &um__path_h2d_pipelined, &um__path_h2d, &um__path_d2h_pipelined,
     &um__path_d2h, &um__path_overlap, &um__path_local,

@@ -40,6 +40,9 @@ static void add_device(um_stats *s, um_device *d) {
   SUM(xfer_pipelined);
   SUM(xfer_staged);
   SUM(fills);
+  SUM(bytes_net_out);
+  SUM(bytes_net_in);
+  SUM(xfer_net);
 #undef SUM
   for (int l = 0; l < UM_LOCATION_COUNT; l++)
     um__pool_largest(&d->pools[l], &s->largest_pooled_block);

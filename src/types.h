@@ -63,6 +63,9 @@ typedef struct um__counters {
   atomic_uint_fast64_t xfer_pipelined;
   atomic_uint_fast64_t xfer_staged;
   atomic_uint_fast64_t fills;
+  atomic_uint_fast64_t bytes_net_out;
+  atomic_uint_fast64_t bytes_net_in;
+  atomic_uint_fast64_t xfer_net;
 } um__counters;
 
 /* ------------------------------------------------------------------------ */
@@ -218,8 +221,10 @@ typedef enum {
   UM__OP_FILL = 1,
   UM__OP_GROUP = 2,  /* completes when its members do (um_copy_batch) */
   UM__OP_ACCESS = 3, /* the caller's bracket (access.c) */
-  UM__OP_GATE = 4    /* opens a gate, or stands for one, once an earlier
+  UM__OP_GATE = 4,   /* opens a gate, or stands for one, once an earlier
                         operation finished (access.c) */
+  UM__OP_NET = 5     /* um_net_put (src set) or um_net_get (dst set): the
+                        transfer is attached (net_op.c) */
 } um__op_kind;
 
 typedef enum {
@@ -243,6 +248,9 @@ typedef struct um__path um__path; /* path.c */
  * list; they are freed only with the manager, so a stale handle (an event
  * the caller released) is still readable and answers UM_ESTATE. */
 #define UM__EVENT_SLAB 64
+/* Room for the text of a failure that happened on another thread than the
+ * waiter's (um_last_error() after um_event_wait). */
+#define UM__EVENT_TEXT 160
 
 struct um_event {
   /* Fixed for the object's life. */
@@ -251,6 +259,11 @@ struct um_event {
   pthread_mutex_t lock;
   pthread_cond_t cond;
   um_event *free_next; /* manager's free list (m->event_lock) */
+  /* Why the operation failed, written before it completes by the thread
+   * that saw the failure (op.c, or a path's asynchronous start), read by
+   * waiters once it is done. Only its first byte is reset for a new
+   * operation (um__event_new), so it stays out of the region below. */
+  char error_text[UM__EVENT_TEXT];
 
   /* Reset for each operation: everything from here on. */
   atomic_int refs;          /* 0: on the free list */
@@ -280,6 +293,13 @@ struct um_event {
   const um__path *path;
   um_device *native_dev;
   bool blocking;
+
+  /* What the issuer attached beyond the fields above (a network transfer:
+   * net_op.c), and how to drop it: op.c calls attached_drop once, when the
+   * operation completes or when the issue refuses it, never later, so an
+   * event object going back to the free list holds nothing. */
+  void *attached;
+  void (*attached_drop)(um_event *op);
 
   /* The backend's token while the operation runs on a device queue (under
    * lock), and its owners: one for the operation, one per issuer that

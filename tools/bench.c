@@ -20,6 +20,7 @@ int um_bench_transfer_main(int argc, char **argv, bench_report *rep);
 int um_bench_kernels_main(int argc, char **argv, bench_report *rep);
 int um_bench_stream_main(int argc, char **argv, bench_report *rep);
 int um_bench_cuda_main(int argc, char **argv, bench_report *rep);
+int um_bench_net_main(int argc, char **argv, bench_report *rep);
 
 typedef struct bench_entry {
   const char *name;
@@ -33,6 +34,7 @@ static const bench_entry benches[] = {
     {"kernels", um_bench_kernels_main, "a chain of the caller's kernels between unimem copies against raw events"},
     {"stream", um_bench_stream_main, "a file larger than the device through um_stream against read()+copy"},
     {"cuda", um_bench_cuda_main, "pool and copies on an NVIDIA GPU against the CUDA driver's own calls"},
+    {"net", um_bench_net_main, "um_net put/get between two processes against ucx_perftest"},
 };
 #define NBENCHES (sizeof(benches) / sizeof(benches[0]))
 
@@ -41,7 +43,7 @@ const char tool_bench_help[] =
     "    unimem bench - measure unimem against the allocators and drivers it replaces\n"
     "\n"
     "SYNOPSIS\n"
-    "    unimem bench [pool|transfer|kernels|stream|cuda|all] [--quick] [--json FILE] [--plot FILE]\n"
+    "    unimem bench [pool|transfer|kernels|stream|cuda|net|all] [--quick] [--json FILE] [--plot FILE]\n"
     "                 [BENCHMARK OPTIONS]\n"
     "\n"
     "DESCRIPTION\n"
@@ -64,6 +66,10 @@ const char tool_bench_help[] =
     "    cuda      pool hit against cuMemAlloc/cuMemFree and cuMemAllocAsync, pinned and\n"
     "              pageable host<->device bandwidth against cuMemcpyHtoD/DtoH, and\n"
     "              device-local copies, on the first NVIDIA GPU (skipped without one).\n"
+    "    net       um_net put and get bandwidth and put latency per size between two\n"
+    "              processes of this machine, next to ucx_perftest on the same UCX\n"
+    "              transport (UCX_TLS), in alternating rounds: medians and spreads\n"
+    "              (skipped without UCX or without ucx_perftest). --rounds N.\n"
     "\n"
     "    Each benchmark prints its table on standard output as it finishes. While it\n"
     "    runs, a progress line on standard error says which one is running ([2/3]).\n"
@@ -94,6 +100,9 @@ const char tool_bench_help[] =
     "    POCL_DEVICES   set to \"pthread pthread\" when unset, so that PoCL offers two\n"
     "                   devices for the device<->device and peer rows.\n"
     "    TMPDIR         where stream writes its temporary file (default /tmp).\n"
+    "    UCX_TLS, UCX_NET_DEVICES\n"
+    "                   the UCX transport net measures, for um_net and ucx_perftest\n"
+    "                   alike (e.g. UCX_TLS=posix,self; UCX_TLS=tcp UCX_NET_DEVICES=lo).\n"
     "\n"
     "EXIT STATUS\n"
     "    0  every benchmark ran, or was skipped for lack of a device;\n"
@@ -257,7 +266,7 @@ static int write_report(const char *path, const bench_result *res, int n, bool q
 static int usage_error(const char *fmt, const char *arg) {
   fprintf(stderr, "unimem bench: ");
   fprintf(stderr, fmt, arg);
-  fprintf(stderr, "\nusage: unimem bench [pool|transfer|kernels|stream|cuda|all] [--quick] [--json FILE]\n"
+  fprintf(stderr, "\nusage: unimem bench [pool|transfer|kernels|stream|cuda|net|all] [--quick] [--json FILE]\n"
                   "                    [--plot FILE] (unimem bench --help for more)\n");
   return 2;
 }

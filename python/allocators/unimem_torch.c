@@ -49,6 +49,7 @@ UT_API um_manager *unimem_torch_manager(void);
 UT_API int unimem_torch_stats(um_stats *out);
 UT_API size_t unimem_torch_live(void);
 UT_API const char *unimem_torch_last_error(void);
+UT_API int unimem_torch_synchronize(int device);
 
 /* The signatures PyTorch's CUDAPluggableAllocator calls. */
 _Static_assert(__builtin_types_compatible_p(__typeof__(&unimem_torch_alloc), void *(*)(ssize_t, int, cuda_stream)),
@@ -310,3 +311,19 @@ size_t unimem_torch_live(void) {
 }
 
 const char *unimem_torch_last_error(void) { return last_error; }
+
+/* Wait until the work of the frees so far has finished and their blocks
+ * are back in unimem's pool (a free returns at once; its block waits for
+ * the stream's event). 0, or a um_status. */
+int unimem_torch_synchronize(int device) {
+  int st;
+  if (!ready())
+    return g.status;
+  if (device < 0 || device >= MAX_ORDINALS || g.by_ordinal[device] == NULL) {
+    snprintf(last_error, sizeof(last_error), "no CUDA device %d in unimem's manager", device);
+    return UM_ENODEV;
+  }
+  if ((st = um_device_synchronize(g.by_ordinal[device])) != UM_OK)
+    set_error("um_device_synchronize", st);
+  return st;
+}

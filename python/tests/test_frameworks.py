@@ -23,7 +23,7 @@ import unimem.torch
 from conftest import build_dir, cuda_manager
 
 EXPORTED = {"unimem_torch_alloc", "unimem_torch_free", "unimem_torch_manager", "unimem_torch_stats",
-            "unimem_torch_live", "unimem_torch_last_error"}
+            "unimem_torch_live", "unimem_torch_last_error", "unimem_torch_synchronize"}
 
 
 def test_torch_library_exports_the_allocator_functions():
@@ -80,6 +80,7 @@ def test_torch_allocator_against_the_fake_driver():
             for p, n in zip(ptrs, (256, 4096, 1 << 20)):
                 lib.unimem_torch_free(p, n, 0, None)
             assert unimem.torch.live_blocks() == 0
+            unimem.torch.synchronize(0)   # the frees' events done: the blocks are back
             again = lib.unimem_torch_alloc(4096, 0, None)
             assert again == ptrs[1], "the freed block came back from unimem's pool"
             lib.unimem_torch_free(again, 4096, 0, None)

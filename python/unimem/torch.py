@@ -49,6 +49,8 @@ def _library():
         lib.unimem_torch_stats.argtypes = [ctypes.c_void_p]
         lib.unimem_torch_live.restype = ctypes.c_size_t
         lib.unimem_torch_last_error.restype = ctypes.c_char_p
+        lib.unimem_torch_synchronize.restype = ctypes.c_int
+        lib.unimem_torch_synchronize.argtypes = [ctypes.c_int]
         _lib = lib
     return _lib
 
@@ -87,6 +89,15 @@ def stats():
 def live_blocks():
     """Blocks PyTorch holds from the allocator now."""
     return _library().unimem_torch_live()
+
+
+def synchronize(device=0):
+    """Wait until the frees so far are done with and their blocks are back in
+    unimem's pool (a free returns at once; its block follows the stream's
+    work, through an event recorded at the free)."""
+    lib = _library()
+    if lib.unimem_torch_synchronize(device) != 0:
+        raise RuntimeError(f"unimem.torch: {lib.unimem_torch_last_error().decode(errors='replace')}")
 
 
 def last_error():

@@ -102,6 +102,22 @@ if(TARGET unimem_tool)
     list(APPEND _um_tool_tests tool_bench_stream_json tool_bench_pool_json tool_bench_kernels_json)
   endif()
 
+  # unimem bench net: one quick round over shared memory, or skipped with
+  # its reason where UCX or ucx_perftest is missing.
+  set(_um_net_out ${CMAKE_CURRENT_BINARY_DIR}/tool_bench_net)
+  add_test(NAME tool_bench_net_quick
+           COMMAND ${_um_check} 0 "summary: net (ok|skipped)" "(um_net vs ucx_perftest|skipped)"
+                   -- ${_um_tool} bench net --quick --rounds 1 --json ${_um_net_out}/bench.json)
+  set_tests_properties(tool_bench_net_quick PROPERTIES LABELS "tool;net" TIMEOUT 600
+                       ENVIRONMENT "UCX_TLS=posix,self" FIXTURES_SETUP tool_net_json)
+  if(UM_PYTHON3 AND UM_HAVE_UCX)
+    add_test(NAME tool_bench_net_json
+             COMMAND ${UM_PYTHON3} ${_um_pkg}/check_report.py ${_um_net_out}/bench.json net ok
+                     net:unimem_mibs net:perftest_mibs net:ratio net:unimem_spread net_latency:unimem_us)
+    set_tests_properties(tool_bench_net_json PROPERTIES LABELS "tool;net" TIMEOUT 60
+                         FIXTURES_REQUIRED tool_net_json)
+  endif()
+
   add_test(NAME tool_help COMMAND ${_um_check} 0 "^NAME" "^SYNOPSIS" "^OPTIONS" "^ENVIRONMENT" "^EXIT STATUS"
            -- ${_um_tool} bench --help)
   add_test(NAME tool_bad_usage COMMAND ${_um_check} 2 "unknown benchmark 'nosuch'" -- ${_um_tool} bench nosuch)
