@@ -218,7 +218,7 @@ static void fill_tensor(export_block *x, const dl_place *p, int ndim, const int6
 int um_dlpack_export(um_buffer *b, size_t offset, int ndim, const int64_t *shape, const int64_t *strides,
                      uint8_t dtype_code, uint8_t dtype_bits, uint16_t dtype_lanes, unsigned flags, void **out) {
   um_dl_dtype dtype = {dtype_code, dtype_bits, dtype_lanes};
-  uint64_t extent;
+  uint64_t extent = 0;
   export_block *x;
   dl_place p;
   int st = um__buffer_check_live(b);
@@ -384,10 +384,10 @@ static int import_view(void *tensor, unsigned flags, um_dl_tensor **t, bool *rea
 
 int um_dlpack_import(um_manager *m, void *tensor, unsigned flags, um_buffer **out) {
   import_record *r;
-  um_location loc;
-  um_dl_tensor *t;
-  bool readonly;
-  size_t bytes;
+  um_location loc = UM_HOST;
+  um_dl_tensor *t = NULL;
+  bool readonly = false;
+  size_t bytes = 0;
   int st;
   if (m == NULL || tensor == NULL || out == NULL)
     return um__set_error(UM_EINVAL, "um_dlpack_import: NULL argument");
