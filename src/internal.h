@@ -93,6 +93,9 @@ static inline void um__xfer_host(um__xfer *x, um__xfer_kind kind, um_buffer *b, 
 void um__clear_error(void);
 
 /* options.c */
+/* The longest wait_spin_ns: a second of spinning is already far past any
+ * wait it can shorten (a device round trip is tens of microseconds). */
+#define UM__WAIT_SPIN_MAX_NS 1000000000u
 int um__options_check(const um_options *o);
 bool um__backend_selected(const um_options *o, const char *name);
 

@@ -11,7 +11,8 @@
 #include "internal.h"
 
 /* OPT_TRI: a boolean, or 2 ("always") for a forced mode. */
-typedef enum { OPT_BOOL, OPT_TRI, OPT_INT, OPT_U32, OPT_U64, OPT_SIZE, OPT_STRING, OPT_LEVEL } opt_type;
+/* OPT_NS: a duration in ns, 0..UM__WAIT_SPIN_MAX_NS. */
+typedef enum { OPT_BOOL, OPT_TRI, OPT_INT, OPT_U32, OPT_NS, OPT_U64, OPT_SIZE, OPT_STRING, OPT_LEVEL } opt_type;
 
 typedef struct option_desc {
   const char *env;
@@ -31,7 +32,9 @@ typedef struct option_desc {
  * large enough that per-chunk overhead is below 1% at PCIe 4 speeds. A network
  * step (at most 16 MiB between two flushes) takes ~25 ms on the slowest
  * transport here (tcp over lo, ~650 MB/s): a 10 s net timeout never fires
- * on a live peer, and still finds a dead shared-memory peer in seconds. */
+ * on a live peer, and still finds a dead shared-memory peer in seconds.
+ * Waits sleep at once by default (wait_spin_ns 0): spinning is the caller's
+ * choice of latency over CPU time, as CUDA's cudaDeviceScheduleSpin is. */
 static const option_desc option_table[] = {
     OPT("UNIMEM_ENABLE_POOLING", OPT_BOOL, enable_pooling, 1),
     OPT("UNIMEM_MAX_POOL_BYTES", OPT_U64, max_pool_bytes, 2 * GiB),
@@ -48,6 +51,7 @@ static const option_desc option_table[] = {
     OPT("UNIMEM_HUGE_PAGES", OPT_BOOL, huge_pages, 1),
     OPT("UNIMEM_DEVICE_LIMIT_BYTES", OPT_U64, device_limit_bytes, 0),
     OPT("UNIMEM_NET_TIMEOUT_MS", OPT_U32, net_timeout_ms, 10000),
+    OPT("UNIMEM_WAIT_SPIN_NS", OPT_NS, wait_spin_ns, 0),
     OPT("UNIMEM_BACKENDS", OPT_STRING, backends, 0),
     OPT("UNIMEM_LOG_LEVEL", OPT_LEVEL, log_level, UM_LOG_WARN),
 };
@@ -110,7 +114,8 @@ static void store(um_options *o, const option_desc *d, uint64_t v) {
   case OPT_BOOL:
   case OPT_TRI:
   case OPT_INT: *(int *)p = (int)v; break;
-  case OPT_U32: *(uint32_t *)p = (uint32_t)v; break;
+  case OPT_U32:
+  case OPT_NS: *(uint32_t *)p = (uint32_t)v; break;
   case OPT_U64: *(uint64_t *)p = v; break;
   case OPT_SIZE: *(size_t *)p = (size_t)v; break;
   case OPT_LEVEL: *(um_log_level *)p = (um_log_level)v; break;
@@ -158,6 +163,11 @@ void um_options_init(um_options *o) {
       if (rc == 0 && v > UINT32_MAX)
         rc = -1;
       break;
+    case OPT_NS:
+      rc = parse_u64(s, &v);
+      if (rc == 0 && v > UM__WAIT_SPIN_MAX_NS)
+        rc = -1;
+      break;
     default: rc = parse_u64(s, &v); break;
     }
     if (rc != 0) {
@@ -180,6 +190,9 @@ int um__options_check(const um_options *o) {
     return um__set_error(UM_EINVAL, "use_pinned_staging must be 0, 1 or 2 (is %d)", o->use_pinned_staging);
   if (o->net_timeout_ms < 1)
     return um__set_error(UM_EINVAL, "net_timeout_ms must be at least 1");
+  if (o->wait_spin_ns > UM__WAIT_SPIN_MAX_NS)
+    return um__set_error(UM_EINVAL, "wait_spin_ns must be at most %u (1 s) (is %u)",
+                         (unsigned)UM__WAIT_SPIN_MAX_NS, (unsigned)o->wait_spin_ns);
   if ((unsigned)o->log_level > UM_LOG_DEBUG)
     return um__set_error(UM_EINVAL, "log_level out of range");
   if (memchr(o->backends, '\0', sizeof(o->backends)) == NULL)

@@ -26,6 +26,7 @@ typedef enum { OPT_FLAG, OPT_INT, OPT_U32, OPT_U64, OPT_SIZE, OPT_STRING, OPT_LE
   XX(huge_pages, OPT_FLAG)                                                     \
   XX(device_limit_bytes, OPT_U64)                                              \
   XX(net_timeout_ms, OPT_U32)                                                  \
+  XX(wait_spin_ns, OPT_U32)                                                    \
   XX(backends, OPT_STRING)                                                     \
   XX(log_level, OPT_LEVEL)                                                     \
   XX(log, OPT_CALLABLE)                                                        \
