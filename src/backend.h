@@ -181,6 +181,12 @@ typedef struct um__backend {
   int (*caller_marker)(void *bdev, void **token);
   /* Block until the token completes; its status. */
   int (*token_wait)(void *bdev, void *token);
+  /* Optional (NULL: a waiter polls only the core's own state). Whether the
+   * token's work has ended on the device: 1 finished or failed, 0 not yet
+   * or not known. Never blocks: a waiter's spin calls it
+   * (um_options.wait_spin_ns) to see a completion the driver has not
+   * reported through done() yet. */
+  int (*token_query)(void *bdev, void *token);
   /* Adopt the caller's own context, device and queue as one more device:
    * open() and describe() for it. *ctx is the backend's per-manager state,
    * NULL when the manager did not open the backend (adopt makes it; close
@@ -244,6 +250,12 @@ void um__pagelock_release(void *addr, size_t bytes);
  * generation declines to open (UM_ENODEV): vendor drivers do not survive
  * fork() in the child. */
 unsigned um__process_generation(void);
+/* Poll done(arg) until it answers nonzero or ns nanoseconds have passed,
+ * with a CPU pause instruction between polls (spin.c), before a blocking
+ * wait sleeps: um_options.wait_spin_ns. Returns done's last answer: nonzero
+ * when the caller need not sleep, 0 when it should (at once, without a
+ * single poll, when ns is 0). done must not block. */
+int um__spin_until(uint32_t ns, int (*done)(void *arg), void *arg);
 /* Log through the options' log callback (stderr when none). */
 void um__log(const um_options *opts, um_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -11,7 +11,8 @@
 #include "internal.h"
 
 /* OPT_TRI: a boolean, or 2 ("always") for a forced mode. */
-/* OPT_NS: a duration in ns, 0..UM__WAIT_SPIN_MAX_NS. */
+/* OPT_NS: a duration in ns, 0..UM__WAIT_SPIN_MAX_NS, in plain decimal (the
+ * size suffixes k/m/g are binary multiples, which mean nothing for time). */
 typedef enum { OPT_BOOL, OPT_TRI, OPT_INT, OPT_U32, OPT_NS, OPT_U64, OPT_SIZE, OPT_STRING, OPT_LEVEL } opt_type;
 
 typedef struct option_desc {
@@ -96,6 +97,21 @@ static int parse_bool(const char *s, uint64_t *out) {
   return -1;
 }
 
+static int parse_ns(const char *s, uint64_t *out) {
+  char *end;
+  unsigned long long v;
+  while (isspace((unsigned char)*s))
+    s++;
+  if (!isdigit((unsigned char)*s))
+    return -1;
+  errno = 0;
+  v = strtoull(s, &end, 10);
+  if (errno != 0 || *end != '\0' || v > UM__WAIT_SPIN_MAX_NS)
+    return -1;
+  *out = v;
+  return 0;
+}
+
 static int parse_level(const char *s, uint64_t *out) {
   static const char *const names[] = {"error", "warn", "info", "debug"};
   for (uint64_t i = 0; i < 4; i++)
@@ -163,11 +179,7 @@ void um_options_init(um_options *o) {
       if (rc == 0 && v > UINT32_MAX)
         rc = -1;
       break;
-    case OPT_NS:
-      rc = parse_u64(s, &v);
-      if (rc == 0 && v > UM__WAIT_SPIN_MAX_NS)
-        rc = -1;
-      break;
+    case OPT_NS: rc = parse_ns(s, &v); break;
     default: rc = parse_u64(s, &v); break;
     }
     if (rc != 0) {

@@ -31,6 +31,9 @@ typedef enum um__test_point {
   /* An idle block was put in its bin, and the bin's lock dropped (pool.c).
    * arg: the buffer (descriptor of the block). */
   UM__TP_POOL_PUT,
+  /* A waiter's spin (um_options.wait_spin_ns, spin.c) polls once, before
+   * the poll. arg: the poll's argument. */
+  UM__TP_WAIT_POLL,
   UM__TP_COUNT
 } um__test_point;
 

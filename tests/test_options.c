@@ -52,6 +52,8 @@ Test(options, defaults) {
   cr_assert_eq(o.debug, 0);
   cr_assert_eq(o.huge_pages, 1);
   cr_assert_eq(o.device_limit_bytes, 0);
+  cr_assert_eq(o.net_timeout_ms, 10000);
+  cr_assert_eq(o.wait_spin_ns, 0, "waits sleep at once by default");
   cr_assert_str_eq(o.backends, "");
   cr_assert_eq(o.log_level, UM_LOG_WARN);
   cr_assert_null(o.log);
@@ -148,6 +150,7 @@ Test(options, bad_values_ignored) {
       {"UNIMEM_SCRUB", "2"},
       {"UNIMEM_LOG_LEVEL", "loud"},
       {"UNIMEM_DEVICE_LIMIT_BYTES", "99999999999999999999999"},
+      {"UNIMEM_WAIT_SPIN_NS", "1000000001"}, /* more than 1 s */
   };
   um_options o, def;
   char err[8192];
@@ -164,6 +167,43 @@ Test(options, bad_values_ignored) {
   init_capturing_stderr(&o, err, sizeof(err));
   cr_assert_eq(o.max_pool_bytes, 8 * MiB);
   cr_assert_eq(o.enable_pooling, 1);
+}
+
+/* UNIMEM_WAIT_SPIN_NS: nanoseconds up to 1 s; anything else is ignored
+ * with a warning and leaves the default (0, no spinning). */
+Test(options, wait_spin_ns_from_env) {
+  static const struct {
+    const char *value;
+    uint32_t want;
+  } good[] = {{"0", 0}, {"50000", 50000}, {"1000000000", 1000000000u}, {" 7", 7}};
+  static const char *const bad[] = {"1000000001", "4294967296", "99999999999999999999999", "fast",
+                                    "-1", "", "1.5", "50us", "2k", "0x10"};
+  um_options o;
+  char err[1024];
+  for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+    setenv("UNIMEM_WAIT_SPIN_NS", good[i].value, 1);
+    init_capturing_stderr(&o, err, sizeof(err));
+    cr_assert_eq(o.wait_spin_ns, good[i].want, "UNIMEM_WAIT_SPIN_NS=%s gave %u", good[i].value,
+                 (unsigned)o.wait_spin_ns);
+    cr_assert_str_eq(err, "", "warned for %s: %s", good[i].value, err);
+  }
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    setenv("UNIMEM_WAIT_SPIN_NS", bad[i], 1);
+    init_capturing_stderr(&o, err, sizeof(err));
+    cr_assert_eq(o.wait_spin_ns, 0, "UNIMEM_WAIT_SPIN_NS=\"%s\" gave %u", bad[i], (unsigned)o.wait_spin_ns);
+    cr_assert_not_null(strstr(err, "UNIMEM_WAIT_SPIN_NS"), "no warning for \"%s\": %s", bad[i], err);
+  }
+  /* and a manager made from the environment waits with it */
+  {
+    um_manager *m;
+    um_options got;
+    setenv("UNIMEM_WAIT_SPIN_NS", "75000", 1);
+    setenv("UNIMEM_BACKENDS", "cpu", 1);
+    cr_assert_eq(um_manager_create(NULL, &m), UM_OK, "%s", um_last_error());
+    cr_assert_eq(um_manager_options(m, &got), UM_OK);
+    cr_assert_eq(got.wait_spin_ns, 75000);
+    cr_assert_eq(um_manager_destroy(m), UM_OK);
+  }
 }
 
 /* A manager created with NULL options takes the environment. */
@@ -245,9 +285,17 @@ Test(options, invalid_options_refused) {
   ut_options(&o);
   memset(o.backends, 'a', sizeof(o.backends));
   expect_refused(&o, "backends without a NUL");
+  ut_options(&o);
+  o.wait_spin_ns = 1000000001u;
+  expect_refused(&o, "wait_spin_ns=1000000001");
+  cr_assert_not_null(strstr(um_last_error(), "wait_spin_ns"), "%s", um_last_error());
+  ut_options(&o);
+  o.wait_spin_ns = UINT32_MAX;
+  expect_refused(&o, "wait_spin_ns=UINT32_MAX");
   /* the limits themselves are fine */
   ut_options(&o);
   o.max_concurrent_transfers = 1;
+  o.wait_spin_ns = 1000000000u;
   {
     um_manager *m;
     cr_assert_eq(um_manager_create(&o, &m), UM_OK);

@@ -283,6 +283,7 @@ typedef struct cuda_device {
   unsigned locations;
   uint64_t real_total_bytes;
   uint64_t limit_bytes; /* opts->device_limit_bytes; 0: no limit */
+  uint32_t spin_ns;     /* opts->wait_spin_ns: blocking calls poll first */
   /* DEVICE and UNIFIED bytes allocated now: what device_limit_bytes caps.
    * PINNED memory is host memory and does not count. */
   atomic_uint_fast64_t device_bytes_in_use;
@@ -461,6 +462,7 @@ static int open_device(cuda_backend_state *state, int ordinal,
   d->owner = state;
   d->ordinal = ordinal;
   d->limit_bytes = state->opts.device_limit_bytes;
+  d->spin_ns = state->opts.wait_spin_ns;
   atomic_init(&d->device_bytes_in_use, 0);
   if (pthread_mutex_init(&d->interop_lock, NULL) != 0)
     return um__set_error(UM_ENOMEM, "cuda device %d: no mutex", ordinal);
@@ -881,6 +883,10 @@ static int issue_xfer(cuda_device *d, const um__xfer *x, CUstream stream) {
   return result == CUDA_SUCCESS ? UM_OK : cuda_status(result, call);
 }
 
+/* Whether a stream has nothing left to run (any answer but NOT_READY ends
+ * the spin: the synchronize that follows reports a failure). */
+static int stream_idle(void *stream) { return cu->cuStreamQuery((CUstream)stream) != CUDA_ERROR_NOT_READY; }
+
 static int cuda_xfer(void *bdev, const um__xfer *x) {
   cuda_device *d = bdev;
   CUstream stream = stream_for(d, x->kind);
@@ -892,6 +898,10 @@ static int cuda_xfer(void *bdev, const um__xfer *x) {
     return status;
   status = issue_xfer(d, x, stream);
   if (status == UM_OK) {
+    /* With wait_spin_ns, poll the stream first: how the driver's own
+     * cuStreamSynchronize waits is the context's scheduling flag, which
+     * is the application's (the primary context is shared). */
+    um__spin_until(d->spin_ns, stream_idle, stream);
     result = cu->cuStreamSynchronize(stream);
     if (result != CUDA_SUCCESS)
       status = cuda_status(result, "cuStreamSynchronize");
@@ -1128,6 +1138,19 @@ static void cuda_mem_native(void *bdev, const um__mem *mem, um_location loc, um_
 static void *cuda_token_native(void *bdev, void *token) {
   (void)bdev;
   return ((cuda_token *)token)->finished;
+}
+
+static int cuda_token_query(void *bdev, void *token) {
+  cuda_device *d = bdev;
+  CUcontext previous = NULL;
+  CUresult result;
+  if (enter_context(d, &previous) != UM_OK)
+    return 0; /* not known: the waiter goes by the core's own state */
+  result = cu->cuEventQuery(((cuda_token *)token)->finished);
+  leave_context(d, previous);
+  /* CUDA_ERROR_NOT_READY: still running; any other answer means the work
+   * ended, and done() reports how. */
+  return result != CUDA_ERROR_NOT_READY;
 }
 
 static int cuda_token_wait(void *bdev, void *token) {
@@ -1539,6 +1562,7 @@ const um__backend um__backend_cuda = {
     .gate_open = cuda_gate_open,
     .caller_marker = cuda_caller_marker,
     .token_wait = cuda_token_wait,
+    .token_query = cuda_token_query,
     .adopt = NULL, /* SPEC §8 adopts OpenCL contexts only */
     /* No CUDA call is allowed in a stream callback. */
     .callbacks_reenter = 0,

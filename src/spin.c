@@ -1,0 +1,51 @@
+/* Spin-then-sleep waits (um_options.wait_spin_ns).
+ *
+ * A blocking call whose operation finishes within microseconds pays more
+ * for going to sleep and being woken (a futex wait and wake, a thread
+ * switch on each side: tens of microseconds on this kind of machine) than
+ * for the operation. Polling instead, for a bounded time, returns as soon
+ * as the work is done, at the price of a CPU kept busy meanwhile; CUDA's
+ * cudaDeviceScheduleSpin and StarPU's drivers make the same trade. A zero
+ * budget never polls: an idle process, and a default one waiting, burn no
+ * CPU. */
+#include <stdatomic.h>
+#include <time.h>
+
+#include "backend.h"
+#include "testhook.h"
+
+/* Tell the core that this is a spin loop: on x86 PAUSE keeps the loop from
+ * flooding the memory pipeline and gives the sibling hyperthread the core;
+ * aarch64's YIELD is the same hint. */
+static inline void cpu_pause(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield" ::: "memory");
+#endif
+}
+
+static uint64_t monotonic_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+int um__spin_until(uint32_t ns, int (*done)(void *arg), void *arg) {
+  uint64_t deadline;
+  if (ns == 0)
+    return 0;
+  deadline = monotonic_ns() + ns;
+  for (;;) {
+    int r;
+    UM__TEST_POINT(UM__TP_WAIT_POLL, arg);
+    if ((r = done(arg)) != 0)
+      return r;
+    cpu_pause();
+    /* The clock is read on every round: with a TSC clock source it costs
+     * about as much as the poll, and it keeps the budget exact for polls
+     * of any cost (a driver query takes a lock). */
+    if (monotonic_ns() >= deadline)
+      return 0;
+  }
+}

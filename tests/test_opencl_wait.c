@@ -1,0 +1,128 @@
+/* Low-latency waits on an OpenCL device (um_options.wait_spin_ns): blocking
+ * copies, maps, synchronize and event waits that poll the command's status
+ * before sleeping return the exact bytes; with the option at 0 none of
+ * them polls. Polls are counted through the test build's hook
+ * (UM__TP_WAIT_POLL), chained to opencl_util.h's worker watch. */
+#include "opencl_util.h"
+
+static atomic_int polls;
+
+static void counting_hook(um__test_point point, void *arg) {
+  if (point == UM__TP_WAIT_POLL)
+    atomic_fetch_add(&polls, 1);
+  ou_worker_hook(point, arg);
+}
+
+static ou_env spin_open(uint32_t spin_ns) {
+  um_options o;
+  ou_env e;
+  ou_options(&o);
+  o.wait_spin_ns = spin_ns;
+  e = ou_open(&o, 1);
+  atomic_store(&polls, 0);
+  atomic_store(&um__test_hook, counting_hook);
+  return e;
+}
+
+/* Every kind of blocking call on a DEVICE block (no host view: each one is
+ * a command on the device's queue): copies both ways, small and chunked,
+ * a device-local copy, a fill, a read and a write mapping, synchronize,
+ * and a wait on an asynchronous copy. Checks every byte. */
+static void blocking_calls(ou_env *e) {
+  const size_t n = (1u << 20) + 4099u;
+  unsigned char *src = ou_malloc(n), *back = ou_malloc(n), *p = NULL;
+  um_buffer *a = ou_alloc(e->m, e->dev[0], n, UM_DEVICE);
+  um_buffer *b = ou_alloc(e->m, e->dev[0], n, UM_DEVICE);
+  um_event *ev;
+  ou_pattern(src, n, 17);
+  cr_assert_eq(um_copy_from_host(a, 0, src, 4096, NULL), UM_OK, "%s", um_last_error());
+  cr_assert_eq(um_copy_to_host(a, 0, back, 4096, NULL), UM_OK, "%s", um_last_error());
+  ou_assert_bytes(back, src, 4096, "4 KiB round trip");
+  cr_assert_eq(um_copy_from_host(a, 0, src, n, NULL), UM_OK, "%s", um_last_error());
+  cr_assert_eq(um_copy(b, 0, a, 0, n, NULL), UM_OK, "%s", um_last_error());
+  cr_assert_eq(um_fill(b, 100, 0xc3, 5000, NULL), UM_OK, "%s", um_last_error());
+  memset(src + 100, 0xc3, 5000);
+  cr_assert_eq(um_copy_to_host(b, 0, back, n, NULL), UM_OK, "%s", um_last_error());
+  ou_assert_bytes(back, src, n, "device copy and fill");
+  cr_assert_eq(um_map(b, UM_MAP_READ_WRITE, 64, 8192, (void **)&p), UM_OK, "%s", um_last_error());
+  ou_assert_bytes(p, src + 64, 8192, "read-write mapping");
+  for (size_t i = 0; i < 8192; i++)
+    p[i] = (unsigned char)~p[i];
+  cr_assert_eq(um_unmap(b, p), UM_OK, "%s", um_last_error());
+  for (size_t i = 64; i < 64 + 8192; i++)
+    src[i] = (unsigned char)~src[i];
+  ou_pattern(back, n, 99); /* whatever was there */
+  cr_assert_eq(um_copy_to_host(b, 0, back, n, &ev), UM_OK, "%s", um_last_error());
+  ou_wait(ev, UM_OK);
+  ou_assert_bytes(back, src, n, "after the mapping was written");
+  cr_assert_eq(um_copy_from_host(a, 0, src, n, &ev), UM_OK);
+  cr_assert_eq(um_device_synchronize(e->dev[0]), UM_OK, "%s", um_last_error());
+  cr_assert_eq(um_event_query(ev), UM_OK, "synchronize returned before the copy finished");
+  um_event_release(ev);
+  cr_assert_eq(um_release(a), UM_OK);
+  cr_assert_eq(um_release(b), UM_OK);
+  free(src);
+  free(back);
+}
+
+OU_TEST_1_AND_2(opencl_wait, spinning_blocking_calls_are_exact) {
+  ou_env e = spin_open(50000);
+  blocking_calls(&e);
+  cr_assert_gt(atomic_load(&polls), 0, "nothing polled with wait_spin_ns 50 us");
+  ou_close(&e);
+}
+
+/* The default never polls: every wait goes straight to the driver's or the
+ * core's sleep. */
+OU_TEST_1_AND_2(opencl_wait, spin_zero_never_polls) {
+  ou_env e = spin_open(0);
+  blocking_calls(&e);
+  cr_assert_eq(atomic_load(&polls), 0, "%d polls with wait_spin_ns 0", atomic_load(&polls));
+  ou_close(&e);
+}
+
+/* A blocking 4 KiB read polls: it is a command on the device's queue
+ * whose status the backend polls before it sleeps, at least once. */
+OU_TEST_1_AND_2(opencl_wait, blocking_read_polls_the_command) {
+  ou_env e = spin_open(UM__WAIT_SPIN_MAX_NS);
+  unsigned char src[4096], back[4096];
+  um_buffer *b = ou_alloc(e.m, e.dev[0], sizeof(src), UM_DEVICE);
+  ou_pattern(src, sizeof(src), 4);
+  cr_assert_eq(um_copy_from_host(b, 0, src, sizeof(src), NULL), UM_OK);
+  for (int i = 0; i < 100; i++) {
+    int before = atomic_load(&polls);
+    memset(back, 0, sizeof(back));
+    cr_assert_eq(um_copy_to_host(b, 0, back, sizeof(back), NULL), UM_OK, "%s", um_last_error());
+    cr_assert_gt(atomic_load(&polls), before, "round %d did not poll", i);
+    ou_assert_bytes(back, src, sizeof(src), "round %d", i);
+  }
+  cr_assert_eq(um_release(b), UM_OK);
+  ou_close(&e);
+}
+
+/* Many asynchronous copies: a wait on each with
+ * the spin on, interleaved with blocking reads of the same buffers (the
+ * blocking read waits for the copy before it, op.c). */
+OU_TEST_1_AND_2(opencl_wait, event_waits_with_spin) {
+  enum { ROUNDS = 200 };
+  ou_env e = spin_open(200000);
+  unsigned char src[4096 + 3], back[sizeof(src)];
+  um_buffer *b = ou_alloc(e.m, e.dev[0], sizeof(src), UM_DEVICE);
+  for (int i = 0; i < ROUNDS; i++) {
+    um_event *w, *r;
+    ou_pattern(src, sizeof(src), (unsigned)i);
+    cr_assert_eq(um_copy_from_host(b, 0, src, sizeof(src), &w), UM_OK);
+    if (i % 2 == 0) {
+      cr_assert_eq(um_copy_to_host(b, 0, back, sizeof(back), &r), UM_OK);
+      ou_wait(r, UM_OK);
+      cr_assert_eq(um_event_query(w), UM_OK, "the read finished before the write it follows");
+      ou_wait(w, UM_OK);
+    } else {
+      ou_wait(w, UM_OK);
+      cr_assert_eq(um_copy_to_host(b, 0, back, sizeof(back), NULL), UM_OK);
+    }
+    ou_assert_bytes(back, src, sizeof(src), "round %d", i);
+  }
+  cr_assert_eq(um_release(b), UM_OK);
+  ou_close(&e);
+}
