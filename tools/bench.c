@@ -21,6 +21,7 @@ int um_bench_kernels_main(int argc, char **argv, bench_report *rep);
 int um_bench_stream_main(int argc, char **argv, bench_report *rep);
 int um_bench_cuda_main(int argc, char **argv, bench_report *rep);
 int um_bench_net_main(int argc, char **argv, bench_report *rep);
+int um_bench_wait_main(int argc, char **argv, bench_report *rep);
 
 typedef struct bench_entry {
   const char *name;
@@ -35,6 +36,7 @@ static const bench_entry benches[] = {
     {"stream", um_bench_stream_main, "a file larger than the device through um_stream against read()+copy"},
     {"cuda", um_bench_cuda_main, "pool and copies on an NVIDIA GPU against the CUDA driver's own calls"},
     {"net", um_bench_net_main, "um_net put/get between two processes against ucx_perftest"},
+    {"wait", um_bench_wait_main, "blocking 4 KiB round trip with and without wait_spin_ns, against raw OpenCL and StarPU"},
 };
 #define NBENCHES (sizeof(benches) / sizeof(benches[0]))
 
@@ -43,7 +45,7 @@ const char tool_bench_help[] =
     "    unimem bench - measure unimem against the allocators and drivers it replaces\n"
     "\n"
     "SYNOPSIS\n"
-    "    unimem bench [pool|transfer|kernels|stream|cuda|net|all] [--quick] [--json FILE] [--plot FILE]\n"
+    "    unimem bench [pool|transfer|kernels|stream|cuda|net|wait|all] [--quick] [--json FILE] [--plot FILE]\n"
     "                 [BENCHMARK OPTIONS]\n"
     "\n"
     "DESCRIPTION\n"
@@ -70,6 +72,13 @@ const char tool_bench_help[] =
     "              processes of this machine, next to ucx_perftest on the same UCX\n"
     "              transport (UCX_TLS), in alternating rounds: medians and spreads\n"
     "              (skipped without UCX or without ucx_perftest). --rounds N.\n"
+    "    wait      a blocking 4 KiB device->host round trip on the first OpenCL device\n"
+    "              with um_options.wait_spin_ns 0 and with a spin (--spin-ns NS,\n"
+    "              default 50000), against the raw blocking read, the raw read with a\n"
+    "              polling wait, and StarPU's blocking acquire where StarPU is\n"
+    "              installed; and the CPU seconds per second the process burns idle\n"
+    "              and while a thread waits on a long operation, for both settings.\n"
+    "              Interleaved rounds (--rounds N).\n"
     "\n"
     "    Each benchmark prints its table on standard output as it finishes. While it\n"
     "    runs, a progress line on standard error says which one is running ([2/3]).\n"
@@ -266,7 +275,7 @@ static int write_report(const char *path, const bench_result *res, int n, bool q
 static int usage_error(const char *fmt, const char *arg) {
   fprintf(stderr, "unimem bench: ");
   fprintf(stderr, fmt, arg);
-  fprintf(stderr, "\nusage: unimem bench [pool|transfer|kernels|stream|cuda|net|all] [--quick] [--json FILE]\n"
+  fprintf(stderr, "\nusage: unimem bench [pool|transfer|kernels|stream|cuda|net|wait|all] [--quick] [--json FILE]\n"
                   "                    [--plot FILE] (unimem bench --help for more)\n");
   return 2;
 }
