@@ -167,12 +167,13 @@ typedef struct um_options {
   uint64_t device_limit_bytes; /* cap each non-host device's memory (0: none) */
   uint32_t net_timeout_ms; /* um_net: longest a network step may go without
                               progress before its operation fails (>= 1) */
-  uint32_t wait_spin_ns;   /* a thread waiting for an operation or a device
-                              polls for up to this long (pausing the CPU
-                              between polls) before it sleeps: lower
-                              latency for blocking calls, CPU burnt while
-                              waiting; 0 (default): sleep at once. At most
-                              1000000000 (1 s). An idle process spins never */
+  uint32_t wait_spin_ns;   /* ns a thread waiting for an operation or a
+                              device polls (pausing the CPU between polls)
+                              before it sleeps: lower latency for blocking
+                              calls, CPU burnt while waiting; 0 (default):
+                              sleep at once. At most 1000000000 (1 s);
+                              UNIMEM_WAIT_SPIN_NS takes plain decimal. Only
+                              waiting threads poll: idle, nothing does */
   char backends[128];     /* comma list: "cpu,opencl,cuda"; "" means all */
   um_log_level log_level; /* messages above this level are dropped */
   um_log_fn log;          /* NULL: messages go to stderr */
@@ -384,8 +385,8 @@ UM_EXTERN int um_unmap(um_buffer *b, void *host);
  * done. The event calls answer UM_EINVAL for what is not an event and
  * UM_ESTATE for an event the caller released. With um_options.wait_spin_ns
  * the thread polls the operation (and, where it runs on a device queue, the
- * device) for up to that long before it sleeps, as blocking copies, fills
- * and maps do too. */
+ * device) for up to that long before it sleeps, as blocking copies, fills,
+ * maps, batches and um_device_synchronize do too. */
 UM_EXTERN int um_event_wait(um_event *e);
 /* UM_EAGAIN while pending, else the operation's status. */
 UM_EXTERN int um_event_query(um_event *e);

@@ -354,9 +354,16 @@ void um__engine_stop(um_manager *m) {
 
 void um__engine_op_begin(um_manager *m) { um__atomic_add_relaxed(&m->engine.inflight, 1); }
 
-/* Wait until every operation begun has finished. */
+static int engine_idle(void *arg) {
+  return um__atomic_load_acquire(&((um__engine *)arg)->inflight) == 0;
+}
+
+/* Wait until every operation begun has finished: polling first, as an
+ * event's waiter does (wait_spin_ns); the count is read again under the
+ * lock either way, which is what um_manager_destroy relies on. */
 void um__engine_drain(um_manager *m) {
   um__engine *en = &m->engine;
+  um__spin_until(m->opts.wait_spin_ns, engine_idle, en);
   pthread_mutex_lock(&en->lock);
   while (um__atomic_load_acquire(&en->inflight) != 0)
     pthread_cond_wait(&en->drained, &en->lock);
