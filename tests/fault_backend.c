@@ -601,6 +601,13 @@ int fault_lose(um_device *d) {
   return UM_OK;
 }
 
+int fault_restore(um_device *d) {
+  if (!fault_is_device(d))
+    return UM_EINVAL;
+  atomic_store(&((fault_dev *)d->bdev)->lost, false);
+  return UM_OK;
+}
+
 uint64_t fault_device_live_bytes(const um_device *d) {
   return fault_is_device(d) ? atomic_load(&((fault_dev *)d->bdev)->live_bytes) : 0;
 }

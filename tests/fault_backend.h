@@ -70,6 +70,12 @@ void fault_pause(bool paused);
  * device. */
 int fault_lose(um_device *d);
 
+/* The lost device d works again (for a harness that keeps its manager
+ * from one test input to the next). Nothing else about d changes: its
+ * blocks, data and queue are as they were. UM_EINVAL when d is not a fault
+ * device. */
+int fault_restore(um_device *d);
+
 /* Whether d is a device of one of the fault backends. */
 bool fault_is_device(const um_device *d);
 
