@@ -21,10 +21,22 @@ cmake -S "$root" -B "$build" -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWith
   -DUNIMEM_ENABLE_OPENCL=OFF -DUNIMEM_ENABLE_CUDA=OFF >/dev/null
 cmake --build "$build" --target fuzz_api -j"${JOBS:-2}"
 
-scratch=$(mktemp -d)
+# New inputs are files: on tmpfs where there is one (creating a thousand
+# files a minute on ext4 took 7% of the run).
+tmp=${TMPDIR:-/tmp}
+[ -d /dev/shm ] && [ -w /dev/shm ] && tmp=/dev/shm
+scratch=$(mktemp -d "$tmp/unimem-fuzz.XXXXXX")
 trap 'rm -rf "$scratch"' EXIT
 echo "fuzzing for ${secs}s from $(ls "$root/tests/fuzz/corpus" | wc -l) corpus inputs"
+# -detect_leaks=0: no LeakSanitizer pass after an input that allocated more
+# than it freed. The library's workers free an operation's last reference
+# just after the operation completes, so whether that free falls inside
+# the input or in the next one is a race: the passes came at random (0 to
+# 90 in 20 s, 40 ms each with the kept managers' threads), and libFuzzer
+# stops them after 1000 anyway. LeakSanitizer still runs at exit and fails
+# the run on a leak; the harness checks after every input that nothing is
+# live, pooled or reserved and that no device block is left.
 # shellcheck disable=SC2086
 "$build/tests/fuzz/fuzz_api" -max_total_time="$secs" -max_len=4096 -timeout=30 \
-  -rss_limit_mb=4096 -print_final_stats=1 -artifact_prefix="$build/" ${FUZZ_FLAGS:-} \
-  "$scratch" "$root/tests/fuzz/corpus"
+  -rss_limit_mb=4096 -detect_leaks=0 -print_final_stats=1 -artifact_prefix="$build/" \
+  ${FUZZ_FLAGS:-} "$scratch" "$root/tests/fuzz/corpus"
