@@ -964,10 +964,13 @@ static void op_misc(state *st, input *in) {
  * and the next creation, 2 ms, ten inputs' time; with "bit 7 of c0 and of
  * c1" they were 6% of all executions.
  *
- * Staging chunks of 8 KiB, two of them kept: transfers of more than 8 KiB
- * to and from the fault devices are pipelined (a 64 KiB one in 8 chunks,
- * each a hand-off to the device's queue thread), and a second pipelined
- * transfer at the same time allocates chunks beyond the pool's bound. */
+ * Staging chunks of 16 KiB, two of them kept: transfers of more than
+ * 16 KiB to and from the fault devices are pipelined, those above 32 KiB
+ * reuse a chunk (wait for its previous DMA), and a second pipelined
+ * transfer at the same time allocates chunks beyond the pool's bound. Each
+ * chunk is two thread hand-offs (the device's queue thread, then the
+ * waiter): with 4 KiB chunks, reading a 64 KiB buffer back cost 16 of
+ * them, and read-backs were a third of the fuzzer's time. */
 
 #define NMANAGERS 128
 
@@ -1002,8 +1005,8 @@ static um_manager *manager_create(unsigned config) {
   o.use_pinned_staging = !(config & 8);
   o.max_concurrent_transfers = 1 + (int)((config >> 4) & 3);
   o.trim_interval_ms = 0;
-  o.staging_chunk_bytes = 8192;
-  o.pinned_pool_bytes = 16384;
+  o.staging_chunk_bytes = 16384;
+  o.pinned_pool_bytes = 32768;
   o.max_pool_bytes = (config & 0x80) ? 64 * 1024 : 8u << 20;
   o.max_pool_bytes_per_class = (config & 0x100) ? 16 * 1024 : 4u << 20;
   o.log = quiet;
