@@ -136,9 +136,12 @@ typedef enum {
  * um_options.log_ctx. */
 typedef void (*um_log_fn)(void *ctx, um_log_level level, const char *msg);
 
-/* Called when a device allocation failed even after the pool released its
- * idle blocks. Return nonzero to have unimem retry the allocation once more
- * (after the application freed memory), 0 to fail with UM_ENOMEM. */
+/* Called when a device allocation failed: after the pool released the
+ * device's idle blocks and retried once when um_options.trim_on_pressure is
+ * on, at the first failure when it is off. Return nonzero to have unimem
+ * retry the allocation once more: the device's idle blocks, including those
+ * of buffers the callback released, go back to the device first (whatever
+ * trim_on_pressure says). Return 0 to fail with UM_ENOMEM. */
 typedef int (*um_oom_fn)(void *ctx, um_device *device, size_t bytes);
 
 /* Configuration. um_options_init() fills the defaults and then applies the
@@ -301,8 +304,12 @@ UM_EXTERN int um_wrap_host(um_manager *m, void *host, size_t bytes,
                            unsigned flags, um_buffer **out);
 
 /* Give the buffer back. Its block returns to the pool when every operation
- * issued on it has finished (at once when none is pending). A mapped buffer
- * is unmapped first, without writing the mapping back. The handle is
+ * issued on it has finished (at once when none is pending). A wrap
+ * (um_wrap_host) is the exception: its release waits for the operations
+ * issued on it, so that the caller may free the memory as soon as this
+ * returns. A mapped buffer is unmapped first; whether what was written
+ * through the mapping reaches the device copy is unspecified (the block
+ * goes back to the pool). The handle is
  * invalid afterwards: using or releasing it again answers UM_ESTATE until
  * its block is handed to a new allocation (with the debug option, until it
  * leaves the quarantine). Returns UM_OK, UM_EINVAL (not a buffer),
@@ -360,15 +367,20 @@ UM_EXTERN int um_unmap(um_buffer *b, void *host);
 /* Events                                                                    */
 
 /* Block until the operation finishes; returns its status (UM_ECANCELED when
- * it was canceled). */
+ * it was canceled). The event calls answer UM_EINVAL for what is not an
+ * event and UM_ESTATE for an event the caller released. */
 UM_EXTERN int um_event_wait(um_event *e);
 /* UM_EAGAIN while pending, else the operation's status. */
 UM_EXTERN int um_event_query(um_event *e);
 /* Cancel an operation that has not started: UM_OK (it will not run, and
  * waiting on it answers UM_ECANCELED), UM_EBUSY once it started or ended. */
 UM_EXTERN int um_event_cancel(um_event *e);
-/* Drop the caller's reference. The operation itself goes on. */
-UM_EXTERN void um_event_release(um_event *e);
+/* Drop the caller's reference. The operation itself goes on. Returns
+ * UM_OK, UM_EINVAL (not an event), UM_ESTATE (released already). A released
+ * handle answers UM_ESTATE in every event call until unimem reuses its
+ * object for a later operation; it never reaches freed memory while the
+ * manager lives. Events not released by um_manager_destroy die with it. */
+UM_EXTERN int um_event_release(um_event *e);
 
 /* ------------------------------------------------------------------------ */
 /* Peers                                                                     */
@@ -392,7 +404,9 @@ UM_EXTERN int um_stats_get(um_manager *m, um_device *d, um_stats *out);
  * cap); returns the length it needed, as snprintf does, or a UM_E* code. */
 UM_EXTERN int um_stats_json(const um_stats *s, char *buf, size_t cap);
 /* Release idle pool blocks, oldest first, until at most keep_bytes stay
- * idle in all pools together. */
+ * idle in all pools together. With the debug option, the blocks of
+ * quarantined buffers go back to their devices too (their handles stay
+ * quarantined). */
 UM_EXTERN int um_pool_trim(um_manager *m, uint64_t keep_bytes);
 
 /* ------------------------------------------------------------------------ */
@@ -401,7 +415,11 @@ UM_EXTERN int um_pool_trim(um_manager *m, uint64_t keep_bytes);
 /* Map a file as a HOST buffer on device 0 (zero-copy, mmap). mode
  * UM_MAP_READ maps read-only (writes through unimem answer UM_ESTATE);
  * UM_MAP_READ_WRITE / UM_MAP_WRITE map shared, so writes reach the file.
- * Returns UM_EINVAL for an empty file, UM_ENODEV when it cannot be opened. */
+ * Returns UM_EINVAL for an empty file and, at once and without blocking,
+ * for anything but a regular file (FIFO, socket, device, directory);
+ * UM_ENODEV when it cannot be opened. A file truncated by another process
+ * while it is mapped is outside the contract (as for every user of mmap:
+ * touching the lost pages raises SIGBUS). */
 UM_EXTERN int um_map_file(um_manager *m, const char *path, um_map_mode mode,
                           um_buffer **out);
 

@@ -167,6 +167,18 @@ extern const um__backend um__backend_cuda;
  * status, so a backend can write: return um__set_error(UM_ENOMEM, "..."). */
 int um__set_error(int status, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* Page locks that nest (pagelock.c): mlock [addr, addr + bytes) for one
+ * more owner (fresh: the pages are a new mapping of the caller's, which
+ * nobody else can have locked), UM_ENOMEM with the reason when refused; and
+ * unlock what no other owner, and nobody before unimem, holds locked. */
+int um__pagelock_acquire(void *addr, size_t bytes, int fresh);
+void um__pagelock_release(void *addr, size_t bytes);
+
+/* The process's fork generation (fork.c): it changes in a child process of
+ * fork(). A backend whose vendor library was initialised under another
+ * generation declines to open (UM_ENODEV): vendor drivers do not survive
+ * fork() in the child. */
+unsigned um__process_generation(void);
 /* Log through the options' log callback (stderr when none). */
 void um__log(const um_options *opts, um_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "tcache.h"
+#include "testhook.h"
 
 /* Sizes above this are refused outright: size classes stop at 2^63 and no
  * device comes near it. */
@@ -39,30 +40,33 @@ void um__block_free(um_device *d, um_location loc, size_t bytes, um__mem *mem) {
   UM__STAT_SUB(d, bytes_reserved, bytes);
 }
 
+/* Give every idle block of d back to it: the pool's, and in debug mode the
+ * quarantined buffers'. */
+static void release_idle_blocks(um_device *d) {
+  if (d->m->opts.debug)
+    um__quarantine_drop_blocks(d->m, d);
+  um__pool_trim(d->m, d, 0);
+}
+
 /* Allocate a block, and under pressure release the device's idle blocks
- * and retry once; then let the application's callback free memory and ask
- * for one more try. */
+ * and retry once (trim_on_pressure); then let the application's callback
+ * free memory and ask for one more try. What the callback released went to
+ * the pool, so the idle blocks go back to the device before that try
+ * whatever trim_on_pressure says: the callback asked for the memory. */
 static int block_alloc_pressured(um_device *d, um_location loc, size_t bytes, um__mem *mem) {
   um_manager *m = d->m;
   int st = um__block_alloc(d, loc, bytes, mem);
   if (st != UM_ENOMEM)
     return st;
   if (m->opts.trim_on_pressure) {
-    if (m->opts.debug)
-      um__quarantine_drop_blocks(m, d);
-    um__pool_trim(m, d, 0);
+    release_idle_blocks(d);
     UM__STAT_ADD(d, oom_retries, 1);
     st = um__block_alloc(d, loc, bytes, mem);
     if (st != UM_ENOMEM)
       return st;
   }
   if (m->opts.on_oom != NULL && m->opts.on_oom(m->opts.oom_ctx, d, bytes)) {
-    /* What the application released may have gone to the pool. */
-    if (m->opts.trim_on_pressure) {
-      if (m->opts.debug)
-        um__quarantine_drop_blocks(m, d);
-      um__pool_trim(m, d, 0);
-    }
+    release_idle_blocks(d);
     UM__STAT_ADD(d, oom_retries, 1);
     st = um__block_alloc(d, loc, bytes, mem);
   }
@@ -85,9 +89,13 @@ static __attribute__((noinline)) int zero_block(um_buffer *b, size_t bytes) {
 }
 
 void um__buffer_init_live(um_buffer *b, size_t bytes, const char *file, int line) {
+  /* Only the thread making the descriptor live writes gen: no locked add. */
+  atomic_store_explicit(&b->gen, atomic_load_explicit(&b->gen, memory_order_relaxed) + 1,
+                        memory_order_release);
   b->size = bytes;
   b->valid = b->mem.host ? (UM_VALID_HOST | UM_VALID_DEVICE) : UM_VALID_DEVICE;
   b->mapped = false;
+  b->map_busy = false;
   b->map_ptr = NULL;
   b->map_native = false;
   b->last = NULL;
@@ -119,10 +127,6 @@ static __attribute__((noinline)) int alloc_slow(um_manager *m, um_device *d, siz
     capacity = um__class_size(cls);
     b = um__pool_take(&d->pools[loc], cls);
     if (b != NULL) {
-      if (tc != NULL)
-        um__tcounter_add(&tc->ctr[d->index].pool_hits, 1);
-      else
-        UM__STAT_ADD(d, pool_hits, 1);
       um__buffer_init_live(b, bytes, file, line);
       if ((flags & UM_ALLOC_ZERO) || m->opts.scrub) {
         st = zero_block(b, bytes);
@@ -131,6 +135,11 @@ static __attribute__((noinline)) int alloc_slow(um_manager *m, um_device *d, siz
           return st;
         }
       }
+      /* Counted once the block is really handed out. */
+      if (tc != NULL)
+        um__tcounter_add(&tc->ctr[d->index].pool_hits, 1);
+      else
+        UM__STAT_ADD(d, pool_hits, 1);
       goto live;
     }
     UM__STAT_ADD(d, pool_misses, 1);
@@ -184,6 +193,7 @@ int um_alloc_at(um_manager *m, um_device *d, size_t bytes, um_location loc, unsi
     return um__set_error(UM_EINVAL, "um_alloc: NULL argument");
   if (d->m != m)
     return um__set_error(UM_EINVAL, "um_alloc: device belongs to another manager");
+  UM__CHECK_PROCESS(m);
   if (bytes == 0)
     return um__set_error(UM_EINVAL, "um_alloc: zero bytes");
   if (!um__loc_valid((int)loc))
@@ -313,6 +323,7 @@ int um_wrap_host(um_manager *m, void *host, size_t bytes, unsigned flags, um_buf
     return um__set_error(UM_EINVAL, "um_wrap_host: zero bytes");
   if (flags & ~(unsigned)(UM_WRAP_READONLY | UM_WRAP_PIN))
     return um__set_error(UM_EINVAL, "um_wrap_host: unknown flags 0x%x", flags);
+  UM__CHECK_PROCESS(m);
   d = m->devices[0];
   memset(&mem, 0, sizeof(mem));
   mem.host = host;
@@ -357,13 +368,30 @@ int um__buffer_check_live(const um_buffer *b) {
   return UM_OK;
 }
 
-/* Unmap a mapping the backend made (release of a mapped buffer). */
-static void end_native_mapping(um_buffer *b) {
-  if (b->mapped && b->map_native)
-    b->dev->be->unmap(b->dev->bdev, &b->mem, b->loc, b->map_ptr);
+int um__buffer_check_owner(const um_buffer *b, uint32_t *gen) {
+  if (b == NULL || b->magic != UM__BUFFER_MAGIC)
+    return um__set_error(UM_EINVAL, "not a buffer");
+  /* gen before the state: a descriptor that went to a new owner after this
+   * read shows a newer gen under the buffer's lock. */
+  *gen = atomic_load_explicit(&b->gen, memory_order_acquire);
+  return um__buffer_check_live(b);
+}
+
+/* End the mapping of a buffer being released (under its lock); returns
+ * the pointer the backend mapped, for end_native_mapping to unmap once the
+ * lock is dropped, or NULL. The bytes written through the mapping may or
+ * may not reach the device copy: the block is going back anyway. */
+static void *take_native_mapping_locked(um_buffer *b) {
+  void *ptr = b->mapped && b->map_native ? b->map_ptr : NULL;
   b->mapped = false;
   b->map_native = false;
   b->map_ptr = NULL;
+  return ptr;
+}
+
+static void end_native_mapping(um_buffer *b, void *ptr) {
+  if (ptr != NULL)
+    b->dev->be->unmap(b->dev->bdev, &b->mem, b->loc, ptr);
 }
 
 void um__buffer_recycle(um_buffer *b) {
@@ -421,13 +449,24 @@ static void recycle_released(um_buffer *b, um__tcache *tc) {
 static __attribute__((noinline)) int release_slow(um_buffer *b, um__tcache *tc) {
   if (atomic_load(&b->touched)) {
     /* Operations were issued or a mapping made: wait for the worker that
-     * may still hold the lock, and defer behind pending operations. */
+     * may still hold the lock, and defer behind pending operations. The
+     * caller may free a wrap's memory as soon as this returns (SPEC §5), so
+     * a wrap waits for its operations instead. */
     bool now;
+    void *mapped;
     pthread_mutex_lock(&b->lock);
-    end_native_mapping(b);
+    while (b->map_busy) /* another thread's um_map / um_unmap in the backend */
+      pthread_cond_wait(&b->idle_cond, &b->lock);
+    mapped = take_native_mapping_locked(b);
+    if (b->kind == UM__KIND_WRAPPED && b->pending > 0) {
+      UM__TEST_POINT(UM__TP_WRAP_RELEASE_WAIT, b);
+      while (b->pending > 0)
+        pthread_cond_wait(&b->idle_cond, &b->lock);
+    }
     now = b->pending == 0;
     b->release_deferred = !now;
     pthread_mutex_unlock(&b->lock);
+    end_native_mapping(b, mapped);
     if (!now)
       return UM_OK;
   }
@@ -443,6 +482,7 @@ int um_release(um_buffer *b) {
   um__tcounters *c;
   if (b == NULL || b->magic != UM__BUFFER_MAGIC)
     return um__set_error(UM_EINVAL, "not a buffer");
+  UM__CHECK_PROCESS(b->m);
   /* seq_cst: paired with um__op_issue's touched store then state load. */
   if (!atomic_compare_exchange_strong(&b->state, &live, UM__BUF_RELEASED))
     return um__set_error(UM_ESTATE, "buffer %p was released", (void *)b);
@@ -546,11 +586,30 @@ static int shadow_xfer(um_buffer *b, bool to_device, size_t off, size_t len) {
   return st;
 }
 
-int um_map(um_buffer *b, um_map_mode mode, size_t off, size_t len, void **host) {
-  int st = um__buffer_check_live(b);
-  void *ptr = NULL;
-  if (st != UM_OK)
+/* The device side of a mapping: a backend map, or the host shadow fetched
+ * when the mode reads and the shadow is stale. Called without b's lock, b
+ * marked busy (map_busy), so that no driver call stalls the threads that
+ * take the lock. Returns the new valid bits through *valid. */
+static int map_device(um_buffer *b, um_map_mode mode, size_t off, size_t len, void **ptr,
+                      unsigned *valid) {
+  int st;
+  if (b->dev->be->map != NULL) {
+    st = b->dev->be->map(b->dev->bdev, &b->mem, b->loc, off, len, mode, ptr);
+    *valid = mode_writes(mode) ? UM_VALID_HOST : (UM_VALID_HOST | UM_VALID_DEVICE);
     return st;
+  }
+  bool whole = off == 0 && len == b->size;
+  bool fetch = !(*valid & UM_VALID_HOST) && !(mode == UM_MAP_WRITE_DISCARD && whole);
+  if (b->shadow == NULL && (b->shadow = aligned_alloc(64, (b->capacity + 63) & ~(size_t)63)) == NULL)
+    return um__set_error(UM_ENOMEM, "um_map: no memory for the host copy");
+  if (fetch && (st = shadow_xfer(b, false, 0, b->size)) != UM_OK)
+    return st;
+  *valid = mode_writes(mode) ? UM_VALID_HOST : (*valid | UM_VALID_HOST);
+  *ptr = (char *)b->shadow + off;
+  return UM_OK;
+}
+
+static int check_map_args(const um_buffer *b, um_map_mode mode, size_t off, size_t len, void **host) {
   if (host == NULL)
     return um__set_error(UM_EINVAL, "um_map: NULL host pointer");
   if ((unsigned)mode > UM_MAP_WRITE_DISCARD)
@@ -561,78 +620,118 @@ int um_map(um_buffer *b, um_map_mode mode, size_t off, size_t len, void **host) 
     return um__set_error(UM_ERANGE, "um_map: range [%zu, +%zu) outside %zu bytes", off, len, b->size);
   if (b->readonly && mode_writes(mode))
     return um__set_error(UM_ESTATE, "um_map: buffer is a read-only wrap");
+  return UM_OK;
+}
 
-  pthread_mutex_lock(&b->lock);
+/* Under b's lock: b may be mapped now (still the caller's, not mapped),
+ * once every operation issued before has finished. */
+static int map_begin_locked(um_buffer *b, uint32_t gen) {
   atomic_store(&b->touched, true); /* as in um__op_issue: before the state check */
-  if (atomic_load(&b->state) != UM__BUF_LIVE || b->mapped) {
-    st = um__set_error(UM_ESTATE, b->mapped ? "um_map: buffer is already mapped" : "um_map: released");
-    goto out;
-  }
+  /* Checked again under the lock: released, or handed to a new owner (maybe
+   * smaller) since the unlocked checks. */
+  if (atomic_load(&b->state) != UM__BUF_LIVE || atomic_load(&b->gen) != gen)
+    return um__set_error(UM_ESTATE, "um_map: buffer %p was released", (void *)b);
+  if (b->mapped)
+    return um__set_error(UM_ESTATE, "um_map: buffer is already mapped");
   /* The mapping sees the result of every operation issued before it. */
   while (b->pending > 0)
     pthread_cond_wait(&b->idle_cond, &b->lock);
+  return UM_OK;
+}
 
+int um_map(um_buffer *b, um_map_mode mode, size_t off, size_t len, void **host) {
+  uint32_t gen = 0;
+  int st = um__buffer_check_owner(b, &gen);
+  unsigned valid;
+  void *ptr = NULL;
+  if (st != UM_OK)
+    return st;
+  UM__CHECK_PROCESS(b->m);
+  if ((st = check_map_args(b, mode, off, len, host)) != UM_OK)
+    return st;
+  UM__TEST_POINT(UM__TP_MAP_CHECKED, b);
+  pthread_mutex_lock(&b->lock);
+  if ((st = map_begin_locked(b, gen)) != UM_OK) {
+    pthread_mutex_unlock(&b->lock);
+    return st;
+  }
+  /* Mapped from here on for every other caller (operations answer
+   * UM_ESTATE), busy until the device side is done. */
+  b->mapped = true;
+  b->map_busy = true;
+  b->map_ptr = NULL;
+  valid = b->valid;
   if (b->mem.host != NULL) {
     ptr = (char *)b->mem.host + off;
-  } else if (b->dev->be->map != NULL) {
-    st = b->dev->be->map(b->dev->bdev, &b->mem, b->loc, off, len, mode, &ptr);
-    if (st != UM_OK)
-      goto out;
-    b->map_native = true;
-    b->valid = mode_writes(mode) ? UM_VALID_HOST : (UM_VALID_HOST | UM_VALID_DEVICE);
   } else {
-    bool whole = off == 0 && len == b->size;
-    bool fetch = !(b->valid & UM_VALID_HOST) && !(mode == UM_MAP_WRITE_DISCARD && whole);
-    if (b->shadow == NULL && (b->shadow = aligned_alloc(64, (b->capacity + 63) & ~(size_t)63)) == NULL) {
-      st = um__set_error(UM_ENOMEM, "um_map: no memory for the host copy");
-      goto out;
-    }
-    if (fetch && (st = shadow_xfer(b, false, 0, b->size)) != UM_OK)
-      goto out;
-    b->valid |= UM_VALID_HOST;
-    if (mode_writes(mode))
-      b->valid = UM_VALID_HOST;
-    ptr = (char *)b->shadow + off;
+    pthread_mutex_unlock(&b->lock);
+    st = map_device(b, mode, off, len, &ptr, &valid);
+    pthread_mutex_lock(&b->lock);
   }
-  b->mapped = true;
-  b->map_mode = mode;
-  b->map_off = off;
-  b->map_len = len;
-  b->map_ptr = ptr;
-  *host = ptr;
-out:
+  b->map_busy = false;
+  if (st == UM_OK) {
+    b->valid = valid;
+    b->map_native = b->mem.host == NULL && b->dev->be->map != NULL;
+    b->map_mode = mode;
+    b->map_off = off;
+    b->map_len = len;
+    b->map_ptr = ptr;
+    *host = ptr;
+  } else {
+    b->mapped = false;
+  }
+  pthread_cond_broadcast(&b->idle_cond);
   pthread_mutex_unlock(&b->lock);
+  return st;
+}
+
+/* The device side of um_unmap, without b's lock (b busy): a backend unmap,
+ * or the written range back from the shadow. Returns the new valid bits. */
+static int unmap_device(um_buffer *b, void *host, unsigned *valid) {
+  int st = UM_OK;
+  if (b->map_native) {
+    st = b->dev->be->unmap(b->dev->bdev, &b->mem, b->loc, host);
+    *valid = UM_VALID_DEVICE;
+  } else if (mode_writes(b->map_mode)) {
+    st = shadow_xfer(b, true, b->map_off, b->map_len);
+    /* A failed write-back loses the mapped writes (the call says so): the
+     * device copy stays the current one, so later maps and copies agree. */
+    *valid = st == UM_OK ? (UM_VALID_HOST | UM_VALID_DEVICE) : UM_VALID_DEVICE;
+  }
   return st;
 }
 
 int um_unmap(um_buffer *b, void *host) {
   int st = um__buffer_check_live(b);
+  unsigned valid;
   if (st != UM_OK)
     return st;
+  UM__CHECK_PROCESS(b->m);
   pthread_mutex_lock(&b->lock);
-  if (!b->mapped) {
-    st = um__set_error(UM_ESTATE, "um_unmap: buffer is not mapped");
-    goto out;
+  if (!b->mapped || b->map_busy) {
+    st = um__set_error(UM_ESTATE, b->mapped ? "um_unmap: the mapping is being made or ended"
+                                            : "um_unmap: buffer is not mapped");
+    pthread_mutex_unlock(&b->lock);
+    return st;
   }
   if (host != b->map_ptr) {
     st = um__set_error(UM_EINVAL, "um_unmap: %p is not the pointer um_map returned", host);
-    goto out;
+    pthread_mutex_unlock(&b->lock);
+    return st;
   }
-  if (b->mem.host != NULL) {
-    /* one memory: nothing moves */
-  } else if (b->map_native) {
-    st = b->dev->be->unmap(b->dev->bdev, &b->mem, b->loc, host);
-    b->valid = UM_VALID_DEVICE;
-  } else if (mode_writes(b->map_mode)) {
-    st = shadow_xfer(b, true, b->map_off, b->map_len);
-    /* A failed write-back loses the mapped writes (the call says so): the
-     * device copy stays the current one, so later maps and copies agree. */
-    b->valid = st == UM_OK ? (UM_VALID_HOST | UM_VALID_DEVICE) : UM_VALID_DEVICE;
+  valid = b->valid;
+  if (b->mem.host == NULL) {
+    b->map_busy = true;
+    pthread_mutex_unlock(&b->lock);
+    st = unmap_device(b, host, &valid);
+    pthread_mutex_lock(&b->lock);
+    b->map_busy = false;
   }
+  b->valid = valid;
   b->mapped = false;
   b->map_native = false;
   b->map_ptr = NULL;
-out:
+  pthread_cond_broadcast(&b->idle_cond);
   pthread_mutex_unlock(&b->lock);
   return st;
 }

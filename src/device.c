@@ -27,6 +27,7 @@ int um_device_memory(um_device *d, uint64_t *free_bytes, uint64_t *total_bytes) 
   int st;
   if (d == NULL || (free_bytes == NULL && total_bytes == NULL))
     return um__set_error(UM_EINVAL, "um_device_memory: NULL argument");
+  UM__CHECK_PROCESS(d->m);
   st = d->be->memory(d->bdev, &f, &t);
   if (st != UM_OK)
     return st;
@@ -43,6 +44,7 @@ int um_device_synchronize(um_device *d) {
   if (d == NULL)
     return um__set_error(UM_EINVAL, "um_device_synchronize: NULL device");
   m = d->m;
+  UM__CHECK_PROCESS(m);
   /* Operations of every device are tracked together; waiting for all of
    * them is what a caller of synchronize wants from a memory manager
    * (copies between devices involve both). */

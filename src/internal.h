@@ -157,6 +157,10 @@ struct um_buffer {
   size_t capacity; /* bytes of the block */
   int cls;         /* size class of capacity, -1 when not pooled */
   um__mem mem;
+  /* Moves each time the descriptor goes live: an operation checked against
+   * one owner's buffer is refused, under the lock, if the descriptor went
+   * to another owner meanwhile (event.c's op_check_locked). */
+  atomic_uint gen;
   bool readonly;
   bool pinned_wrap;
   /* UM_WRAP_PIN: the range's registrations with backends other than device
@@ -169,13 +173,17 @@ struct um_buffer {
   atomic_bool touched;
 
   pthread_mutex_t lock; /* guards everything below */
-  pthread_cond_t idle_cond; /* signalled when pending drops to 0 */
+  pthread_cond_t idle_cond; /* signalled when pending drops to 0, and when
+                               a mapping stops being busy */
   unsigned valid;       /* UM_VALID_* */
   bool mapped;
   um_map_mode map_mode;
   size_t map_off, map_len;
   void *map_ptr;
   bool map_native;  /* mapping came from backend->map */
+  /* um_map / um_unmap is calling the backend with the lock dropped; the
+   * mapping is neither made nor ended yet (waiters use idle_cond). */
+  bool map_busy;
   void *shadow;     /* host copy of a buffer with no host view */
   um_event *last;   /* last operation issued on the buffer (a reference) */
   unsigned pending; /* operations issued and not yet finished */
@@ -213,20 +221,31 @@ typedef enum {
 
 #define UM__MAX_DEPENDENTS 3
 
+/* Event objects are made in slabs and reused through the manager's free
+ * list; they are freed only with the manager, so a stale handle (an event
+ * the caller released) is still readable and answers UM_ESTATE. */
+#define UM__EVENT_SLAB 64
+
 struct um_event {
+  /* Fixed for the object's life. */
   uint32_t magic;
-  atomic_int refs;
-  atomic_int state; /* um__ev_state */
-  int status;
-  bool canceled;
+  um_manager *m;
   pthread_mutex_t lock;
   pthread_cond_t cond;
-  um_manager *m;
+  um_event *free_next; /* manager's free list (m->event_lock) */
+
+  /* Reset for each operation: everything from here on. */
+  atomic_int refs;          /* 0: on the free list */
+  atomic_bool caller_holds; /* the caller has not released its handle */
+  atomic_int state;         /* um__ev_state */
+  int status;
+  bool canceled;
 
   /* what to do */
   um__op_kind kind;
   um_buffer *dst, *src;
   size_t dst_off, src_off, bytes;
+  uint32_t dst_gen, src_gen; /* the buffers' gen when the API checked them */
   const void *host_src;
   void *host_dst;
   unsigned char value;
@@ -244,16 +263,26 @@ struct um_event {
 
   /* native execution */
   um_device *native_dev;
+  /* The backend's token while the operation runs on a device queue (under
+   * lock), and its owners: one for the operation, one per issuer that
+   * borrowed it for a wait list (event.c's token_borrow). The last owner
+   * releases it, so no lock is held across the backend's calls. */
   void *native;
+  atomic_int native_refs;
   int native_status;
   /* The backend reported completion inside xfer_async, on the issuing
    * thread (event.c's native_done): the issuer completes the operation once
-   * it holds no other operation's lock. Touched by that thread only. */
+   * the backend call returned. Touched by that thread only. */
   bool complete_deferred;
 
   um_event *queue_next; /* worker queue */
   int task;             /* what a worker does with it */
 };
+
+typedef struct um__event_slab {
+  struct um__event_slab *next;
+  um_event ev[UM__EVENT_SLAB];
+} um__event_slab;
 
 /* ------------------------------------------------------------------------ */
 /* Manager */
@@ -267,15 +296,6 @@ typedef struct um__engine {
   bool stopping;
   atomic_int inflight; /* operations issued and not finished */
   pthread_cond_t drained;
-  /* Operations workers are running now (TASK_START to its return), and the
-   * most seen at once since the manager started: figures for the tests of
-   * max_concurrent_transfers. */
-  atomic_int running;
-  atomic_int running_max;
-  /* Test hook (NULL in production): called by a worker as it starts an
-   * operation, with the number running including this one. Set it before
-   * issuing the operations it should see. */
-  void (*on_run)(um_manager *m, int running);
 } um__engine;
 
 struct um_manager {
@@ -289,6 +309,15 @@ struct um_manager {
   int nbackends;
 
   um__engine engine;
+
+  /* event objects (event.c): slabs, freed at destroy, and the free list */
+  pthread_mutex_t event_lock;
+  um_event *event_free;
+  um__event_slab *event_slabs;
+
+  /* um__fork_generation when the manager was made: a child process of
+   * fork() sees another value and refuses to use the parent's manager. */
+  unsigned fork_gen;
 
   /* registry of every buffer descriptor ever made, for the leak report */
   pthread_mutex_t registry_lock;
@@ -321,8 +350,13 @@ struct um_manager {
 
   /* trim timer */
   pthread_t trim_thread;
-  bool trim_running;
+  atomic_bool trim_running;
   pthread_mutex_t trim_lock;
+  /* Serialises trims (um__pool_trim and the timer's tick): a trim moves the
+   * caches' blocks to the bins, then frees the bins; another trim between
+   * the two could be holding a block on its way to a bin, and a
+   * um_pool_trim(m, 0) would return with that block still idle. */
+  pthread_mutex_t trimming;
   pthread_cond_t trim_cond;
   bool trim_stop;
   /* The timer sleeps with no deadline while nothing is idle; a thread that
@@ -335,6 +369,18 @@ struct um_manager {
 /* Internal functions */
 
 void um__clear_error(void);
+/* fork.c: moves in every child process of fork(); a manager made under
+ * another value belongs to an ancestor process and is refused. */
+extern atomic_uint um__fork_generation;
+void um__fork_init(void);
+int um__manager_check_process(const um_manager *m);
+/* Entry points of a function returning int: UM_ESTATE for a manager of
+ * another process. One load and one compare. */
+#define UM__CHECK_PROCESS(m)                                                   \
+  do {                                                                         \
+    if (__builtin_expect((m)->fork_gen != um__atomic_load_relaxed(&um__fork_generation), 0))  \
+      return um__manager_check_process(m);                                     \
+  } while (0)
 uint64_t um__now_ns(void);
 
 /* options.c */
@@ -389,6 +435,8 @@ void um__buffer_recycle(um_buffer *b);
 /* Back to the pool (or the device, or the caller) now. */
 void um__buffer_recycle_now(um_buffer *b);
 int um__buffer_check_live(const um_buffer *b);
+/* um__buffer_check_live, and b's generation for a check under its lock. */
+int um__buffer_check_owner(const um_buffer *b, uint32_t *gen);
 /* Reset a descriptor's per-owner state (size, coherence, mapping, chain,
  * site) for a new owner; mem, dev, loc and kind are set by the caller. */
 void um__buffer_init_live(um_buffer *b, size_t bytes, const char *file, int line);
@@ -418,6 +466,8 @@ void um__event_unref(um_event *e);
  * completion and returns its status. */
 int um__op_issue(um_event *op, um_event **done);
 void um__op_complete(um_event *op, int status);
+/* Manager destroy: free every event object. */
+void um__events_free_all(um_manager *m);
 int um__event_wait_internal(um_event *e);
 
 /* transfer.c */

@@ -111,9 +111,12 @@ static void free_manager(um_manager *m) {
     free(b);
   }
   free(m->peer);
+  um__events_free_all(m);
+  pthread_mutex_destroy(&m->event_lock);
   pthread_mutex_destroy(&m->registry_lock);
   pthread_mutex_destroy(&m->peer_lock);
   pthread_mutex_destroy(&m->trim_lock);
+  pthread_mutex_destroy(&m->trimming);
   pthread_cond_destroy(&m->trim_cond);
   pthread_mutex_destroy(&m->tcache_lock);
   free(m);
@@ -132,9 +135,13 @@ int um__manager_create_ex(const um_options *opts, const um__backend *const *extr
     m->opts = *opts;
   else
     um_options_init(&m->opts);
+  um__fork_init();
+  m->fork_gen = um__process_generation();
+  pthread_mutex_init(&m->event_lock, NULL);
   pthread_mutex_init(&m->registry_lock, NULL);
   pthread_mutex_init(&m->peer_lock, NULL);
   pthread_mutex_init(&m->trim_lock, NULL);
+  pthread_mutex_init(&m->trimming, NULL);
   pthread_cond_init(&m->trim_cond, NULL);
   pthread_mutex_init(&m->tcache_lock, NULL);
   if ((st = um__options_check(&m->opts)) != UM_OK) {
@@ -193,8 +200,13 @@ int um_manager_options(const um_manager *m, um_options *out) {
 int um_manager_destroy(um_manager *m) {
   int leaked = 0;
   uint64_t leaked_bytes = 0;
+  int st;
   if (m == NULL)
     return um__set_error(UM_EINVAL, "um_manager_destroy: NULL manager");
+  /* A parent's manager in a child process of fork(): its threads are gone
+   * and its locks may be held; the child's copy is left as it is. */
+  if ((st = um__manager_check_process(m)) != UM_OK)
+    return st;
   um__engine_drain(m);
   um__trim_thread_stop(m);
   um__engine_stop(m);

@@ -30,6 +30,7 @@ int um_peer_enable(um_device *a, um_device *b) {
   if (a == b)
     return UM_OK;
   m = a->m;
+  UM__CHECK_PROCESS(m);
   pthread_mutex_lock(&m->peer_lock);
   if (m->peer[a->index * m->ndevices + b->index]) {
     pthread_mutex_unlock(&m->peer_lock);

@@ -19,7 +19,8 @@
  *   together never exceed either limit.
  * - a bin is sorted on idle_key, newest at the head: allocations take the
  *   newest (warm in caches and TLBs), trims the oldest.
- * Lock order: m->tcache_lock, then a bin's lock, then m->trim_lock. A bin's
+ * Lock order: m->trimming, then m->tcache_lock, then a bin's lock, then
+ * m->trim_lock. A bin's
  * lock is never held while another bin's is taken, and never while calling
  * the backend (a device free can be slow). */
 #include <errno.h>
@@ -27,6 +28,7 @@
 #include <time.h>
 
 #include "tcache.h"
+#include "testhook.h"
 
 void um__pool_init(um__pool *p, um_device *dev, um_location loc) {
   p->dev = dev;
@@ -247,7 +249,7 @@ static void give_block(um__pool *p, um_buffer *b, bool was_idle) {
   um_manager *m = b->m;
   const um_options *o = &m->opts;
   um__bin *bin = &p->bins[b->cls];
-  uint64_t cap = b->capacity;
+  uint64_t cap = b->capacity, pooled_before;
 
   if (cap > o->max_pool_bytes || cap > o->max_pool_bytes_per_class ||
       !claim_with_room(m, cap, b->idle_key)) {
@@ -276,10 +278,14 @@ static void give_block(um__pool *p, um_buffer *b, bool was_idle) {
     free_unpooled(b, was_idle);
     return;
   }
+  /* Counted before b can be seen in the bin: a taker subtracts only after
+   * it found b there, so the figure never goes below zero. */
+  pooled_before = um__stat_pooled_add(p->dev, cap);
   bin_insert(p, bin, b);
   pthread_mutex_unlock(&bin->lock);
   /* b may be taken and reused as soon as the lock is released */
-  if (um__stat_pooled_add(p->dev, cap) == 0)
+  UM__TEST_POINT(UM__TP_POOL_PUT, b);
+  if (pooled_before == 0)
     um__trim_thread_kick(m);
 }
 
@@ -329,14 +335,16 @@ void um__pool_adopt(um__pool *p, um_buffer *b) {
   /* Its time in the cache is unknown: for the timer it is idle from now
    * (freed one interval after this move at the earliest); its idle_key
    * keeps its place in the order. */
-  uint64_t cap = b->capacity;
+  uint64_t cap = b->capacity, pooled_before;
   b->idle_since_ns = um__now_ns();
   pthread_mutex_lock(&bin->lock);
   bin->reserved_bytes -= cap;
+  pooled_before = um__stat_pooled_add(p->dev, cap); /* before b is visible */
   bin_insert(p, bin, b);
   pthread_mutex_unlock(&bin->lock);
   /* b may be taken and reused as soon as the lock is released */
-  if (um__stat_pooled_add(p->dev, cap) == 0)
+  UM__TEST_POINT(UM__TP_POOL_PUT, b);
+  if (pooled_before == 0)
     um__trim_thread_kick(p->dev->m);
 }
 
@@ -382,21 +390,23 @@ static uint64_t free_idle_before(um_device *d, uint64_t cutoff_ns) {
 
 uint64_t um__pool_trim(um_manager *m, um_device *dev, uint64_t keep) {
   uint64_t freed = 0;
+  pthread_mutex_lock(&m->trimming);
   /* The caches' blocks join the bins, in their order. */
   um__tcache_flush_all(m, dev);
   if (keep == 0) {
     for (int i = 0; i < m->ndevices; i++)
       if (dev == NULL || m->devices[i] == dev)
         freed += free_idle_before(m->devices[i], UINT64_MAX);
-    return freed;
+  } else {
+    while (pooled_of(m, dev) > keep) {
+      um_buffer *b = take_oldest(m, dev, UINT64_MAX);
+      if (b == NULL)
+        break;
+      freed += b->capacity;
+      release_block(b, true);
+    }
   }
-  while (pooled_of(m, dev) > keep) {
-    um_buffer *b = take_oldest(m, dev, UINT64_MAX);
-    if (b == NULL)
-      break;
-    freed += b->capacity;
-    release_block(b, true);
-  }
+  pthread_mutex_unlock(&m->trimming);
   return freed;
 }
 
@@ -431,6 +441,12 @@ void um__pool_largest(um__pool *p, uint64_t *largest) {
 int um_pool_trim(um_manager *m, uint64_t keep_bytes) {
   if (m == NULL)
     return um__set_error(UM_EINVAL, "um_pool_trim: manager is NULL");
+  UM__CHECK_PROCESS(m);
+  /* Debug mode: the blocks of quarantined buffers are idle memory too; their
+   * handles stay quarantined (quarantine.c). */
+  if (m->opts.debug)
+    for (int i = 0; i < m->ndevices; i++)
+      um__quarantine_drop_blocks(m, m->devices[i]);
   um__pool_trim(m, NULL, keep_bytes);
   return UM_OK;
 }
@@ -478,10 +494,12 @@ static void *trim_main(void *arg) {
       break;
     pthread_mutex_unlock(&m->trim_lock);
     seen = atomic_load(&m->reserve_seq);
+    pthread_mutex_lock(&m->trimming);
     um__tcache_flush_all(m, NULL);
     uint64_t now = um__now_ns();
     if (now > interval_ns)
       um__pool_trim_older(m, now - interval_ns);
+    pthread_mutex_unlock(&m->trimming);
     pthread_mutex_lock(&m->trim_lock);
   }
   pthread_mutex_unlock(&m->trim_lock);
@@ -496,25 +514,25 @@ int um__trim_thread_start(um_manager *m) {
   rc = pthread_create(&m->trim_thread, NULL, trim_main, m);
   if (rc != 0)
     return um__set_error(UM_ENOMEM, "cannot start the trim thread: %s", strerror(rc));
-  m->trim_running = true;
+  um__atomic_store_release(&m->trim_running, true);
   return UM_OK;
 }
 
 void um__trim_thread_stop(um_manager *m) {
-  if (!m->trim_running)
+  if (!um__atomic_load_acquire(&m->trim_running))
     return;
   pthread_mutex_lock(&m->trim_lock);
   m->trim_stop = true;
   pthread_cond_signal(&m->trim_cond);
   pthread_mutex_unlock(&m->trim_lock);
   pthread_join(m->trim_thread, NULL);
-  m->trim_running = false;
+  um__atomic_store_release(&m->trim_running, false);
 }
 
 /* Wake the timer; called when the pool goes from empty to not empty, so the
  * release path pays for the lock only on that transition. */
 void um__trim_thread_kick(um_manager *m) {
-  if (!m->trim_running)
+  if (!um__atomic_load_acquire(&m->trim_running))
     return;
   pthread_mutex_lock(&m->trim_lock);
   pthread_cond_signal(&m->trim_cond);

@@ -19,7 +19,8 @@
  *
  * The list is guarded by the manager's registry_lock (it is a list of
  * descriptors, like the husks); the lock is never held while a buffer is
- * recycled, since recycling takes bin locks and the registry lock itself.
+ * recycled, since recycling takes bin locks and the registry lock itself,
+ * nor while a block goes back to its device.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -117,23 +118,45 @@ void um__quarantine_flush(um_manager *m) {
   release_list(out);
 }
 
-void um__quarantine_drop_blocks(um_manager *m, um_device *d) {
-  /* The blocks are freed under the lock: once it is dropped, an entry can
-   * leave the quarantine and its descriptor be reused at once. A device
-   * free takes no lock of ours, and this is the rare path of an allocation
-   * that already failed once. */
-  pthread_mutex_lock(&m->registry_lock);
-  for (um_buffer *b = m->quarantine_head; b != NULL; b = b->quarantine_next) {
+/* One block taken from a quarantined descriptor, to free after the lock. */
+typedef struct dropped_block {
+  um_location loc;
+  size_t capacity;
+  um__mem mem;
+} dropped_block;
+
+/* Under registry_lock: detach the blocks of d's quarantined buffers (at most
+ * cap of them) into out; the entries keep their handles and hold no memory
+ * from here on, like a wrap whose range went back. um_alloc sets the kind
+ * again when it reuses the descriptor. */
+static size_t detach_blocks_locked(um_manager *m, um_device *d, dropped_block *out, size_t cap) {
+  size_t n = 0;
+  for (um_buffer *b = m->quarantine_head; b != NULL && n < cap; b = b->quarantine_next) {
     if (b->dev != d || held_bytes(b) == 0)
       continue;
     m->quarantine_bytes -= held_bytes(b);
-    um__block_free(d, b->loc, b->capacity, &b->mem);
+    out[n].loc = b->loc;
+    out[n].capacity = b->capacity;
+    out[n++].mem = b->mem;
     memset(&b->mem, 0, sizeof(b->mem));
-    /* From here on the entry holds no memory, like a wrap whose range went
-     * back: leaving the quarantine, it becomes a husk. um_alloc sets the
-     * kind again when it reuses the descriptor. */
     b->kind = UM__KIND_WRAPPED;
     b->pinned_wrap = false;
   }
-  pthread_mutex_unlock(&m->registry_lock);
+  return n;
+}
+
+void um__quarantine_drop_blocks(um_manager *m, um_device *d) {
+  /* The device frees run after the lock is dropped (a device free can be
+   * slow, and every allocation needing a descriptor takes this lock), in
+   * rounds of a fixed array: an entry whose block was detached may leave
+   * the quarantine and be reused at once, it references the block no more. */
+  dropped_block blocks[64];
+  size_t n;
+  do {
+    pthread_mutex_lock(&m->registry_lock);
+    n = detach_blocks_locked(m, d, blocks, sizeof(blocks) / sizeof(blocks[0]));
+    pthread_mutex_unlock(&m->registry_lock);
+    for (size_t i = 0; i < n; i++)
+      um__block_free(d, blocks[i].loc, blocks[i].capacity, &blocks[i].mem);
+  } while (n == sizeof(blocks) / sizeof(blocks[0]));
 }

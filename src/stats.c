@@ -83,6 +83,7 @@ int um_stats_get(um_manager *m, um_device *d, um_stats *out) {
     return um__set_error(UM_EINVAL, "um_stats_get: NULL argument");
   if (d != NULL && d->m != m)
     return um__set_error(UM_EINVAL, "um_stats_get: device belongs to another manager");
+  UM__CHECK_PROCESS(m);
   memset(&s, 0, sizeof(s));
   /* The caches' list lock: a thread's exit moves its counters into the
    * device's under it, so each share is counted once. */

@@ -30,6 +30,7 @@ static int check_args(um_buffer *src, size_t off, size_t bytes, um_device *dev, 
     return um__set_error(UM_EINVAL, "um_stream: NULL argument");
   if ((st = um__buffer_check_live(src)) != UM_OK)
     return st;
+  UM__CHECK_PROCESS(src->m);
   if (dev->m != src->m)
     return um__set_error(UM_EINVAL, "um_stream: device and buffer belong to different managers");
   if (bytes == 0 || chunk_bytes == 0)

@@ -296,3 +296,18 @@ void um__tcache_stats_add(um_manager *m, um_device *d, um_stats *s) {
     }
   }
 }
+
+/* fork (fork.c): the lifetime lock is held across the fork, so that the
+ * child does not inherit it locked by another thread; in the child, the
+ * forking thread's caches belong to the parent's managers, which the child
+ * may not use: they are marked dead (freed at this thread's next lookup). */
+void um__tcache_fork_prepare(void) { pthread_mutex_lock(&lifetime_lock); }
+
+void um__tcache_fork_parent(void) { pthread_mutex_unlock(&lifetime_lock); }
+
+void um__tcache_fork_child(void) {
+  for (um__tcache *tc = thread_caches; tc != NULL; tc = tc->t_next)
+    atomic_store_explicit(&tc->m, NULL, memory_order_relaxed);
+  um__tcache_last = NULL;
+  pthread_mutex_unlock(&lifetime_lock);
+}

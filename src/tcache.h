@@ -107,6 +107,10 @@ void um__tcache_manager_gone(um_manager *m);
 /* Add the caches' counters and idle blocks to stats of d (all devices
  * when d is NULL). Called with m->tcache_lock held. */
 void um__tcache_stats_add(um_manager *m, um_device *d, um_stats *s);
+/* pthread_atfork handlers' share (fork.c). */
+void um__tcache_fork_prepare(void);
+void um__tcache_fork_parent(void);
+void um__tcache_fork_child(void);
 
 static inline um__tcache *um__tcache_of(um_manager *m) {
   um__tcache *tc = um__tcache_last;

@@ -530,10 +530,11 @@ static int copy_common(um_manager *m, um_buffer *dst, size_t dst_off, um_buffer 
                        const void *host_src, void *host_dst, size_t bytes, um_event *group,
                        um_event **done) {
   um_event *op;
+  uint32_t dst_gen = 0, src_gen = 0;
   int st;
-  if (dst && (st = um__buffer_check_live(dst)) != UM_OK)
+  if (dst && (st = um__buffer_check_owner(dst, &dst_gen)) != UM_OK)
     return st;
-  if (src && (st = um__buffer_check_live(src)) != UM_OK)
+  if (src && (st = um__buffer_check_owner(src, &src_gen)) != UM_OK)
     return st;
   if ((dst == NULL) == (host_dst == NULL) || (src == NULL) == (host_src == NULL))
     return um__set_error(UM_EINVAL, "copy needs exactly one source and one destination");
@@ -545,6 +546,7 @@ static int copy_common(um_manager *m, um_buffer *dst, size_t dst_off, um_buffer 
     m = dst ? dst->m : src->m;
   if ((dst && dst->m != m) || (src && src->m != m))
     return um__set_error(UM_EINVAL, "buffers belong to different managers");
+  UM__CHECK_PROCESS(m);
   if (dst && (st = check_range(dst, dst_off, bytes)) != UM_OK)
     return st;
   if (src && (st = check_range(src, src_off, bytes)) != UM_OK)
@@ -554,8 +556,8 @@ static int copy_common(um_manager *m, um_buffer *dst, size_t dst_off, um_buffer 
   op = um__event_new(m, UM__OP_COPY);
   if (op == NULL)
     return um__set_error(UM_ENOMEM, "out of memory for an operation");
-  op->dst = dst, op->dst_off = dst_off;
-  op->src = src, op->src_off = src_off;
+  op->dst = dst, op->dst_off = dst_off, op->dst_gen = dst_gen;
+  op->src = src, op->src_off = src_off, op->src_gen = src_gen;
   op->host_src = host_src, op->host_dst = host_dst;
   op->bytes = bytes;
   op->group = group;
@@ -582,11 +584,13 @@ int um_copy(um_buffer *dst, size_t dst_off, um_buffer *src, size_t src_off, size
 
 int um_fill(um_buffer *dst, size_t off, int byte, size_t bytes, um_event **done) {
   um_event *op;
+  uint32_t gen = 0;
   int st;
   if (dst == NULL)
     return um__set_error(UM_EINVAL, "um_fill: NULL buffer");
-  if ((st = um__buffer_check_live(dst)) != UM_OK)
+  if ((st = um__buffer_check_owner(dst, &gen)) != UM_OK)
     return st;
+  UM__CHECK_PROCESS(dst->m);
   if (bytes == 0)
     return um__set_error(UM_EINVAL, "fill of zero bytes");
   if ((st = check_range(dst, off, bytes)) != UM_OK || (st = check_writable(dst)) != UM_OK)
@@ -594,7 +598,7 @@ int um_fill(um_buffer *dst, size_t off, int byte, size_t bytes, um_event **done)
   op = um__event_new(dst->m, UM__OP_FILL);
   if (op == NULL)
     return um__set_error(UM_ENOMEM, "out of memory for an operation");
-  op->dst = dst, op->dst_off = off, op->bytes = bytes;
+  op->dst = dst, op->dst_off = off, op->dst_gen = gen, op->bytes = bytes;
   op->value = (unsigned char)byte;
   return um__op_issue(op, done);
 }
@@ -645,6 +649,7 @@ int um_copy_batch(um_manager *m, const um_copy_op *ops, size_t n, um_event **don
     return um__set_error(UM_EINVAL, "um_copy_batch: NULL argument");
   if (n == 0)
     return um__set_error(UM_EINVAL, "um_copy_batch: empty batch");
+  UM__CHECK_PROCESS(m);
   for (size_t i = 0; i < n; i++)
     if ((st = check_op(m, &ops[i])) != UM_OK)
       return st;
@@ -677,6 +682,7 @@ int um_copy_batch(um_manager *m, const um_copy_op *ops, size_t n, um_event **don
     um__event_unref(group);
     return st;
   }
+  atomic_store_explicit(&group->caller_holds, true, memory_order_relaxed);
   *done = group;
   return UM_OK;
 }

@@ -123,6 +123,8 @@ static struct {
 #undef OCL_ENTRY_MEMBER_
   void *library;
   int load_status;         /* UM_OK or UM_ENODEV */
+  unsigned load_generation; /* um__process_generation() at load: drivers do
+                               not survive fork() in the child */
   char load_failure[384];  /* why, when load_status != UM_OK */
 } ocl;
 
@@ -148,6 +150,7 @@ static void ocl_load(void) {
   if (path == NULL || path[0] == '\0')
     path = OCL_DEFAULT_LIBRARY;
 
+  ocl.load_generation = um__process_generation();
   ocl.library = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (ocl.library == NULL) {
     const char *reason = dlerror();
@@ -566,6 +569,9 @@ static int ocl_open(const um_options *opts, void **ctx, int *count) {
   pthread_once(&ocl_load_once, ocl_load);
   if (ocl.load_status != UM_OK)
     return um__set_error(UM_ENODEV, "opencl: %s", ocl.load_failure);
+  if (ocl.load_generation != um__process_generation())
+    return um__set_error(UM_ENODEV, "opencl: the driver was loaded before fork(); it cannot be used in "
+                                    "the child process");
 
   state = calloc(1, sizeof(*state));
   if (state == NULL)
