@@ -28,15 +28,7 @@ tmp=${TMPDIR:-/tmp}
 scratch=$(mktemp -d "$tmp/unimem-fuzz.XXXXXX")
 trap 'rm -rf "$scratch"' EXIT
 echo "fuzzing for ${secs}s from $(ls "$root/tests/fuzz/corpus" | wc -l) corpus inputs"
-# -detect_leaks=0: no LeakSanitizer pass after an input that allocated more
-# than it freed. The library's workers free an operation's last reference
-# just after the operation completes, so whether that free falls inside
-# the input or in the next one is a race: the passes came at random (0 to
-# 90 in 20 s, 40 ms each with the kept managers' threads), and libFuzzer
-# stops them after 1000 anyway. LeakSanitizer still runs at exit and fails
-# the run on a leak; the harness checks after every input that nothing is
-# live, pooled or reserved and that no device block is left.
 # shellcheck disable=SC2086
 "$build/tests/fuzz/fuzz_api" -max_total_time="$secs" -max_len=4096 -timeout=30 \
-  -rss_limit_mb=4096 -detect_leaks=0 -print_final_stats=1 -artifact_prefix="$build/" \
-  ${FUZZ_FLAGS:-} "$scratch" "$root/tests/fuzz/corpus"
+  -rss_limit_mb=4096 -print_final_stats=1 -artifact_prefix="$build/" ${FUZZ_FLAGS:-} \
+  "$scratch" "$root/tests/fuzz/corpus"
