@@ -984,12 +984,16 @@ typedef struct kept_manager {
 static kept_manager kept[NMANAGERS];
 static uint64_t inputs_run, managers_made, managers_evicted, managers_ended;
 
-/* One line at exit: how often an input found its manager kept. */
-static void print_summary(void) {
-  fprintf(stderr, "fuzz_api: %llu inputs, %llu managers made (%llu evicted, %llu destroyed by inputs)\n",
-          (unsigned long long)inputs_run, (unsigned long long)managers_made,
+/* How often an input found its manager kept (libFuzzer: at exit). */
+static void print_summary(FILE *to, const char *what) {
+  fprintf(to, "fuzz_api: %llu inputs %s, %llu managers made (%llu evicted, %llu destroyed by inputs)\n",
+          (unsigned long long)inputs_run, what, (unsigned long long)managers_made,
           (unsigned long long)managers_evicted, (unsigned long long)managers_ended);
 }
+
+#ifdef UNIMEM_FUZZ_LIBFUZZER
+static void print_summary_at_exit(void) { print_summary(stderr, "run"); }
+#endif
 
 static void quiet(void *ctx, um_log_level level, const char *msg) { (void)ctx, (void)level, (void)msg; }
 
@@ -1166,7 +1170,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       pattern[i] = (unsigned char)(i * 131u + (i >> 9) * 7u + 1u);
     trace = getenv("FUZZ_TRACE") != NULL;
 #ifdef UNIMEM_FUZZ_LIBFUZZER
-    atexit(print_summary);
+    atexit(print_summary_at_exit);
 #endif
     init = true;
   }
@@ -1199,7 +1203,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 /* Replay: run each file named on the command line, then destroy the kept
  * managers (each must find nothing leaked). */
 int main(int argc, char **argv) {
-  int n = 0;
   for (int i = 1; i < argc; i++) {
     FILE *f = fopen(argv[i], "rb");
     static uint8_t buf[1 << 16];
@@ -1211,13 +1214,11 @@ int main(int argc, char **argv) {
     len = fread(buf, 1, sizeof(buf), f);
     fclose(f);
     LLVMFuzzerTestOneInput(buf, len);
-    n++;
   }
   for (int i = 0; i < NMANAGERS; i++)
     if (kept[i].m != NULL)
       manager_destroy(&kept[i]);
-  print_summary();
-  printf("fuzz_api: %d inputs replayed, no mismatch\n", n);
+  print_summary(stdout, "replayed, no mismatch");
   return 0;
 }
 #endif
