@@ -99,6 +99,8 @@ typedef struct state {
   um_buffer *stale[NSTALE];
   int stale_dev[NSTALE]; /* the device each was on */
   int nstale;
+  um_event *stale_ev[NSTALE]; /* events the program released */
+  int nstale_ev;
   void **keep; /* host memory an operation may still touch: freed after destroy */
   int nkeep, capkeep;
   bool faults;   /* a fault was planned or a device lost: failures may happen */
@@ -241,6 +243,14 @@ static void event_forget(state *st, int k) {
   st->ev[k] = st->ev[--st->nev];
 }
 
+/* Release the pending event k's handle, which must answer UM_ESTATE from
+ * then on (op_stale). */
+static void event_release(state *st, int k) {
+  um_event *e = st->ev[k].e;
+  expect(st, um_event_release(e), 0, 0, "um_event_release");
+  st->stale_ev[st->nstale_ev < NSTALE ? st->nstale_ev++ : (int)(st->seq % NSTALE)] = e;
+}
+
 /* Wait for the pending event k and check its outcome. */
 static void event_finish(state *st, int k, bool release) {
   pending *p = &st->ev[k];
@@ -258,7 +268,7 @@ static void event_finish(state *st, int k, bool release) {
   if (um_event_query(p->e) != got)
     FAIL("query after wait disagrees");
   if (release)
-    um_event_release(p->e);
+    event_release(st, k);
   event_forget(st, k);
 }
 
@@ -831,7 +841,7 @@ static void op_event(state *st, input *in) {
   }
   default: /* release without waiting: the outcome stays unknown */
     taint_from(st, st->ev[k].seq);
-    um_event_release(st->ev[k].e);
+    event_release(st, k);
     if (st->ev[k].out != NULL) {
       keep(st, st->ev[k].out);
       st->ev[k].out = NULL;
@@ -841,9 +851,10 @@ static void op_event(state *st, input *in) {
   }
 }
 
-/* A released handle answers UM_ESTATE to everything. Without the debug
- * quarantine a handle is reused by later allocations: skip those. */
-static void op_stale(state *st, input *in) {
+/* A released handle answers UM_ESTATE to everything, until the library
+ * gives its object to a later allocation (without the debug quarantine)
+ * or operation: handles the program holds again are skipped. */
+static void stale_buffer(state *st, input *in) {
   um_buffer *b;
   int k;
   char tmp[16];
@@ -869,6 +880,30 @@ static void op_stale(state *st, input *in) {
       FAIL("getters of a stale handle");
     break;
   }
+}
+
+static void stale_event(state *st, input *in) {
+  um_event *e;
+  if (st->nstale_ev == 0)
+    return;
+  e = st->stale_ev[pick(in, (unsigned)st->nstale_ev)];
+  for (int k = 0; k < st->nev; k++)
+    if (st->ev[k].e == e)
+      return;
+  TRACE("stale event %p\n", (void *)e);
+  switch (pick(in, 4)) {
+  case 0: expect(st, um_event_wait(e), BIT(UM_ESTATE), 0, "stale um_event_wait"); break;
+  case 1: expect(st, um_event_query(e), BIT(UM_ESTATE), 0, "stale um_event_query"); break;
+  case 2: expect(st, um_event_cancel(e), BIT(UM_ESTATE), 0, "stale um_event_cancel"); break;
+  default: expect(st, um_event_release(e), BIT(UM_ESTATE), 0, "stale um_event_release"); break;
+  }
+}
+
+static void op_stale(state *st, input *in) {
+  if (pick(in, 4) == 3)
+    stale_event(st, in);
+  else
+    stale_buffer(st, in);
 }
 
 static void op_verify(state *st, input *in) {
