@@ -412,9 +412,8 @@ static void give_slot(state *st, int i, um_buffer *b, size_t size, int dev, um_l
   s->loc = loc;
   s->readonly = ro;
   s->mapped = false;
-  s->expect = slot_expect[i];
+  s->expect = slot_expect[i]; /* what it holds counts only where known */
   s->known = slot_known[i];
-  memset(s->expect, 0, size);
   memset(s->known, 0, size);
 }
 
@@ -467,8 +466,10 @@ static void op_alloc(state *st, input *in) {
   if (um_buffer_size(b) != size || um_buffer_device(b) != st->devs[dev] || um_buffer_location(b) != loc)
     FAIL("getters of a new buffer");
   give_slot(st, i, b, size, dev, loc, false);
-  if ((flags & UM_ALLOC_ZERO) || st->scrub)
-    memset(st->s[i].known, 1, size); /* expect holds zeros */
+  if ((flags & UM_ALLOC_ZERO) || st->scrub) {
+    memset(st->s[i].expect, 0, size);
+    memset(st->s[i].known, 1, size);
+  }
   check_stats(st, dev);
 }
 
