@@ -255,6 +255,7 @@ static void event_release(state *st, int k) {
 static void event_finish(state *st, int k, bool release) {
   pending *p = &st->ev[k];
   int got = um_event_wait(p->e);
+  TRACE("  event of seq %llu -> %s\n", (unsigned long long)p->seq, um_err_name(got));
   if (p->canceled) {
     if (got != UM_ECANCELED)
       FAIL("a canceled operation answered %s", um_err_name(got));
@@ -538,7 +539,8 @@ static void op_h2d(state *st, input *in) {
   async = pick(in, 2) != 0;
   errors = dst_errors(st, i, off, len);
   st->seq++;
-  TRACE("h2d slot %d off %zu len %zu async %d seq %llu\n", i, off, len, async, (unsigned long long)st->seq);
+  TRACE("h2d slot %d off %zu len %zu from pattern+%zu async %d seq %llu\n", i, off, len, poff, async,
+        (unsigned long long)st->seq);
   got = um_copy_from_host(st->s[i].b, off, pattern + poff, len, async ? &e : NULL);
   expect(st, got, errors, 0, "um_copy_from_host");
   if (got != UM_OK) {
@@ -923,7 +925,7 @@ static void op_verify(state *st, input *in) {
 
 static void op_fault(state *st, input *in) {
   unsigned what = pick(in, 8);
-  uint64_t nth;
+  uint64_t nth = 0;
   fault_counts c;
   fault_counts_get(&c);
   if (what < 3) {
@@ -936,7 +938,8 @@ static void op_fault(state *st, input *in) {
     int dev = 1 + (int)pick(in, (unsigned)(st->ndev - 1));
     fault_lose(st->devs[dev]);
   }
-  TRACE("fault plan %u\n", what);
+  TRACE("fault plan %u: %s %llu\n", what, what < 3 ? "allocation" : what < 7 ? "transfer" : "device lost",
+        (unsigned long long)nth);
   st->faults = true;
 }
 
