@@ -23,8 +23,9 @@ static const char *const location_names[] = {"host", "device", "pinned", "unifie
 static void destroy_device(um_device *d) {
   for (int l = 0; l < UM_LOCATION_COUNT; l++)
     um__pool_destroy(&d->pools[l]);
-  um__staging_release_all(d);
+  um__staging_free_all(d);
   pthread_mutex_destroy(&d->staging_lock);
+  d->magic = 0;
   free(d);
 }
 
@@ -45,6 +46,7 @@ static int add_device(um_manager *m, const um__backend *be, void *ctx, int i) {
     return um__set_error(UM_ENOMEM, "out of memory for a device");
   }
   m->devices = grown;
+  d->magic = UM__DEVICE_MAGIC;
   d->m = m;
   d->index = m->ndevices;
   d->be = be;
@@ -102,14 +104,7 @@ static void free_manager(um_manager *m) {
   free(m->devices);
   for (int i = m->nbackends - 1; i >= 0; i--)
     m->backends[i].be->close(m->backends[i].ctx);
-  while (m->all_buffers) {
-    um_buffer *b = m->all_buffers;
-    m->all_buffers = b->all_next;
-    pthread_mutex_destroy(&b->lock);
-    pthread_cond_destroy(&b->idle_cond);
-    free(b->shadow);
-    free(b);
-  }
+  um__descriptors_free_all(m);
   free(m->peer);
   um__events_free_all(m);
   pthread_mutex_destroy(&m->event_lock);
@@ -237,45 +232,4 @@ int um_manager_destroy(um_manager *m) {
     return um__set_error(UM_ELEAK, "%d buffer(s) (%llu bytes) were never released", leaked,
                          (unsigned long long)leaked_bytes);
   return UM_OK;
-}
-
-/* ------------------------------------------------------------------------ */
-/* Buffer descriptors: made once, reused for the manager's lifetime. */
-
-um_buffer *um__descriptor_get(um_manager *m) {
-  um_buffer *b;
-  pthread_mutex_lock(&m->registry_lock);
-  b = m->husks;
-  if (b != NULL) {
-    m->husks = b->husk_next;
-    pthread_mutex_unlock(&m->registry_lock);
-    b->husk_next = NULL;
-    return b;
-  }
-  pthread_mutex_unlock(&m->registry_lock);
-  /* Whole cache lines: two threads working on two buffers (each from its
-   * own thread cache) must not share a line. */
-  b = aligned_alloc(64, (sizeof(*b) + 63) & ~(size_t)63);
-  if (b == NULL)
-    return NULL;
-  memset(b, 0, sizeof(*b));
-  b->magic = UM__BUFFER_MAGIC;
-  b->m = m;
-  atomic_init(&b->state, UM__BUF_HUSK);
-  pthread_mutex_init(&b->lock, NULL);
-  pthread_cond_init(&b->idle_cond, NULL);
-  pthread_mutex_lock(&m->registry_lock);
-  b->all_next = m->all_buffers;
-  m->all_buffers = b;
-  pthread_mutex_unlock(&m->registry_lock);
-  return b;
-}
-
-void um__descriptor_put(um_manager *m, um_buffer *b) {
-  atomic_store_explicit(&b->state, UM__BUF_HUSK, memory_order_release);
-  memset(&b->mem, 0, sizeof(b->mem));
-  pthread_mutex_lock(&m->registry_lock);
-  b->husk_next = m->husks;
-  m->husks = b;
-  pthread_mutex_unlock(&m->registry_lock);
 }

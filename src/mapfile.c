@@ -6,7 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "tcache.h"
 
 int um_map_file(um_manager *m, const char *path, um_map_mode mode, um_buffer **out) {
   int fd, flags, prot, st;
@@ -75,11 +75,4 @@ int um_map_file(um_manager *m, const char *path, um_map_mode mode, um_buffer **o
 fail_fd:
   close(fd);
   return st;
-}
-
-void um__file_unmap(um_buffer *b) {
-  if (!b->readonly)
-    msync(b->mem.host, b->capacity, MS_SYNC);
-  munmap(b->mem.host, b->capacity);
-  b->mem.host = NULL;
 }

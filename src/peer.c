@@ -4,8 +4,8 @@
 #include "internal.h"
 
 static int check_pair(const um_device *a, const um_device *b) {
-  if (a == NULL || b == NULL)
-    return um__set_error(UM_EINVAL, "peer: NULL device");
+  if (!um__device_ok(a) || !um__device_ok(b))
+    return um__set_error(UM_EINVAL, "peer: NULL or not a device");
   if (a->m != b->m)
     return um__set_error(UM_EINVAL, "peer: devices of different managers");
   return UM_OK;

@@ -53,15 +53,13 @@ static um_buffer *take_excess(um_manager *m) {
   return out;
 }
 
-/* Leave the quarantine: the ordinary recycling. */
+/* Leave the quarantine: the block goes to its owner (a wrap's or a file's
+ * memory went back at release: only the descriptor is left). */
 static void release_list(um_buffer *b) {
   while (b != NULL) {
     um_buffer *next = b->quarantine_next;
     b->quarantine_next = NULL;
-    if (b->kind == UM__KIND_WRAPPED || b->kind == UM__KIND_FILE)
-      um__descriptor_put(b->m, b); /* their memory was given back at release */
-    else
-      um__buffer_recycle_now(b);
+    um__buffer_to_owner(b);
     b = next;
   }
 }
@@ -70,23 +68,10 @@ void um__quarantine_put(um_buffer *b) {
   um_manager *m = b->m;
   um_buffer *evicted;
 
-  switch (b->kind) {
-  case UM__KIND_WRAPPED:
-    if (b->pinned_wrap)
-      b->dev->be->host_unregister(b->dev->bdev, &b->mem);
-    b->pinned_wrap = false;
-    memset(&b->mem, 0, sizeof(b->mem));
-    break;
-  case UM__KIND_FILE:
-    um__file_unmap(b);
-    memset(&b->mem, 0, sizeof(b->mem));
-    break;
-  case UM__KIND_POOLED:
-  case UM__KIND_UNPOOLED:
-    if (b->mem.host != NULL)
-      memset(b->mem.host, UM__POISON_BYTE, b->capacity);
-    break;
-  }
+  if (b->kind == UM__KIND_WRAPPED || b->kind == UM__KIND_FILE)
+    um__buffer_return_borrowed(b); /* not ours to hold back */
+  else if (b->mem.host != NULL)
+    memset(b->mem.host, UM__POISON_BYTE, b->capacity);
   if (b->shadow != NULL) {
     memset(b->shadow, UM__POISON_BYTE, b->capacity);
     free(b->shadow);

@@ -49,7 +49,7 @@ static uint64_t flush_slots(um__tcache *tc, um_manager *m, size_t lo, size_t hi,
         continue; /* its owner took it, or another flush did */
       um_buffer *b = (um_buffer *)cur;
       moved += b->capacity;
-      um__pool_adopt(slot_pool(m, i), b);
+      um__pool_put_reserved(slot_pool(m, i), b);
     } else if (cur == UM__TSLOT_RESERVED && owner) {
       atomic_store_explicit(slot, 0, memory_order_relaxed);
       um__pool_unreserve(slot_pool(m, i), slot_class(i));
@@ -215,9 +215,10 @@ um__tcache *um__tcache_find(um_manager *m) {
   return tc;
 }
 
-void um__tcache_give_slow(um__tcache *tc, um_buffer *b, _Atomic(uintptr_t) *slot) {
+void um__tcache_put(um__tcache *tc, um_buffer *b) {
   um_manager *m = b->m;
   um__pool *p = &b->dev->pools[b->loc];
+  _Atomic(uintptr_t) *slot = um__tcache_slot(tc, b->dev, b->loc, b->cls);
   uintptr_t cur;
   if (tc->epoch != atomic_load_explicit(&m->flush_epoch, memory_order_relaxed))
     um__tcache_flush_own(tc, m);
@@ -238,12 +239,12 @@ void um__tcache_give_slow(um__tcache *tc, um_buffer *b, _Atomic(uintptr_t) *slot
      * the older one goes to the bin. */
     if (atomic_compare_exchange_strong_explicit(slot, &cur, (uintptr_t)b, memory_order_acq_rel,
                                                 memory_order_relaxed)) {
-      um__pool_give_idle(p, (um_buffer *)cur);
+      um__pool_put_aged(p, (um_buffer *)cur);
       return;
     }
     /* another thread took the older block (cur is now 0): start over */
   }
-  um__pool_give(p, b); /* no budget for a slot */
+  um__pool_put(p, b); /* no budget for a slot */
 }
 
 void um__tcache_note_high(um__tcache *tc, um_device *d) {
@@ -310,4 +311,29 @@ void um__tcache_fork_child(void) {
     atomic_store_explicit(&tc->m, NULL, memory_order_relaxed);
   um__tcache_last = NULL;
   pthread_mutex_unlock(&lifetime_lock);
+}
+
+/* ------------------------------------------------------------------------ */
+/* bytes_in_use outside the hit paths */
+
+void um__stat_in_use_add(um_device *d, uint64_t bytes) {
+  um_manager *m = d->m;
+  um__tcache *tc = um__tcache_of(m);
+  if (tc != NULL) {
+    um__tcache_count_in(tc, d, bytes);
+    return;
+  }
+  um__atomic_add_relaxed(&d->stats.bytes_in_use, bytes);
+  um__atomic_add_relaxed(&m->bytes_in_use, bytes);
+  um__tcache_note_high(NULL, d);
+}
+
+void um__stat_in_use_sub(um_device *d, uint64_t bytes) {
+  um__tcache *tc = um__tcache_of(d->m);
+  if (tc != NULL) {
+    um__tcache_count_out(tc, d, bytes);
+    return;
+  }
+  um__atomic_sub_relaxed(&d->stats.bytes_in_use, bytes);
+  um__atomic_sub_relaxed(&d->m->bytes_in_use, bytes);
 }

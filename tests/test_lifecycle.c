@@ -573,15 +573,22 @@ static int child_after_fork(um_manager *pm, um_buffer *pb, um_event *pe) {
   return bad;
 }
 
+/* A cpu-only manager, whose copy runs on a worker: no thread of the test's
+ * own may be inside malloc at the fork (clang 14's ASan allocator then
+ * deadlocks in the child, in any program). TSan kills a forked child that
+ * starts threads (die_after_fork), so the test skips there. */
 Test(lifecycle, fork_child_uses_its_own_manager, .timeout = 60) {
-  um_manager *m = late_manager(LATE_DETACHED);
+#ifdef UT_TSAN
+  cr_skip_test("SKIP: ThreadSanitizer ends a forked child that starts threads (die_after_fork)");
+#else
+  um_manager *m = ut_manager();
   static unsigned char big[16u << 20], back[16u << 20];
   um_buffer *b;
   um_event *e;
   int status;
   pid_t pid;
   memset(big, 0x2C, sizeof(big));
-  cr_assert_eq(um_alloc(m, um_device_get(m, 1), sizeof(big), UM_DEVICE, 0, &b), UM_OK);
+  cr_assert_eq(um_alloc(m, um_device_get(m, 0), sizeof(big), UM_HOST, 0, &b), UM_OK);
   cr_assert_eq(um_copy_from_host(b, 0, big, sizeof(big), &e), UM_OK);
   pid = fork();
   cr_assert_neq(pid, -1);
@@ -596,6 +603,7 @@ Test(lifecycle, fork_child_uses_its_own_manager, .timeout = 60) {
   cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child's checks failed (status 0x%x)", status);
   cr_assert_eq(um_release(b), UM_OK);
   cr_assert_eq(um_manager_destroy(m), UM_OK);
+#endif
 }
 
 /* ------------------------------------------------------------------------ */
