@@ -1134,7 +1134,7 @@ static void reset_manager(state *st) {
   }
   um__quarantine_flush(st->m);
   for (int i = 0; i < st->ndev; i++)
-    um__staging_release_all(st->devs[i]);
+    um__staging_free_all(st->devs[i]);
   expect(st, um_pool_trim(st->m, 0), 0, 0, "um_pool_trim");
   if (um_stats_get(st->m, NULL, &s) != UM_OK)
     FAIL("um_stats_get");
