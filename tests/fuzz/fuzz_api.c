@@ -281,8 +281,12 @@ static void event_finish(state *st, int k, bool release) {
   event_forget(st, k);
 }
 
-/* Finish every pending event, oldest first. */
+/* Finish every pending event, oldest first. The writes logged for them
+ * can no longer be tainted; those of the operation being issued (seq, when
+ * add_event drains to make room for its event) still can: a cancel of it
+ * must make them unknown. */
 static void drain(state *st) {
+  int kept = 0;
   while (st->nev > 0) {
     int oldest = 0;
     for (int k = 1; k < st->nev; k++)
@@ -290,7 +294,10 @@ static void drain(state *st) {
         oldest = k;
     event_finish(st, oldest, true);
   }
-  st->nlog = 0;
+  for (int k = 0; k < st->nlog; k++)
+    if (st->log[k].seq == st->seq)
+      st->log[kept++] = st->log[k];
+  st->nlog = kept;
 }
 
 /* Finish events issued before seq, oldest first, then the one wanted. */
@@ -838,6 +845,7 @@ static void op_event(state *st, input *in) {
   }
   case 2: { /* cancel */
     int got = um_event_cancel(st->ev[k].e);
+    TRACE("  um_event_cancel -> %s\n", um_err_name(got));
     if (got == UM_OK) {
       if (st->ev[k].canceled || st->ev[k].is_batch)
         FAIL("canceled twice, or a batch canceled");
