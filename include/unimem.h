@@ -165,6 +165,8 @@ typedef struct um_options {
   int debug;              /* quarantine released handles, poison freed blocks */
   int huge_pages;         /* madvise(MADV_HUGEPAGE) large host blocks */
   uint64_t device_limit_bytes; /* cap each non-host device's memory (0: none) */
+  uint32_t net_timeout_ms; /* um_net: longest a network step may go without
+                              progress before its operation fails (>= 1) */
   char backends[128];     /* comma list: "cpu,opencl,cuda"; "" means all */
   um_log_level log_level; /* messages above this level are dropped */
   um_log_fn log;          /* NULL: messages go to stderr */
@@ -213,7 +215,10 @@ typedef struct um_device_info {
   XX(uint64_t, xfer_direct, "copies run as direct DMA or host memcpy")         \
   XX(uint64_t, xfer_pipelined, "copies run through pinned staging chunks")     \
   XX(uint64_t, xfer_staged, "copies staged through host memory")               \
-  XX(uint64_t, fills, "fill operations")
+  XX(uint64_t, fills, "fill operations")                                      \
+  XX(uint64_t, bytes_net_out, "bytes this process put to peers (um_net_put)")  \
+  XX(uint64_t, bytes_net_in, "bytes this process got from peers (um_net_get)") \
+  XX(uint64_t, xfer_net, "um_net_put and um_net_get operations completed")
 
 /* Counters and gauges of one device, or of all devices (um_stats_get); one
  * field per entry of UM_STATS_FIELDS. */
@@ -367,8 +372,11 @@ UM_EXTERN int um_unmap(um_buffer *b, void *host);
 /* Events                                                                    */
 
 /* Block until the operation finishes; returns its status (UM_ECANCELED when
- * it was canceled). The event calls answer UM_EINVAL for what is not an
- * event and UM_ESTATE for an event the caller released. */
+ * it was canceled). On a failure um_last_error() of the calling thread has
+ * the failure's text, wherever it happened (a worker, a driver thread, the
+ * network's thread); um_event_query does the same once the operation is
+ * done. The event calls answer UM_EINVAL for what is not an event and
+ * UM_ESTATE for an event the caller released. */
 UM_EXTERN int um_event_wait(um_event *e);
 /* UM_EAGAIN while pending, else the operation's status. */
 UM_EXTERN int um_event_query(um_event *e);
@@ -455,6 +463,294 @@ typedef void (*um_progress_fn)(void *user, uint64_t done_bytes,
 UM_EXTERN int um_stream(um_buffer *src, size_t off, size_t bytes,
                         um_device *dev, size_t chunk_bytes, um_chunk_fn fn,
                         um_progress_fn progress, void *user);
+
+/* ------------------------------------------------------------------------ */
+/* Interop: the caller's own kernels on unimem memory                       */
+
+/* The native handles of a device. Fields that do not apply are NULL (and
+ * cu_device -1). The handles belong to unimem and stay valid until
+ * um_manager_destroy: use them, do not release them. */
+typedef struct um_device_native {
+  char backend[16];  /* "cpu", "opencl", "cuda" */
+  void *cl_platform; /* cl_platform_id */
+  void *cl_device;   /* cl_device_id */
+  void *cl_context;  /* cl_context: unimem's buffers of this device live in it */
+  void *cl_queue;    /* an in-order cl_command_queue the caller may use (not
+                        the one unimem queues its own copies on; for an
+                        adopted device, the caller's own queue) */
+  int cu_device;     /* CUdevice ordinal (-1 when not CUDA) */
+  void *cu_context;  /* CUcontext (the device's primary context) */
+  void *cu_stream;   /* a CUstream the caller may use (not unimem's own) */
+} um_device_native;
+/* Fill *out with d's native handles. UM_EINVAL (NULL, not a device). */
+UM_EXTERN int um_device_native_get(um_device *d, um_device_native *out);
+
+/* The native handles of a buffer's memory; NULL / 0 where they do not
+ * apply. Valid while the buffer is live (um_buffer_retain keeps it so). */
+typedef struct um_buffer_native {
+  void *host;      /* host view, or NULL */
+  void *cl_mem;    /* cl_mem holding the buffer (OpenCL DEVICE, PINNED) */
+  void *svm;       /* SVM pointer (OpenCL UNIFIED) */
+  uint64_t cu_ptr; /* CUdeviceptr (CUDA DEVICE, UNIFIED, PINNED) */
+  size_t offset;   /* byte offset of the buffer inside cl_mem / cu_ptr */
+} um_buffer_native;
+/* Fill *out with b's native handles. UM_EINVAL, UM_ESTATE (released). */
+UM_EXTERN int um_buffer_native_get(um_buffer *b, um_buffer_native *out);
+
+/* Bracket the caller's own device work on b (kernels, native copies).
+ *
+ * um_access_begin never blocks: *wait_native receives the native event
+ * (cl_event on OpenCL, CUevent on CUDA) that the caller's first command on
+ * b must wait for (in its wait list; cuStreamWaitEvent), or NULL when
+ * nothing issued on b is pending. It belongs to unimem and stays valid
+ * until um_access_end. On the cpu device, which has no native events, it
+ * is a um_event * instead (wait with um_event_wait; do not release it).
+ * Until um_access_end, unimem issues nothing that would race with the
+ * caller on b: operations issued on b meanwhile wait for the bracket; um_map
+ * of b answers UM_ESTATE.
+ *
+ * um_access_end takes the native event of the caller's last command on b
+ * (NULL when the caller has waited for its commands; always NULL on the cpu
+ * device). Later operations on b, and um_map, are ordered after it, without
+ * blocking the host. A writing mode (anything but UM_MAP_READ) makes the
+ * device copy the current one. An OpenCL event is retained as long as
+ * unimem needs it. A CUevent is not reference-counted: it must have been
+ * recorded before the call and stay alive during it; unimem captures the
+ * work it stands for (cuStreamWaitEvent) before returning, so the caller
+ * may destroy or record it again as soon as um_access_end returns. An
+ * event of another CUDA device or context is accepted (CUDA waits across
+ * devices).
+ *
+ * Releasing b inside an open bracket ends it: its block returns to the pool
+ * only after the commands the caller queued on the device's caller queue
+ * (um_device_native's cl_queue / cu_stream) so far; work on other queues
+ * must be ended with um_access_end first.
+ *
+ * Codes: UM_EINVAL (NULL, unknown mode, an OpenCL event of another
+ * context, a handle the CUDA driver does not know as an event), UM_ESTATE (released, a bracket already open on b, no bracket
+ * open, a read-only wrap in a writing mode, b mapped). */
+UM_EXTERN int um_access_begin(um_buffer *b, um_map_mode mode, void **wait_native);
+UM_EXTERN int um_access_end(um_buffer *b, void *done_native);
+
+/* Add the caller's own OpenCL context, device and queue to m as one more
+ * device: unimem allocates in that context and orders its copies with the
+ * caller's commands through events. Pool, copies, peer copies with the
+ * other devices of that context, statistics and the leak report work as on
+ * a discovered device. The context and queue are retained (and released at
+ * um_manager_destroy); unimem queues its own copies on a queue of its own
+ * in that context. Returns UM_EINVAL (NULL, a device not in the context, a
+ * queue of another context or device), UM_ENOTSUP (OpenCL unavailable),
+ * UM_ENOMEM (too many devices). */
+UM_EXTERN int um_device_adopt_opencl(um_manager *m, void *cl_context, void *cl_device,
+                                     void *cl_queue, um_device **out);
+
+/* One more owner of b: each um_buffer_retain needs one more um_release
+ * before b is released. UM_EINVAL, UM_ESTATE (released). */
+UM_EXTERN int um_buffer_retain(um_buffer *b);
+
+/* The native event (cl_event / CUevent) of an operation that runs on a
+ * device queue; not retained for the caller (valid until um_event_release).
+ * UM_ENOTSUP when it runs on host threads, UM_EAGAIN when it waits for an
+ * earlier operation and has not been queued yet, UM_EINVAL, UM_ESTATE. */
+UM_EXTERN int um_event_native(um_event *e, void **native);
+
+/* ------------------------------------------------------------------------ */
+/* DLPack: unimem memory to and from NumPy, PyTorch, CuPy, JAX...           */
+/* The tensors' layout is in unimem_dlpack.h (or any dlpack.h, v0.6 on for  */
+/* the legacy tensor, v1.x for the versioned one).                          */
+
+/* Flags of um_dlpack_export / um_dlpack_import. */
+enum {
+  UM_DLPACK_VERSIONED = 1u << 0, /* a DLManagedTensorVersioned (v1.x); else the
+                                    legacy DLManagedTensor */
+  UM_DLPACK_READONLY = 1u << 1,  /* export: the tensor says read-only (versioned
+                                    only); import: the buffer is a read-only wrap */
+  UM_DLPACK_COPIED = 1u << 2     /* export: the tensor says its data is a copy
+                                    made for the consumer (versioned only;
+                                    unimem itself never copies) */
+};
+
+/* Where b's memory is, as DLPack names it (UM_DL_* device type, ordinal):
+ * HOST memory on any device, and every buffer of the cpu device -> CPU 0;
+ * CUDA: DEVICE -> CUDA, PINNED -> CUDA_HOST, UNIFIED -> CUDA_MANAGED (the
+ * CUDA ordinal); OpenCL: DEVICE -> OPENCL (the ordinal among the manager's
+ * OpenCL devices), PINNED and UNIFIED (fine-grained SVM) -> CPU 0, being
+ * host memory. UM_EINVAL, UM_ESTATE (released), UM_ENOTSUP (a device whose
+ * backend gives no native handle for it). */
+UM_EXTERN int um_dlpack_device(um_buffer *b, int32_t *device_type, int32_t *device_id);
+
+/* Export [offset, ...) of b as a DLPack tensor, zero-copy: *out is a
+ * DLManagedTensorVersioned * (UM_DLPACK_VERSIONED) or a DLManagedTensor *.
+ * ndim dimensions of shape (ndim <= 64; shape may be NULL when ndim is 0);
+ * strides in elements, NULL for C-contiguous, none negative; elements of
+ * dtype_bits * dtype_lanes bits, a whole number of bytes. The data pointer
+ * is b's host view + offset for host memory, the CUdeviceptr + offset on
+ * CUDA (byte_offset 0), and the cl_mem with byte_offset = b's offset in it
+ * + offset on OpenCL. Returns once the operations issued on b before have
+ * finished (the consumer reads current data).
+ *
+ * The tensor holds one reference to b (um_buffer_retain) until its deleter
+ * runs: b stays live after the caller's um_release until then. Call the
+ * deleter before um_manager_destroy; one never called shows in the leak
+ * report (the buffer, "held by N DLPack tensor(s) never deleted"), and
+ * destroy frees the buffer's memory, not the tensor's own small block.
+ *
+ * Codes: UM_EINVAL (NULL, unknown flags, READONLY or COPIED without
+ * VERSIONED, ndim < 0 or > 64, a negative dimension or stride, an element
+ * size of zero or not a whole number of bytes), UM_ERANGE (offset or the
+ * elements past the end of b), UM_EOVERFLOW (the extent overflows),
+ * UM_ESTATE (released; mapped; a read-only wrap as a legacy tensor, which
+ * cannot say read-only — versioned tensors of one carry READ_ONLY),
+ * UM_ENOTSUP (see um_dlpack_device), UM_ENOMEM. */
+UM_EXTERN int um_dlpack_export(um_buffer *b, size_t offset, int ndim, const int64_t *shape,
+                               const int64_t *strides, uint8_t dtype_code, uint8_t dtype_bits,
+                               uint16_t dtype_lanes, unsigned flags, void **out);
+
+/* Wrap a DLPack tensor (a DLManagedTensorVersioned * with
+ * UM_DLPACK_VERSIONED, else a DLManagedTensor *) as a buffer of m over the
+ * same memory, without copying: size = elements * element bytes. CPU,
+ * CUDA_HOST -> a HOST wrap on device 0; CUDA -> DEVICE, CUDA_MANAGED ->
+ * UNIFIED on the CUDA device of that ordinal; OPENCL -> DEVICE on the
+ * OpenCL device of that ordinal (data: a cl_mem of its context). A
+ * versioned tensor flagged READ_ONLY, or UM_DLPACK_READONLY, makes a
+ * read-only wrap. On success the buffer owns the tensor: its deleter runs
+ * exactly once, when the buffer is released and its operations have
+ * finished (at um_manager_destroy for one never released). On failure the
+ * tensor is untouched and still the caller's.
+ *
+ * Codes: UM_EINVAL (NULL m, tensor or out; unknown flags; NULL data or
+ * shape; ndim < 0; a negative dimension; no elements; an element of zero
+ * bits; a cl_mem of another context), UM_ENOTSUP (a device type unimem
+ * does not serve; strides that are not C-contiguous; elements that are not
+ * a whole number of bytes; a versioned tensor of another major version; an
+ * OpenCL byte_offset the device cannot start a sub-buffer at), UM_ENODEV
+ * (no device of that type and ordinal in m), UM_EOVERFLOW (the size
+ * overflows), UM_ERANGE (byte_offset + size past the end of the cl_mem),
+ * UM_ENOMEM. */
+UM_EXTERN int um_dlpack_import(um_manager *m, void *tensor, unsigned flags, um_buffer **out);
+
+/* ------------------------------------------------------------------------ */
+/* Across processes and nodes (UCX)                                          */
+
+/* One-sided put and get between buffers of different processes, over UCX
+ * (libucp.so.0, loaded at run time: unimem does not link against it).
+ *
+ * A process creates a um_net on its manager, hands its address blob to its
+ * peers, and connects to theirs (exchanging the blobs is the application's
+ * job: a socket, MPI, a file). To let peers reach a buffer it exposes it
+ * and hands them the key blob; a peer then puts into or gets from any
+ * range of the exposed buffer with no call on the exposing side: a
+ * progress thread serves the peers, sleeping while there is nothing to do.
+ *
+ * Blobs are capabilities. Whoever holds a buffer's key blob can read and
+ * write the exposed range until it is unexposed: hand it only to peers
+ * trusted with that memory. The blob's header (magic, version, length,
+ * checksum) catches damage in transit (UM_EINVAL), not forgery.
+ *
+ * Ranges are checked on the issuing side against the exposed size carried
+ * in the blob (UM_ERANGE). Unexposing is a revocation that the target
+ * enforces: once um_net_unexpose (or um_release of the buffer) returns, no
+ * later put or get from any peer touches the memory; they fail with
+ * UM_ESTATE. unimem enforces it with an admission count and a generation
+ * per exposure, because UCX's own deregistration does not stop a peer on
+ * its shared-memory and tcp transports.
+ *
+ * Failures: a peer that dies fails the operations in flight to it with
+ * UM_EBACKEND and UCX's own message; nothing waits longer than
+ * um_options.net_timeout_ms (UNIMEM_NET_TIMEOUT_MS) without progress: an
+ * operation that stalls that long fails with UM_EBACKEND, and its endpoint
+ * can no longer be used. Where UCX's transports detect peer failure (tcp)
+ * it is reported at once; over shared memory (posix, sysv) the timeout
+ * finds it. UCX's environment (UCX_TLS, UCX_NET_DEVICES, ...) selects the
+ * transports. */
+typedef struct um_net um_net;
+typedef struct um_endpoint um_endpoint;
+
+/* Open the network for manager m: a UCX context and worker, and a progress
+ * thread. One um_net per manager at a time. Returns UM_EINVAL (NULL),
+ * UM_ESTATE (m has a um_net already), UM_ENOTSUP (UCX is not installed, or
+ * this build has no UCX support: um_last_error() says which; the
+ * UNIMEM_UCX_LIBRARY environment variable names another libucp),
+ * UM_ENOMEM, UM_EBACKEND. The caller owns *out until um_net_destroy. */
+UM_EXTERN int um_net_create(um_manager *m, um_net **out);
+
+/* This process's address blob, for peers' um_net_connect. *len in/out:
+ * the capacity of blob, then the blob's length. UM_ERANGE when the
+ * capacity is too small, with *len set to the length needed (blob may be
+ * NULL when *len is 0). Returns UM_EINVAL (NULL n or len), UM_ESTATE (n was
+ * destroyed). */
+UM_EXTERN int um_net_address(um_net *n, void *blob, size_t *len);
+
+/* An endpoint to the peer whose address blob is addr[0..len). Returns
+ * UM_EINVAL (NULL, or a blob that is not an intact address blob),
+ * UM_ESTATE (n was destroyed), UM_ENOMEM, UM_EBACKEND. The caller owns
+ * *out until um_endpoint_close (or um_net_destroy). */
+UM_EXTERN int um_net_connect(um_net *n, const void *addr, size_t len,
+                             um_endpoint **out);
+
+/* Expose buffer b to peers: writes the key blob that a peer passes to
+ * um_net_put / um_net_get. The range is the whole buffer (um_buffer_size
+ * bytes); a read-only buffer (read-only wrap or file) takes gets only.
+ * Exposing an exposed buffer gives the same blob again. b must have a host
+ * view (any buffer of the cpu device, HOST, PINNED or UNIFIED): an OpenCL
+ * or CUDA DEVICE buffer answers UM_ENOTSUP, because the exposing side is
+ * passive and nothing there would move a peer's bytes between the network
+ * and device memory (docs/design.md says why active messages were not
+ * used): expose a PINNED buffer of its device and um_copy between the two.
+ * (As the local side of um_net_put / um_net_get a DEVICE buffer works.) *len in/out as for um_net_address
+ * (UM_ERANGE leaves b unexposed). Returns UM_EINVAL (NULL), UM_ESTATE (b
+ * released, or its manager has no um_net), UM_ENOTSUP, UM_ENOMEM (also:
+ * 4096 buffers are exposed already), UM_EBACKEND. The exposure lasts until
+ * um_net_unexpose, um_release of b or um_net_destroy. */
+UM_EXTERN int um_net_expose(um_buffer *b, void *blob, size_t *len);
+
+/* Revoke b's exposure: when this returns, no put or get from any peer
+ * reads or writes b any more (later ones fail with UM_ESTATE), and the ones
+ * already admitted have finished. Returns UM_OK; UM_EINVAL (NULL);
+ * UM_ESTATE (b released or not exposed); UM_EBUSY when transfers admitted
+ * before did not finish within net_timeout_ms (a peer died mid-transfer):
+ * b is unexposed all the same. */
+UM_EXTERN int um_net_unexpose(um_buffer *b);
+
+/* Write bytes of src from src_off into the remote buffer of key blob
+ * rkey[0..rkey_len) at dst_off, through ep. Ordered after the operations
+ * issued earlier on src (a um_copy_from_host into src before the put is
+ * what the put sends). done as for the copies: NULL blocks and returns the
+ * status; otherwise *done receives an event. Complete means the bytes are
+ * in the remote memory. src may be any live buffer of ep's manager: one
+ * without a host view is sent through pinned host chunks. Returns UM_EINVAL
+ * (NULL, zero bytes, buffer of another manager, rkey not an intact key
+ * blob), UM_ERANGE (src range outside src, or remote range outside the
+ * exposed size), UM_ESTATE (src released or mapped, ep closed, remote
+ * buffer read-only, or no longer exposed), UM_EBACKEND (peer failure or
+ * net_timeout_ms without progress; um_last_error() has UCX's text after a
+ * blocking call), UM_ENOMEM. */
+UM_EXTERN int um_net_put(um_endpoint *ep, um_buffer *src, size_t src_off,
+                         const void *rkey, size_t rkey_len, size_t dst_off,
+                         size_t bytes, um_event **done);
+
+/* Read bytes of the remote buffer of key blob rkey[0..rkey_len) from
+ * src_off into dst at dst_off, through ep. As um_net_put, mirrored: ordered
+ * after the operations issued earlier on dst; UM_ESTATE also for a
+ * read-only dst. */
+UM_EXTERN int um_net_get(um_endpoint *ep, um_buffer *dst, size_t dst_off,
+                         const void *rkey, size_t rkey_len, size_t src_off,
+                         size_t bytes, um_event **done);
+
+/* Close ep: operations in flight on it finish first (or fail after
+ * net_timeout_ms without progress); operations issued on it that have not
+ * started yet fail with UM_ESTATE when they start. Returns UM_OK,
+ * UM_EINVAL (not an endpoint), UM_ESTATE (already closed). */
+UM_EXTERN int um_endpoint_close(um_endpoint *ep);
+
+/* Close n: every endpoint still open is closed and every buffer still
+ * exposed is unexposed, each reported through the log (a warning); then
+ * the worker and the progress thread go. Operations not yet started fail
+ * with UM_ESTATE. Handles of n and its endpoints answer UM_ESTATE
+ * afterwards, until the manager is destroyed. um_manager_destroy destroys a
+ * um_net the application did not. Returns UM_OK, UM_EINVAL (not a net),
+ * UM_ESTATE (already destroyed). */
+UM_EXTERN int um_net_destroy(um_net *n);
 
 #ifdef UNIMEM_TRACK_SITES
 #define um_alloc(m, d, bytes, loc, flags, out)                                 \

@@ -40,8 +40,14 @@ typedef enum {
   UM__XFER_D2H,  /* src block -> host (called on src's device) */
   UM__XFER_D2D,  /* src block -> dst block, same device (called on it) */
   UM__XFER_FILL, /* value -> dst block (called on dst's device) */
-  UM__XFER_PEER  /* src block on src_bdev -> dst block (called on dst's
+  UM__XFER_PEER, /* src block on src_bdev -> dst block (called on dst's
                     device; only after peer_enable(dst dev, src dev)) */
+  UM__XFER_MARKER, /* nothing moves: done once the transfers of after[] and
+                      the tokens of wait[] are (xfer_async only; backends
+                      with interop, below) */
+  UM__XFER_QUEUE_MARK /* nothing moves: done once everything queued on this
+                         device before it is (xfer_async only; single_queue
+                         backends, below) */
 } um__xfer_kind;
 
 typedef struct um__xfer {
@@ -58,7 +64,13 @@ typedef struct um__xfer {
   size_t bytes;          /* > 0; ranges are checked by the core */
   unsigned char value;   /* FILL */
   void *src_bdev;        /* PEER: the device owning src */
+  void *wait[2];         /* MARKER: tokens of this device's backend (a gate,
+                            an adopted caller's event), or NULL */
 } um__xfer;
+
+/* UM_HOST blocks never reach a backend except the cpu's: the core serves
+ * UM_HOST on every device with device 0's memory (ordinary pageable host
+ * memory, accounted to the device it was asked of). */
 
 /* Completion of an asynchronous transfer: called exactly once, from any
  * thread (a driver thread included), possibly before xfer_async returns.
@@ -122,7 +134,10 @@ typedef struct um__backend {
    * released). On UM_OK, *native receives a token for later after[] lists,
    * valid until native_release, and done(arg, status) will be called once
    * the transfer finishes. On failure, done is never called and *native is
-   * untouched. */
+   * untouched.
+   * Quiet transfers (single_queue backends only): done and native both
+   * NULL: the transfer is queued with no token and no report; the core
+   * follows it with a UM__XFER_QUEUE_MARK, whose report covers it. */
   int (*xfer_async)(void *bdev, const um__xfer *x, void *const *after,
                     int nafter, um__done_fn done, void *arg, void **native);
   void (*native_release)(void *bdev, void *native);
@@ -142,6 +157,51 @@ typedef struct um__backend {
   int (*peer_possible)(void *a, void *b);
   int (*peer_enable)(void *a, void *b);
 
+  /* The caller's own device work (SPEC §8). All optional: a device without
+   * them answers the interop calls with what the core can say itself.
+   *
+   * device_native, mem_native: the native handles of the device, and of a
+   * block at loc (the core fills backend[] and, for blocks, host). */
+  void (*device_native)(void *bdev, um_device_native *out);
+  void (*mem_native)(void *bdev, const um__mem *mem, um_location loc, um_buffer_native *out);
+  /* The caller's view (cl_event, CUevent) of a token of this device, valid
+   * as long as the token. */
+  void *(*token_native)(void *bdev, void *token);
+  /* A token over the caller's native event, holding it until
+   * native_release. UM_EINVAL when it is not an event this device can wait
+   * for (another context). */
+  int (*token_adopt)(void *bdev, void *native, void **token);
+  /* A token that completes when gate_open is called, with two owners: the
+   * opener's (dropped by gate_open) and the caller's (native_release). Lets
+   * device work wait for work that runs on host threads. */
+  int (*gate_new)(void *bdev, void **token);
+  void (*gate_open)(void *bdev, void *token, int status);
+  /* A token that completes after every command queued so far on the queue
+   * device_native gives the caller (cl_queue, cu_stream). */
+  int (*caller_marker)(void *bdev, void **token);
+  /* Block until the token completes; its status. */
+  int (*token_wait)(void *bdev, void *token);
+  /* Adopt the caller's own context, device and queue as one more device:
+   * open() and describe() for it. *ctx is the backend's per-manager state,
+   * NULL when the manager did not open the backend (adopt makes it; close
+   * frees it). The context and queue are retained until close. */
+  int (*adopt)(const um_options *opts, void **ctx, void *context, void *device, void *queue,
+               um__bdev_desc *out);
+
+  /* Optional (NULL: memory another owner holds is taken as the caller
+   * describes it). A block over native memory the caller owns (a DLPack
+   * import) at loc: handle is the native object (a cl_mem); [offset, offset
+   * + bytes) the range to wrap. Checks that it is memory of this device's
+   * context holding the range, and fills *out as mem_alloc does for loc
+   * (for offset > 0 a block of its own over the range, which
+   * foreign_release gives back; the caller's object itself is never
+   * released). UM_EINVAL (another context, not a buffer), UM_ERANGE (the
+   * range is past the end), UM_ENOTSUP (an offset the device cannot start
+   * a block at). */
+  int (*foreign_wrap)(void *bdev, um_location loc, uintptr_t handle, uint64_t offset, size_t bytes,
+                      um__mem *out);
+  void (*foreign_release)(void *bdev, um__mem *mem);
+
   /* 1 when the driver lets its completion callbacks call this backend's
    * non-blocking operations (native_release, mem_free, xfer_async without
    * waiting): the core then finishes an operation inside done() instead of
@@ -149,6 +209,11 @@ typedef struct um__backend {
    * operation. OpenCL allows non-blocking calls in event callbacks; CUDA
    * forbids every call in a stream callback (0). */
   int callbacks_reenter;
+  /* 1 when every xfer_async of a device runs on one in-order queue, in the
+   * order of the calls: a transfer started after another on the same device
+   * runs after it with no token in after[] (and quiet transfers, with
+   * UM__XFER_QUEUE_MARK, are available). */
+  int single_queue;
 } um__backend;
 
 /* The backends this build knows, for the manager's table. Each is defined

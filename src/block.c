@@ -12,10 +12,18 @@
 
 #include "internal.h"
 
+/* The device whose backend gives d's blocks at loc: UM_HOST on any device
+ * is ordinary pageable host memory, the cpu device's (device 0), accounted
+ * to d (SPEC §5: every location on every device). */
+static um_device *giver(um_device *d, um_location loc) {
+  return loc == UM_HOST ? d->m->devices[0] : d;
+}
+
 int um__block_alloc(um_device *d, um_location loc, size_t bytes, um__mem *mem) {
+  um_device *g = giver(d, loc);
   int st;
   memset(mem, 0, sizeof(*mem));
-  st = d->be->mem_alloc(d->bdev, loc, bytes, mem);
+  st = g->be->mem_alloc(g->bdev, loc, bytes, mem);
   if (st == UM_OK) {
     UM__STAT_ADD(d, device_allocs, 1);
     UM__STAT_ADD(d, bytes_reserved, bytes);
@@ -24,7 +32,8 @@ int um__block_alloc(um_device *d, um_location loc, size_t bytes, um__mem *mem) {
 }
 
 void um__block_free(um_device *d, um_location loc, size_t bytes, um__mem *mem) {
-  d->be->mem_free(d->bdev, loc, bytes, mem);
+  um_device *g = giver(d, loc);
+  g->be->mem_free(g->bdev, loc, bytes, mem);
   UM__STAT_ADD(d, device_frees, 1);
   UM__STAT_SUB(d, bytes_reserved, bytes);
 }

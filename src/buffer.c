@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "net.h"
 #include "tcache.h"
 #include "testhook.h"
 
@@ -159,7 +160,7 @@ int um_alloc_at(um_manager *m, um_device *d, size_t bytes, um_location loc, unsi
     return st;
   /* Fast path: this thread's cached block of the class (tcache.h): one
    * compare-and-swap, counters only this thread writes, no lock. */
-  tc = um__tcache_of(m);
+  tc = um__tcache_for(m, d);
   if (__builtin_expect(tc == NULL || (flags & UM_ALLOC_UNPOOLED) || !um__tcache_ready(tc, m), 0))
     return alloc_slow(m, d, bytes, loc, flags, out, file, line, tc);
   cls = um__size_class_of(bytes);
@@ -243,6 +244,25 @@ int um_wrap_host(um_manager *m, void *host, size_t bytes, unsigned flags, um_buf
   return UM_OK;
 }
 
+int um__wrap_foreign(um_manager *m, um_device *d, um_location loc, const um__mem *mem, size_t bytes,
+                     void (*on_return)(void *ctx), void *ctx, um_buffer **out) {
+  um_buffer *b;
+  UM__CHECK_PROCESS(m);
+  if ((b = um__descriptor_get(m)) == NULL)
+    return um__set_error(UM_ENOMEM, "out of memory for a descriptor");
+  b->dev = d;
+  b->loc = loc;
+  b->kind = UM__KIND_WRAPPED;
+  b->capacity = bytes;
+  b->cls = -1;
+  b->mem = *mem;
+  um__buffer_init_live(b, bytes, NULL, 0);
+  b->on_return = on_return;
+  b->on_return_ctx = ctx;
+  go_live(d, NULL, b, bytes, false, out);
+  return UM_OK;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Release */
 
@@ -270,8 +290,22 @@ static __attribute__((noinline)) int release_slow(um_buffer *b, um__tcache *tc) 
      * a wrap waits for its operations instead. */
     bool now;
     void *mapped;
+    um_event *bracket;
+    /* Peers lose an exposed buffer first (net.c: a revocation, which waits
+     * for their transfers already admitted), so none reaches the block
+     * once it is reused. */
+    um__net_buffer_released(b);
     pthread_mutex_lock(&b->lock);
     mapped = take_native_mapping_locked(b);
+    bracket = um__access_take_locked(b);
+    pthread_mutex_unlock(&b->lock);
+    /* A bracket left open ends here (access.c), behind what the caller
+     * queued so far; its block waits for that like for any operation. */
+    if (bracket != NULL)
+      um__access_end_taken(bracket);
+    if (mapped != NULL)
+      b->dev->be->unmap(b->dev->bdev, &b->mem, b->loc, mapped);
+    pthread_mutex_lock(&b->lock);
     if (b->kind == UM__KIND_WRAPPED && b->pending > 0) {
       UM__TEST_POINT(UM__TP_WRAP_RELEASE_WAIT, b);
       while (b->pending > 0)
@@ -280,12 +314,36 @@ static __attribute__((noinline)) int release_slow(um_buffer *b, um__tcache *tc) 
     now = b->pending == 0;
     b->release_deferred = !now;
     pthread_mutex_unlock(&b->lock);
-    if (mapped != NULL)
-      b->dev->be->unmap(b->dev->bdev, &b->mem, b->loc, mapped);
     if (!now)
       return UM_OK; /* the last operation to finish retires it (op.c) */
   }
   um__buffer_retire(b, tc);
+  return UM_OK;
+}
+
+/* One of the owners um_buffer_retain added goes; false when there is none
+ * left (this release is the last). */
+static bool drop_hold(um_buffer *b) {
+  int n = atomic_load_explicit(&b->holds, memory_order_relaxed);
+  while (n > 0)
+    if (atomic_compare_exchange_weak_explicit(&b->holds, &n, n - 1, memory_order_acq_rel,
+                                              memory_order_relaxed))
+      return true;
+  return false;
+}
+
+int um_buffer_retain(um_buffer *b) {
+  int st = um__buffer_check_live(b);
+  if (st != UM_OK)
+    return st;
+  UM__CHECK_PROCESS(b->m);
+  atomic_fetch_add_explicit(&b->holds, 1, memory_order_acq_rel);
+  /* A legitimate caller owns a reference, so b cannot be released under
+   * it; a stale handle is caught here. */
+  if (atomic_load(&b->state) != UM__BUF_LIVE) {
+    atomic_fetch_sub_explicit(&b->holds, 1, memory_order_relaxed);
+    return um__set_error(UM_ESTATE, "buffer %p was released", (void *)b);
+  }
   return UM_OK;
 }
 
@@ -296,11 +354,15 @@ int um_release(um_buffer *b) {
   if (b == NULL || b->magic != UM__BUFFER_MAGIC)
     return um__set_error(UM_EINVAL, "not a buffer");
   UM__CHECK_PROCESS(b->m);
+  if (__builtin_expect(atomic_load_explicit(&b->holds, memory_order_relaxed) != 0, 0) && drop_hold(b))
+    return atomic_load(&b->state) == UM__BUF_LIVE
+               ? UM_OK
+               : um__set_error(UM_ESTATE, "buffer %p was released", (void *)b);
   /* seq_cst: paired with op.c's touched store then state load. */
   if (!atomic_compare_exchange_strong(&b->state, &live, UM__BUF_RELEASED))
     return um__set_error(UM_ESTATE, "buffer %p was released", (void *)b);
   d = b->dev;
-  tc = um__tcache_of(b->m);
+  tc = um__tcache_for(b->m, d);
   if (__builtin_expect(tc == NULL, 0)) {
     UM__STAT_ADD(d, releases, 1);
     um__stat_in_use_sub(d, b->size);

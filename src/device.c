@@ -6,11 +6,11 @@
 int um_device_count(const um_manager *m) {
   if (m == NULL)
     return um__set_error(UM_EINVAL, "um_device_count: NULL manager");
-  return m->ndevices;
+  return um__ndevices(m);
 }
 
 um_device *um_device_get(um_manager *m, int index) {
-  if (m == NULL || index < 0 || index >= m->ndevices)
+  if (m == NULL || index < 0 || index >= um__ndevices(m))
     return NULL;
   return m->devices[index];
 }

@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "tcache.h"
 #include "testhook.h"
 
 /* ------------------------------------------------------------------------ */
@@ -52,18 +52,97 @@ static um_event *event_slab_grow(um_manager *m) {
   return &slab->ev[0];
 }
 
-um_event *um__event_new(um_manager *m, um__op_kind kind) {
+/* Per-thread stashes of free event objects (in the thread's cache of the
+ * manager, tcache.h) spare the manager's lock on every operation: a thread
+ * takes BUNCH objects at once when its stash is empty, and gives BUNCH back
+ * when it holds twice that (a driver's callback thread frees what the
+ * issuing thread allocates). */
+#define BUNCH 32
+
+static um_event *take_bunch(um_manager *m, um__tcache *tc) {
   um_event *e;
   pthread_mutex_lock(&m->event_lock);
-  e = m->event_free;
-  if (e != NULL)
+  for (int i = 0; i < BUNCH && m->event_free != NULL; i++) {
+    e = m->event_free;
     m->event_free = e->free_next;
-  else
-    e = event_slab_grow(m);
+    e->free_next = tc->ev_free;
+    tc->ev_free = e;
+    tc->ev_count++;
+  }
+  e = tc->ev_free != NULL ? NULL : event_slab_grow(m);
   pthread_mutex_unlock(&m->event_lock);
+  return e; /* a new slab's first object, or NULL: the stash has some */
+}
+
+static void give_bunch(um_manager *m, um__tcache *tc) {
+  pthread_mutex_lock(&m->event_lock);
+  for (int i = 0; i < BUNCH; i++) {
+    um_event *e = tc->ev_free;
+    tc->ev_free = e->free_next;
+    tc->ev_count--;
+    e->free_next = m->event_free;
+    m->event_free = e;
+  }
+  pthread_mutex_unlock(&m->event_lock);
+}
+
+/* An object off this thread's stash, or the manager's list. */
+static um_event *event_get(um_manager *m) {
+  um__tcache *tc = um__tcache_of(m);
+  um_event *e;
+  if (tc == NULL) {
+    pthread_mutex_lock(&m->event_lock);
+    if ((e = m->event_free) != NULL)
+      m->event_free = e->free_next;
+    else
+      e = event_slab_grow(m);
+    pthread_mutex_unlock(&m->event_lock);
+    return e;
+  }
+  if (tc->ev_free == NULL && (e = take_bunch(m, tc)) != NULL)
+    return e;
+  if ((e = tc->ev_free) != NULL) {
+    tc->ev_free = e->free_next;
+    tc->ev_count--;
+  }
+  return e;
+}
+
+static void event_put(um_manager *m, um_event *e) {
+  um__tcache *tc = um__tcache_of(m);
+  if (tc == NULL) {
+    pthread_mutex_lock(&m->event_lock);
+    e->free_next = m->event_free;
+    m->event_free = e;
+    pthread_mutex_unlock(&m->event_lock);
+    return;
+  }
+  e->free_next = tc->ev_free;
+  tc->ev_free = e;
+  if (++tc->ev_count >= 2 * BUNCH)
+    give_bunch(m, tc);
+}
+
+void um__events_stash_flush(um_manager *m, um__tcache *tc) {
+  while (tc->ev_count >= BUNCH)
+    give_bunch(m, tc);
+  pthread_mutex_lock(&m->event_lock);
+  while (tc->ev_free != NULL) {
+    um_event *e = tc->ev_free;
+    tc->ev_free = e->free_next;
+    e->free_next = m->event_free;
+    m->event_free = e;
+  }
+  tc->ev_count = 0;
+  pthread_mutex_unlock(&m->event_lock);
+}
+
+um_event *um__event_new(um_manager *m, um__op_kind kind) {
+  um_event *e = event_get(m);
   if (e == NULL)
     return NULL;
   e->free_next = NULL;
+  e->error_text[0] = '\0';
   memset((char *)e + offsetof(um_event, refs), 0, sizeof(*e) - offsetof(um_event, refs));
   atomic_init(&e->refs, 1);
   atomic_init(&e->caller_holds, false);
@@ -88,13 +167,9 @@ static bool event_ref_if_used(um_event *e) {
 }
 
 void um__event_unref(um_event *e) {
-  um_manager *m = e->m;
   if (um__atomic_sub_acq_rel(&e->refs, 1) != 1)
     return;
-  pthread_mutex_lock(&m->event_lock);
-  e->free_next = m->event_free;
-  m->event_free = e;
-  pthread_mutex_unlock(&m->event_lock);
+  event_put(e->m, e);
 }
 
 /* Manager destroy: free every event object; report those the caller never
@@ -118,6 +193,11 @@ void um__events_free_all(um_manager *m) {
             unreleased);
 }
 
+void um__event_token_put(um_event *e, um_device *ndev, void *native) {
+  if (um__atomic_sub_acq_rel(&e->native_refs, 1) == 1 && ndev->be->native_release)
+    ndev->be->native_release(ndev->bdev, native);
+}
+
 int um__event_wait_internal(um_event *e) {
   int st;
   pthread_mutex_lock(&e->lock);
@@ -128,6 +208,15 @@ int um__event_wait_internal(um_event *e) {
   return st;
 }
 
+int um__event_wait_result(um_event *e) {
+  int st = um__event_wait_internal(e);
+  if (st == UM_OK)
+    return st;
+  /* Written before the operation completed; the wait's lock orders it. */
+  if (e->error_text[0] != '\0')
+    return um__set_error(st, "%s", e->error_text);
+  return um__set_error(st, "the operation failed: %s", um_strerror(st));
+}
 
 /* ------------------------------------------------------------------------ */
 /* The engine */
@@ -265,7 +354,7 @@ int um_event_wait(um_event *e) {
    * meanwhile (a misuse, but not one that may reach freed memory). */
   if (!event_ref_if_used(e))
     return um__set_error(UM_ESTATE, "event %p was released", (void *)e);
-  st = um__event_wait_internal(e);
+  st = um__event_wait_result(e);
   um__event_unref(e);
   return st;
 }
@@ -277,6 +366,8 @@ int um_event_query(um_event *e) {
   pthread_mutex_lock(&e->lock);
   st = atomic_load_explicit(&e->state, memory_order_acquire) != UM__EV_DONE ? UM_EAGAIN : e->status;
   pthread_mutex_unlock(&e->lock);
+  if (st != UM_OK && st != UM_EAGAIN)
+    return um__set_error(st, "%s", e->error_text[0] != '\0' ? e->error_text : um_strerror(st));
   return st;
 }
 
@@ -304,6 +395,32 @@ int um_event_release(um_event *e) {
   if (!atomic_compare_exchange_strong_explicit(&e->caller_holds, &held, false, memory_order_acq_rel,
                                                memory_order_acquire))
     return um__set_error(UM_ESTATE, "event %p was released already", (void *)e);
+  pthread_mutex_lock(&e->lock);
+  void *native = e->caller_native;
+  e->caller_native = NULL;
+  pthread_mutex_unlock(&e->lock);
+  if (native != NULL) /* the share keep_native (op.c) took for um_event_native */
+    um__event_token_put(e, e->native_dev, native);
   um__event_unref(e);
+  return UM_OK;
+}
+
+int um_event_native(um_event *e, void **native) {
+  um_device *d;
+  void *tok;
+  int st = check_event(e);
+  if (st != UM_OK)
+    return st;
+  if (native == NULL)
+    return um__set_error(UM_EINVAL, "um_event_native: NULL native");
+  pthread_mutex_lock(&e->lock);
+  tok = e->caller_native;
+  d = e->native_dev;
+  pthread_mutex_unlock(&e->lock);
+  if (d == NULL || d->be->token_native == NULL)
+    return um__set_error(UM_ENOTSUP, "the operation runs on host threads: it has no native event");
+  if (tok == NULL)
+    return um__set_error(UM_EAGAIN, "the operation is not on the device's queue yet");
+  *native = d->be->token_native(d->bdev, tok);
   return UM_OK;
 }

@@ -61,7 +61,7 @@ void um__wrap_register_devices(um_buffer *b) {
   um_manager *m = b->m;
   const um__backend *seen[UM__MAX_BACKENDS];
   int nseen = 0;
-  for (int i = 1; i < m->ndevices; i++) {
+  for (int i = 1; i < um__ndevices(m); i++) {
     um_device *d = m->devices[i];
     bool known = d->be == b->dev->be || d->be->host_register == NULL;
     for (int j = 0; j < nseen && !known; j++)

@@ -5,9 +5,14 @@
  * draws them with the path of one allocation and of one copy):
  *
  *   API        buffer.c map.c copy.c stream.c mapfile.c device.c peer.c
- *              stats.c manager.c
- *   operations op.c -> path.c, staged.c (how each kind runs)
+ *              stats.c manager.c access.c dlpack.c net.c (um_net_*:
+ *              handles, blobs, exposures; net.h)
+ *   operations op.c -> path.c, staged.c, access.c, net_op.c (how each kind
+ *              runs: table entries)
  *              event.c (event objects, the worker engine)
+ *   net        net.c's seam -> net_staging.c (device buffers) -> the
+ *              transport table (net.h): net_ucx.c -> net_ucx_lib.c
+ *              (dlopen libucp.so.0); beside the backends, not under them
  *   buffers    handle.c (checks, going live, an operation's end, retire)
  *              trim.c (on request, under pressure, the timer)
  *              quarantine.c (debug) -> owner.c (a block back to its owner)
@@ -59,6 +64,11 @@ static inline uint64_t um__now_ns(void) {
 
 static inline bool um__loc_valid(int loc) { return loc >= UM_HOST && loc <= UM_UNIFIED; }
 
+/* The manager's devices now (adoption adds some). */
+static inline int um__ndevices(const um_manager *m) {
+  return atomic_load_explicit(&((um_manager *)m)->ndevices, memory_order_acquire);
+}
+
 /* d is a device handle (not NULL, not a handle of another kind). */
 static inline bool um__device_ok(const um_device *d) { return d != NULL && d->magic == UM__DEVICE_MAGIC; }
 
@@ -102,6 +112,15 @@ int um__manager_check_process(const um_manager *m);
 /* ------------------------------------------------------------------------ */
 /* API files' internal entry points */
 
+/* buffer.c: a buffer over memory someone else owns (a DLPack producer's),
+ * on device d at loc: mem as d's backend knows such memory (a host view, or
+ * a cl_mem / CUdeviceptr handle with host NULL). Never pooled; released
+ * like a wrap (its release waits for its operations), and on_return(ctx)
+ * runs exactly once when the memory goes back (also at manager destroy for
+ * a buffer never released). */
+int um__wrap_foreign(um_manager *m, um_device *d, um_location loc, const um__mem *mem, size_t bytes,
+                     void (*on_return)(void *ctx), void *ctx, um_buffer **out);
+
 /* manager.c */
 int um__manager_create_ex(const um_options *opts, const um__backend *const *extra, int nextra,
                           um_manager **out);
@@ -124,6 +143,24 @@ um_event *um__op_group_begin(um_manager *m);
 void um__op_group_expect(um_event *group);
 void um__op_group_not_issued(um_event *group, int status);
 int um__op_group_end(um_event *group, um_event **done);
+/* A held operation (a bracket): published on its buffers like any other
+ * (later operations wait for it) but not started; *dep is the unfinished
+ * operation it was ordered after (a reference), or NULL. start_held starts
+ * it once after (a reference, consumed; NULL: now) has finished.
+ * issue_after: an operation on no buffer (a gate), started once after has
+ * finished. token_borrow: dep's token when it runs on d's queue and has
+ * one (give it back with um__event_token_put), else NULL. */
+int um__op_hold(um_event *op, um_event **dep);
+void um__op_start_held(um_event *op, um_event *after);
+void um__op_issue_after(um_event *op, um_event *after);
+void *um__op_token_borrow(um_event *dep, um_device *d);
+
+/* access.c: take b's open bracket (b's lock held; NULL when none) and end
+ * it behind what the caller queued so far (a release); end every bracket
+ * left open (manager destroy). */
+um_event *um__access_take_locked(um_buffer *b);
+void um__access_end_taken(um_event *op);
+void um__access_end_all(um_manager *m);
 
 /* path.c: one entry per way an operation runs. Entries are offered an
  * operation in table order (under its buffers' locks); the first whose
@@ -145,6 +182,17 @@ struct um__path {
   /* Operations of at most this many bytes run on the issuing thread even
    * when an event was asked for (host work cheaper than a hand-off). */
   size_t inline_bytes;
+  /* start_native queues a command on the device's queue (not a join). */
+  bool queued;
+  /* Start host-side asynchronous work (no device queue) without blocking
+   * the calling thread: UM_OK, then done(op, status) exactly once from any
+   * thread, possibly before it returns (it then touches neither op nor its
+   * attachment afterwards); or a failure (um_last_error() set), and done is
+   * never called. A failure's text goes into op->error_text before done.
+   * Taken instead of run when not NULL; op.c then starts the operation on
+   * the issuing thread, or on a worker once its dependencies finished, and
+   * no thread waits for the work itself. */
+  int (*start_async)(um_event *op, um__done_fn done);
 };
 void um__path_plan(um_event *op);
 bool um__path_runs_inline(const um_event *op);
@@ -160,14 +208,27 @@ extern const um__path um__path_fill_host, um__path_fill_device, um__path_memcpy,
 /* staged.c: the multi-call paths of path.c's table */
 extern const um__path um__path_h2d_pipelined, um__path_d2h_pipelined, um__path_staged,
     um__path_overlap;
+/* access.c: the caller's bracket and the gate */
+extern const um__path um__path_access, um__path_gate;
+/* net_op.c: um_net_put and um_net_get (SPEC §10) */
+extern const um__path um__path_net_put, um__path_net_get;
 
 /* event.c: event objects */
 um_event *um__event_new(um_manager *m, um__op_kind kind);
 void um__event_ref(um_event *e);
 void um__event_unref(um_event *e);
 int um__event_wait_internal(um_event *e);
+/* um__event_wait_internal for a caller: on failure, um_last_error() of
+ * the calling thread gets the operation's error_text (or the code's
+ * meaning when it has none). */
+int um__event_wait_result(um_event *e);
+/* Drop one owner of e's token (e->native_refs); the last releases it. */
+void um__event_token_put(um_event *e, um_device *ndev, void *native);
 /* Manager destroy: free every event object. */
 void um__events_free_all(um_manager *m);
+/* A thread's cache goes (thread exit): its stash of event objects back to
+ * the manager. */
+void um__events_stash_flush(um_manager *m, um__tcache *tc);
 /* event.c: the engine. push: a worker will call w->fn(w) (first: ahead of
  * the queue). op_begin / op_done count the operations in flight; drain
  * waits until none is. op_done is the completing thread's last touch of the
@@ -202,6 +263,10 @@ static inline void um__buffer_init_live(um_buffer *b, size_t bytes, const char *
   b->last = NULL;
   b->pending = 0;
   b->release_deferred = false;
+  b->access_state = 0;
+  b->access_op = NULL;
+  atomic_store_explicit(&b->holds, 0, memory_order_relaxed);
+  atomic_store_explicit(&b->dlpack_tensors, 0, memory_order_relaxed);
   b->readonly = false;
   b->pinned_wrap = false;
   atomic_store_explicit(&b->touched, false, memory_order_relaxed);

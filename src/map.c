@@ -96,6 +96,8 @@ static int map_begin_locked(um_buffer *b, uint32_t gen) {
     return um__set_error(UM_ESTATE, "um_map: buffer %p was released", (void *)b);
   if (b->mapped)
     return um__set_error(UM_ESTATE, "um_map: buffer is already mapped");
+  if (b->access_state != 0)
+    return um__set_error(UM_ESTATE, "um_map: buffer is in an access bracket: end it first");
   /* The mapping sees the result of every operation issued before it. */
   while (b->pending > 0)
     pthread_cond_wait(&b->idle_cond, &b->lock);

@@ -15,12 +15,20 @@
  *    started by a worker thread (event.c's engine) when the earlier one
  *    completes.
  * A native operation completes in the driver's callback where the backend
- * allows it (callbacks_reenter), else on a worker.
+ * allows it (callbacks_reenter), else on a worker. A path with host-side
+ * asynchronous work (start_async: a network transfer) is started on the
+ * thread that may start it and completes on whatever thread reports it
+ * done; no worker blocks on it.
+ *
+ * A failure's text is kept in the event (error_text) by the thread that
+ * saw it, for um_last_error() on the thread that waits.
  *
  * No lock of unimem is held across a backend call: a driver may run an
  * earlier command's completion on the submitting thread, and that
  * completion takes the locks of its operation and buffers.
  */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
@@ -40,6 +48,21 @@ static void engine_push_op(um_event *op, void (*fn)(um__work *), bool first) {
 
 /* ------------------------------------------------------------------------ */
 /* Native tokens */
+
+/* A failure this thread just saw (its um_last_error()) becomes op's text,
+ * unless the path wrote one. */
+static void keep_error_text(um_event *op) {
+  if (op->error_text[0] == '\0')
+    snprintf(op->error_text, sizeof(op->error_text), "%s", um_last_error());
+}
+
+/* The issuer's attachment goes, once (types.h: attached). */
+static void drop_attached(um_event *op) {
+  void (*drop)(um_event *) = op->attached_drop;
+  op->attached_drop = NULL;
+  if (drop != NULL)
+    drop(op);
+}
 
 /* The operation this thread is starting natively (set around the
  * backend's xfer_async), so that native_done can tell a completion reported
@@ -61,10 +84,14 @@ static void native_done(void *arg, int status) {
     um__op_complete(op, status);
 }
 
-/* Drop one owner of op's token; the last one releases it. */
-static void token_put(um_event *op, um_device *ndev, void *native) {
-  if (um__atomic_sub_acq_rel(&op->native_refs, 1) == 1 && ndev->be->native_release)
-    ndev->be->native_release(ndev->bdev, native);
+/* op goes to its device's single in-order queue and dep is queued there
+ * already, so the queue runs op after dep without a token. Not for an
+ * operation that is no command of that queue (a bracket: the caller's
+ * kernel runs on another queue and needs dep's token in its wait list). */
+static bool queued_before(um_event *dep, const um_event *op) {
+  const um_device *d = op->native_dev;
+  return d != NULL && d->be->single_queue && op->path->queued &&
+         atomic_load_explicit(&dep->queued_on, memory_order_acquire) == d;
 }
 
 /* Under dep->lock: dep's token for a wait list, with one more owner, or
@@ -80,27 +107,39 @@ static void *token_borrow_locked(um_event *dep) {
  * finished already. Until then op->native is NULL, which a later issuer
  * treats as "not started yet" and orders by registration instead. */
 static void keep_native(um_event *op, void *native) {
-  bool done;
+  bool done, caller;
   pthread_mutex_lock(&op->lock);
   done = atomic_load_explicit(&op->state, memory_order_acquire) == UM__EV_DONE;
-  if (!done) {
-    atomic_store_explicit(&op->native_refs, 1, memory_order_relaxed);
+  /* The caller's event keeps the token for um_event_native until it is
+   * released (um_event_release drops that share under this lock). */
+  caller = atomic_load_explicit(&op->caller_holds, memory_order_relaxed);
+  if (caller)
+    op->caller_native = native;
+  if (!done)
     op->native = native;
-  }
+  if (op->path->queued)
+    atomic_store_explicit(&op->queued_on, op->native_dev, memory_order_release);
+  if (!done || caller)
+    atomic_store_explicit(&op->native_refs, (int)!done + (int)caller, memory_order_relaxed);
   pthread_mutex_unlock(&op->lock);
-  if (done && op->native_dev->be->native_release)
+  if (done && !caller && op->native_dev->be->native_release)
     op->native_dev->be->native_release(op->native_dev->bdev, native);
 }
+
+static bool start_quiet(um_event *op, int nafter);
 
 /* Start op on its device's queue behind the tokens of after; the token is
  * kept, or op completed with the failure. */
 static void start_native(um_event *op, void *const *after, int nafter) {
   void *native = NULL;
   int st;
+  if (start_quiet(op, nafter))
+    return;
   starting_native = op;
   st = op->path->start_native(op, after, nafter, native_done, &native);
   starting_native = NULL;
   if (st != UM_OK) {
+    keep_error_text(op);
     um__op_complete(op, st);
     return;
   }
@@ -184,6 +223,7 @@ void um__op_complete(um_event *op, int status) {
 
   if (status == UM_OK && op->path != NULL)
     op->path->account(op);
+  drop_attached(op);
   lock_buffers(bufs, nbufs);
   native = finish_locked(op, status, bufs, nbufs, drop_last, retire, deps, &ndeps);
   unlock_buffers(bufs, nbufs);
@@ -197,7 +237,7 @@ void um__op_complete(um_event *op, int status) {
    * block on the lock; the engine's reference keeps op alive meanwhile. */
   pthread_cond_broadcast(&op->cond);
   if (native != NULL)
-    token_put(op, ndev, native);
+    um__event_token_put(op, ndev, native);
   if (group != NULL)
     group_member_done(group, status);
   for (int i = 0; i < ndeps; i++)
@@ -217,8 +257,31 @@ static void op_task_complete(um__work *w) {
 /* ------------------------------------------------------------------------ */
 /* Starting */
 
+static void async_done(void *arg, int status) { um__op_complete(arg, status); }
+
+/* Run a started operation on host threads: its path's run, to completion
+ * on this thread; or its asynchronous start, which returns at once (the
+ * operation completes in async_done, on the thread that reports it). */
+static void run_host(um_event *op) {
+  int st;
+  if (op->path->start_async == NULL) {
+    if ((st = op->path->run(op)) != UM_OK)
+      keep_error_text(op);
+    um__op_complete(op, st);
+    return;
+  }
+  /* done may complete op, and drop the engine's reference, before
+   * start_async returns. */
+  um__event_ref(op);
+  if ((st = op->path->start_async(op, async_done)) != UM_OK) {
+    keep_error_text(op);
+    um__op_complete(op, st);
+  }
+  um__event_unref(op);
+}
+
 /* Run an operation whose dependencies are all satisfied and whose state is
- * already RUNNING: on its device's queue, or here. */
+ * already RUNNING: on its device's queue, or on host threads. */
 static void run_started(um_event *op) {
   if (op->native_dev != NULL) {
     /* The operation may complete (and lose the engine's reference, its
@@ -229,7 +292,7 @@ static void run_started(um_event *op) {
     um__event_unref(op);
     return;
   }
-  um__op_complete(op, op->path->run(op));
+  run_host(op);
 }
 
 /* A worker starts an operation its last dependency handed over, unless it
@@ -252,14 +315,12 @@ static void op_task_start(um__work *w) {
 }
 
 /* Nothing to wait for: start op now, on its device's queue, on this thread
- * (blocking, or small enough), or on a worker. */
+ * (blocking, small enough, or an asynchronous start), or on a worker. */
 static void op_start_now(um_event *op) {
-  if (op->native_dev != NULL) {
+  if (op->native_dev != NULL || op->blocking || op->path->start_async != NULL ||
+      um__path_runs_inline(op)) {
     atomic_store_explicit(&op->state, UM__EV_RUNNING, memory_order_release);
     run_started(op);
-  } else if (op->blocking || um__path_runs_inline(op)) {
-    atomic_store_explicit(&op->state, UM__EV_RUNNING, memory_order_release);
-    um__op_complete(op, op->path->run(op));
   } else {
     engine_push_op(op, op_task_start, false);
   }
@@ -298,8 +359,10 @@ static int op_collect_deps(um_event *op, um_buffer **bufs, int nbufs, um_event *
   *all_native = true;
   for (int i = 0; i < nbufs; i++) {
     um_event *last = bufs[i]->last;
+    /* Finished, or queued ahead on the single queue op goes to: the device
+     * orders them, nothing to wait for. */
     if (last != NULL && atomic_load_explicit(&last->state, memory_order_acquire) != UM__EV_DONE &&
-        (ndeps == 0 || deps[0] != last)) {
+        !queued_before(last, op) && (ndeps == 0 || deps[0] != last)) {
       um__event_ref(last);
       deps[ndeps++] = last;
       if (op->native_dev == NULL || last->native_dev != op->native_dev)
@@ -322,8 +385,9 @@ static int op_run_unpublished(um_event *op) {
   atomic_store_explicit(&op->state, UM__EV_RUNNING, memory_order_relaxed);
   um__engine_op_begin(op->m);
   um__event_ref(op); /* um__op_complete drops the engine's reference */
-  um__op_complete(op, op->path->run(op));
-  st = op->status;
+  run_host(op);
+  /* A run failed on this thread, which has its text already. */
+  st = op->path->start_async != NULL ? um__event_wait_result(op) : op->status;
   um__event_unref(op);
   return st;
 }
@@ -357,10 +421,15 @@ static bool op_start_after_tokens(um_event *op, um_event **deps, int ndeps) {
   int nafter = 0;
   bool missing = false;
   for (int i = 0; i < ndeps; i++) {
-    void *tok;
+    void *tok = NULL;
+    bool in_queue;
     pthread_mutex_lock(&deps[i]->lock);
-    tok = token_borrow_locked(deps[i]);
-    if (tok != NULL) {
+    in_queue = queued_before(deps[i], op);
+    if (!in_queue)
+      tok = token_borrow_locked(deps[i]);
+    if (in_queue) {
+      /* the queue orders them */
+    } else if (tok != NULL) {
       after[nafter] = tok;
       owner[nafter++] = deps[i];
     } else if (atomic_load_explicit(&deps[i]->state, memory_order_acquire) != UM__EV_DONE) {
@@ -374,7 +443,7 @@ static bool op_start_after_tokens(um_event *op, um_event **deps, int ndeps) {
     start_native(op, after, nafter);
   }
   for (int i = 0; i < nafter; i++)
-    token_put(owner[i], owner[i]->native_dev, after[i]);
+    um__event_token_put(owner[i], owner[i]->native_dev, after[i]);
   if (missing)
     return false;
   for (int i = 0; i < ndeps; i++)
@@ -438,11 +507,12 @@ int um__op_issue(um_event *op, um_event **done) {
   int nbufs = op_buffers(op, bufs), ndeps, st;
   bool all_native;
 
-  op->blocking = done == NULL;
+  op->blocking = done == NULL && !op->detached;
   UM__TEST_POINT(UM__TP_OP_CHECKED, op);
   lock_buffers(bufs, nbufs);
   if ((st = op_check_locked(op, bufs, nbufs)) != UM_OK) {
     unlock_buffers(bufs, nbufs);
+    drop_attached(op);
     um__event_unref(op); /* never published: the caller's only reference */
     return st;
   }
@@ -455,24 +525,173 @@ int um__op_issue(um_event *op, um_event **done) {
   op_publish(op, bufs, nbufs);
   um__event_ref(op); /* the issuing reference: the caller's event, or ours
                         until the wait below */
+  if (done != NULL) /* before the start: the caller's share of the token */
+    atomic_store_explicit(&op->caller_holds, true, memory_order_relaxed);
   op_start_ordered(op, deps, ndeps, all_native);
+  if (op->detached) {
+    um__event_unref(op); /* nobody holds it but the engine and the buffers */
+    return UM_OK;
+  }
   if (done == NULL) {
-    st = um__event_wait_internal(op);
+    st = um__event_wait_result(op);
     um__event_unref(op); /* the issuing reference */
     return st;
   }
-  atomic_store_explicit(&op->caller_holds, true, memory_order_relaxed);
   *done = op;
   return UM_OK;
 }
 
 /* ------------------------------------------------------------------------ */
+/* Held operations (a bracket: access.c): published now, started later */
+
+int um__op_hold(um_event *op, um_event **dep) {
+  um_buffer *bufs[2];
+  um_event *deps[2];
+  int nbufs = op_buffers(op, bufs), ndeps, st;
+  bool all_native;
+  lock_buffers(bufs, nbufs);
+  if ((st = op_check_locked(op, bufs, nbufs)) != UM_OK) {
+    unlock_buffers(bufs, nbufs);
+    drop_attached(op);
+    um__event_unref(op);
+    return st;
+  }
+  um__path_plan(op);
+  ndeps = op_collect_deps(op, bufs, nbufs, deps, &all_native);
+  op_publish(op, bufs, nbufs);
+  for (int i = 1; i < ndeps; i++) /* one buffer: at most one */
+    um__event_unref(deps[i]);
+  *dep = ndeps > 0 ? deps[0] : NULL;
+  return UM_OK;
+}
+
+void um__op_start_held(um_event *op, um_event *after) {
+  if (after != NULL && op_register(op, &after, 1))
+    return; /* it starts when after finishes */
+  op_start_now(op);
+}
+
+void um__op_issue_after(um_event *op, um_event *after) {
+  um__engine_op_begin(op->m);
+  um__op_start_held(op, after);
+}
+
+void *um__op_token_borrow(um_event *dep, um_device *d) {
+  void *tok = NULL;
+  pthread_mutex_lock(&dep->lock);
+  if (dep->native_dev == d)
+    tok = token_borrow_locked(dep);
+  pthread_mutex_unlock(&dep->lock);
+  return tok;
+}
+
+/* ------------------------------------------------------------------------ */
 /* Groups (um_copy_batch): an operation that completes with its members */
+
+/* Quiet members: a batch's members that go on a single-queue device are
+ * queued with no token and no completion report of their own (no retain,
+ * callback and flush per member: on PoCL those cost more than the 4 KiB
+ * write itself); they are strung on their device's run, and one queue mark
+ * at the end of the batch reports them all, in order. */
+typedef struct um__run {
+  um_device *dev;
+  um_event *head, *tail;
+  int status;
+  um__work work; /* completing on a worker, for backends whose callbacks
+                    may not re-enter */
+  struct um__run *next;
+} um__run;
+
+/* The group this thread is issuing (um_copy_batch), NULL outside. */
+static _Thread_local um_event *issuing_group;
+
+static um__run *run_of(um_event *group, um_device *d) {
+  um__run *r;
+  for (r = group->runs; r != NULL; r = r->next)
+    if (r->dev == d)
+      return r;
+  if ((r = calloc(1, sizeof(*r))) == NULL)
+    return NULL;
+  r->dev = d;
+  r->next = group->runs;
+  group->runs = r;
+  return r;
+}
+
+/* A detached member of the group this thread issues, on a single-queue
+ * device, its dependencies on that queue: queued quietly on its run. */
+static bool start_quiet(um_event *op, int nafter) {
+  um_device *d = op->native_dev;
+  um__run *r;
+  int st;
+  if (nafter != 0 || !op->detached || op->group == NULL || op->group != issuing_group ||
+      !d->be->single_queue || !op->path->queued || (r = run_of(op->group, d)) == NULL)
+    return false;
+  st = op->path->start_native(op, NULL, 0, NULL, NULL);
+  if (st != UM_OK) {
+    um__op_complete(op, st);
+    return true;
+  }
+  op->quiet = true;
+  atomic_store_explicit(&op->queued_on, d, memory_order_release);
+  if (r->tail != NULL)
+    r->tail->run_next = op;
+  else
+    r->head = op;
+  r->tail = op;
+  return true;
+}
+
+/* Complete a run's members, in queue order, with the mark's status. */
+static void run_complete(um__run *r) {
+  for (um_event *op = r->head, *next; op != NULL; op = next) {
+    next = op->run_next;
+    um__op_complete(op, r->status);
+  }
+  free(r);
+}
+
+static void run_task(um__work *w) {
+  run_complete((um__run *)(void *)((char *)w - offsetof(um__run, work)));
+}
+
+static void run_marked(void *arg, int status) {
+  um__run *r = arg;
+  r->status = status;
+  if (r->dev->be->callbacks_reenter) {
+    run_complete(r);
+  } else {
+    r->work.fn = run_task;
+    um__engine_push(r->dev->m, &r->work, true);
+  }
+}
+
+/* The end of the batch's issuing: one queue mark per run. */
+static void close_runs(um_event *group) {
+  while (group->runs != NULL) {
+    um__run *r = group->runs;
+    um_device *d = r->dev; /* r may be gone once the mark is queued */
+    um__xfer x;
+    void *token = NULL;
+    int st;
+    group->runs = r->next;
+    memset(&x, 0, sizeof(x));
+    x.kind = UM__XFER_QUEUE_MARK;
+    st = d->be->xfer_async(d->bdev, &x, NULL, 0, run_marked, r, &token);
+    if (st != UM_OK) {
+      r->status = st;
+      run_complete(r);
+    } else if (d->be->native_release != NULL) {
+      d->be->native_release(d->bdev, token);
+    }
+  }
+}
 
 um_event *um__op_group_begin(um_manager *m) {
   um_event *group = um__event_new(m, UM__OP_GROUP);
   if (group == NULL)
     return NULL;
+  issuing_group = group;
   atomic_store(&group->deps_pending, 1); /* guard until every member is issued */
   atomic_store_explicit(&group->state, UM__EV_RUNNING, memory_order_release);
   um__engine_op_begin(m);
@@ -486,9 +705,11 @@ void um__op_group_not_issued(um_event *group, int status) { group_member_done(gr
 
 int um__op_group_end(um_event *group, um_event **done) {
   int st;
+  issuing_group = NULL;
+  close_runs(group);
   group_member_done(group, UM_OK); /* the guard */
   if (done == NULL) {
-    st = um__event_wait_internal(group);
+    st = um__event_wait_result(group);
     um__event_unref(group);
     return st;
   }

@@ -28,7 +28,10 @@ typedef struct option_desc {
  * keep the timer and cap the pool at 2 GiB so that a test machine with
  * 24 GiB is never crowded by idle blocks. 4 concurrent transfers keeps two
  * copy engines per direction busy on current GPUs; 4 MiB staging chunks are
- * large enough that per-chunk overhead is below 1% at PCIe 4 speeds. */
+ * large enough that per-chunk overhead is below 1% at PCIe 4 speeds. A network
+ * step (at most 16 MiB between two flushes) takes ~25 ms on the slowest
+ * transport here (tcp over lo, ~650 MB/s): a 10 s net timeout never fires
+ * on a live peer, and still finds a dead shared-memory peer in seconds. */
 static const option_desc option_table[] = {
     OPT("UNIMEM_ENABLE_POOLING", OPT_BOOL, enable_pooling, 1),
     OPT("UNIMEM_MAX_POOL_BYTES", OPT_U64, max_pool_bytes, 2 * GiB),
@@ -44,6 +47,7 @@ static const option_desc option_table[] = {
     OPT("UNIMEM_DEBUG", OPT_BOOL, debug, 0),
     OPT("UNIMEM_HUGE_PAGES", OPT_BOOL, huge_pages, 1),
     OPT("UNIMEM_DEVICE_LIMIT_BYTES", OPT_U64, device_limit_bytes, 0),
+    OPT("UNIMEM_NET_TIMEOUT_MS", OPT_U32, net_timeout_ms, 10000),
     OPT("UNIMEM_BACKENDS", OPT_STRING, backends, 0),
     OPT("UNIMEM_LOG_LEVEL", OPT_LEVEL, log_level, UM_LOG_WARN),
 };
@@ -174,6 +178,8 @@ int um__options_check(const um_options *o) {
                          o->staging_chunk_bytes);
   if (o->use_pinned_staging < 0 || o->use_pinned_staging > 2)
     return um__set_error(UM_EINVAL, "use_pinned_staging must be 0, 1 or 2 (is %d)", o->use_pinned_staging);
+  if (o->net_timeout_ms < 1)
+    return um__set_error(UM_EINVAL, "net_timeout_ms must be at least 1");
   if ((unsigned)o->log_level > UM_LOG_DEBUG)
     return um__set_error(UM_EINVAL, "log_level out of range");
   if (memchr(o->backends, '\0', sizeof(o->backends)) == NULL)

@@ -15,9 +15,13 @@
 
 void um__buffer_return_borrowed(um_buffer *b) {
   if (b->kind == UM__KIND_WRAPPED) {
+    void (*fn)(void *) = b->on_return;
     if (b->pinned_wrap)
       b->dev->be->host_unregister(b->dev->bdev, &b->mem);
     b->pinned_wrap = false;
+    b->on_return = NULL;
+    if (fn != NULL) /* the owner's own release (a DLPack deleter), once */
+      fn(b->on_return_ctx);
   } else if (b->kind == UM__KIND_FILE && b->mem.host != NULL) {
     if (!b->readonly) /* a writable mapping is written back first */
       msync(b->mem.host, b->capacity, MS_SYNC);

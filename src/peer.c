@@ -32,7 +32,7 @@ int um_peer_enable(um_device *a, um_device *b) {
   m = a->m;
   UM__CHECK_PROCESS(m);
   pthread_mutex_lock(&m->peer_lock);
-  if (m->peer[a->index * m->ndevices + b->index]) {
+  if (m->peer[a->index * UM__MAX_DEVICES + b->index]) {
     pthread_mutex_unlock(&m->peer_lock);
     return UM_OK;
   }
@@ -43,7 +43,7 @@ int um_peer_enable(um_device *a, um_device *b) {
   }
   st = a->be->peer_enable(a->bdev, b->bdev);
   if (st == UM_OK)
-    m->peer[a->index * m->ndevices + b->index] = 1;
+    m->peer[a->index * UM__MAX_DEVICES + b->index] = 1;
   pthread_mutex_unlock(&m->peer_lock);
   return st;
 }
@@ -58,7 +58,7 @@ int um_peer_enabled(const um_device *a, const um_device *b) {
     return 1;
   m = a->m;
   pthread_mutex_lock(&m->peer_lock);
-  v = m->peer[a->index * m->ndevices + b->index];
+  v = m->peer[a->index * UM__MAX_DEVICES + b->index];
   pthread_mutex_unlock(&m->peer_lock);
   return v ? 1 : 0;
 }

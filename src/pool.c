@@ -207,7 +207,7 @@ um_buffer *um__pool_take(um__pool *p, int cls) {
 static um__bin *oldest_bin(um_manager *m, um_device *only, um__pool **pool, uint64_t *key) {
   um__bin *best = NULL;
   *key = UINT64_MAX;
-  for (int di = 0; di < m->ndevices; di++) {
+  for (int di = 0; di < um__ndevices(m); di++) {
     um_device *d = m->devices[di];
     if (only != NULL && d != only)
       continue;

@@ -40,6 +40,9 @@ static void add_device(um_stats *s, um_device *d) {
   SUM(xfer_pipelined);
   SUM(xfer_staged);
   SUM(fills);
+  SUM(bytes_net_out);
+  SUM(bytes_net_in);
+  SUM(xfer_net);
 #undef SUM
   for (int l = 0; l < UM_LOCATION_COUNT; l++)
     um__pool_largest(&d->pools[l], &s->largest_pooled_block);
@@ -62,7 +65,7 @@ int um_stats_get(um_manager *m, um_device *d, um_stats *out) {
     add_device(&s, d);
     s.peak_bytes_in_use = um__atomic_load_relaxed(&d->stats.peak_bytes_in_use);
   } else {
-    for (int i = 0; i < m->ndevices; i++)
+    for (int i = 0; i < um__ndevices(m); i++)
       add_device(&s, m->devices[i]);
     s.peak_bytes_in_use = um__atomic_load_relaxed(&m->peak_bytes_in_use);
   }

@@ -67,7 +67,9 @@ uint64_t um__tcache_flush_all(um_manager *m, um_device *only) {
   uint64_t moved = 0;
   pthread_mutex_lock(&m->tcache_lock);
   for (um__tcache *tc = m->tcaches; tc != NULL; tc = tc->m_next) {
-    if (only != NULL) {
+    if (only != NULL && only->index >= tc->ndevices) {
+      continue; /* adopted after the cache was made: it has no slots */
+    } else if (only != NULL) {
       size_t per_dev = (size_t)UM_LOCATION_COUNT * UM__TCACHE_CLASSES;
       size_t lo = (size_t)only->index * per_dev;
       moved += flush_slots(tc, m, lo, lo + per_dev, false);
@@ -120,6 +122,7 @@ static void thread_exit(void *unused) {
     thread_caches = tc->t_next;
     if (m != NULL) {
       flush_slots(tc, m, 0, slot_count(tc->ndevices), true);
+      um__events_stash_flush(m, tc);
       pthread_mutex_lock(&m->tcache_lock);
       merge_and_unlink(tc, m);
       pthread_mutex_unlock(&m->tcache_lock);
@@ -174,15 +177,16 @@ static um__tcache *create_cache(um_manager *m) {
   if (tc == NULL)
     return NULL;
   memset(tc, 0, sizeof(*tc));
-  tc->ctr = aligned_alloc(64, ((size_t)m->ndevices * sizeof(*tc->ctr) + 63) & ~(size_t)63);
-  tc->slots = aligned_alloc(64, (slot_count(m->ndevices) * sizeof(*tc->slots) + 63) & ~(size_t)63);
+  int ndevices = um__ndevices(m); /* devices adopted later bypass this cache */
+  tc->ctr = aligned_alloc(64, ((size_t)ndevices * sizeof(*tc->ctr) + 63) & ~(size_t)63);
+  tc->slots = aligned_alloc(64, (slot_count(ndevices) * sizeof(*tc->slots) + 63) & ~(size_t)63);
   if (tc->ctr == NULL || tc->slots == NULL || pthread_setspecific(exit_key, &thread_caches) != 0) {
     free_cache(tc);
     return NULL;
   }
-  memset(tc->ctr, 0, (size_t)m->ndevices * sizeof(*tc->ctr));
-  memset(tc->slots, 0, slot_count(m->ndevices) * sizeof(*tc->slots));
-  tc->ndevices = m->ndevices;
+  memset(tc->ctr, 0, (size_t)ndevices * sizeof(*tc->ctr));
+  memset(tc->slots, 0, slot_count(ndevices) * sizeof(*tc->slots));
+  tc->ndevices = ndevices;
   tc->slots_on = m->opts.enable_pooling && !m->opts.debug;
   tc->epoch = atomic_load_explicit(&m->flush_epoch, memory_order_relaxed);
   atomic_init(&tc->m, m);
@@ -256,7 +260,9 @@ void um__tcache_note_high(um__tcache *tc, um_device *d) {
   dev_total = (int64_t)um__atomic_load_relaxed(&d->stats.bytes_in_use);
   all_total = (int64_t)um__atomic_load_relaxed(&m->bytes_in_use);
   for (um__tcache *t = m->tcaches; t != NULL; t = t->m_next) {
-    dev_total += (int64_t)um__atomic_load_relaxed(&t->ctr[d->index].bytes_in_use);
+    /* a cache made before d was adopted has no counters for it */
+    if (d->index < t->ndevices)
+      dev_total += (int64_t)um__atomic_load_relaxed(&t->ctr[d->index].bytes_in_use);
     all_total += (int64_t)um__atomic_load_relaxed(t->ndevices > 1 ? &t->in_use_total : &t->ctr[0].bytes_in_use);
   }
   pthread_mutex_unlock(&m->tcache_lock);
@@ -318,7 +324,7 @@ void um__tcache_fork_child(void) {
 
 void um__stat_in_use_add(um_device *d, uint64_t bytes) {
   um_manager *m = d->m;
-  um__tcache *tc = um__tcache_of(m);
+  um__tcache *tc = um__tcache_for(m, d);
   if (tc != NULL) {
     um__tcache_count_in(tc, d, bytes);
     return;
@@ -329,7 +335,7 @@ void um__stat_in_use_add(um_device *d, uint64_t bytes) {
 }
 
 void um__stat_in_use_sub(um_device *d, uint64_t bytes) {
-  um__tcache *tc = um__tcache_of(d->m);
+  um__tcache *tc = um__tcache_for(d->m, d);
   if (tc != NULL) {
     um__tcache_count_out(tc, d, bytes);
     return;

@@ -86,6 +86,13 @@ static inline um__tcache *um__tcache_of(um_manager *m) {
   return um__tcache_find(m);
 }
 
+/* This thread's cache for work on d, or NULL: a device adopted after the
+ * cache was made has no slots or counters in it. */
+static inline um__tcache *um__tcache_for(um_manager *m, const um_device *d) {
+  um__tcache *tc = um__tcache_of(m);
+  return tc != NULL && __builtin_expect(d->index < tc->ndevices, 1) ? tc : NULL;
+}
+
 static inline _Atomic(uintptr_t) *um__tcache_slot(um__tcache *tc, const um_device *d,
                                                  um_location loc, int cls) {
   return &tc->slots[((size_t)d->index * UM_LOCATION_COUNT + (size_t)loc) * UM__TCACHE_CLASSES +

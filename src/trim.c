@@ -16,7 +16,7 @@ uint64_t um__trim(um_manager *m, um_device *dev, uint64_t keep) {
   pthread_mutex_lock(&m->trimming);
   um__tcache_flush_all(m, dev);
   if (keep == 0) {
-    for (int i = 0; i < m->ndevices; i++)
+    for (int i = 0; i < um__ndevices(m); i++)
       if (dev == NULL || m->devices[i] == dev)
         freed += um__pool_free_idle(m->devices[i], UINT64_MAX);
   } else {
@@ -39,7 +39,7 @@ int um_pool_trim(um_manager *m, uint64_t keep_bytes) {
   /* Debug mode: the blocks of quarantined buffers are idle memory too; their
    * handles stay quarantined (quarantine.c). */
   if (m->opts.debug)
-    for (int i = 0; i < m->ndevices; i++)
+    for (int i = 0; i < um__ndevices(m); i++)
       um__quarantine_drop_blocks(m, m->devices[i]);
   um__trim(m, NULL, keep_bytes);
   return UM_OK;
@@ -69,7 +69,7 @@ static void tick(um_manager *m, uint64_t interval_ns) {
   um__tcache_flush_all(m, NULL);
   now = um__now_ns();
   if (now > interval_ns)
-    for (int i = 0; i < m->ndevices; i++)
+    for (int i = 0; i < um__ndevices(m); i++)
       um__pool_free_idle(m->devices[i], now - interval_ns);
   pthread_mutex_unlock(&m->trimming);
 }

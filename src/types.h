@@ -17,6 +17,10 @@
 #define UM__EVENT_MAGIC 0x554d4556u  /* "UMEV" */
 #define UM__DEVICE_MAGIC 0x554d4456u /* "UMDV" */
 #define UM__MAX_BACKENDS 8
+/* Devices of one manager, discovered and adopted (um_device_adopt_opencl):
+ * the device array and the peer matrix never move, so readers need no
+ * lock. */
+#define UM__MAX_DEVICES 64
 
 /* Size classes (sizeclass.c): exact up to 8 bytes, then four classes per
  * power of two, so a request never wastes 25% or more of its size. */
@@ -59,6 +63,9 @@ typedef struct um__counters {
   atomic_uint_fast64_t xfer_pipelined;
   atomic_uint_fast64_t xfer_staged;
   atomic_uint_fast64_t fills;
+  atomic_uint_fast64_t bytes_net_out;
+  atomic_uint_fast64_t bytes_net_in;
+  atomic_uint_fast64_t xfer_net;
 } um__counters;
 
 /* ------------------------------------------------------------------------ */
@@ -154,10 +161,20 @@ struct um_buffer {
    * 0's (buffer.c), NULL when none. Set at wrap, undone at retire. */
   um__wrap_reg *wrap_regs;
   int nwrap_regs;
+  /* A foreign wrap (um__wrap_foreign: a DLPack producer's memory): called
+   * once when the memory goes back to its owner (owner.c), then NULL. */
+  void (*on_return)(void *ctx);
+  void *on_return_ctx;
   /* Set when an operation or a mapping was made on the buffer since it
    * went live: um_release then takes b->lock to wait for or defer behind
    * them. Buffers never touched that way are released without the lock. */
   atomic_bool touched;
+  /* Owners beyond the first (um_buffer_retain): um_release drops one of
+   * them while there are any. */
+  atomic_int holds;
+  /* DLPack tensors exported from the buffer and not deleted yet (dlpack.c;
+   * each holds one of the holds): the leak report names them. */
+  atomic_int dlpack_tensors;
 
   pthread_mutex_t lock;     /* guards everything below */
   pthread_cond_t idle_cond; /* signalled when pending drops to 0, and when
@@ -175,6 +192,10 @@ struct um_buffer {
   um_event *last;   /* last operation issued on the buffer (a reference) */
   unsigned pending; /* operations issued and not yet finished */
   bool release_deferred;
+  /* The caller's bracket (access.c): 0 none, 1 being opened, 2 open, with
+   * its operation. */
+  int access_state;
+  um_event *access_op;
 
   /* pool links (under the bin's lock) */
   um_buffer *pool_prev, *pool_next;
@@ -196,9 +217,14 @@ struct um_buffer {
  * life of an operation; path.c: how a copy runs) */
 
 typedef enum {
-  UM__OP_COPY = 0, /* covers copy, copy_from_host, copy_to_host */
+  UM__OP_COPY = 0,   /* covers copy, copy_from_host, copy_to_host */
   UM__OP_FILL = 1,
-  UM__OP_GROUP = 2 /* completes when its members do (um_copy_batch) */
+  UM__OP_GROUP = 2,  /* completes when its members do (um_copy_batch) */
+  UM__OP_ACCESS = 3, /* the caller's bracket (access.c) */
+  UM__OP_GATE = 4,   /* opens a gate, or stands for one, once an earlier
+                        operation finished (access.c) */
+  UM__OP_NET = 5     /* um_net_put (src set) or um_net_get (dst set): the
+                        transfer is attached (net_op.c) */
 } um__op_kind;
 
 typedef enum {
@@ -222,6 +248,9 @@ typedef struct um__path um__path; /* path.c */
  * list; they are freed only with the manager, so a stale handle (an event
  * the caller released) is still readable and answers UM_ESTATE. */
 #define UM__EVENT_SLAB 64
+/* Room for the text of a failure that happened on another thread than the
+ * waiter's (um_last_error() after um_event_wait). */
+#define UM__EVENT_TEXT 160
 
 struct um_event {
   /* Fixed for the object's life. */
@@ -230,6 +259,11 @@ struct um_event {
   pthread_mutex_t lock;
   pthread_cond_t cond;
   um_event *free_next; /* manager's free list (m->event_lock) */
+  /* Why the operation failed, written before it completes by the thread
+   * that saw the failure (op.c, or a path's asynchronous start), read by
+   * waiters once it is done. Only its first byte is reset for a new
+   * operation (um__event_new), so it stays out of the region below. */
+  char error_text[UM__EVENT_TEXT];
 
   /* Reset for each operation: everything from here on. */
   atomic_int refs;          /* 0: on the free list */
@@ -260,6 +294,13 @@ struct um_event {
   um_device *native_dev;
   bool blocking;
 
+  /* What the issuer attached beyond the fields above (a network transfer:
+   * net_op.c), and how to drop it: op.c calls attached_drop once, when the
+   * operation completes or when the issue refuses it, never later, so an
+   * event object going back to the free list holds nothing. */
+  void *attached;
+  void (*attached_drop)(um_event *op);
+
   /* The backend's token while the operation runs on a device queue (under
    * lock), and its owners: one for the operation, one per issuer that
    * borrowed it for a wait list (op.c's token_borrow_locked). The last
@@ -271,6 +312,33 @@ struct um_event {
    * thread (op.c's native_done): the issuer completes the operation once
    * the backend call returned. Touched by that thread only. */
   bool complete_deferred;
+  /* The token kept for the caller's um_event_native (one of native_refs),
+   * until um_event_release. */
+  void *caller_native;
+  /* The device whose single in-order queue holds it (stored, release, once
+   * queued): a later transfer of that device needs no token to follow it. */
+  _Atomic(um_device *) queued_on;
+  /* No caller event and no wait (a batch member, op.c); queued quietly,
+   * reported with the rest of its batch's run by one queue mark. */
+  bool detached;
+  bool quiet;
+  um_event *run_next;
+
+  /* A bracket (access.c): its mode, the token its wait handle stands on
+   * (borrowed from wait_owner, or a gate) and the caller's last command
+   * (adopted at um_access_end); the gate operation that opens the gate, or
+   * stands for it on devices without native events. */
+  um_map_mode access_mode;
+  void *access_wait;
+  um_event *access_wait_owner;
+  um_event *access_gate;
+  void *access_done;
+  /* A gate operation: the gate it opens on gate_dev (NULL: none, the
+   * operation itself is the wait). */
+  void *gate_token;
+  um_device *gate_dev;
+  /* A group (um_copy_batch): the runs of quiet members, one per device. */
+  struct um__run *runs;
 
   um__work work; /* the engine's queue: start it, or complete it */
 };
@@ -313,6 +381,10 @@ typedef struct um__tcache {
   _Atomic(uintptr_t) *slots; /* [ndevices][UM_LOCATION_COUNT][UM__TCACHE_CLASSES] */
   struct um__tcache *m_prev, *m_next; /* manager's list (m->tcache_lock) */
   struct um__tcache *t_next;          /* thread's list (owner) */
+  /* Event objects freed on this thread, reused by it (event.c): moved to
+   * and from the manager's list in bunches, one lock per bunch. */
+  um_event *ev_free;
+  int ev_count;
 } um__tcache;
 
 /* ------------------------------------------------------------------------ */
@@ -331,8 +403,11 @@ typedef struct um__engine {
 
 struct um_manager {
   um_options opts;
-  um_device **devices;
-  int ndevices;
+  um_device *devices[UM__MAX_DEVICES];
+  /* Grows when a device is adopted: read it with um__ndevices (acquire),
+   * the device is complete before it is counted. */
+  atomic_int ndevices;
+  pthread_mutex_t devices_lock; /* adopting a device */
   struct {
     const um__backend *be;
     void *ctx;
@@ -365,8 +440,8 @@ struct um_manager {
   atomic_uint_fast64_t peak_bytes_in_use;
   atomic_uint_fast64_t bytes_pooled;
 
-  /* peer matrix: peer[a * ndevices + b] != 0 when a may access b */
-  unsigned char *peer;
+  /* peer matrix: peer[a * UM__MAX_DEVICES + b] != 0 when a may access b */
+  unsigned char peer[UM__MAX_DEVICES * UM__MAX_DEVICES];
   pthread_mutex_t peer_lock;
 
   /* thread caches (tcache.h): the list of caches, the pool budget held by

@@ -545,6 +545,7 @@ Test(lifecycle, on_oom_release_frees_memory_without_trim_on_pressure) {
 /* ------------------------------------------------------------------------ */
 /* 10. fork: the child makes its own manager; the parent's keeps working */
 
+#ifndef UT_TSAN
 /* In the child: the parent's manager, buffer and event are refused, never
  * waited on; a new manager works. Returns the number of failed checks. */
 static int child_after_fork(um_manager *pm, um_buffer *pb, um_event *pe) {
@@ -572,6 +573,7 @@ static int child_after_fork(um_manager *pm, um_buffer *pb, um_event *pe) {
   bad += um_manager_destroy(m2) != UM_OK;
   return bad;
 }
+#endif
 
 /* A cpu-only manager, whose copy runs on a worker: no thread of the test's
  * own may be inside malloc at the fork (clang 14's ASan allocator then

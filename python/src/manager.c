@@ -25,6 +25,7 @@ typedef enum { OPT_FLAG, OPT_INT, OPT_U32, OPT_U64, OPT_SIZE, OPT_STRING, OPT_LE
   XX(debug, OPT_FLAG)                                                          \
   XX(huge_pages, OPT_FLAG)                                                     \
   XX(device_limit_bytes, OPT_U64)                                              \
+  XX(net_timeout_ms, OPT_U32)                                                  \
   XX(backends, OPT_STRING)                                                     \
   XX(log_level, OPT_LEVEL)                                                     \
   XX(log, OPT_CALLABLE)                                                        \
@@ -668,6 +669,15 @@ static PyMethodDef Manager_methods[] = {
     {"stats", (PyCFunction)(void (*)(void))Manager_stats, METH_FASTCALL | METH_KEYWORDS, stats_doc},
     {"trim", (PyCFunction)(void (*)(void))Manager_trim, METH_FASTCALL | METH_KEYWORDS, trim_doc},
     {"close", (PyCFunction)Manager_close, METH_NOARGS, close_doc},
+    {"native", (PyCFunction)(void (*)(void))pyum_manager_native, METH_FASTCALL | METH_KEYWORDS,
+     PyDoc_STR("native($self, device=0)\n--\n\nThe native handles of a device, as a dict of ints (None where "
+               "they do not apply): backend, cl_platform, cl_device, cl_context (unimem's buffers live in it), "
+               "cl_queue (an in-order queue for the caller's own commands), cu_device (-1 when not CUDA), "
+               "cu_context, cu_stream. They belong to unimem and stay valid until the manager is closed.")},
+    {"pyopencl_queue", (PyCFunction)(void (*)(void))pyum_manager_pyopencl_queue, METH_FASTCALL | METH_KEYWORDS,
+     PyDoc_STR("pyopencl_queue($self, device)\n--\n\nA pyopencl.CommandQueue over the device's queue for the "
+               "caller's own commands (in-order; its .context is unimem's context of the device). NotSupported "
+               "for a device that is not OpenCL; ImportError without pyopencl.")},
     {"__enter__", (PyCFunction)Manager_enter, METH_NOARGS, PyDoc_STR("The manager itself.")},
     {"__exit__", (PyCFunction)Manager_exit, METH_VARARGS, PyDoc_STR("close()")},
     {NULL, NULL, 0, NULL},

@@ -214,6 +214,8 @@ static int cpu_xfer(void *bdev, const um__xfer *x) {
     memset((char *)x->dst->host + x->dst_off, x->value, x->bytes);
     return UM_OK;
   case UM__XFER_PEER:
+  case UM__XFER_MARKER:
+  case UM__XFER_QUEUE_MARK:
     break;
   }
   return um__set_error(UM_ENOTSUP, "cpu: transfer kind %d not supported", (int)x->kind);

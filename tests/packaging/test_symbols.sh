@@ -1,7 +1,7 @@
 #!/bin/sh
 # The shared library exports the um_ API and nothing else, its SONAME
 # follows the major version, and it does not link any vendor library
-# (OpenCL and CUDA are loaded at run time).
+# (OpenCL, CUDA and UCX are loaded at run time).
 #
 #   test_symbols.sh LIBRARY MAJOR
 set -eu
@@ -25,7 +25,7 @@ echo "exported: $(echo "$exported" | grep -c '^um_') um_ functions, nothing else
 dyn=$(readelf -d "$lib")
 echo "$dyn" | grep -q "Library soname: \[libunimem.so.$major\]" ||
   fail "SONAME is not libunimem.so.$major: $(echo "$dyn" | grep SONAME)"
-if echo "$dyn" | grep NEEDED | grep -Eiq 'libOpenCL|libcuda|libnvidia'; then
+if echo "$dyn" | grep NEEDED | grep -Eiq 'libOpenCL|libcuda|libnvidia|libucp|libucs|libuct'; then
   fail "links a vendor library: $(echo "$dyn" | grep NEEDED | tr '\n' ' ')"
 fi
 echo "SONAME libunimem.so.$major; NEEDED: $(echo "$dyn" | sed -n 's/.*Shared library: \[\(.*\)\]/\1/p' | tr '\n' ' ')"
