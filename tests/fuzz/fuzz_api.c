@@ -120,13 +120,6 @@ static unsigned char readback[MAX_BUF];
 /* FUZZ_TRACE=1 prints every call with its arguments and answer. */
 static bool trace;
 
-/* FUZZ_NO_SUBMIT_FAULTS=1: planned transfer faults fail when the transfer
- * runs, never at its submission. For long runs while the defect that
- * tests/fuzz/corpus/crash_write_overtakes_read_after_refused_submit
- * reproduces is open: an asynchronous operation refused at submission is
- * completed at once, before the operations it was queued behind, and the
- * next operation on the buffer overtakes them. */
-static bool no_submit_faults;
 #define TRACE(...)                                                             \
   do {                                                                         \
     if (trace)                                                                 \
@@ -949,7 +942,7 @@ static void op_fault(state *st, input *in) {
     fault_fail_alloc(nth, what == 2);
   } else if (what < 7) {
     nth = c.xfers + 1 + pick(in, 8);
-    fault_fail_xfer(nth, what == 6, UM_EBACKEND, what >= 5 && !no_submit_faults);
+    fault_fail_xfer(nth, what == 6, UM_EBACKEND, what >= 5);
   } else {
     int dev = 1 + (int)pick(in, (unsigned)(st->ndev - 1));
     fault_lose(st->devs[dev]);
@@ -1224,7 +1217,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (size_t i = 0; i < sizeof(pattern); i++)
       pattern[i] = (unsigned char)(i * 131u + (i >> 9) * 7u + 1u);
     trace = getenv("FUZZ_TRACE") != NULL;
-    no_submit_faults = getenv("FUZZ_NO_SUBMIT_FAULTS") != NULL;
 #ifdef UNIMEM_FUZZ_LIBFUZZER
     atexit(print_summary_at_exit);
 #endif

