@@ -279,6 +279,9 @@ struct um_event {
   atomic_int state;         /* um__ev_state */
   int status;
   bool canceled;
+  /* The backend refused to queue it behind earlier operations: it fails
+   * with native_status once they finished (op.c's op_start_after_tokens). */
+  bool refused;
 
   /* what to do */
   um__op_kind kind;
