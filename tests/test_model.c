@@ -15,6 +15,8 @@
  *   UNIMEM_MODEL_THREADS=T   threads of the threaded tests (default 4)
  *   UNIMEM_MODEL_TRACE=1     print every step
  *   UNIMEM_MODEL_EXPECT_OPENCL=N  fail unless at least N OpenCL devices
+ *   UNIMEM_MODEL_HANG_S=S    a step that takes longer is a hang: say where,
+ *                            and abort (default 120; 0: never)
  * Each run prints its seed, steps, time and steps per second; a failure
  * prints the seed, thread and step and the line that replays it. */
 #include <pthread.h>
@@ -23,8 +25,12 @@
 #include "model/model.h"
 #include "test_util.h"
 
-/* Seeds run in CI, and steps per seed (per thread when threaded). */
-static const uint64_t ci_seeds[] = {1, 2, 3};
+/* Seeds run in CI, and steps per seed (per thread when threaded). The
+ * seeds choose the options (model_run.c's pick_options): 14 pools with
+ * roomy limits and forces pinned staging in 64 KiB chunks; 4 has the trim
+ * timer on; 18 runs with scrub and the debug quarantine on, one worker;
+ * 5 keeps a 2 MiB pool; 11 has pooling off and one worker. */
+static const uint64_t ci_seeds[] = {14, 4, 18, 5, 11};
 #define CI_STEPS 700
 #define CI_THREAD_STEPS 300
 
@@ -59,6 +65,29 @@ static void report_deaths(void) {
     signal(sigs[i], on_fatal_signal);
   if (__sanitizer_set_death_callback != NULL)
     __sanitizer_set_death_callback(mdl_progress_print);
+}
+
+/* A hang fails the test with the step it hangs in, rather than running
+ * into CTest's timeout with nothing said: no step takes a second normally. */
+static atomic_int watchdog_stop;
+
+static void *watchdog_main(void *arg) {
+  unsigned limit = (unsigned)(uintptr_t)arg, idle = 0;
+  uint64_t last = mdl_progress_ticks();
+  while (!atomic_load(&watchdog_stop)) {
+    uint64_t now;
+    sleep(1);
+    now = mdl_progress_ticks();
+    if (now != last) {
+      last = now;
+      idle = 0;
+    } else if (++idle >= limit) {
+      fprintf(stderr, "model: no step finished for %u s: the program hangs (UNIMEM_MODEL_HANG_S)\n", limit);
+      mdl_progress_print();
+      abort();
+    }
+  }
+  return NULL;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -123,6 +152,14 @@ static void print_result(const char *name, uint64_t seed, const mdl_config *cfg,
           (unsigned long long)o->max_pool_bytes, (unsigned long long)o->max_pool_bytes_per_class,
           o->max_concurrent_transfers, o->use_pinned_staging, o->staging_chunk_bytes, o->scrub, o->debug,
           o->trim_interval_ms);
+  fprintf(stderr,
+          "model[%s] seed %llu: copies local %llu, peer %llu, direct %llu, pipelined %llu, staged %llu; fills %llu;"
+          " pool hits %llu misses %llu, trims %llu\n",
+          name, (unsigned long long)seed, (unsigned long long)r->final.xfer_local,
+          (unsigned long long)r->final.xfer_peer, (unsigned long long)r->final.xfer_direct,
+          (unsigned long long)r->final.xfer_pipelined, (unsigned long long)r->final.xfer_staged,
+          (unsigned long long)r->final.fills, (unsigned long long)r->final.pool_hits,
+          (unsigned long long)r->final.pool_misses, (unsigned long long)r->final.trims);
 }
 
 /* Run every seed (or UNIMEM_MODEL_SEED) of one configuration. */
@@ -134,6 +171,8 @@ static void run_config(const char *name, cfg_kind kind, int threads) {
   int nthreads = (int)env_u64("UNIMEM_MODEL_THREADS", 4);
   bool trace = env_u64("UNIMEM_MODEL_TRACE", 0) != 0;
   size_t nseeds = have_one ? 1 : sizeof(ci_seeds) / sizeof(ci_seeds[0]);
+  unsigned hang_s = (unsigned)env_u64("UNIMEM_MODEL_HANG_S", 120);
+  pthread_t watchdog;
   test_thread = pthread_self();
   report_deaths();
   if (getenv("POCL_DEVICES") != NULL)
@@ -142,6 +181,9 @@ static void run_config(const char *name, cfg_kind kind, int threads) {
   else
     snprintf(replay, sizeof(replay), "tests/test_model --filter model/%s", name);
   mdl_replay_hint = replay;
+  atomic_store(&watchdog_stop, 0);
+  if (hang_s > 0)
+    cr_assert_eq(pthread_create(&watchdog, NULL, watchdog_main, (void *)(uintptr_t)hang_s), 0);
   for (size_t i = 0; i < nseeds; i++) {
     uint64_t seed = have_one ? one : ci_seeds[i];
     mdl_config cfg;
@@ -156,6 +198,9 @@ static void run_config(const char *name, cfg_kind kind, int threads) {
     print_result(name, seed, &cfg, um_device_count(m), &r);
     cr_assert_eq(um_manager_destroy(m), UM_OK, "um_manager_destroy: %s", um_last_error());
   }
+  atomic_store(&watchdog_stop, 1);
+  if (hang_s > 0)
+    pthread_join(watchdog, NULL);
 }
 
 Test(model, cpu) { run_config("cpu", CFG_CPU, 0); }
@@ -163,3 +208,35 @@ Test(model, cpu_discrete) { run_config("cpu_discrete", CFG_DISCRETE, 0); }
 Test(model, opencl) { run_config("opencl", CFG_OPENCL, 0); }
 Test(model, threads_cpu) { run_config("threads_cpu", CFG_CPU, 1); }
 Test(model, threads_opencl) { run_config("threads_opencl", CFG_OPENCL, 1); }
+
+/* SPEC section 5 (amended): UM_HOST is valid on every device (pageable
+ * host memory accounted to that device, with a host view); UM_ENOTSUP is
+ * only for PINNED and UNIFIED. The model uses the locations each device
+ * reports, so this is checked on its own. */
+Test(model, opencl_host_location) {
+  um_options o;
+  um_manager *m;
+  ut_options(&o);
+  snprintf(o.backends, sizeof(o.backends), "cpu,opencl");
+  m = make_manager(CFG_OPENCL, &o);
+  for (int i = 0; i < um_device_count(m); i++) {
+    um_device *d = um_device_get(m, i);
+    um_device_info info;
+    um_buffer *b = NULL;
+    unsigned char in[100], out[100];
+    int st;
+    cr_assert_eq(um_device_info_get(d, &info), UM_OK);
+    cr_expect(info.locations & (1u << UM_HOST), "device %d (%s) does not list UM_HOST in its locations", i,
+              info.backend);
+    st = um_alloc(m, d, sizeof(in), UM_HOST, 0, &b);
+    cr_assert_eq(st, UM_OK, "um_alloc(UM_HOST) on device %d (%s): %s (%s)", i, info.backend, um_err_name(st),
+                 um_last_error());
+    cr_assert_not_null(um_buffer_host_ptr(b), "a UM_HOST buffer of device %d has no host view", i);
+    ut_pattern(in, sizeof(in), (uint64_t)i + 1);
+    cr_assert_eq(um_copy_from_host(b, 0, in, sizeof(in), NULL), UM_OK);
+    cr_assert_eq(um_copy_to_host(b, 0, out, sizeof(out), NULL), UM_OK);
+    cr_assert_arr_eq(out, in, sizeof(in));
+    cr_assert_eq(um_release(b), UM_OK);
+  }
+  cr_assert_eq(um_manager_destroy(m), UM_OK);
+}

@@ -127,6 +127,7 @@ typedef struct mdl_op {
   size_t dst_off, src_off, bytes; /* the host side's offset is in the area */
   unsigned char value;
   mdl_fate fate;
+  bool cancel_planned; /* a candidate: decided at issue whether to ask for its cancel */
   bool cancel_tried;
   bool applied;   /* effect in the model (or dropped, when canceled) */
   bool data_done; /* its bytes have landed (or it was canceled) */
@@ -207,6 +208,7 @@ typedef struct mdl_ctx {
   uint64_t in_use_total, peak_total;
   uint64_t pinned_live;  /* bytes of cpu PINNED blocks and pinned wraps live */
   bool no_block;         /* inside a gated burst: nothing may wait */
+  mdl_buf *focus;        /* inside a gated burst: the anchor's buffer, picked often */
   unsigned char *scratch;/* read-back buffer, cfg.max_size bytes */
 
   struct mdl_shared *sh; /* the threaded program's shared state, or NULL */
@@ -246,6 +248,7 @@ uint64_t mdl_next_id(void);
 mdl_buf *mdl_buf_slot(mdl_ctx *c);          /* a free slot, or NULL */
 mdl_buf *mdl_pick_buf(mdl_ctx *c, bool writable, bool unmapped);
 int mdl_live_count(const mdl_ctx *c);
+mdl_buf *mdl_buf_by_id(mdl_ctx *c, uint64_t id); /* the live buffer, or NULL */
 void mdl_buf_attach(mdl_ctx *c, mdl_buf *b, size_t size); /* model arrays */
 void mdl_buf_detach(mdl_ctx *c, mdl_buf *b);
 bool mdl_dev_host_view(const mdl_dev *d, um_location loc);
@@ -273,7 +276,6 @@ void mdl_fence_all(mdl_ctx *c);
 void mdl_fence_data(mdl_ctx *c, uint64_t id);
 void mdl_ops_collect(mdl_ctx *c);
 bool mdl_area_busy(const mdl_ctx *c, const mdl_area *a, bool for_write);
-bool mdl_buf_pending(const mdl_ctx *c, uint64_t id);
 void mdl_apply(mdl_ctx *c, mdl_op *op);
 
 /* ------------------------------------------------------------------------ */
@@ -352,6 +354,7 @@ typedef struct mdl_result {
   uint64_t steps;
   double seconds;
   uint64_t cancels_ok, cancels_busy, checks;
+  um_stats final; /* the manager's figures at the end: which paths ran */
 } mdl_result;
 
 /* Choose the run's options and limits from the seed. */
@@ -367,6 +370,8 @@ extern const char *mdl_replay_hint;
  * without a check failing first; async-signal-safe. */
 void mdl_progress_print(void);
 void mdl_progress_note(const mdl_ctx *c);
+/* Grows with every step of every program: the hang watchdog reads it. */
+uint64_t mdl_progress_ticks(void);
 /* The building blocks of both programs. */
 void mdl_one_step(mdl_ctx *c);
 void mdl_checkpoint(mdl_ctx *c);

@@ -41,9 +41,9 @@ static void quiet_end(mdl_ctx *c, bad_quiet *q) {
 /* An offset and length that do not fit a buffer of size bytes. */
 static void bad_range(mdl_ctx *c, size_t size, size_t *off, size_t *len) {
   switch (mdl_range(&c->rng, 0, 3)) {
-  case 0: /* runs past the end */
+  case 0: /* runs past the end, most often by one byte */
     *len = mdl_pick_len(c, size);
-    *off = size - *len + mdl_range(&c->rng, 1, 64);
+    *off = size - *len + (mdl_pct(&c->rng, 50) ? 1 : mdl_range(&c->rng, 1, 64));
     break;
   case 1: /* starts at or past the end */
     *off = size + mdl_range(&c->rng, 0, 4096);
@@ -63,7 +63,8 @@ static void bad_range(mdl_ctx *c, size_t size, size_t *off, size_t *len) {
 /* An offset at which len bytes do not fit a buffer of size bytes. */
 static size_t bad_off(mdl_ctx *c, size_t size, size_t len) {
   switch (mdl_range(&c->rng, 0, 2)) {
-  case 0: return len <= size ? size - len + mdl_range(&c->rng, 1, 64) : mdl_range(&c->rng, 0, 64);
+  case 0: return len <= size ? size - len + (mdl_pct(&c->rng, 50) ? 1 : mdl_range(&c->rng, 1, 64))
+                             : mdl_range(&c->rng, 0, 64);
   case 1: return size + mdl_range(&c->rng, 0, 4096);
   default: return SIZE_MAX - mdl_range(&c->rng, 0, 16);
   }

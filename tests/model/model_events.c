@@ -57,12 +57,13 @@ static void cancel_candidate(mdl_ctx *c, mdl_event *ev) {
   }
 }
 
-/* Decide a candidate's fate now: try to cancel it, or let it run. */
+/* Decide a candidate's fate now: try to cancel it (as planned at issue),
+ * or let it run. */
 static void resolve_event(mdl_ctx *c, mdl_event *ev) {
   mdl_op *op = candidate_of(ev);
   if (op == NULL)
     return;
-  if (mdl_pct(&c->rng, 70))
+  if (op->cancel_planned)
     cancel_candidate(c, ev);
   else
     op->fate = MDL_FATE_RUN;
@@ -104,19 +105,18 @@ void mdl_event_drop(mdl_ctx *c, int i) {
 
 static void event_query(mdl_ctx *c, mdl_event *ev) {
   int st = um_event_query(ev->e);
-  mdl_op *op = candidate_of(ev);
   if (st == UM_EAGAIN) {
     MDL_CHECK(c, !ev->done_known && (ev->group || !ev->ops[0]->event_done),
               "um_event_query says pending for an operation known to be finished");
     return;
   }
-  if (op != NULL) {
-    /* finished while nobody asked to cancel it: it ran */
-    op->fate = MDL_FATE_RUN;
-    mdl_log_flush(c);
-  }
+  /* A candidate that finished before anyone asked to cancel it ran: its
+   * status is UM_OK, and a cancel asked later answers UM_EBUSY. Only the
+   * event learns that it finished: what the program knows of finished
+   * operations (which host areas are free) must not depend on timing, or
+   * a seed would not replay. */
   MDL_EXPECT_ST(c, st, mdl_event_expect(ev), "um_event_query");
-  event_finished(c, ev);
+  ev->done_known = true;
 }
 
 /* A cancel whose answer is certain: groups are never cancelable, and an
@@ -131,6 +131,16 @@ static void event_cancel(mdl_ctx *c, mdl_event *ev) {
     MDL_EXPECT_ST(c, um_event_cancel(ev->e), UM_EBUSY, "um_event_cancel of a started, finished or batch operation");
 }
 
+/* After a wait: what the operation wrote reads back as the model says
+ * (through a read ordered after it, so later operations count too). */
+static void verify_destination(mdl_ctx *c, const mdl_op *op) {
+  mdl_buf *b = mdl_buf_by_id(c, op->dst_id);
+  if (b != NULL && !b->mapped)
+    mdl_verify_range(c, b, op->dst_off, op->bytes);
+  else if (op->kind == MDL_B2H && !mdl_area_busy(c, op->area, false))
+    mdl_verify_area(c, op->area);
+}
+
 void mdl_step_event(mdl_ctx *c) {
   int i, action = (int)mdl_range(&c->rng, 0, 99);
   mdl_event *ev;
@@ -140,8 +150,11 @@ void mdl_step_event(mdl_ctx *c) {
   ev = &c->events[i];
   snprintf(c->what, sizeof(c->what), "event %d of %d (%s, %d ops), action %d", i, c->nevents,
            ev->group ? "batch" : "single", ev->nops, action);
-  if (action < 35 && !c->no_block)
+  if (action < 35 && !c->no_block) {
     mdl_event_wait(c, ev);
+    if (mdl_pct(&c->rng, 50))
+      verify_destination(c, ev->ops[mdl_range(&c->rng, 0, (size_t)ev->nops - 1)]);
+  }
   else if (action < 60)
     event_query(c, ev);
   else if (action < 75)

@@ -22,12 +22,16 @@
 #define MDL_MAX_PROGRESS 16
 static atomic_uint_fast64_t progress_seed[MDL_MAX_PROGRESS], progress_step[MDL_MAX_PROGRESS];
 static atomic_int progress_used[MDL_MAX_PROGRESS];
+static atomic_uint_fast64_t progress_ticks;
+
+uint64_t mdl_progress_ticks(void) { return atomic_load_explicit(&progress_ticks, memory_order_relaxed); }
 
 void mdl_progress_note(const mdl_ctx *c) {
   int t = c->thread < MDL_MAX_PROGRESS ? c->thread : MDL_MAX_PROGRESS - 1;
   atomic_store_explicit(&progress_seed[t], c->seed, memory_order_relaxed);
   atomic_store_explicit(&progress_step[t], c->step, memory_order_relaxed);
   atomic_store_explicit(&progress_used[t], 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&progress_ticks, 1, memory_order_relaxed);
 }
 
 static size_t put_u64(char *p, uint64_t v) {
@@ -49,11 +53,11 @@ void mdl_progress_print(void) {
     size_t n = 0;
     if (!atomic_load_explicit(&progress_used[t], memory_order_relaxed))
       continue;
-    memcpy(line + n, "model: died at seed ", 20), n += 20;
+    memcpy(line + n, "model: seed ", 12), n += 12;
     n += put_u64(line + n, atomic_load_explicit(&progress_seed[t], memory_order_relaxed));
     memcpy(line + n, " thread ", 8), n += 8;
     n += put_u64(line + n, (uint64_t)t);
-    memcpy(line + n, " op ", 4), n += 4;
+    memcpy(line + n, " was at op ", 11), n += 11;
     n += put_u64(line + n, atomic_load_explicit(&progress_step[t], memory_order_relaxed));
     line[n++] = '\n';
     if (write(2, line, n) < 0)
@@ -250,6 +254,7 @@ static void burst_anchor(mdl_ctx *c) {
   }
   if (b == NULL)
     return;
+  c->focus = b;
   /* a host fill above the inline limit goes to a worker */
   snprintf(c->what, sizeof(c->what), "burst anchor: um_fill(#%llu, 0, 0x5a, %zu)", (unsigned long long)b->id,
            b->size);
@@ -276,6 +281,8 @@ static void step_burst(mdl_ctx *c) {
   burst_anchor(c);
   for (int i = 0; i < n; i++)
     run_kind(c, kinds[mdl_range(&c->rng, 0, sizeof(kinds) / sizeof(kinds[0]) - 1)]);
+  mdl_resolve_all(c); /* most candidates are still queued behind the anchor */
+  c->focus = NULL;
   c->no_block = false;
   mdl_gate_open(c);
 }
@@ -368,6 +375,7 @@ mdl_result mdl_run_single(um_manager *m, const mdl_config *cfg, uint64_t seed, u
   }
   mdl_end_program(c);
   mdl_check_empty(c);
+  res.final = mdl_stats(c, -1);
   res.steps = steps;
   res.seconds = mdl_now_s() - t0;
   res.cancels_ok = c->cancels_ok, res.cancels_busy = c->cancels_busy, res.checks = c->checks;

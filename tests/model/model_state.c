@@ -125,6 +125,13 @@ mdl_buf *mdl_buf_slot(mdl_ctx *c) {
   return NULL;
 }
 
+mdl_buf *mdl_buf_by_id(mdl_ctx *c, uint64_t id) {
+  for (int i = 0; i < MDL_MAX_BUFS; i++)
+    if (id != 0 && c->bufs[i].live && c->bufs[i].id == id)
+      return &c->bufs[i];
+  return NULL;
+}
+
 int mdl_live_count(const mdl_ctx *c) {
   int n = 0;
   for (int i = 0; i < MDL_MAX_BUFS; i++)
@@ -135,8 +142,11 @@ int mdl_live_count(const mdl_ctx *c) {
 /* A random live buffer; writable: not a read-only wrap nor shared;
  * unmapped: not mapped now. NULL when none qualifies. */
 mdl_buf *mdl_pick_buf(mdl_ctx *c, bool writable, bool unmapped) {
-  mdl_buf *cand[MDL_MAX_BUFS];
+  mdl_buf *cand[MDL_MAX_BUFS], *f = c->focus;
   int n = 0;
+  if (f != NULL && f->live && !(writable && (f->kind == MDL_WRAP_RO || f->shared)) && !(unmapped && f->mapped) &&
+      mdl_pct(&c->rng, 60))
+    return f;
   for (int i = 0; i < MDL_MAX_BUFS; i++) {
     mdl_buf *b = &c->bufs[i];
     if (!b->live || (writable && (b->kind == MDL_WRAP_RO || b->shared)) || (unmapped && b->mapped))
@@ -223,6 +233,7 @@ void mdl_op_issued(mdl_ctx *c, mdl_op *op, bool candidate) {
   op->src_id = op->src ? op->src->id : 0;
   op->dev_dst = op->dst ? op->dst->dev : -1;
   op->fate = candidate ? MDL_FATE_UNKNOWN : MDL_FATE_RUN;
+  op->cancel_planned = candidate && mdl_pct(&c->rng, 70);
   MDL_CHECK(c, c->nlog < MDL_MAX_OPS, "log overflow");
   c->log[c->nlog++] = op;
   mdl_log_flush(c);
@@ -255,10 +266,11 @@ void mdl_apply(mdl_ctx *c, mdl_op *op) {
       c->counts[op->dev_dst].fills++;
       break;
     }
-  } else {
-    /* Canceled: it never runs, so its memory is free at once. */
-    op->data_done = true;
   }
+  /* A canceled operation never touches its memory, but the program learns
+   * that it is over only as it learns it of the others (a wait, a fence):
+   * what the program does next must not depend on the cancel's timing, or
+   * a seed would not replay. */
   op->applied = true;
   op->dst = op->src = NULL;
 }
@@ -287,8 +299,8 @@ static bool shares_buffer(const mdl_op *a, const mdl_op *b) {
 
 /* An operation finished: so did every operation issued before it on one of
  * its buffers (each buffer's operations run in issue order), and,
- * transitively, those before them. A canceled operation proves nothing
- * about the others: it is "done" only in that it will never run. */
+ * transitively, those before them (a canceled operation too: it completes,
+ * as UM_ECANCELED, only after what it waited for). */
 void mdl_mark_data_done(mdl_ctx *c, mdl_op *op) {
   mdl_op *work[MDL_MAX_OPS];
   int n = 0;
@@ -354,11 +366,3 @@ bool mdl_area_busy(const mdl_ctx *c, const mdl_area *a, bool for_write) {
   return false;
 }
 
-bool mdl_buf_pending(const mdl_ctx *c, uint64_t id) {
-  for (int i = 0; i < MDL_MAX_OPS; i++) {
-    const mdl_op *p = &c->ops[i];
-    if (p->used && p->seq != 0 && !p->event_done && (p->dst_id == id || p->src_id == id))
-      return true;
-  }
-  return false;
-}

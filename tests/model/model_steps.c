@@ -40,22 +40,15 @@ static mdl_event *event_of(mdl_ctx *c, const mdl_op *op) {
   return NULL;
 }
 
-static mdl_buf *live_by_id(mdl_ctx *c, uint64_t id) {
-  for (int i = 0; i < MDL_MAX_BUFS; i++)
-    if (id != 0 && c->bufs[i].live && c->bufs[i].id == id)
-      return &c->bufs[i];
-  return NULL;
-}
-
 /* Finish one operation that keeps a area busy: wait for its event, or
  * issue a blocking one-byte read on one of its buffers (ordered after it),
  * or, when neither exists any more, synchronize. */
 static void finish_op(mdl_ctx *c, mdl_op *op) {
   mdl_event *ev = event_of(c, op);
-  mdl_buf *b = live_by_id(c, op->src_id);
+  mdl_buf *b = mdl_buf_by_id(c, op->src_id);
   unsigned char byte;
   if (b == NULL || b->mapped)
-    b = live_by_id(c, op->dst_id);
+    b = mdl_buf_by_id(c, op->dst_id);
   if (ev != NULL) {
     mdl_event_wait(c, ev);
   } else if (b != NULL && !b->mapped) {

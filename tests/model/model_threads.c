@@ -199,6 +199,7 @@ mdl_result mdl_run_threads(um_manager *m, const mdl_config *cfg, uint64_t seed, 
   for (int t = 0; t < nthreads; t++)
     pthread_join(tid[t], NULL);
   finish_owner(sh);
+  res.final = mdl_stats(sh->owner, -1);
   res.steps = steps * (uint64_t)nthreads;
   res.seconds = mdl_now_s() - t0;
   for (int t = 0; t < nthreads; t++) {
