@@ -5,9 +5,11 @@
  *
  * Tests: model/cpu (the cpu device alone), model/cpu_discrete (the cpu and
  * the two "discrete" test devices of test_util.h, whose memory has no host
- * view), model/opencl (the cpu and every OpenCL device: run under the
+ * view), model/cpu_fault (the cpu and four devices of the fault-injecting
+ * backend, with no fault armed: asynchronous, shadow-mapped and natively
+ * mapped device memory), model/opencl (the cpu and every OpenCL device: run under the
  * POCL_DEVICES the CTest entry sets), and the threaded programs
- * model/threads_cpu and model/threads_opencl.
+ * model/threads_cpu, model/threads_cpu_fault and model/threads_opencl.
  *
  * In CI a few fixed seeds run. Environment:
  *   UNIMEM_MODEL_SEED=S      run seed S only (replay, or a soak)
@@ -22,6 +24,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include "fault_backend.h"
 #include "model/model.h"
 #include "test_util.h"
 
@@ -31,8 +34,8 @@
  * timer on; 18 runs with scrub and the debug quarantine on, one worker;
  * 5 keeps a 2 MiB pool; 11 has pooling off and one worker. */
 static const uint64_t ci_seeds[] = {14, 4, 18, 5, 11};
-#define CI_STEPS 700
-#define CI_THREAD_STEPS 300
+#define CI_STEPS 500
+#define CI_THREAD_STEPS 200
 
 static pthread_t test_thread;
 static char replay[256];
@@ -104,7 +107,7 @@ static uint64_t env_u64(const char *name, uint64_t dflt) {
   return (uint64_t)x;
 }
 
-typedef enum { CFG_CPU, CFG_DISCRETE, CFG_OPENCL } cfg_kind;
+typedef enum { CFG_CPU, CFG_DISCRETE, CFG_FAULT, CFG_OPENCL } cfg_kind;
 
 static int count_opencl(um_manager *m) {
   int n = 0;
@@ -124,6 +127,16 @@ static um_manager *make_manager(cfg_kind kind, const um_options *o) {
     cr_assert_eq(um_device_count(m), 1 + UT_DISC_DEVICES);
     return m;
   }
+  if (kind == CFG_FAULT) {
+    /* two "fault" devices (asynchronous queue, host shadow for maps, peer
+     * copies) and two "fault-map" ones (native maps), no fault armed: they
+     * check what the core asks of a backend (fault_backend.h) */
+    fault_configure(2, 256ull << 20);
+    fault_reset();
+    cr_assert_eq(fault_manager_create(o, &m), UM_OK, "create: %s", um_last_error());
+    cr_assert_eq(um_device_count(m), 5);
+    return m;
+  }
   cr_assert_eq(um_manager_create(o, &m), UM_OK, "um_manager_create: %s", um_last_error());
   if (kind == CFG_CPU) {
     cr_assert_eq(um_device_count(m), 1);
@@ -138,6 +151,20 @@ static um_manager *make_manager(cfg_kind kind, const um_options *o) {
                   (unsigned long long)want);
   }
   return m;
+}
+
+/* After the manager is gone, the test backends hold no block. */
+static void check_backend_blocks(cfg_kind kind) {
+  if (kind == CFG_DISCRETE)
+    cr_assert_eq(atomic_load(&ut_disc_live_blocks), 0, "%ld discrete blocks outlived the manager",
+                 (long)atomic_load(&ut_disc_live_blocks));
+  if (kind == CFG_FAULT) {
+    fault_counts k;
+    fault_counts_get(&k);
+    cr_assert(k.live_blocks == 0 && k.leaked_at_close == 0,
+              "fault devices: %llu blocks outlived the manager, %llu were live when a backend closed",
+              (unsigned long long)k.live_blocks, (unsigned long long)k.leaked_at_close);
+  }
 }
 
 static void print_result(const char *name, uint64_t seed, const mdl_config *cfg, int ndev,
@@ -197,6 +224,7 @@ static void run_config(const char *name, cfg_kind kind, int threads) {
       r = mdl_run_single(m, &cfg, seed, steps, trace);
     print_result(name, seed, &cfg, um_device_count(m), &r);
     cr_assert_eq(um_manager_destroy(m), UM_OK, "um_manager_destroy: %s", um_last_error());
+    check_backend_blocks(kind);
   }
   atomic_store(&watchdog_stop, 1);
   if (hang_s > 0)
@@ -205,6 +233,8 @@ static void run_config(const char *name, cfg_kind kind, int threads) {
 
 Test(model, cpu) { run_config("cpu", CFG_CPU, 0); }
 Test(model, cpu_discrete) { run_config("cpu_discrete", CFG_DISCRETE, 0); }
+Test(model, cpu_fault) { run_config("cpu_fault", CFG_FAULT, 0); }
+Test(model, threads_cpu_fault) { run_config("threads_cpu_fault", CFG_FAULT, 1); }
 Test(model, opencl) { run_config("opencl", CFG_OPENCL, 0); }
 Test(model, threads_cpu) { run_config("threads_cpu", CFG_CPU, 1); }
 Test(model, threads_opencl) { run_config("threads_opencl", CFG_OPENCL, 1); }
@@ -232,6 +262,7 @@ Test(model, opencl_host_location) {
     cr_assert_eq(st, UM_OK, "um_alloc(UM_HOST) on device %d (%s): %s (%s)", i, info.backend, um_err_name(st),
                  um_last_error());
     cr_assert_not_null(um_buffer_host_ptr(b), "a UM_HOST buffer of device %d has no host view", i);
+    cr_assert_eq(ut_stats(m, d).bytes_in_use, sizeof(in), "a UM_HOST buffer is accounted to its device");
     ut_pattern(in, sizeof(in), (uint64_t)i + 1);
     cr_assert_eq(um_copy_from_host(b, 0, in, sizeof(in), NULL), UM_OK);
     cr_assert_eq(um_copy_to_host(b, 0, out, sizeof(out), NULL), UM_OK);

@@ -57,12 +57,13 @@ void mdl_fill_random(mdl_rng *r, unsigned char *p, size_t n);
 /* ------------------------------------------------------------------------ */
 /* Devices */
 
-typedef enum { MDL_CPU, MDL_OPENCL, MDL_DISCRETE, MDL_OTHER } mdl_dev_kind;
+typedef enum { MDL_CPU, MDL_OPENCL, MDL_TEST, MDL_OTHER } mdl_dev_kind;
 
 typedef struct mdl_dev {
   um_device *d;
   um_device_info info;
-  mdl_dev_kind kind;
+  mdl_dev_kind kind; /* MDL_TEST: a test backend (test-discrete, fault) */
+  bool native_map;   /* the backend maps device memory (else the core keeps a shadow) */
   um_location locs[UM_LOCATION_COUNT]; /* the locations it offers */
   int nlocs;
 } mdl_dev;

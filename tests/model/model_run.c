@@ -149,10 +149,11 @@ void mdl_devices_scan(mdl_ctx *c) {
       d->kind = MDL_CPU;
     else if (strcmp(d->info.backend, "opencl") == 0)
       d->kind = MDL_OPENCL;
-    else if (strcmp(d->info.backend, "test-discrete") == 0)
-      d->kind = MDL_DISCRETE;
+    else if (strcmp(d->info.backend, "test-discrete") == 0 || strncmp(d->info.backend, "fault", 5) == 0)
+      d->kind = MDL_TEST;
     else
       d->kind = MDL_OTHER;
+    d->native_map = d->d->be->map != NULL;
     MDL_CHECK(c, (i == 0) == (d->kind == MDL_CPU), "device 0 must be the cpu, and only it");
     d->nlocs = 0;
     for (int l = 0; l < UM_LOCATION_COUNT; l++)

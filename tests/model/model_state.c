@@ -104,18 +104,14 @@ void mdl_ctx_free(mdl_ctx *c) {
 /* ------------------------------------------------------------------------ */
 /* Buffers */
 
-bool mdl_dev_host_view(const mdl_dev *d, um_location loc) {
-  switch (d->kind) {
-  case MDL_CPU: return true;
-  case MDL_DISCRETE: return false;
-  default: return loc != UM_DEVICE;
-  }
-}
+/* Memory with a host view: everything on the cpu; elsewhere all but
+ * DEVICE memory (pinned, unified, host). */
+bool mdl_dev_host_view(const mdl_dev *d, um_location loc) { return d->kind == MDL_CPU || loc != UM_DEVICE; }
 
 mdl_map_style mdl_dev_map_style(const mdl_dev *d, um_location loc) {
   if (mdl_dev_host_view(d, loc))
     return MDL_MAP_POINTER;
-  return d->kind == MDL_DISCRETE ? MDL_MAP_SHADOW : MDL_MAP_NATIVE;
+  return d->native_map ? MDL_MAP_NATIVE : MDL_MAP_SHADOW;
 }
 
 mdl_buf *mdl_buf_slot(mdl_ctx *c) {
