@@ -37,6 +37,22 @@ static const uint64_t ci_seeds[] = {14, 4, 18, 5, 11};
 #define CI_STEPS 500
 #define CI_THREAD_STEPS 200
 
+/* Sanitizer builds run fewer steps per seed, so that each CTest entry
+ * stays within about half a minute on two cores (TSan costs 10-15x on the
+ * large copies, ASan 3-5x); the seeds stay the same. */
+#if defined(UT_TSAN)
+#define CI_SLOWDOWN 4
+#elif defined(__SANITIZE_ADDRESS__)
+#define CI_SLOWDOWN 2
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define CI_SLOWDOWN 2
+#endif
+#endif
+#ifndef CI_SLOWDOWN
+#define CI_SLOWDOWN 1
+#endif
+
 static pthread_t test_thread;
 static char replay[256];
 
@@ -194,7 +210,7 @@ static void run_config(const char *name, cfg_kind kind, int threads) {
   const char *backends = kind == CFG_OPENCL ? "cpu,opencl" : "cpu";
   uint64_t one = env_u64("UNIMEM_MODEL_SEED", 0);
   bool have_one = getenv("UNIMEM_MODEL_SEED") != NULL;
-  uint64_t steps = env_u64("UNIMEM_MODEL_OPS", threads ? CI_THREAD_STEPS : CI_STEPS);
+  uint64_t steps = env_u64("UNIMEM_MODEL_OPS", (threads ? CI_THREAD_STEPS : CI_STEPS) / CI_SLOWDOWN);
   int nthreads = (int)env_u64("UNIMEM_MODEL_THREADS", 4);
   bool trace = env_u64("UNIMEM_MODEL_TRACE", 0) != 0;
   size_t nseeds = have_one ? 1 : sizeof(ci_seeds) / sizeof(ci_seeds[0]);
