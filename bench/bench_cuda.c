@@ -21,6 +21,10 @@
  *
  *   bench_cuda [--quick] [--json FILE]
  *
+ * The report's rows: table "alloc" (unimem_pool_hit_ns, cumemalloc_free_ns,
+ * cumemallocasync_free_ns per pair, and the ratios), table "copies"
+ * (direction, memory, unimem_ns and raw_ns per copy, and in GB/s).
+ *
  * The driver is libcuda.so.1, or the file UNIMEM_CUDA_LIBRARY names, for
  * both sides (the test suite's smoke run points it at the fake driver,
  * whose figures mean nothing). The raw side loads the driver itself and
@@ -39,13 +43,14 @@
 #include <time.h>
 
 #include "bench_util.h"
+#include "report.h"
 #include "unimem.h"
 
 #define KiB ((size_t)1024)
 #define MiB (1024 * KiB)
-#define EXIT_NO_GPU 77
+#define EXIT_NO_GPU BENCH_SKIPPED
 
-int um_bench_cuda_main(int argc, char **argv);
+int um_bench_cuda_main(int argc, char **argv, bench_report *rep);
 
 /* ------------------------------------------------------------------------ */
 /* The driver's entry points, by their exported names                         */
@@ -223,41 +228,37 @@ static int measure(const bc_plan *plan, bc_side *sides, int nsides) {
 /* ------------------------------------------------------------------------ */
 /* Allocation                                                                */
 
+/* A pool hit, cuMemAlloc + cuMemFree, or cuMemAllocAsync + cuMemFreeAsync
+ * and a stream synchronisation. */
+typedef enum { ALLOC_POOL_HIT, ALLOC_CUMEMALLOC, ALLOC_CUMEMALLOCASYNC } alloc_kind;
+
 typedef struct alloc_ctx {
+  alloc_kind kind;
   um_manager *m;
   um_device *dev;
   size_t bytes;
   CUstream stream;
 } alloc_ctx;
 
-static int run_pool_hit(void *p, int iters) {
-  alloc_ctx *c = p;
-  for (int i = 0; i < iters; i++) {
-    um_buffer *b;
-    if (um_alloc(c->m, c->dev, c->bytes, UM_DEVICE, 0, &b) != UM_OK || um_release(b) != UM_OK)
-      return 1;
+/* One allocation and its release: 0, or 1 on a failure. */
+static int alloc_once(const alloc_ctx *c) {
+  CUdeviceptr d;
+  um_buffer *b;
+  switch (c->kind) {
+  case ALLOC_POOL_HIT:
+    return um_alloc(c->m, c->dev, c->bytes, UM_DEVICE, 0, &b) != UM_OK || um_release(b) != UM_OK;
+  case ALLOC_CUMEMALLOC:
+    return cu.cuMemAlloc_v2(&d, c->bytes) != 0 || cu.cuMemFree_v2(d) != 0;
+  default:
+    return cu.cuMemAllocAsync(&d, c->bytes, c->stream) != 0 || cu.cuMemFreeAsync(d, c->stream) != 0 ||
+           cu.cuStreamSynchronize(c->stream) != 0;
   }
-  return 0;
 }
 
-static int run_cumemalloc(void *p, int iters) {
-  alloc_ctx *c = p;
-  for (int i = 0; i < iters; i++) {
-    CUdeviceptr d;
-    if (cu.cuMemAlloc_v2(&d, c->bytes) != 0 || cu.cuMemFree_v2(d) != 0)
+static int run_alloc(void *p, int iters) {
+  for (int i = 0; i < iters; i++)
+    if (alloc_once(p) != 0)
       return 1;
-  }
-  return 0;
-}
-
-static int run_cumemallocasync(void *p, int iters) {
-  alloc_ctx *c = p;
-  for (int i = 0; i < iters; i++) {
-    CUdeviceptr d;
-    if (cu.cuMemAllocAsync(&d, c->bytes, c->stream) != 0 || cu.cuMemFreeAsync(d, c->stream) != 0 ||
-        cu.cuStreamSynchronize(c->stream) != 0)
-      return 1;
-  }
   return 0;
 }
 
@@ -309,152 +310,112 @@ static int run_copy(void *p, int iters) {
 /* ------------------------------------------------------------------------ */
 /* Results                                                                   */
 
-typedef struct alloc_row {
-  size_t bytes;
-  double pool_ns, cumemalloc_ns, async_ns;
-} alloc_row;
-
-typedef struct bw_row {
-  const char *what;  /* "h2d", "d2h", "d2d" */
-  const char *memory; /* "pinned", "pageable", "wrap-pin", "device" */
-  size_t bytes;
-  double raw_ns, um_ns;
-} bw_row;
-
-#define MAX_ROWS 64
-
 typedef struct results {
   char gpu[256];
   int driver_version;
   int devices;
   uint64_t total_bytes;
   size_t staging_chunk;
-  alloc_row alloc[8];
-  int nalloc;
-  bw_row bw[MAX_ROWS];
-  int nbw;
   char notes[4][512];
   int nnotes;
 } results;
 
-static double gbps(size_t bytes, double ns) { return ns > 0 ? (double)bytes / ns : 0; }
-
-static void size_text(size_t bytes, char *out, size_t cap) {
-  if (bytes % MiB == 0)
-    snprintf(out, cap, "%zu MiB", bytes / MiB);
-  else
-    snprintf(out, cap, "%zu KiB", bytes / KiB);
+static bool in_table(const bench_row *row, const char *table) {
+  return strcmp(bench_get_text(row, "table"), table) == 0;
 }
 
-/* The row of (what, memory, bytes), or NULL. */
-static const bw_row *find_bw(const results *r, const char *what, const char *memory, size_t bytes) {
-  for (int i = 0; i < r->nbw; i++)
-    if (!strcmp(r->bw[i].what, what) && !strcmp(r->bw[i].memory, memory) && r->bw[i].bytes == bytes)
-      return &r->bw[i];
-  return NULL;
-}
-
-static void print_results(const results *r, bool quick) {
+static void print_alloc(const bench_report *rep) {
   static const double seeds_claim[] = {11, 44, 352};
-  char size[32];
+  printf("\nAllocate + free DEVICE memory, median ns per pair\n");
+  printf("%-9s %14s %16s %8s %22s %8s %12s\n", "size", "unimem pool", "cuMemAlloc+Free", "ratio",
+         "cuMemAllocAsync+Free", "ratio", "seeds claim");
+  for (int i = 0; i < rep->nrows; i++) {
+    const bench_row *a = &rep->rows[i];
+    double pool = bench_get(a, "unimem_pool_hit_ns"), raw = bench_get(a, "cumemalloc_free_ns"),
+           async = bench_get(a, "cumemallocasync_free_ns");
+    size_t bytes = (size_t)bench_get(a, "bytes");
+    char size[32];
+    if (!in_table(a, "alloc"))
+      continue;
+    bench_size_text(size, sizeof(size), bytes);
+    printf("%-9s %14.0f %16.0f %7.1fx", size, pool, raw, raw / pool);
+    if (async > 0)
+      printf(" %22.0f %7.1fx", async, async / pool);
+    else
+      printf(" %22s %8s", "n/a", "");
+    if (bytes == MiB || bytes == 10 * MiB || bytes == 100 * MiB)
+      printf(" %11.0fx", seeds_claim[bytes == MiB ? 0 : bytes == 10 * MiB ? 1 : 2]);
+    printf("\n");
+  }
+}
+
+static void print_copies(const bench_report *rep) {
+  printf("\nCopies, GB/s (median); raw = the driver's own blocking call on the same memory kind\n");
+  printf("%-5s %-9s %-9s %10s %12s %11s\n", "dir", "memory", "size", "raw GB/s", "unimem GB/s", "unimem/raw");
+  for (int i = 0; i < rep->nrows; i++) {
+    const bench_row *b = &rep->rows[i];
+    char size[32];
+    if (!in_table(b, "copies"))
+      continue;
+    bench_size_text(size, sizeof(size), (size_t)bench_get(b, "bytes"));
+    printf("%-5s %-9s %-9s ", bench_get_text(b, "direction"), bench_get_text(b, "memory"), size);
+    if (bench_get(b, "raw_gbps") > 0)
+      printf("%10.2f ", bench_get(b, "raw_gbps"));
+    else
+      printf("%10s ", "-");
+    printf("%12.2f ", bench_get(b, "unimem_gbps"));
+    if (bench_get(b, "raw_gbps") > 0)
+      printf("%10.0f%%", 100.0 * bench_get(b, "unimem_over_raw"));
+    printf("\n");
+  }
+}
+
+/* Pinned copies at >= 90% of the driver's; pageable ones at >= 80% of
+ * unimem's pinned copies of the same direction and size. */
+static void print_targets(const bench_report *rep, size_t staging_chunk) {
+  printf("\nTargets (at each size):\n");
+  for (int i = 0; i < rep->nrows; i++) {
+    const bench_row *b = &rep->rows[i], *pinned;
+    const char *what = bench_get_text(b, "direction"), *memory = bench_get_text(b, "memory");
+    double um_ns = bench_get(b, "unimem_ns"), raw_ns = bench_get(b, "raw_ns");
+    size_t bytes = (size_t)bench_get(b, "bytes");
+    char size[32], name[64];
+    if (!in_table(b, "copies"))
+      continue;
+    bench_size_text(size, sizeof(size), bytes);
+    if (!strcmp(memory, "pinned") && raw_ns > 0)
+      printf("  %s %-8s pinned   unimem %5.1f%% of cuMemcpy%s (target >= 90%%): %s\n", what, size,
+             100.0 * raw_ns / um_ns, !strcmp(what, "h2d") ? "HtoD" : "DtoH", raw_ns / um_ns >= 0.90 ? "met" : "MISSED");
+    snprintf(name, sizeof(name), "%s pinned %s", what, size);
+    if (!strcmp(memory, "pageable") && (pinned = bench_find_row(rep, "copies", "name", name)) != NULL) {
+      double pinned_ns = bench_get(pinned, "unimem_ns");
+      printf("  %s %-8s pageable unimem %5.1f%% of unimem pinned%s (target >= 80%%): %s\n", what, size,
+             100.0 * pinned_ns / um_ns, bytes > staging_chunk ? ", staged" : ", one call",
+             pinned_ns / um_ns >= 0.80 ? "met" : "MISSED");
+    }
+  }
+}
+
+static void print_results(const results *r, const bench_report *rep, bool quick) {
   printf("\nGPU: %s (%d CUDA device%s, %.1f GiB), driver API %d.%d (cuDriverGetVersion %d)\n", r->gpu,
          r->devices, r->devices == 1 ? "" : "s", (double)r->total_bytes / (double)(1u << 30),
          r->driver_version / 1000, (r->driver_version % 1000) / 10, r->driver_version);
   printf("driver library: %s%s\n", cu.path, quick ? "; --quick: few samples" : "");
   for (int i = 0; i < r->nnotes; i++)
     printf("note: %s\n", r->notes[i]);
-
-  printf("\nAllocate + free DEVICE memory, median ns per pair\n");
-  printf("%-9s %14s %16s %8s %22s %8s %12s\n", "size", "unimem pool", "cuMemAlloc+Free", "ratio",
-         "cuMemAllocAsync+Free", "ratio", "seeds claim");
-  for (int i = 0; i < r->nalloc; i++) {
-    const alloc_row *a = &r->alloc[i];
-    size_text(a->bytes, size, sizeof(size));
-    printf("%-9s %14.0f %16.0f %7.1fx", size, a->pool_ns, a->cumemalloc_ns, a->cumemalloc_ns / a->pool_ns);
-    if (a->async_ns > 0)
-      printf(" %22.0f %7.1fx", a->async_ns, a->async_ns / a->pool_ns);
-    else
-      printf(" %22s %8s", "n/a", "");
-    if (a->bytes == MiB || a->bytes == 10 * MiB || a->bytes == 100 * MiB)
-      printf(" %11.0fx", seeds_claim[a->bytes == MiB ? 0 : a->bytes == 10 * MiB ? 1 : 2]);
-    printf("\n");
-  }
-
-  printf("\nCopies, GB/s (median); raw = the driver's own blocking call on the same memory kind\n");
-  printf("%-5s %-9s %-9s %10s %12s %11s\n", "dir", "memory", "size", "raw GB/s", "unimem GB/s",
-         "unimem/raw");
-  for (int i = 0; i < r->nbw; i++) {
-    const bw_row *b = &r->bw[i];
-    size_text(b->bytes, size, sizeof(size));
-    printf("%-5s %-9s %-9s ", b->what, b->memory, size);
-    if (b->raw_ns > 0)
-      printf("%10.2f ", gbps(b->bytes, b->raw_ns));
-    else
-      printf("%10s ", "-");
-    printf("%12.2f ", gbps(b->bytes, b->um_ns));
-    if (b->raw_ns > 0)
-      printf("%10.0f%%", 100.0 * b->raw_ns / b->um_ns);
-    printf("\n");
-  }
-
-  printf("\nTargets (at each size):\n");
-  for (int i = 0; i < r->nbw; i++) {
-    const bw_row *b = &r->bw[i], *pinned;
-    if (!strcmp(b->memory, "pinned") && b->raw_ns > 0) {
-      size_text(b->bytes, size, sizeof(size));
-      printf("  %s %-8s pinned   unimem %5.1f%% of cuMemcpy%s (target >= 90%%): %s\n", b->what, size,
-             100.0 * b->raw_ns / b->um_ns, !strcmp(b->what, "h2d") ? "HtoD" : "DtoH",
-             b->raw_ns / b->um_ns >= 0.90 ? "met" : "MISSED");
-    }
-    if (!strcmp(b->memory, "pageable") && (pinned = find_bw(r, b->what, "pinned", b->bytes)) != NULL) {
-      size_text(b->bytes, size, sizeof(size));
-      printf("  %s %-8s pageable unimem %5.1f%% of unimem pinned%s (target >= 80%%): %s\n", b->what, size,
-             100.0 * pinned->um_ns / b->um_ns, b->bytes > r->staging_chunk ? ", staged" : ", one call",
-             pinned->um_ns / b->um_ns >= 0.80 ? "met" : "MISSED");
-    }
-  }
+  print_alloc(rep);
+  print_copies(rep);
+  print_targets(rep, r->staging_chunk);
 }
 
-static int write_json(const results *r, const char *path, bool quick) {
-  FILE *f = fopen(path, "w");
-  if (f == NULL) {
-    perror(path);
-    return 1;
-  }
-  fprintf(f, "{\n  \"benchmark\": \"cuda\",\n  \"quick\": %s,\n", quick ? "true" : "false");
-  fprintf(f, "  \"gpu\": \"");
-  for (const char *c = r->gpu; *c; c++)
-    fprintf(f, *c == '"' || *c == '\\' ? "\\%c" : "%c", *c);
-  fprintf(f, "\",\n  \"driver_version\": %d,\n  \"devices\": %d,\n  \"total_bytes\": %llu,\n", r->driver_version,
-          r->devices, (unsigned long long)r->total_bytes);
-  fprintf(f, "  \"driver_library\": \"%s\",\n  \"staging_chunk_bytes\": %zu,\n", cu.path, r->staging_chunk);
-  fprintf(f, "  \"alloc\": [\n");
-  for (int i = 0; i < r->nalloc; i++) {
-    const alloc_row *a = &r->alloc[i];
-    fprintf(f,
-            "    {\"bytes\": %zu, \"unimem_pool_hit_ns\": %.1f, \"cumemalloc_free_ns\": %.1f, "
-            "\"ratio_cumemalloc\": %.2f",
-            a->bytes, a->pool_ns, a->cumemalloc_ns, a->cumemalloc_ns / a->pool_ns);
-    if (a->async_ns > 0)
-      fprintf(f, ", \"cumemallocasync_free_ns\": %.1f, \"ratio_cumemallocasync\": %.2f", a->async_ns,
-              a->async_ns / a->pool_ns);
-    fprintf(f, "}%s\n", i + 1 < r->nalloc ? "," : "");
-  }
-  fprintf(f, "  ],\n  \"copies\": [\n");
-  for (int i = 0; i < r->nbw; i++) {
-    const bw_row *b = &r->bw[i];
-    fprintf(f, "    {\"direction\": \"%s\", \"memory\": \"%s\", \"bytes\": %zu, \"unimem_gbps\": %.3f", b->what,
-            b->memory, b->bytes, gbps(b->bytes, b->um_ns));
-    if (b->raw_ns > 0)
-      fprintf(f, ", \"raw_gbps\": %.3f, \"unimem_over_raw\": %.3f", gbps(b->bytes, b->raw_ns), b->raw_ns / b->um_ns);
-    fprintf(f, "}%s\n", i + 1 < r->nbw ? "," : "");
-  }
-  fprintf(f, "  ]\n}\n");
-  if (fclose(f) != 0) {
-    perror(path);
-    return 1;
-  }
-  return 0;
+static void record_run(const results *r, bool quick, bench_report *rep) {
+  bench_set_bool(&rep->facts, "quick", quick);
+  bench_set_text(&rep->facts, "device", r->gpu);
+  bench_set(&rep->facts, "driver_version", r->driver_version);
+  bench_set(&rep->facts, "devices", r->devices);
+  bench_set(&rep->facts, "total_bytes", (double)r->total_bytes);
+  bench_set_text(&rep->facts, "driver_library", cu.path);
+  bench_set(&rep->facts, "staging_chunk_bytes", (double)r->staging_chunk);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -469,7 +430,9 @@ typedef struct bench {
   CUcontext ctx;
   CUstream stream;
   bool async_alloc;
+  CUmemoryPool pool; /* the driver's default pool, when async_alloc */
   results r;
+  bench_report *rep;
 } bench;
 
 static void note(results *r, const char *fmt, const char *detail) {
@@ -478,22 +441,28 @@ static void note(results *r, const char *fmt, const char *detail) {
 }
 
 static int bench_alloc(bench *b, size_t bytes) {
-  alloc_ctx c = {.m = b->m, .dev = b->dev, .bytes = bytes, .stream = b->stream};
-  bc_side sides[3] = {
-      {run_pool_hit, &c, 0},
-      {run_cumemalloc, &c, 0},
-      {b->async_alloc ? run_cumemallocasync : NULL, &c, 0},
-  };
-  alloc_row *row = &b->r.alloc[b->r.nalloc];
+  alloc_ctx c[3];
+  bc_side sides[3];
+  for (int k = 0; k < 3; k++) {
+    c[k] = (alloc_ctx){.kind = (alloc_kind)k, .m = b->m, .dev = b->dev, .bytes = bytes, .stream = b->stream};
+    sides[k] = (bc_side){k < 2 || b->async_alloc ? run_alloc : NULL, &c[k], 0};
+  }
+  char name[48], size[32];
+  bench_row *row;
   if (measure(&b->plan, sides, 3) != 0) {
     fprintf(stderr, "bench_cuda: allocation of %zu bytes failed: %s\n", bytes, um_last_error());
     return 1;
   }
-  row->bytes = bytes;
-  row->pool_ns = sides[0].ns;
-  row->cumemalloc_ns = sides[1].ns;
-  row->async_ns = sides[2].ns;
-  b->r.nalloc++;
+  bench_size_text(size, sizeof(size), bytes);
+  snprintf(name, sizeof(name), "alloc+free %s", size);
+  row = bench_add_row(b->rep, "alloc", name);
+  bench_set(row, "bytes", (double)bytes);
+  bench_set(row, "unimem_pool_hit_ns", sides[0].ns);
+  bench_set(row, "cumemalloc_free_ns", sides[1].ns);
+  bench_set(row, "ratio_cumemalloc", sides[1].ns / sides[0].ns);
+  bench_set(row, "cumemallocasync_free_ns", sides[2].ns);
+  if (sides[2].ns > 0)
+    bench_set(row, "ratio_cumemallocasync", sides[2].ns / sides[0].ns);
   /* Give the pool's block back, so that the next sizes have the memory. */
   UM_CHECK(um_pool_trim(b->m, 0));
   return 0;
@@ -501,110 +470,115 @@ static int bench_alloc(bench *b, size_t bytes) {
 
 static int add_bw(bench *b, const char *what, const char *memory, size_t bytes, copy_ctx *raw, copy_ctx *um) {
   bc_side sides[2] = {{raw != NULL ? run_copy : NULL, raw, 0}, {run_copy, um, 0}};
-  bw_row *row;
-  if (b->r.nbw == MAX_ROWS)
-    return 0;
+  char name[64], size[32];
+  bench_row *row;
   if (measure(&b->plan, sides, 2) != 0) {
     fprintf(stderr, "bench_cuda: %s %s copy of %zu bytes failed: %s\n", what, memory, bytes, um_last_error());
     return 1;
   }
-  row = &b->r.bw[b->r.nbw++];
-  row->what = what;
-  row->memory = memory;
-  row->bytes = bytes;
-  row->raw_ns = sides[0].ns;
-  row->um_ns = sides[1].ns;
+  bench_size_text(size, sizeof(size), bytes);
+  snprintf(name, sizeof(name), "%s %s %s", what, memory, size);
+  row = bench_add_row(b->rep, "copies", name);
+  bench_set_text(row, "direction", what);
+  bench_set_text(row, "memory", memory);
+  bench_set(row, "bytes", (double)bytes);
+  bench_set(row, "unimem_ns", sides[1].ns);
+  bench_set(row, "raw_ns", sides[0].ns);
+  bench_set(row, "unimem_gbps", (double)bytes / sides[1].ns);
+  if (sides[0].ns > 0) {
+    bench_set(row, "raw_gbps", (double)bytes / sides[0].ns);
+    bench_set(row, "unimem_over_raw", sides[0].ns / sides[1].ns);
+  }
   return 0;
+}
+
+/* The memory of the copies of one size: the raw side's device buffers
+ * and cuMemHostAlloc memory, pageable memory (malloc, and page-aligned for
+ * the UM_WRAP_PIN wrap), and unimem's device and pinned buffers. */
+typedef struct copy_buffers {
+  CUdeviceptr dptr, dptr2;
+  void *raw_pinned;
+  unsigned char *pageable, *wrapped;
+  um_buffer *dev, *dev2, *pin, *wrap; /* wrap: NULL when refused */
+} copy_buffers;
+
+static int open_copy_buffers(bench *b, size_t bytes, copy_buffers *x) {
+  memset(x, 0, sizeof(*x));
+  if (cu.cuMemAlloc_v2(&x->dptr, bytes) != 0 || cu.cuMemAlloc_v2(&x->dptr2, bytes) != 0 ||
+      cu.cuMemHostAlloc(&x->raw_pinned, bytes, BC_MEMHOSTALLOC_PORTABLE) != 0) {
+    fprintf(stderr, "bench_cuda: raw buffers of %zu bytes\n", bytes);
+    return 1;
+  }
+  x->pageable = malloc(bytes);
+  x->wrapped = aligned_alloc(4096, (bytes + 4095) & ~(size_t)4095);
+  if (x->pageable == NULL || x->wrapped == NULL)
+    return 1;
+  memset(x->pageable, 0x3C, bytes); /* touched: no page faults in the figures */
+  memset(x->wrapped, 0x3C, bytes);
+  memset(x->raw_pinned, 0x3C, bytes);
+  if (um_alloc(b->m, b->dev, bytes, UM_DEVICE, 0, &x->dev) != UM_OK ||
+      um_alloc(b->m, b->dev, bytes, UM_DEVICE, 0, &x->dev2) != UM_OK ||
+      um_alloc(b->m, b->dev, bytes, UM_PINNED, 0, &x->pin) != UM_OK) {
+    fprintf(stderr, "bench_cuda: unimem buffers of %zu bytes: %s\n", bytes, um_last_error());
+    return 1;
+  }
+  memset(um_buffer_host_ptr(x->pin), 0x3C, bytes);
+  if (um_wrap_host(b->m, x->wrapped, bytes, UM_WRAP_PIN, &x->wrap) != UM_OK) {
+    char detail[200];
+    snprintf(detail, sizeof(detail), "%zu bytes: %s", bytes, um_last_error());
+    note(&b->r, "UM_WRAP_PIN refused for %s (raise ulimit -l for the wrap-pin rows)", detail);
+    x->wrap = NULL;
+  }
+  return 0;
+}
+
+static void close_copy_buffers(bench *b, copy_buffers *x) {
+  um_buffer *bufs[] = {x->wrap, x->pin, x->dev2, x->dev};
+  for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
+    if (bufs[i] != NULL)
+      um_release(bufs[i]);
+  um_pool_trim(b->m, 0);
+  free(x->wrapped);
+  free(x->pageable);
+  if (x->raw_pinned != NULL)
+    cu.cuMemFreeHost(x->raw_pinned);
+  if (x->dptr2 != 0)
+    cu.cuMemFree_v2(x->dptr2);
+  if (x->dptr != 0)
+    cu.cuMemFree_v2(x->dptr);
+}
+
+/* The copies of one direction, host to device or back: from pinned memory
+ * (the raw side's and unimem's), from pageable memory (the same malloc
+ * memory for both), and through a UM_WRAP_PIN wrap (unimem alone). */
+static int copies_one_way(bench *b, const copy_buffers *x, size_t bytes, bool to_device) {
+  const char *what = to_device ? "h2d" : "d2h";
+  copy_ctx raw = {.kind = to_device ? RAW_H2D : RAW_D2H, .bytes = bytes, .dptr = x->dptr, .host = x->raw_pinned};
+  copy_ctx um = {.kind = UM_COPY, .bytes = bytes, .dst = to_device ? x->dev : x->pin, .src = to_device ? x->pin : x->dev};
+  if (add_bw(b, what, "pinned", bytes, &raw, &um) != 0)
+    return 1;
+  raw.host = x->pageable;
+  um = (copy_ctx){.kind = to_device ? UM_FROM_HOST : UM_TO_HOST, .bytes = bytes, .dst = x->dev, .src = x->dev,
+                  .host = x->pageable};
+  if (add_bw(b, what, "pageable", bytes, &raw, &um) != 0)
+    return 1;
+  if (x->wrap == NULL)
+    return 0;
+  um = (copy_ctx){.kind = UM_COPY, .bytes = bytes, .dst = to_device ? x->dev : x->wrap, .src = to_device ? x->wrap : x->dev};
+  return add_bw(b, what, "wrap-pin", bytes, NULL, &um);
 }
 
 /* Every copy of one size. */
 static int bench_copies(bench *b, size_t bytes) {
-  CUdeviceptr dptr = 0, dptr2 = 0;
-  void *raw_pinned = NULL;
-  unsigned char *pageable = NULL, *wrapped = NULL;
-  um_buffer *dev = NULL, *dev2 = NULL, *pin = NULL, *wrap = NULL;
-  int bad = 1;
-  copy_ctx raw, um;
-
-  if (cu.cuMemAlloc_v2(&dptr, bytes) != 0 || cu.cuMemAlloc_v2(&dptr2, bytes) != 0 ||
-      cu.cuMemHostAlloc(&raw_pinned, bytes, BC_MEMHOSTALLOC_PORTABLE) != 0) {
-    fprintf(stderr, "bench_cuda: raw buffers of %zu bytes\n", bytes);
-    goto out;
+  copy_buffers x;
+  int bad = open_copy_buffers(b, bytes, &x) != 0 || copies_one_way(b, &x, bytes, true) != 0 ||
+            copies_one_way(b, &x, bytes, false) != 0;
+  if (!bad) {
+    copy_ctx raw = {.kind = RAW_D2D, .bytes = bytes, .dptr = x.dptr, .dptr2 = x.dptr2};
+    copy_ctx um = {.kind = UM_COPY, .bytes = bytes, .dst = x.dev2, .src = x.dev};
+    bad = add_bw(b, "d2d", "device", bytes, &raw, &um) != 0;
   }
-  pageable = malloc(bytes);
-  wrapped = aligned_alloc(4096, (bytes + 4095) & ~(size_t)4095);
-  if (pageable == NULL || wrapped == NULL)
-    goto out;
-  memset(pageable, 0x3C, bytes); /* touched: no page faults in the figures */
-  memset(wrapped, 0x3C, bytes);
-  memset(raw_pinned, 0x3C, bytes);
-  if (um_alloc(b->m, b->dev, bytes, UM_DEVICE, 0, &dev) != UM_OK ||
-      um_alloc(b->m, b->dev, bytes, UM_DEVICE, 0, &dev2) != UM_OK ||
-      um_alloc(b->m, b->dev, bytes, UM_PINNED, 0, &pin) != UM_OK) {
-    fprintf(stderr, "bench_cuda: unimem buffers of %zu bytes: %s\n", bytes, um_last_error());
-    goto out;
-  }
-  memset(um_buffer_host_ptr(pin), 0x3C, bytes);
-  if (um_wrap_host(b->m, wrapped, bytes, UM_WRAP_PIN, &wrap) != UM_OK) {
-    char detail[200];
-    snprintf(detail, sizeof(detail), "%zu bytes: %s", bytes, um_last_error());
-    note(&b->r, "UM_WRAP_PIN refused for %s (raise ulimit -l for the wrap-pin rows)", detail);
-    wrap = NULL;
-  }
-
-  /* host -> device */
-  raw = (copy_ctx){.kind = RAW_H2D, .bytes = bytes, .dptr = dptr, .host = raw_pinned};
-  um = (copy_ctx){.kind = UM_COPY, .bytes = bytes, .dst = dev, .src = pin};
-  if (add_bw(b, "h2d", "pinned", bytes, &raw, &um) != 0)
-    goto out;
-  raw.host = pageable;
-  um = (copy_ctx){.kind = UM_FROM_HOST, .bytes = bytes, .dst = dev, .host = pageable};
-  if (add_bw(b, "h2d", "pageable", bytes, &raw, &um) != 0)
-    goto out;
-  if (wrap != NULL) {
-    um = (copy_ctx){.kind = UM_COPY, .bytes = bytes, .dst = dev, .src = wrap};
-    if (add_bw(b, "h2d", "wrap-pin", bytes, NULL, &um) != 0)
-      goto out;
-  }
-  /* device -> host */
-  raw = (copy_ctx){.kind = RAW_D2H, .bytes = bytes, .dptr = dptr, .host = raw_pinned};
-  um = (copy_ctx){.kind = UM_COPY, .bytes = bytes, .dst = pin, .src = dev};
-  if (add_bw(b, "d2h", "pinned", bytes, &raw, &um) != 0)
-    goto out;
-  raw.host = pageable;
-  um = (copy_ctx){.kind = UM_TO_HOST, .bytes = bytes, .src = dev, .host = pageable};
-  if (add_bw(b, "d2h", "pageable", bytes, &raw, &um) != 0)
-    goto out;
-  if (wrap != NULL) {
-    um = (copy_ctx){.kind = UM_COPY, .bytes = bytes, .dst = wrap, .src = dev};
-    if (add_bw(b, "d2h", "wrap-pin", bytes, NULL, &um) != 0)
-      goto out;
-  }
-  /* on the device */
-  raw = (copy_ctx){.kind = RAW_D2D, .bytes = bytes, .dptr = dptr, .dptr2 = dptr2};
-  um = (copy_ctx){.kind = UM_COPY, .bytes = bytes, .dst = dev2, .src = dev};
-  if (add_bw(b, "d2d", "device", bytes, &raw, &um) != 0)
-    goto out;
-  bad = 0;
-
-out:
-  if (wrap != NULL)
-    um_release(wrap);
-  if (pin != NULL)
-    um_release(pin);
-  if (dev2 != NULL)
-    um_release(dev2);
-  if (dev != NULL)
-    um_release(dev);
-  um_pool_trim(b->m, 0);
-  free(wrapped);
-  free(pageable);
-  if (raw_pinned != NULL)
-    cu.cuMemFreeHost(raw_pinned);
-  if (dptr2 != 0)
-    cu.cuMemFree_v2(dptr2);
-  if (dptr != 0)
-    cu.cuMemFree_v2(dptr);
+  close_copy_buffers(b, &x);
   return bad;
 }
 
@@ -635,19 +609,12 @@ static int open_unimem(bench *b, char *why, size_t cap) {
   return 0;
 }
 
-static int run(bench *b, const char *json) {
-  static const size_t alloc_full[] = {MiB, 10 * MiB, 100 * MiB};
-  static const size_t alloc_quick[] = {MiB, 10 * MiB};
-  static const size_t copy_full[] = {MiB, 16 * MiB, 256 * MiB};
-  static const size_t copy_quick[] = {MiB, 8 * MiB};
-  const size_t *alloc_sizes = b->quick ? alloc_quick : alloc_full;
-  const size_t *copy_sizes = b->quick ? copy_quick : copy_full;
-  size_t nalloc = b->quick ? 2 : 3, ncopy = b->quick ? 2 : 3;
+/* The driver, its first GPU, a context and a stream: 0, EXIT_NO_GPU (the
+ * reason printed) or 1. */
+static int open_driver(bench *b) {
   char why[600] = "";
   int count = 0, st;
   size_t total = 0;
-  CUmemoryPool pool;
-
   if ((st = driver_load(why, sizeof(why))) != 0) {
     printf("bench_cuda: skipped: %s\n", why);
     return st;
@@ -675,24 +642,27 @@ static int run(bench *b, const char *json) {
   /* The driver's pool at its best: it keeps freed memory for reuse. */
   b->async_alloc = cu.cuMemAllocAsync != NULL && cu.cuMemFreeAsync != NULL &&
                    cu.cuDeviceGetDefaultMemPool != NULL && cu.cuMemPoolSetAttribute != NULL &&
-                   cu.cuDeviceGetDefaultMemPool(&pool, b->cudev) == 0;
+                   cu.cuDeviceGetDefaultMemPool(&b->pool, b->cudev) == 0;
   if (b->async_alloc) {
     uint64_t keep = UINT64_MAX;
-    b->async_alloc = cu.cuMemPoolSetAttribute(pool, BC_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep) == 0;
+    b->async_alloc = cu.cuMemPoolSetAttribute(b->pool, BC_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep) == 0;
   }
   if (!b->async_alloc)
     note(&b->r, "%s", "stream-ordered allocation not available: cuMemAllocAsync column left out");
+  if ((st = open_unimem(b, why, sizeof(why))) == EXIT_NO_GPU)
+    printf("bench_cuda: skipped: %s\n", why);
+  return st;
+}
 
-  if ((st = open_unimem(b, why, sizeof(why))) != 0) {
-    if (st == EXIT_NO_GPU)
-      printf("bench_cuda: skipped: %s\n", why);
-    return st;
-  }
-  if (strncmp(b->r.gpu, "Fake CUDA Device", 16) == 0)
-    note(&b->r, "%s", "the test suite's fake driver: copies are host memcpy, the figures say nothing about a GPU");
-  printf("bench_cuda: %s, driver %d, %s%s\n", b->r.gpu, b->r.driver_version, cu.path,
-         b->quick ? " (--quick)" : "");
-
+/* The allocation rows, then the copies at each size that fits. */
+static int run_sizes(bench *b) {
+  static const size_t alloc_full[] = {MiB, 10 * MiB, 100 * MiB};
+  static const size_t alloc_quick[] = {MiB, 10 * MiB};
+  static const size_t copy_full[] = {MiB, 16 * MiB, 256 * MiB};
+  static const size_t copy_quick[] = {MiB, 8 * MiB};
+  const size_t *alloc_sizes = b->quick ? alloc_quick : alloc_full;
+  const size_t *copy_sizes = b->quick ? copy_quick : copy_full;
+  size_t nalloc = b->quick ? 2 : 3, ncopy = b->quick ? 2 : 3;
   for (size_t i = 0; i < nalloc; i++) {
     printf("  allocation, %zu MiB ...\n", alloc_sizes[i] / MiB);
     fflush(stdout);
@@ -701,10 +671,10 @@ static int run(bench *b, const char *json) {
   }
   /* The driver's pool gives its cached memory back before the copies. */
   if (b->async_alloc && cu.cuMemPoolTrimTo != NULL)
-    CU_CHECK(cu.cuMemPoolTrimTo(pool, 0));
+    CU_CHECK(cu.cuMemPoolTrimTo(b->pool, 0));
   for (size_t i = 0; i < ncopy; i++) {
     /* Both sides hold two device buffers of the size. */
-    if (4 * copy_sizes[i] + 64 * MiB > total) {
+    if (4 * copy_sizes[i] + 64 * MiB > b->r.total_bytes) {
       note(&b->r, "%s", "copy sizes that do not fit the GPU's memory four times over left out");
       continue;
     }
@@ -713,25 +683,32 @@ static int run(bench *b, const char *json) {
     if (bench_copies(b, copy_sizes[i]) != 0)
       return 1;
   }
-  print_results(&b->r, b->quick);
-  if (json != NULL && write_json(&b->r, json, b->quick) != 0)
-    return 1;
-  if (json != NULL)
-    printf("\nJSON written to %s\n", json);
   return 0;
 }
 
-int um_bench_cuda_main(int argc, char **argv) {
+static int run(bench *b) {
+  int st = open_driver(b);
+  if (st != 0)
+    return st;
+  if (strncmp(b->r.gpu, "Fake CUDA Device", 16) == 0)
+    note(&b->r, "%s", "the test suite's fake driver: copies are host memcpy, the figures say nothing about a GPU");
+  printf("bench_cuda: %s, driver %d, %s%s\n", b->r.gpu, b->r.driver_version, cu.path, b->quick ? " (--quick)" : "");
+  record_run(&b->r, b->quick, b->rep);
+  if (run_sizes(b) != 0)
+    return 1;
+  print_results(&b->r, b->rep, b->quick);
+  return 0;
+}
+
+int um_bench_cuda_main(int argc, char **argv, bench_report *rep) {
   bench b;
-  const char *json = NULL;
   int st;
 
   memset(&b, 0, sizeof(b));
+  b.rep = rep;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--quick") == 0) {
       b.quick = true;
-    } else if (strcmp(argv[i], "--json") == 0 && i + 1 < argc) {
-      json = argv[++i];
     } else {
       fprintf(stderr, "usage: %s [--quick] [--json FILE]\n", argv[0]);
       return strcmp(argv[i], "--help") == 0 ? 0 : 2;
@@ -740,7 +717,7 @@ int um_bench_cuda_main(int argc, char **argv) {
   b.plan.samples = b.quick ? 3 : 15;
   b.plan.sample_ns = b.quick ? 2e5 : 5e6;
 
-  st = run(&b, json);
+  st = run(&b);
   if (b.m != NULL) {
     int dst = um_manager_destroy(b.m);
     if (dst != UM_OK && st == 0) {
@@ -756,5 +733,5 @@ int um_bench_cuda_main(int argc, char **argv) {
 }
 
 #ifndef UM_BENCH_NO_MAIN
-int main(int argc, char **argv) { return um_bench_cuda_main(argc, argv); }
+int main(int argc, char **argv) { return bench_program_main(argc, argv, "cuda", um_bench_cuda_main); }
 #endif

@@ -28,12 +28,15 @@
  * more static TLS room than glibc keeps by default: when the first dlopen
  * fails for that reason the program runs itself again (/proc/self/exe,
  * same arguments) with GLIBC_TUNABLES=glibc.rtld.optional_static_tls set,
- * once (UM_BENCH_POOL_REEXEC marks the second run).
+ * once (UM_BENCH_POOL_REEXEC marks the second run). The sanitizers' runtimes
+ * refuse RTLD_DEEPBIND: a sanitizer build leaves jemalloc out and says so.
  *
  *   bench_pool [--quick] [--json FILE] [--trace FILE] [--make-trace FILE]
  *
  * --quick: fewer rounds and shorter samples (a CI smoke run of seconds).
- * --trace FILE: replay another trace (default: the one in the source tree).
+ * --trace FILE: replay another trace (default: mixed.txt in the directory
+ *   UNIMEM_TRACE_DIR names, else beside this program: the installed
+ *   ../share/unimem/traces, or the build tree's ../bench/traces).
  * --make-trace FILE: write the trace from its seed, and exit.
  *
  * Built as the `unimem bench pool` subcommand with -DUM_BENCH_NO_MAIN
@@ -48,20 +51,26 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "bench_util.h"
+#include "report.h"
 #include "unimem.h"
 
 #define KiB ((size_t)1024)
 #define MiB (1024 * KiB)
 #define PAGE 4096u
 
-#ifndef UM_BENCH_TRACE_DIR
-#define UM_BENCH_TRACE_DIR "bench/traces"
+/* Where the traces lie relative to the directory of this program, once
+ * installed and in the build tree (CMake passes both; cmake/traces.cmake). */
+#ifndef UM_BENCH_TRACE_INSTALLED
+#define UM_BENCH_TRACE_INSTALLED "../share/unimem/traces"
 #endif
+#ifndef UM_BENCH_TRACE_BUILT
+#define UM_BENCH_TRACE_BUILT "../bench/traces"
+#endif
+#define TRACE_FILE "mixed.txt"
 
 /* ------------------------------------------------------------------------ */
 /* Timing                                                                    */
@@ -95,6 +104,14 @@ static const char *const col_key[NCOLS] = {"unimem_ns",  "unpooled_ns", "unpoole
                                            "glibc_ns",   "jemalloc_ns", "mimalloc_ns"};
 static const char *const col_title[NCOLS] = {"unimem", "unpooled", "no-huge", "glibc", "jemalloc", "mimalloc"};
 
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define BP_SANITIZER 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define BP_SANITIZER 1
+#endif
+#endif
+
 typedef void *(*bp_malloc_fn)(size_t);
 typedef void (*bp_free_fn)(void *);
 
@@ -119,39 +136,43 @@ typedef struct bp_env {
 static void *volatile glibc_malloc_ptr = (void *)malloc;
 static void *volatile glibc_free_ptr = (void *)free;
 
+/* Column col from library lib (its malloc and free under the names
+ * given), or in e->status the reason why not. */
+static void load_allocator(bp_env *e, int col, const char *lib, int flags, const char *malloc_name,
+                           const char *free_name) {
+  void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL | flags);
+  void *m = h != NULL ? dlsym(h, malloc_name) : NULL, *f = h != NULL ? dlsym(h, free_name) : NULL;
+  char missing[128];
+  const char *why;
+  if (m != NULL && f != NULL) {
+    memcpy(&e->c_malloc[col], &m, sizeof(m));
+    memcpy(&e->c_free[col], &f, sizeof(f));
+    return;
+  }
+  snprintf(missing, sizeof(missing), "no %s/%s in %s", malloc_name, free_name, lib);
+  why = h == NULL ? dlerror() : missing;
+  snprintf(e->status[col], sizeof(e->status[0]), "%s",
+           why && strstr(why, "No such file") ? "not installed" : why ? why : "not loadable");
+}
+
 static void load_allocators(bp_env *e) {
-  void *h;
   e->c_malloc[COL_GLIBC] = (bp_malloc_fn)glibc_malloc_ptr;
   e->c_free[COL_GLIBC] = (bp_free_fn)glibc_free_ptr;
-  h = dlopen("libjemalloc.so.2", RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
-  if (h != NULL) {
-    e->c_malloc[COL_JEMALLOC] = (bp_malloc_fn)dlsym(h, "malloc");
-    e->c_free[COL_JEMALLOC] = (bp_free_fn)dlsym(h, "free");
-  }
-  if (e->c_malloc[COL_JEMALLOC] == NULL || e->c_free[COL_JEMALLOC] == NULL) {
-    const char *why = h == NULL ? dlerror() : "no malloc/free in libjemalloc.so.2";
-    snprintf(e->status[COL_JEMALLOC], sizeof(e->status[0]), "%s",
-             why && strstr(why, "No such file") ? "not installed" : why ? why : "not loadable");
-  }
-  h = dlopen("libmimalloc.so.2", RTLD_NOW | RTLD_LOCAL);
-  if (h != NULL) {
-    e->c_malloc[COL_MIMALLOC] = (bp_malloc_fn)dlsym(h, "mi_malloc");
-    e->c_free[COL_MIMALLOC] = (bp_free_fn)dlsym(h, "mi_free");
-  }
-  if (e->c_malloc[COL_MIMALLOC] == NULL || e->c_free[COL_MIMALLOC] == NULL) {
-    const char *why = h == NULL ? dlerror() : "no mi_malloc/mi_free in libmimalloc.so.2";
-    snprintf(e->status[COL_MIMALLOC], sizeof(e->status[0]), "%s",
-             why && strstr(why, "No such file") ? "not installed" : why ? why : "not loadable");
-  }
+#ifdef BP_SANITIZER
+  snprintf(e->status[COL_JEMALLOC], sizeof(e->status[0]), "left out: a sanitizer build (no RTLD_DEEPBIND)");
+#else
+  load_allocator(e, COL_JEMALLOC, "libjemalloc.so.2", RTLD_DEEPBIND, "malloc", "free");
+#endif
+  load_allocator(e, COL_MIMALLOC, "libmimalloc.so.2", 0, "mi_malloc", "mi_free");
 }
 
 /* jemalloc cannot be dlopened without more static TLS room than glibc
  * keeps: run again, once, with the room asked for. Returns only when that
- * is not needed or not possible. json: the report file this run was asked
- * for; when it exists and is still empty (a temporary file made by whoever
- * runs this, such as `unimem bench`, which makes a new one when it runs
- * again) it is removed first, so that nothing is left behind. */
-static void reexec_for_static_tls(const char *json) {
+ * is not needed or not possible (or jemalloc is left out). */
+#ifdef BP_SANITIZER
+static void reexec_for_static_tls(void) {}
+#else
+static void reexec_for_static_tls(void) {
   void *h;
   const char *err;
   char *cmdline = NULL, *argvv[256], tunables[512];
@@ -197,16 +218,12 @@ static void reexec_for_static_tls(const char *json) {
            old && *old ? ":" : "");
   setenv("GLIBC_TUNABLES", tunables, 1);
   setenv("UM_BENCH_POOL_REEXEC", "1", 1);
-  if (json != NULL) {
-    struct stat st;
-    if (stat(json, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == 0)
-      unlink(json);
-  }
   fflush(stdout);
   fflush(stderr);
   execv("/proc/self/exe", argvv);
   free(cmdline); /* exec failed: go on without jemalloc */
 }
+#endif
 
 static void describe_machine(bp_env *e) {
   FILE *f = fopen("/proc/cpuinfo", "r");
@@ -302,12 +319,14 @@ static long calibrate(bp_env *e, int col, size_t bytes, bool touch) {
   return want < 1 ? 1 : want > (1l << 24) ? (1l << 24) : want;
 }
 
-/* Medians of ns per operation for each present column of cols[]. */
+/* Medians of ns per operation for each present column of cols[]; -1 for
+ * the other columns. */
 static void measure(bp_env *e, const int *cols, int ncols, size_t bytes, bool touch, double *out) {
   double samples[NCOLS][64];
   long iters[NCOLS];
+  for (int c = 0; c < NCOLS; c++)
+    out[c] = -1;
   for (int c = 0; c < ncols; c++) {
-    out[cols[c]] = -1;
     iters[c] = col_present(e, cols[c]) ? calibrate(e, cols[c], bytes, touch) : 0;
     if (iters[c] < 0)
       e->failed = true;
@@ -334,52 +353,14 @@ static void measure(bp_env *e, const int *cols, int ncols, size_t bytes, bool to
 /* ------------------------------------------------------------------------ */
 /* Report rows                                                               */
 
-#define BP_MAX_ROWS 48
-#define BP_MAX_EXTRA 6
-
-typedef struct bp_row {
-  const char *table;
-  char name[48];
-  size_t bytes;
-  double ns[NCOLS]; /* -1: not measured */
-  int nextra;
-  const char *extra_key[BP_MAX_EXTRA];
-  double extra[BP_MAX_EXTRA];
-} bp_row;
-
-typedef struct bp_report {
-  bp_row rows[BP_MAX_ROWS];
-  int nrows;
-} bp_report;
-
-static bp_row *add_row(bp_report *rep, const char *table, const char *name, size_t bytes) {
-  bp_row *r;
-  if (rep->nrows == BP_MAX_ROWS)
-    return NULL;
-  r = &rep->rows[rep->nrows++];
-  memset(r, 0, sizeof(*r));
-  r->table = table;
-  snprintf(r->name, sizeof(r->name), "%s", name);
-  r->bytes = bytes;
+/* A row of the report: its size, then the figure of every column measured
+ * (ns[c] < 0: not measured); further figures follow with bench_set. */
+static bench_row *add_row(bench_report *rep, const char *table, const char *name, size_t bytes, const double *ns) {
+  bench_row *r = bench_add_row(rep, table, name);
+  bench_set(r, "bytes", (double)bytes);
   for (int c = 0; c < NCOLS; c++)
-    r->ns[c] = -1;
+    bench_set(r, col_key[c], ns[c]);
   return r;
-}
-
-static void add_extra(bp_row *r, const char *key, double v) {
-  if (r != NULL && r->nextra < BP_MAX_EXTRA) {
-    r->extra_key[r->nextra] = key;
-    r->extra[r->nextra++] = v;
-  }
-}
-
-static void size_name(char *out, size_t cap, size_t bytes) {
-  if (bytes >= MiB && bytes % MiB == 0)
-    snprintf(out, cap, "%zu MiB", bytes / MiB);
-  else if (bytes >= KiB && bytes % KiB == 0)
-    snprintf(out, cap, "%zu KiB", bytes / KiB);
-  else
-    snprintf(out, cap, "%zu B", bytes);
 }
 
 /* A time in ns, in a unit that keeps 3 significant digits. */
@@ -412,11 +393,11 @@ static void print_cols_header(const bp_env *e, const int *cols, int ncols) {
   printf("\n");
 }
 
-static void print_cols(const bp_row *r, const int *cols, int ncols) {
+static void print_cols(const char *name, const double *ns, const int *cols, int ncols) {
   char t[32];
-  printf("  %-9s", r->name);
+  printf("  %-9s", name);
   for (int c = 0; c < ncols; c++) {
-    fmt_time(t, sizeof(t), r->ns[cols[c]]);
+    fmt_time(t, sizeof(t), ns[cols[c]]);
     printf(" %11s", t);
   }
 }
@@ -424,7 +405,7 @@ static void print_cols(const bp_row *r, const int *cols, int ncols) {
 /* ------------------------------------------------------------------------ */
 /* Tables                                                                    */
 
-static void hit_table(bp_env *e, bp_report *rep) {
+static void hit_table(bp_env *e, bench_report *rep) {
   static const size_t sizes[] = {1 * KiB, 64 * KiB, 1 * MiB, 10 * MiB, 100 * MiB};
   static const int cols[] = {COL_POOL, COL_UNPOOLED, COL_GLIBC, COL_JEMALLOC, COL_MIMALLOC};
   const int ncols = 5;
@@ -432,25 +413,24 @@ static void hit_table(bp_env *e, bp_report *rep) {
   print_cols_header(e, cols, ncols);
   for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
     char name[32];
-    bp_row *r;
-    double best;
-    size_name(name, sizeof(name), sizes[i]);
-    r = add_row(rep, "hit", name, sizes[i]);
-    measure(e, cols, ncols, sizes[i], false, r->ns);
-    best = best_of_glibc_mimalloc(r->ns);
-    print_cols(r, cols, ncols);
-    if (best > 0 && r->ns[COL_POOL] > 0) {
-      add_extra(r, "ratio_to_best", r->ns[COL_POOL] / best);
-      printf("   %5.3gx best of glibc/mimalloc: %s, %s\n", r->ns[COL_POOL] / best,
-             r->ns[COL_POOL] <= 2 * best ? "<=2x met" : "<=2x MISSED",
-             r->ns[COL_POOL] <= 50 ? "<=50 ns met" : "<=50 ns MISSED");
+    double ns[NCOLS], best;
+    bench_row *r;
+    bench_size_text(name, sizeof(name), sizes[i]);
+    measure(e, cols, ncols, sizes[i], false, ns);
+    r = add_row(rep, "hit", name, sizes[i], ns);
+    best = best_of_glibc_mimalloc(ns);
+    print_cols(name, ns, cols, ncols);
+    if (best > 0 && ns[COL_POOL] > 0) {
+      bench_set(r, "ratio_to_best", ns[COL_POOL] / best);
+      printf("   %5.3gx best of glibc/mimalloc: %s, %s\n", ns[COL_POOL] / best,
+             ns[COL_POOL] <= 2 * best ? "<=2x met" : "<=2x MISSED", ns[COL_POOL] <= 50 ? "<=50 ns met" : "<=50 ns MISSED");
     } else {
       printf("\n");
     }
   }
 }
 
-static void touch_table(bp_env *e, bp_report *rep) {
+static void touch_table(bp_env *e, bench_report *rep) {
   static const size_t sizes[] = {1 * MiB, 10 * MiB, 100 * MiB};
   static const int cols[] = {COL_POOL,  COL_UNPOOLED, COL_UNPOOLED_NOHUGE,
                              COL_GLIBC, COL_JEMALLOC, COL_MIMALLOC};
@@ -460,21 +440,22 @@ static void touch_table(bp_env *e, bp_report *rep) {
   print_cols_header(e, cols, ncols);
   for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
     char name[32];
-    bp_row *r;
-    size_name(name, sizeof(name), sizes[i]);
-    r = add_row(rep, "touch", name, sizes[i]);
-    measure(e, cols, ncols, sizes[i], true, r->ns);
-    print_cols(r, cols, ncols);
-    if (r->ns[COL_POOL] > 0 && r->ns[COL_GLIBC] > 0) {
-      double x = r->ns[COL_GLIBC] / r->ns[COL_POOL];
-      add_extra(r, "speedup_vs_glibc", x);
+    double ns[NCOLS];
+    bench_row *r;
+    bench_size_text(name, sizeof(name), sizes[i]);
+    measure(e, cols, ncols, sizes[i], true, ns);
+    r = add_row(rep, "touch", name, sizes[i], ns);
+    print_cols(name, ns, cols, ncols);
+    if (ns[COL_POOL] > 0 && ns[COL_GLIBC] > 0) {
+      double x = ns[COL_GLIBC] / ns[COL_POOL];
+      bench_set(r, "speedup_vs_glibc", x);
       printf("   %7.1fx glibc", x);
       if (sizes[i] == 100 * MiB)
         printf(": >=100x %s", x >= 100 ? "met" : "MISSED");
     }
-    if (r->ns[COL_UNPOOLED] > 0 && r->ns[COL_UNPOOLED_NOHUGE] > 0) {
-      add_extra(r, "huge_page_gain", r->ns[COL_UNPOOLED_NOHUGE] / r->ns[COL_UNPOOLED]);
-      printf("; huge pages %.1fx", r->ns[COL_UNPOOLED_NOHUGE] / r->ns[COL_UNPOOLED]);
+    if (ns[COL_UNPOOLED] > 0 && ns[COL_UNPOOLED_NOHUGE] > 0) {
+      bench_set(r, "huge_page_gain", ns[COL_UNPOOLED_NOHUGE] / ns[COL_UNPOOLED]);
+      printf("; huge pages %.1fx", ns[COL_UNPOOLED_NOHUGE] / ns[COL_UNPOOLED]);
     }
     printf("\n");
   }
@@ -507,7 +488,7 @@ static double time_alloc_free_100(bp_env *e, unsigned flags) {
   return bench_now_ns() - t0;
 }
 
-static void seeds_table(bp_env *e, bp_report *rep) {
+static void seeds_table(bp_env *e, bench_report *rep) {
   static const size_t sizes[] = {1 * MiB, 10 * MiB, 100 * MiB};
   static const char *const seed_row[] = {"Allocate 1MB", "Allocate 10MB", "Allocate 100MB"};
   static const char *const seed_fig[] = {"500us -> 45us, 11.1x", "2.1ms -> 48us, 43.8x",
@@ -519,7 +500,8 @@ static void seeds_table(bp_env *e, bp_report *rep) {
          "(the seeds, a GPU)");
   for (int i = 0; i < 4; i++) {
     char a[32], b[32];
-    bp_row *r;
+    double ns[NCOLS];
+    bench_row *r;
     for (int k = 0; k < e->rounds; k++) {
       if (i < 3) {
         without[k] = time_alloc_only(e, sizes[i], UM_ALLOC_UNPOOLED, n);
@@ -529,14 +511,16 @@ static void seeds_table(bp_env *e, bp_report *rep) {
         with[k] = time_alloc_free_100(e, 0);
       }
     }
-    r = add_row(rep, "seeds", i < 3 ? seed_row[i] : "Allocate+Free (100x)", i < 3 ? sizes[i] : MiB);
-    r->ns[COL_UNPOOLED] = bp_median(without, e->rounds);
-    r->ns[COL_POOL] = bp_median(with, e->rounds);
-    fmt_time(a, sizeof(a), r->ns[COL_UNPOOLED]);
-    fmt_time(b, sizeof(b), r->ns[COL_POOL]);
-    add_extra(r, "speedup", r->ns[COL_UNPOOLED] / r->ns[COL_POOL]);
-    printf("  %-22s %12s %12s %8.1fx   %s\n", r->name, a, b, r->ns[COL_UNPOOLED] / r->ns[COL_POOL],
-           i < 3 ? seed_fig[i] : "51ms -> 5.2ms, 9.8x");
+    for (int c = 0; c < NCOLS; c++)
+      ns[c] = -1;
+    ns[COL_UNPOOLED] = bp_median(without, e->rounds);
+    ns[COL_POOL] = bp_median(with, e->rounds);
+    r = add_row(rep, "seeds", i < 3 ? seed_row[i] : "Allocate+Free (100x)", i < 3 ? sizes[i] : MiB, ns);
+    fmt_time(a, sizeof(a), ns[COL_UNPOOLED]);
+    fmt_time(b, sizeof(b), ns[COL_POOL]);
+    bench_set(r, "speedup", ns[COL_UNPOOLED] / ns[COL_POOL]);
+    printf("  %-22s %12s %12s %8.1fx   %s\n", i < 3 ? seed_row[i] : "Allocate+Free (100x)", a, b,
+           ns[COL_UNPOOLED] / ns[COL_POOL], i < 3 ? seed_fig[i] : "51ms -> 5.2ms, 9.8x");
   }
 }
 
@@ -603,12 +587,51 @@ static double throughput(bp_env *e, int col, size_t bytes, long iters, int nthre
   return (double)iters * nthreads / ((t1 - t0) / 1e9);
 }
 
+/* One row of the threads table: column col at bytes, one thread and two. */
+static void thread_row(bp_env *e, bench_report *rep, int col, size_t bytes) {
+  double one[64], two[64], cpu1[64], cpu2[64], ns[NCOLS], m1, m2, c1, c2;
+  char name[48], sz[32];
+  bench_row *r;
+  /* about 20 ms (quick: 2 ms) per thread per sample */
+  long iters = calibrate(e, col, bytes, false);
+  if (iters < 0) {
+    e->failed = true;
+    return;
+  }
+  iters *= e->quick ? 4 : 10;
+  for (int k = 0; k < e->rounds; k++) {
+    one[k] = throughput(e, col, bytes, iters, 1, &cpu1[k]);
+    two[k] = throughput(e, col, bytes, iters, 2, &cpu2[k]);
+  }
+  m1 = bp_median(one, e->rounds);
+  m2 = bp_median(two, e->rounds);
+  c1 = bp_median(cpu1, e->rounds);
+  c2 = bp_median(cpu2, e->rounds);
+  for (int c = 0; c < NCOLS; c++)
+    ns[c] = c == col ? 1e9 / m1 : -1;
+  bench_size_text(sz, sizeof(sz), bytes);
+  snprintf(name, sizeof(name), "%s %s", sz, col_title[col]);
+  r = add_row(rep, "threads", name, bytes, ns);
+  bench_set(r, "pairs_per_s_1t", m1);
+  bench_set(r, "pairs_per_s_2t", m2);
+  bench_set(r, "scaling", m2 / m1);
+  bench_set(r, "cpu_ns_per_pair_1t", c1);
+  bench_set(r, "cpu_ns_per_pair_2t", c2);
+  bench_set(r, "scaling_by_cpu_time", 2 * c1 / c2);
+  printf("  %-9s %-9s %11.3g %11.3g %6.2fx %9.1f %9.1f %6.2fx%s\n", sz, col_title[col], m1, m2, m2 / m1, c1, c2,
+         2 * c1 / c2,
+         col != COL_POOL      ? ""
+         : m2 / m1 >= 1.6     ? "  >=1.6x met"
+         : 2 * c1 / c2 >= 1.6 ? "  >=1.6x: wall MISSED (CPUs busy), by CPU time met"
+                              : "  >=1.6x MISSED");
+}
+
 /* Wall-clock scaling needs a second CPU that nobody else uses; on a shared
  * machine it often is not there. The CPU time each thread spends per pair
  * tells the rest: equal with one thread and with two means the threads do
  * not slow each other down (no shared line, no lock), and two free CPUs
  * would give 2x. Both are printed. */
-static void threads_table(bp_env *e, bp_report *rep) {
+static void threads_table(bp_env *e, bench_report *rep) {
   static const size_t sizes[] = {1 * KiB, 64 * KiB};
   static const int cols[] = {COL_POOL, COL_GLIBC, COL_MIMALLOC};
   printf("\nTwo threads against one: pool hits (allocate + release)\n");
@@ -618,47 +641,10 @@ static void threads_table(bp_env *e, bp_report *rep) {
          e->ncores);
   printf("  %-9s %-9s %11s %11s %7s %9s %9s %7s\n", "size", "", "1T pairs/s", "2T pairs/s", "2T/1T",
          "cpu ns 1T", "cpu ns 2T", "2x cpu");
-  for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
-    for (size_t c = 0; c < sizeof(cols) / sizeof(cols[0]); c++) {
-      int col = cols[c];
-      double one[64], two[64], cpu1[64], cpu2[64], ratio, cpu_ratio;
-      char name[48], sz[32];
-      long iters;
-      bp_row *r;
-      if (!col_present(e, col))
-        continue;
-      /* about 20 ms (quick: 2 ms) per thread per sample */
-      iters = calibrate(e, col, sizes[i], false);
-      if (iters < 0) {
-        e->failed = true;
-        continue;
-      }
-      iters *= e->quick ? 4 : 10;
-      for (int k = 0; k < e->rounds; k++) {
-        one[k] = throughput(e, col, sizes[i], iters, 1, &cpu1[k]);
-        two[k] = throughput(e, col, sizes[i], iters, 2, &cpu2[k]);
-      }
-      size_name(sz, sizeof(sz), sizes[i]);
-      snprintf(name, sizeof(name), "%s %s", sz, col_title[col]);
-      r = add_row(rep, "threads", name, sizes[i]);
-      ratio = bp_median(two, e->rounds) / bp_median(one, e->rounds);
-      cpu_ratio = 2 * bp_median(cpu1, e->rounds) / bp_median(cpu2, e->rounds);
-      add_extra(r, "pairs_per_s_1t", bp_median(one, e->rounds));
-      add_extra(r, "pairs_per_s_2t", bp_median(two, e->rounds));
-      add_extra(r, "scaling", ratio);
-      add_extra(r, "cpu_ns_per_pair_1t", bp_median(cpu1, e->rounds));
-      add_extra(r, "cpu_ns_per_pair_2t", bp_median(cpu2, e->rounds));
-      add_extra(r, "scaling_by_cpu_time", cpu_ratio);
-      r->ns[col] = 1e9 / bp_median(one, e->rounds);
-      printf("  %-9s %-9s %11.3g %11.3g %6.2fx %9.1f %9.1f %6.2fx%s\n", sz, col_title[col],
-             bp_median(one, e->rounds), bp_median(two, e->rounds), ratio, bp_median(cpu1, e->rounds),
-             bp_median(cpu2, e->rounds), cpu_ratio,
-             col != COL_POOL ? ""
-             : ratio >= 1.6 ? "  >=1.6x met"
-             : cpu_ratio >= 1.6 ? "  >=1.6x: wall MISSED (CPUs busy), by CPU time met"
-                                : "  >=1.6x MISSED");
-    }
-  }
+  for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
+    for (size_t c = 0; c < sizeof(cols) / sizeof(cols[0]); c++)
+      if (col_present(e, cols[c]))
+        thread_row(e, rep, cols[c], sizes[i]);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -838,12 +824,14 @@ static double replay(bp_env *e, um_manager *m, int col, const bp_trace *t, void 
 }
 
 /* Timed replays of every column, the pool and the allocators warm (one
- * untimed replay each first): median time per event. */
-static void time_replays(bp_env *e, const bp_trace *t, void **slots, bool touch, bp_row *r) {
+ * untimed replay each first): median time per event into ns. */
+static void time_replays(bp_env *e, const bp_trace *t, void **slots, bool touch, double *ns) {
   static const int cols[] = {COL_POOL, COL_UNPOOLED, COL_GLIBC, COL_JEMALLOC, COL_MIMALLOC};
   const int ncols = 5;
   double samples[NCOLS][64];
   int reps = e->quick ? 1 : 5;
+  for (int c = 0; c < NCOLS; c++)
+    ns[c] = -1;
   for (int c = 0; c < ncols; c++)
     if (col_present(e, cols[c]) && replay(e, e->m, cols[c], t, slots, touch, NULL, NULL) < 0)
       e->failed = true;
@@ -855,7 +843,7 @@ static void time_replays(bp_env *e, const bp_trace *t, void **slots, bool touch,
     }
   for (int c = 0; c < ncols; c++)
     if (col_present(e, cols[c]))
-      r->ns[cols[c]] = bp_median(samples[c], reps) / (double)t->nev;
+      ns[cols[c]] = bp_median(samples[c], reps) / (double)t->nev;
 }
 
 /* One replay on a fresh manager with a pool of at most max_pool bytes
@@ -886,172 +874,133 @@ static int trace_pass(bp_env *e, const bp_trace *t, void **slots, uint64_t max_p
   return 0;
 }
 
-static void trace_table(bp_env *e, bp_report *rep, const char *path) {
+/* What replays from an empty pool show, with the default limits and with
+ * the pool capped at half the peak request. */
+typedef struct trace_pool {
+  uint64_t cap;
+  double hit_default, hit_capped;
+  uint64_t peak_default, peak_capped, live_default, live_capped;
+} trace_pool;
+
+static int trace_pool_passes(bp_env *e, const bp_trace *t, void **slots, trace_pool *p) {
+  memset(p, 0, sizeof(*p));
+  p->cap = t->peak_requested / 2;
+  return trace_pass(e, t, slots, 0, &p->hit_default, &p->peak_default, &p->live_default) != 0 ||
+                 trace_pass(e, t, slots, p->cap, &p->hit_capped, &p->peak_capped, &p->live_capped) != 0
+             ? -1
+             : 0;
+}
+
+static void print_trace_pool(const char *path, const bp_trace *t, const trace_pool *p) {
+  double req = (double)t->peak_requested;
+  printf("\nTrace replay: %s\n", path);
+  printf("  %d allocations, %d events; peak requested %.1f MiB\n", t->nalloc, t->nev, req / (double)MiB);
+  printf("  live blocks at their peak: %.1f MiB = %.3fx the bytes asked for (size classes)\n",
+         (double)p->live_default / (double)MiB, (double)p->live_default / req);
+  printf("  from an empty pool: hit rate %.1f%%, peak reserved (live + idle) %.1f MiB = %.2fx peak requested\n",
+         100 * p->hit_default, (double)p->peak_default / (double)MiB, (double)p->peak_default / req);
+  printf("  pool capped at %.1f MiB: hit rate %.1f%%, peak reserved %.1f MiB = %.2fx (seeds: 90-95%% hits)\n",
+         (double)p->cap / (double)MiB, 100 * p->hit_capped, (double)p->peak_capped / (double)MiB,
+         (double)p->peak_capped / req);
+}
+
+/* The two timed rows (every page touched, and the calls alone), with the
+ * pool's figures, printed and recorded. */
+static void trace_rows(bp_env *e, bench_report *rep, const char *path, const bp_trace *t, void **slots,
+                       const trace_pool *p) {
+  static const char *const names[2] = {"mixed, touched", "mixed, calls only"};
   static const int cols[] = {COL_POOL, COL_UNPOOLED, COL_GLIBC, COL_JEMALLOC, COL_MIMALLOC};
-  const int ncols = 5;
+  double ns[2][NCOLS], req = (double)t->peak_requested;
+  bench_row *r[2];
+  for (int i = 0; i < 2; i++) {
+    time_replays(e, t, slots, i == 0, ns[i]);
+    r[i] = add_row(rep, "trace", names[i], 0, ns[i]);
+  }
+  bench_set(r[0], "hit_rate", p->hit_default);
+  bench_set(r[0], "peak_requested_bytes", req);
+  bench_set(r[0], "peak_reserved_bytes", (double)p->peak_default);
+  bench_set(r[0], "reserved_over_requested", (double)p->peak_default / req);
+  bench_set(r[0], "live_capacity_over_requested", (double)p->live_default / req);
+  bench_set(r[1], "hit_rate_capped_pool", p->hit_capped);
+  bench_set(r[1], "peak_reserved_capped_bytes", (double)p->peak_capped);
+  print_trace_pool(path, t, p);
+  printf("  time per event, warm (median of %d replays; touched: every page of every block written):\n",
+         e->quick ? 1 : 5);
+  print_cols_header(e, cols, 5);
+  for (int i = 0; i < 2; i++) {
+    double best = best_of_glibc_mimalloc(ns[i]);
+    print_cols(names[i], ns[i], cols, 5);
+    if (ns[i][COL_POOL] > 0 && best > 0) {
+      bench_set(r[i], "ratio_to_best", ns[i][COL_POOL] / best);
+      printf("   %.2fx the best of glibc/mimalloc", ns[i][COL_POOL] / best);
+    }
+    printf("\n");
+  }
+}
+
+static void trace_table(bp_env *e, bench_report *rep, const char *path) {
   bp_trace t;
+  trace_pool p;
   void **slots;
-  uint64_t peak_default = 0, peak_capped = 0, live_default = 0, live_capped = 0, cap;
-  double hit_default = 0, hit_capped = 0;
-  bp_row *rt, *rc;
   int st = load_trace(path, &t);
   if (st != 0) {
-    printf("\nTrace: cannot read %s%s (bench_pool --make-trace FILE writes it)\n", path,
-           st == -1 ? "" : ": bad format");
+    printf("\nTrace: cannot read %s%s (UNIMEM_TRACE_DIR names the directory of mixed.txt;\n"
+           "       bench_pool --make-trace FILE writes it)\n",
+           path, st == -1 ? "" : ": bad format");
     if (st == -2)
       e->failed = true;
     return;
   }
   slots = calloc((size_t)t.nalloc, sizeof(*slots));
-  if (slots == NULL) {
-    free(t.ev);
+  if (slots == NULL || trace_pool_passes(e, &t, slots, &p) != 0)
     e->failed = true;
-    return;
-  }
-  /* From an empty pool: the hit rate and the peak of bytes reserved, with
-   * the default limits and with the pool capped at half the peak request. */
-  cap = t.peak_requested / 2;
-  if (trace_pass(e, &t, slots, 0, &hit_default, &peak_default, &live_default) != 0 ||
-      trace_pass(e, &t, slots, cap, &hit_capped, &peak_capped, &live_capped) != 0) {
-    e->failed = true;
-    goto out;
-  }
-  rt = add_row(rep, "trace", "mixed, touched", 0);
-  time_replays(e, &t, slots, true, rt);
-  rc = add_row(rep, "trace", "mixed, calls only", 0);
-  time_replays(e, &t, slots, false, rc);
-  add_extra(rt, "hit_rate", hit_default);
-  add_extra(rt, "peak_requested_bytes", (double)t.peak_requested);
-  add_extra(rt, "peak_reserved_bytes", (double)peak_default);
-  add_extra(rt, "reserved_over_requested", (double)peak_default / (double)t.peak_requested);
-  add_extra(rt, "live_capacity_over_requested", (double)live_default / (double)t.peak_requested);
-  add_extra(rc, "hit_rate_capped_pool", hit_capped);
-  add_extra(rc, "peak_reserved_capped_bytes", (double)peak_capped);
-
-  printf("\nTrace replay: %s\n", path);
-  printf("  %d allocations, %d events; peak requested %.1f MiB\n", t.nalloc, t.nev,
-         (double)t.peak_requested / (double)MiB);
-  printf("  live blocks at their peak: %.1f MiB = %.3fx the bytes asked for (size classes)\n",
-         (double)live_default / (double)MiB, (double)live_default / (double)t.peak_requested);
-  printf("  from an empty pool: hit rate %.1f%%, peak reserved (live + idle) %.1f MiB = %.2fx peak requested\n",
-         100 * hit_default, (double)peak_default / (double)MiB, (double)peak_default / (double)t.peak_requested);
-  printf("  pool capped at %.1f MiB: hit rate %.1f%%, peak reserved %.1f MiB = %.2fx (seeds: 90-95%% hits)\n",
-         (double)cap / (double)MiB, 100 * hit_capped, (double)peak_capped / (double)MiB,
-         (double)peak_capped / (double)t.peak_requested);
-  printf("  time per event, warm (median of %d replays; touched: every page of every block written):\n",
-         e->quick ? 1 : 5);
-  print_cols_header(e, cols, ncols);
-  for (int i = 0; i < 2; i++) {
-    bp_row *r = i ? rc : rt;
-    print_cols(r, cols, ncols);
-    if (r->ns[COL_POOL] > 0 && best_of_glibc_mimalloc(r->ns) > 0) {
-      add_extra(r, "ratio_to_best", r->ns[COL_POOL] / best_of_glibc_mimalloc(r->ns));
-      printf("   %.2fx the best of glibc/mimalloc", r->ns[COL_POOL] / best_of_glibc_mimalloc(r->ns));
-    }
-    printf("\n");
-  }
-out:
+  else
+    trace_rows(e, rep, path, &t, slots, &p);
   free(slots);
   free(t.ev);
 }
 
 /* ------------------------------------------------------------------------ */
-/* Output                                                                    */
+/* The run                                                                   */
 
-static void json_string(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; *s; s++) {
-    if (*s == '"' || *s == '\\')
-      fprintf(f, "\\%c", *s);
-    else if ((unsigned char)*s < 0x20)
-      fprintf(f, "\\u%04x", (unsigned char)*s);
-    else
-      fputc(*s, f);
+/* The default trace (see the comment at the top) into out. No path of the
+ * source tree is built in: an installed or moved program finds its own. */
+static void default_trace(char *out, size_t cap) {
+  static const char *const beside[] = {UM_BENCH_TRACE_INSTALLED, UM_BENCH_TRACE_BUILT};
+  const char *env = getenv("UNIMEM_TRACE_DIR");
+  char exe[4096];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (env != NULL && env[0] != '\0') {
+    snprintf(out, cap, "%s/%s", env, TRACE_FILE);
+    return;
   }
-  fputc('"', f);
+  exe[n > 0 ? n : 0] = '\0';
+  if (strrchr(exe, '/') != NULL)
+    *strrchr(exe, '/') = '\0';
+  for (size_t i = 0; i < sizeof(beside) / sizeof(beside[0]); i++) {
+    char *found;
+    if (snprintf(out, cap, "%s/%s/%s", exe, beside[i], TRACE_FILE) >= (int)cap || access(out, R_OK) != 0 ||
+        (found = realpath(out, NULL)) == NULL)
+      continue;
+    snprintf(out, cap, "%s", found);
+    free(found);
+    return;
+  }
+  /* Where an installed program would find it: the message names it. */
+  if (snprintf(out, cap, "%s/%s/%s", exe, beside[0], TRACE_FILE) >= (int)cap)
+    snprintf(out, cap, "%s", TRACE_FILE);
 }
 
-static int write_json(const bp_env *e, const bp_report *rep, const char *path) {
-  FILE *f = fopen(path, "w");
-  if (f == NULL) {
-    fprintf(stderr, "bench pool: cannot write %s\n", path);
-    return 1;
-  }
-  fprintf(f, "{\"bench\":\"pool\",\"quick\":%s,\"device\":", e->quick ? "true" : "false");
-  json_string(f, e->machine);
-  fprintf(f, ",\"cpus\":%d,\"thp\":", e->ncores);
-  json_string(f, e->thp);
-  fprintf(f, ",\"rounds\":%d,\"allocators\":{", e->rounds);
-  for (int c = COL_GLIBC; c < NCOLS; c++) {
-    fprintf(f, "%s\"%s\":", c == COL_GLIBC ? "" : ",", col_title[c]);
-    json_string(f, col_present(e, c) ? "loaded" : e->status[c]);
-  }
-  fprintf(f, "},\"rows\":[");
-  for (int i = 0; i < rep->nrows; i++) {
-    const bp_row *r = &rep->rows[i];
-    fprintf(f, "%s\n{\"table\":\"%s\",\"name\":", i ? "," : "", r->table);
-    json_string(f, r->name);
-    fprintf(f, ",\"bytes\":%zu", r->bytes);
-    for (int c = 0; c < NCOLS; c++)
-      if (r->ns[c] >= 0)
-        fprintf(f, ",\"%s\":%.1f", col_key[c], r->ns[c]);
-    for (int k = 0; k < r->nextra; k++)
-      fprintf(f, ",\"%s\":%.6g", r->extra_key[k], r->extra[k]);
-    fprintf(f, "}");
-  }
-  fprintf(f, "\n]}\n");
-  return fclose(f) == 0 ? 0 : 1;
-}
-
-static void usage(const char *argv0) {
-  fprintf(stderr, "usage: %s [--quick] [--json FILE] [--trace FILE] [--make-trace FILE]\n", argv0);
-}
-
-int um_bench_pool_main(int argc, char **argv) {
-  const char *json = NULL, *trace = UM_BENCH_TRACE_DIR "/mixed.txt";
-  bp_env *e;
-  bp_report *rep;
+/* Two managers of the host CPU: pooled, with huge pages as the options
+ * say, and one without huge pages (the unpooled first-touch column). */
+static int open_managers(bp_env *e) {
   um_options o;
-  int quick = 0, rc = 0;
-  double t_start = bench_now_ns();
-
-  for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--quick")) {
-      quick = 1;
-    } else if (!strcmp(argv[i], "--json") && i + 1 < argc) {
-      json = argv[++i];
-    } else if (!strcmp(argv[i], "--trace") && i + 1 < argc) {
-      trace = argv[++i];
-    } else if (!strcmp(argv[i], "--make-trace") && i + 1 < argc) {
-      return make_trace(argv[i + 1]);
-    } else {
-      usage(argv[0]);
-      return 2;
-    }
-  }
-  reexec_for_static_tls(json);
-
-  e = calloc(1, sizeof(*e));
-  rep = calloc(1, sizeof(*rep));
-  if (e == NULL || rep == NULL) {
-    free(e);
-    free(rep);
-    return 1;
-  }
-  e->quick = quick;
-  e->rounds = quick ? 3 : 11;
-  e->sample_ns = quick ? 0.5e6 : 2e6;
-  describe_machine(e);
-  load_allocators(e);
-
   um_options_init(&o);
   snprintf(o.backends, sizeof(o.backends), "cpu");
   o.enable_pooling = 1;
   o.trim_interval_ms = 0; /* no timer thread waking in the middle */
   if (um_manager_create(&o, &e->m) != UM_OK) {
     fprintf(stderr, "bench pool: %s\n", um_last_error());
-    free(e);
-    free(rep);
     return 1;
   }
   e->cpu = um_device_get(e->m, 0);
@@ -1061,28 +1010,39 @@ int um_bench_pool_main(int argc, char **argv) {
   if (um_manager_create(&o, &e->m_nohuge) != UM_OK) {
     fprintf(stderr, "bench pool: %s\n", um_last_error());
     um_manager_destroy(e->m);
-    free(e);
-    free(rep);
     return 1;
   }
   e->cpu_nohuge = um_device_get(e->m_nohuge, 0);
+  return 0;
+}
 
-  printf("unimem pool benchmark%s: %s, %d CPUs, transparent huge pages: %s\n", quick ? " (quick)" : "",
+static void record_run(const bp_env *e, bench_report *rep) {
+  bench_set_bool(&rep->facts, "quick", e->quick);
+  bench_set_text(&rep->facts, "device", e->machine);
+  bench_set(&rep->facts, "cpus", e->ncores);
+  bench_set_text(&rep->facts, "thp", e->thp);
+  bench_set(&rep->facts, "rounds", e->rounds);
+  for (int c = COL_GLIBC; c < NCOLS; c++)
+    bench_set_text_in(&rep->facts, "allocators", col_title[c], col_present(e, c) ? "loaded" : e->status[c]);
+}
+
+static void print_run(const bp_env *e) {
+  printf("unimem pool benchmark%s: %s, %d CPUs, transparent huge pages: %s\n", e->quick ? " (quick)" : "",
          e->machine, e->ncores, e->thp);
   printf("glibc malloc/free (this process); jemalloc: %s; mimalloc: %s\n",
          col_present(e, COL_JEMALLOC) ? "libjemalloc.so.2 malloc/free" : e->status[COL_JEMALLOC],
          col_present(e, COL_MIMALLOC) ? "libmimalloc.so.2 mi_malloc/mi_free" : e->status[COL_MIMALLOC]);
   printf("medians of %d rounds; the columns run in turn within each round\n", e->rounds);
   fflush(stdout);
+}
 
-  /* Warm up (CPU clock, page tables, lazy binding) before the first row. */
-  {
-    double t0 = bench_now_ns();
-    while (bench_now_ns() - t0 < (quick ? 20e6 : 200e6))
-      for (int c = COL_POOL; c < NCOLS; c++)
-        if (col_present(e, c) && c != COL_UNPOOLED_NOHUGE)
-          run_op(e, c, 1 * KiB, 1000, false);
-  }
+/* Every table, after a warm-up (CPU clock, page tables, lazy binding). */
+static void run_tables(bp_env *e, bench_report *rep, const char *trace) {
+  double t0 = bench_now_ns();
+  while (bench_now_ns() - t0 < (e->quick ? 20e6 : 200e6))
+    for (int c = COL_POOL; c < NCOLS; c++)
+      if (col_present(e, c) && c != COL_UNPOOLED_NOHUGE)
+        run_op(e, c, 1 * KiB, 1000, false);
   hit_table(e, rep);
   fflush(stdout);
   touch_table(e, rep);
@@ -1092,19 +1052,58 @@ int um_bench_pool_main(int argc, char **argv) {
   threads_table(e, rep);
   fflush(stdout);
   trace_table(e, rep, trace);
-  printf("\n(%.1f s)\n", (bench_now_ns() - t_start) / 1e9);
+}
 
-  if (json != NULL && write_json(e, rep, json) != 0)
-    rc = 1;
-  if (e->failed)
-    rc = 1;
+static void usage(const char *argv0) {
+  fprintf(stderr, "usage: %s [--quick] [--json FILE] [--trace FILE] [--make-trace FILE]\n", argv0);
+}
+
+int um_bench_pool_main(int argc, char **argv, bench_report *rep) {
+  const char *trace = NULL;
+  char found[4096];
+  bp_env *e;
+  int quick = 0, rc;
+  double t_start = bench_now_ns();
+
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--quick")) {
+      quick = 1;
+    } else if (!strcmp(argv[i], "--trace") && i + 1 < argc) {
+      trace = argv[++i];
+    } else if (!strcmp(argv[i], "--make-trace") && i + 1 < argc) {
+      return make_trace(argv[i + 1]);
+    } else {
+      usage(argv[0]);
+      return 2;
+    }
+  }
+  reexec_for_static_tls();
+  if (trace == NULL) {
+    default_trace(found, sizeof(found));
+    trace = found;
+  }
+  if ((e = calloc(1, sizeof(*e))) == NULL)
+    return 1;
+  e->quick = quick;
+  e->rounds = quick ? 3 : 11;
+  e->sample_ns = quick ? 0.5e6 : 2e6;
+  describe_machine(e);
+  load_allocators(e);
+  if (open_managers(e) != 0) {
+    free(e);
+    return 1;
+  }
+  record_run(e, rep);
+  print_run(e);
+  run_tables(e, rep, trace);
+  printf("\n(%.1f s)\n", (bench_now_ns() - t_start) / 1e9);
+  rc = e->failed ? 1 : 0;
   um_manager_destroy(e->m_nohuge);
   um_manager_destroy(e->m);
-  free(rep);
   free(e);
   return rc;
 }
 
 #ifndef UM_BENCH_NO_MAIN
-int main(int argc, char **argv) { return um_bench_pool_main(argc, argv); }
+int main(int argc, char **argv) { return bench_program_main(argc, argv, "pool", um_bench_pool_main); }
 #endif

@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "bench_util.h"
+#include "report.h"
 #include "unimem.h"
 
 #define MiB ((size_t)1 << 20)
@@ -40,7 +41,6 @@
 
 typedef struct bs_config {
   int quick;
-  const char *json;
   const char *dir;
   size_t file_bytes;
   uint64_t limit_bytes;
@@ -49,11 +49,6 @@ typedef struct bs_config {
   int reps;
   int device;  /* -1: first non-host device, else the host */
 } bs_config;
-
-typedef struct bs_row {
-  size_t chunk;
-  double unimem_ns, naive_ns; /* median time to process the whole file */
-} bs_row;
 
 typedef struct bs_state {
   um_manager *m;
@@ -224,9 +219,7 @@ static int parse_args(int argc, char **argv, bs_config *c) {
     }
     if (next == NULL)
       goto bad;
-    if (!strcmp(a, "--json")) {
-      c->json = next;
-    } else if (!strcmp(a, "--dir")) {
+    if (!strcmp(a, "--dir")) {
       c->dir = next;
     } else if (!strcmp(a, "--file-mib")) {
       if (parse_size_mib(next, &c->file_bytes) != 0)
@@ -266,57 +259,162 @@ static int parse_args(int argc, char **argv, bs_config *c) {
   return 0;
 }
 
-static void mib_text(uint64_t bytes, char *out, size_t cap) {
-  if (bytes % MiB == 0)
-    snprintf(out, cap, "%llu MiB", (unsigned long long)(bytes / MiB));
-  else
-    snprintf(out, cap, "%.1f MiB", (double)bytes / (double)MiB);
-}
-
 static um_device *pick_device(um_manager *m, int want) {
   if (want >= 0)
     return um_device_get(m, want);
   return um_device_count(m) > 1 ? um_device_get(m, 1) : um_device_get(m, 0);
 }
 
-static int write_json(const bs_config *c, const um_device_info *info, const bs_row *rows, int nrows,
-                      uint64_t peak) {
-  FILE *f = fopen(c->json, "w");
-  if (f == NULL) {
-    fprintf(stderr, "bench stream: cannot write %s: %s\n", c->json, strerror(errno));
+/* The manager, with the device's memory capped, and the device: 0, or the
+ * exit status. */
+static int open_device(const bs_config *c, bs_state *s, um_device_info *info) {
+  um_options o;
+  int st;
+  um_options_init(&o);
+  o.device_limit_bytes = c->limit_bytes;
+  if ((st = um_manager_create(&o, &s->m)) != UM_OK) {
+    fprintf(stderr, "bench stream: cannot create a manager: %s (%s)\n", um_strerror(st), um_last_error());
     return 1;
   }
-  fprintf(f,
-          "{\"bench\":\"stream\",\"quick\":%s,\"device\":\"%s\",\"backend\":\"%s\","
-          "\"file_bytes\":%zu,\"limit_bytes\":%llu,\"limit_applies\":%s,\"runs\":%d,"
-          "\"peak_device_bytes\":%llu,\"rows\":[",
-          c->quick ? "true" : "false", info->name, info->backend, c->file_bytes,
-          (unsigned long long)c->limit_bytes, info->index > 0 ? "true" : "false", c->reps,
-          (unsigned long long)peak);
-  for (int i = 0; i < nrows; i++) {
-    char chunk[32];
-    mib_text(rows[i].chunk, chunk, sizeof(chunk));
-    fprintf(f,
-            "%s\n{\"table\":\"stream\",\"name\":\"%s chunks\",\"bytes\":%zu,\"chunk_bytes\":%zu,"
-            "\"unimem_ns\":%.0f,\"naive_ns\":%.0f,\"unimem_gbps\":%.3f,\"naive_gbps\":%.3f,"
-            "\"speedup\":%.3f}",
-            i ? "," : "", chunk, c->file_bytes, rows[i].chunk, rows[i].unimem_ns, rows[i].naive_ns,
-            (double)c->file_bytes / rows[i].unimem_ns, (double)c->file_bytes / rows[i].naive_ns,
-            rows[i].naive_ns / rows[i].unimem_ns);
+  if ((s->dev = pick_device(s->m, c->device)) == NULL) {
+    fprintf(stderr, "bench stream: no device %d\n", c->device);
+    return 2;
   }
-  fprintf(f, "\n]}\n");
-  return fclose(f) == 0 ? 0 : 1;
+  um_device_info_get(s->dev, info);
+  for (int i = 0; i < c->nchunks; i++) {
+    if (info->index > 0 && 2 * (uint64_t)c->chunks[i] > c->limit_bytes) {
+      fprintf(stderr, "bench stream: two %zu MiB chunks do not fit a %llu MiB device\n", c->chunks[i] / MiB,
+              (unsigned long long)(c->limit_bytes / MiB));
+      return 2;
+    }
+  }
+  return 0;
 }
 
-int um_bench_stream_main(int argc, char **argv) {
+/* The file, in a new directory of TMPDIR (or --dir), and the checksum
+ * every run must find: 0, or 1. */
+static int make_file(const bs_config *c, const bs_state *s, char *dir, size_t dcap, char *path, size_t pcap,
+                     uint64_t *expect) {
+  const char *tmp = c->dir ? c->dir : getenv("TMPDIR");
+  snprintf(dir, dcap, "%s/unimem-bench-stream-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  if (mkdtemp(dir) == NULL) {
+    fprintf(stderr, "bench stream: cannot make a directory in %s: %s\n", tmp && *tmp ? tmp : "/tmp",
+            strerror(errno));
+    return 1;
+  }
+  snprintf(path, pcap, "%s/stream.bin", dir);
+  if (s->tty) {
+    fprintf(stderr, "\r\033[K[0/%d] stream writing a %zu MiB file", s->steps, c->file_bytes / MiB);
+    fflush(stderr);
+  }
+  if (write_file(path, c->file_bytes, expect) != 0) {
+    fprintf(stderr, "bench stream: cannot write %s: %s\n", path, strerror(errno));
+    unlink(path);
+    rmdir(dir);
+    return 1;
+  }
+  return 0;
+}
+
+/* One run of one side, checked against the file's checksum: 0, or 1 with
+ * a message. */
+static int run_side(const bs_config *c, bs_state *s, const char *path, size_t chunk, int naive, uint64_t expect,
+                    double *ns) {
+  char what[64], text[32];
+  int rc;
+  bench_size_text(text, sizeof(text), chunk);
+  snprintf(what, sizeof(what), "%s %s", text, naive ? "read+copy" : "um_stream");
+  s->what = what;
+  s->step++;
+  rc = naive ? run_naive(s, path, c->file_bytes, chunk, ns) : run_unimem(s, path, chunk, ns);
+  if (rc == UM_OK && s->checksum == expect)
+    return 0;
+  fprintf(stderr, "\nbench stream: %s with %s chunks: %s%s\n", naive ? "read+copy" : "um_stream", text,
+          rc != UM_OK ? um_strerror(rc) : "checksum mismatch", rc != UM_OK && !naive ? um_last_error() : "");
+  return 1;
+}
+
+/* Both sides with chunks of chunk bytes, runs alternating; the medians go
+ * into a row of the report. Run 0 of each side warms the pool, the page
+ * cache and the driver. 0, or 1 on a failure. */
+static int measure_chunk(const bs_config *c, bs_state *s, const char *path, size_t chunk, uint64_t expect,
+                         bench_report *rep) {
+  double t_um[BS_MAX_REPS], t_naive[BS_MAX_REPS], ns, um_ns, naive_ns, file = (double)c->file_bytes;
+  char name[48], text[32];
+  bench_row *row;
+  for (int r = 0; r <= c->reps; r++) {
+    if (run_side(c, s, path, chunk, 0, expect, &ns) != 0)
+      return 1;
+    if (r > 0)
+      t_um[r - 1] = ns;
+    if (run_side(c, s, path, chunk, 1, expect, &ns) != 0)
+      return 1;
+    if (r > 0)
+      t_naive[r - 1] = ns;
+  }
+  um_ns = bench_median(t_um, c->reps);
+  naive_ns = bench_median(t_naive, c->reps);
+  bench_size_text(text, sizeof(text), chunk);
+  snprintf(name, sizeof(name), "%s chunks", text);
+  row = bench_add_row(rep, "stream", name);
+  bench_set(row, "bytes", file);
+  bench_set(row, "chunk_bytes", (double)chunk);
+  bench_set(row, "unimem_ns", um_ns);
+  bench_set(row, "naive_ns", naive_ns);
+  bench_set(row, "unimem_gbps", file / um_ns);
+  bench_set(row, "naive_gbps", file / naive_ns);
+  bench_set(row, "speedup", naive_ns / um_ns);
+  return 0;
+}
+
+static void print_results(const bs_config *c, const um_device_info *info, const bench_report *rep, uint64_t peak) {
+  char text[32], limit[32];
+  bench_size_text(limit, sizeof(limit), c->limit_bytes);
+  printf("unimem bench stream%s: a %zu MiB file through device %d \"%s\" (%s)\n", c->quick ? " --quick" : "",
+         c->file_bytes / MiB, info->index, info->name, info->backend);
+  if (info->index > 0)
+    printf("device memory capped at %s (device_limit_bytes): the file is %.0fx the device\n", limit,
+           (double)c->file_bytes / (double)c->limit_bytes);
+  else
+    printf("no device but the host CPU: device_limit_bytes does not apply; this measures the overlap only\n");
+  printf("per chunk: bring it to the device, then checksum it through um_map; median of %d runs;\n"
+         "GB/s = 1e9 bytes/s; speedup = read+copy time / um_stream time\n\n",
+         c->reps);
+  printf("%-10s %12s %10s %16s %10s %8s\n", "chunk", "um_stream", "GB/s", "read+copy loop", "GB/s", "speedup");
+  for (int k = 0; k < rep->nrows; k++) {
+    const bench_row *r = &rep->rows[k];
+    bench_size_text(text, sizeof(text), (size_t)bench_get(r, "chunk_bytes"));
+    printf("%-10s %10.1f ms %10.2f %13.1f ms %10.2f %7.2fx\n", text, bench_get(r, "unimem_ns") / 1e6,
+           bench_get(r, "unimem_gbps"), bench_get(r, "naive_ns") / 1e6, bench_get(r, "naive_gbps"),
+           bench_get(r, "speedup"));
+  }
+  bench_size_text(text, sizeof(text), peak);
+  if (info->index > 0)
+    printf("\npeak device memory in use: %s of the %s limit; every run's checksum matched the file's\n", text,
+           limit);
+  else
+    printf("\npeak bytes in use on device 0: %s (the mapped file is a buffer of device 0 too); every run's\n"
+           "checksum matched the file's\n",
+           text);
+}
+
+static void record_run(const bs_config *c, const um_device_info *info, uint64_t peak, bench_report *rep) {
+  bench_set_bool(&rep->facts, "quick", c->quick);
+  bench_set_text(&rep->facts, "device", info->name);
+  bench_set_text(&rep->facts, "backend", info->backend);
+  bench_set(&rep->facts, "file_bytes", (double)c->file_bytes);
+  bench_set(&rep->facts, "limit_bytes", (double)c->limit_bytes);
+  bench_set_bool(&rep->facts, "limit_applies", info->index > 0);
+  bench_set(&rep->facts, "runs", c->reps);
+  bench_set(&rep->facts, "peak_device_bytes", (double)peak);
+}
+
+int um_bench_stream_main(int argc, char **argv, bench_report *rep) {
   bs_config c;
   bs_state s;
-  bs_row rows[BS_MAX_CHUNKS];
-  um_options o;
   um_device_info info;
   um_stats stats;
-  char dir[512], path[600], text[32], limit_text[32];
-  const char *tmp;
+  char dir[512], path[600];
   uint64_t expect = 0;
   int rc, failed = 0;
 
@@ -324,121 +422,22 @@ int um_bench_stream_main(int argc, char **argv) {
     return rc == 1 ? 0 : rc;
   memset(&s, 0, sizeof(s));
   s.tty = isatty(STDERR_FILENO);
-  um_options_init(&o);
-  o.device_limit_bytes = c.limit_bytes;
-  if ((rc = um_manager_create(&o, &s.m)) != UM_OK) {
-    fprintf(stderr, "bench stream: cannot create a manager: %s (%s)\n", um_strerror(rc), um_last_error());
-    return 1;
-  }
-  s.dev = pick_device(s.m, c.device);
-  if (s.dev == NULL) {
-    fprintf(stderr, "bench stream: no device %d\n", c.device);
-    um_manager_destroy(s.m);
-    return 2;
-  }
-  um_device_info_get(s.dev, &info);
-  for (int i = 0; i < c.nchunks; i++) {
-    if (info.index > 0 && 2 * (uint64_t)c.chunks[i] > c.limit_bytes) {
-      fprintf(stderr, "bench stream: two %zu MiB chunks do not fit a %llu MiB device\n", c.chunks[i] / MiB,
-              (unsigned long long)(c.limit_bytes / MiB));
-      um_manager_destroy(s.m);
-      return 2;
-    }
-  }
-
-  tmp = c.dir ? c.dir : getenv("TMPDIR");
-  snprintf(dir, sizeof(dir), "%s/unimem-bench-stream-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-  if (mkdtemp(dir) == NULL) {
-    fprintf(stderr, "bench stream: cannot make a directory in %s: %s\n", tmp && *tmp ? tmp : "/tmp",
-            strerror(errno));
-    um_manager_destroy(s.m);
-    return 1;
-  }
-  snprintf(path, sizeof(path), "%s/stream.bin", dir);
-  if (s.tty) {
-    fprintf(stderr, "\r\033[K[0/%d] stream writing a %zu MiB file", c.nchunks * (2 * c.reps + 2), c.file_bytes / MiB);
-    fflush(stderr);
-  }
-  if (write_file(path, c.file_bytes, &expect) != 0) {
-    fprintf(stderr, "bench stream: cannot write %s: %s\n", path, strerror(errno));
-    unlink(path);
-    rmdir(dir);
-    um_manager_destroy(s.m);
-    return 1;
-  }
-
   s.steps = c.nchunks * (2 * c.reps + 2);
-  for (int k = 0; k < c.nchunks && !failed; k++) {
-    double t_um[BS_MAX_REPS], t_naive[BS_MAX_REPS], ns;
-    mib_text(c.chunks[k], text, sizeof(text));
-    /* Run 0 of each side warms the pool, the page cache and the driver. */
-    for (int r = 0; r <= c.reps && !failed; r++) {
-      char what[64];
-      snprintf(what, sizeof(what), "%s um_stream", text);
-      s.what = what;
-      s.step++;
-      rc = run_unimem(&s, path, c.chunks[k], &ns);
-      if (rc != UM_OK || s.checksum != expect) {
-        fprintf(stderr, "\nbench stream: um_stream with %s chunks: %s%s\n", text,
-                rc != UM_OK ? um_strerror(rc) : "checksum mismatch", rc != UM_OK ? um_last_error() : "");
-        failed = 1;
-        break;
-      }
-      if (r > 0)
-        t_um[r - 1] = ns;
-      snprintf(what, sizeof(what), "%s read+copy", text);
-      s.step++;
-      rc = run_naive(&s, path, c.file_bytes, c.chunks[k], &ns);
-      if (rc != UM_OK || s.checksum != expect) {
-        fprintf(stderr, "\nbench stream: read+copy with %s chunks: %s\n", text,
-                rc != UM_OK ? um_strerror(rc) : "checksum mismatch");
-        failed = 1;
-        break;
-      }
-      if (r > 0)
-        t_naive[r - 1] = ns;
-    }
-    if (!failed) {
-      rows[k].chunk = c.chunks[k];
-      rows[k].unimem_ns = bench_median(t_um, c.reps);
-      rows[k].naive_ns = bench_median(t_naive, c.reps);
-    }
+  if ((rc = open_device(&c, &s, &info)) != 0 || (rc = make_file(&c, &s, dir, sizeof(dir), path, sizeof(path), &expect)) != 0) {
+    if (s.m != NULL)
+      um_manager_destroy(s.m);
+    return rc;
   }
+  for (int k = 0; k < c.nchunks && !failed; k++)
+    failed = measure_chunk(&c, &s, path, c.chunks[k], expect, rep);
   if (s.tty)
     fprintf(stderr, "\r\033[K");
   um_stats_get(s.m, s.dev, &stats);
   unlink(path);
   rmdir(dir);
-
   if (!failed) {
-    mib_text(c.limit_bytes, limit_text, sizeof(limit_text));
-    printf("unimem bench stream%s: a %zu MiB file through device %d \"%s\" (%s)\n", c.quick ? " --quick" : "",
-           c.file_bytes / MiB, info.index, info.name, info.backend);
-    if (info.index > 0)
-      printf("device memory capped at %s (device_limit_bytes): the file is %.0fx the device\n", limit_text,
-             (double)c.file_bytes / (double)c.limit_bytes);
-    else
-      printf("no device but the host CPU: device_limit_bytes does not apply; this measures the overlap only\n");
-    printf("per chunk: bring it to the device, then checksum it through um_map; median of %d runs;\n"
-           "GB/s = 1e9 bytes/s; speedup = read+copy time / um_stream time\n\n",
-           c.reps);
-    printf("%-10s %12s %10s %16s %10s %8s\n", "chunk", "um_stream", "GB/s", "read+copy loop", "GB/s", "speedup");
-    for (int k = 0; k < c.nchunks; k++) {
-      mib_text(rows[k].chunk, text, sizeof(text));
-      printf("%-10s %10.1f ms %10.2f %13.1f ms %10.2f %7.2fx\n", text, rows[k].unimem_ns / 1e6,
-             (double)c.file_bytes / rows[k].unimem_ns, rows[k].naive_ns / 1e6,
-             (double)c.file_bytes / rows[k].naive_ns, rows[k].naive_ns / rows[k].unimem_ns);
-    }
-    mib_text(stats.peak_bytes_in_use, text, sizeof(text));
-    if (info.index > 0)
-      printf("\npeak device memory in use: %s of the %s limit; every run's checksum matched the file's\n", text,
-             limit_text);
-    else
-      printf("\npeak bytes in use on device 0: %s (the mapped file is a buffer of device 0 too); every run's\n"
-             "checksum matched the file's\n",
-             text);
-    if (c.json != NULL && write_json(&c, &info, rows, c.nchunks, stats.peak_bytes_in_use) != 0)
-      failed = 1;
+    print_results(&c, &info, rep, stats.peak_bytes_in_use);
+    record_run(&c, &info, stats.peak_bytes_in_use, rep);
   }
   rc = um_manager_destroy(s.m);
   if (rc != UM_OK) {
@@ -449,5 +448,5 @@ int um_bench_stream_main(int argc, char **argv) {
 }
 
 #ifndef UM_BENCH_NO_MAIN
-int main(int argc, char **argv) { return um_bench_stream_main(argc, argv); }
+int main(int argc, char **argv) { return bench_program_main(argc, argv, "stream", um_bench_stream_main); }
 #endif

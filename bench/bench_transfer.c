@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include "bench_util.h"
+#include "report.h"
 #include "unimem.h"
 
 #if defined(__has_include)
@@ -376,45 +377,28 @@ static bt_side raw_side(raw_case *rc) { return (bt_side){.run = run_raw, .ctx = 
 /* ------------------------------------------------------------------------ */
 /* Results                                                                   */
 
-typedef struct bt_row {
-  const char *table; /* "host<->device", "device<->device", ... */
-  char name[64];
-  size_t bytes;      /* bytes per operation */
-  char strategy[40];
-  double um_ns, raw_ns, memcpy_ns; /* per operation; < 0: not measured */
-} bt_row;
-
-#define BT_MAX_ROWS 64
-
+/* A run: the report its rows go to (table, name, bytes, strategy, then
+ * unimem_ns, raw_ns, memcpy_ns per operation where measured). */
 typedef struct bt_run {
-  bt_row rows[BT_MAX_ROWS];
-  int nrows;
+  bench_report *rep;
   int quick;
   char device[128];
   char raw_status[160];
   int failed;
 } bt_run;
 
-static bt_row *add_row(bt_run *run, const char *table, const char *name, size_t bytes) {
-  bt_row *row;
-  if (run->nrows == BT_MAX_ROWS)
-    return NULL;
-  row = &run->rows[run->nrows++];
-  memset(row, 0, sizeof(*row));
-  row->table = table;
-  snprintf(row->name, sizeof(row->name), "%s", name);
-  row->bytes = bytes;
-  row->um_ns = row->raw_ns = row->memcpy_ns = -1;
+static bench_row *add_row(bt_run *run, const char *table, const char *name, size_t bytes) {
+  bench_row *row = bench_add_row(run->rep, table, name);
+  bench_set(row, "bytes", (double)bytes);
   return row;
 }
 
-static void size_text(size_t bytes, char *out, size_t cap) {
-  if (bytes >= MiB && bytes % MiB == 0)
-    snprintf(out, cap, "%zu MiB", bytes / MiB);
-  else if (bytes >= KiB && bytes % KiB == 0)
-    snprintf(out, cap, "%zu KiB", bytes / KiB);
-  else
-    snprintf(out, cap, "%zu B", bytes);
+/* A row of n bytes per operation named "WHAT SIZE" and the suffix. */
+static bench_row *sized_row(bt_run *run, const char *table, const char *what, size_t n, const char *suffix) {
+  char name[64], sz[24];
+  bench_size_text(sz, sizeof(sz), n);
+  snprintf(name, sizeof(name), "%s %s%s", what, sz, suffix);
+  return add_row(run, table, name, n);
 }
 
 /* Time per operation as the most readable figure: latency for small
@@ -452,9 +436,10 @@ static void strategy_text(const um_stats *a, const um_stats *b, char *out, size_
 /* Measure a row: the unimem case u against the raw case, or against memcpy
  * of the same size where there is no raw case; the strategy is read from
  * the strategy counters that moved. */
-static void measure_row(bt_run *run, bt_row *row, bt_case *u, bt_side raw, bt_case *mc, bt_plan plan) {
+static void measure_row(bt_run *run, bench_row *row, bt_case *u, bt_side raw, bt_case *mc, bt_plan plan) {
   bt_side us = {run_unimem, u}, ms = {mc ? run_unimem : NULL, mc};
-  double out[2], unused[2];
+  double out[2], memcpy_ns[2];
+  char strategy[40];
   um_stats a, b;
   if (row == NULL)
     return;
@@ -462,18 +447,20 @@ static void measure_row(bt_run *run, bt_row *row, bt_case *u, bt_side raw, bt_ca
   if (raw.run != NULL) {
     /* unimem against the raw call; memcpy alone afterwards */
     measure_pair(us, raw, plan, out);
-    row->raw_ns = out[1];
-    measure_pair(ms, (bt_side){NULL, NULL}, plan, unused);
-    row->memcpy_ns = unused[0];
+    measure_pair(ms, (bt_side){NULL, NULL}, plan, memcpy_ns);
   } else {
     measure_pair(us, ms, plan, out);
-    row->memcpy_ns = out[1];
+    memcpy_ns[0] = out[1];
+    out[1] = -1;
   }
   um_stats_get(u->m, NULL, &b);
-  row->um_ns = out[0];
-  if (row->um_ns < 0)
+  if (out[0] < 0)
     run->failed = 1;
-  strategy_text(&a, &b, row->strategy, sizeof(row->strategy));
+  strategy_text(&a, &b, strategy, sizeof(strategy));
+  bench_set_text(row, "strategy", strategy);
+  bench_set(row, "unimem_ns", out[0]);
+  bench_set(row, "raw_ns", out[1]);
+  bench_set(row, "memcpy_ns", memcpy_ns[0]);
 }
 
 static bt_case memcpy_case(char *dst, const char *src, size_t dst_off, size_t src_off, size_t bytes) {
@@ -528,20 +515,17 @@ typedef struct bt_env {
  * same device (raw: a mapped CL_MEM_ALLOC_HOST_PTR buffer). */
 static void host_device_row(bt_run *run, bt_env *e, um_manager *m, um_device *d, const char *label, int to_device,
                             int pinned, size_t n) {
-  char name[64], sz[24];
+  static const char *const what[2][2] = {{"D2H pageable", "D2H pinned"}, {"H2D pageable", "H2D pinned"}};
   bt_plan plan = plan_for(run, n);
   um_buffer *dev = NULL, *pin = NULL;
   bt_case c, mc;
   bt_side raw = no_side;
-  bt_row *row;
-  size_text(n, sz, sizeof(sz));
-  snprintf(name, sizeof(name), "%s %s %s%s", to_device ? "H2D" : "D2H", pinned ? "pinned" : "pageable", sz, label);
-  row = add_row(run, "host<->device", name, n);
+  bench_row *row = sized_row(run, "host<->device", what[to_device][pinned], n, label);
   if (row == NULL)
     return;
   if (um_alloc(m, d, n, UM_DEVICE, UM_ALLOC_ZERO, &dev) != UM_OK ||
       (pinned && um_alloc(m, d, n, UM_PINNED, UM_ALLOC_ZERO, &pin) != UM_OK)) {
-    fprintf(stderr, "bench transfer: cannot allocate %s: %s\n", name, um_last_error());
+    fprintf(stderr, "bench transfer: cannot allocate %s: %s\n", bench_get_text(row, "name"), um_last_error());
     run->failed = 1;
     if (dev)
       um_release(dev);
@@ -607,20 +591,16 @@ static void host_device_table(bt_run *run, bt_env *e, const size_t *sizes, int n
 /* A DEVICE to DEVICE row from device a to device b of manager m. */
 static void device_row(bt_run *run, bt_env *e, const char *label, um_manager *m, um_device *a, um_device *b,
                        size_t n, int raw_staged) {
-  char name[64], sz[24];
   bt_plan plan = plan_for(run, n);
   um_buffer *src = NULL, *dst = NULL;
   bt_case c, mc;
   bt_side raw = no_side;
-  bt_row *row;
-  size_text(n, sz, sizeof(sz));
-  snprintf(name, sizeof(name), "%s %s", label, sz);
-  row = add_row(run, "device<->device", name, n);
+  bench_row *row = sized_row(run, "device<->device", label, n, "");
   if (row == NULL)
     return;
   if (um_alloc(m, a, n, UM_DEVICE, UM_ALLOC_ZERO, &src) != UM_OK ||
       um_alloc(m, b, n, UM_DEVICE, UM_ALLOC_ZERO, &dst) != UM_OK) {
-    fprintf(stderr, "bench transfer: cannot allocate %s: %s\n", name, um_last_error());
+    fprintf(stderr, "bench transfer: cannot allocate %s: %s\n", bench_get_text(row, "name"), um_last_error());
     run->failed = 1;
     if (src)
       um_release(src);
@@ -682,7 +662,7 @@ static void batch_table(bt_run *run, bt_env *e) {
   bt_plan plan;
   bt_case c[2];
   bt_side raw[2] = {no_side, no_side};
-  bt_row *rows[2];
+  bench_row *rows[2];
   plan.samples = run->quick ? 5 : 15;
   plan.iters = 1;
   if (ops == NULL || um_alloc(e->m, e->d1, total, UM_DEVICE, UM_ALLOC_ZERO, &dev) != UM_OK) {
@@ -724,97 +704,79 @@ static void batch_table(bt_run *run, bt_env *e) {
   free(ops);
 }
 
+/* A host-to-device row: n bytes from host_a + hoff into a device buffer of
+ * d at offset off, with op (blocking, or with an event); against the raw
+ * write into a buffer of the first OpenCL device where with_raw asks for it
+ * and raw OpenCL is open, and against memcpy. */
+static void h2d_row(bt_run *run, bt_env *e, bench_row *row, um_device *d, bt_op op, size_t n, size_t off,
+                    size_t hoff, int with_raw) {
+  bt_plan plan = plan_for(run, n);
+  um_buffer *dev = NULL;
+  bt_case c, mc;
+  bt_side raw = no_side;
+  if (row == NULL || um_alloc(e->m, d, n + 64, UM_DEVICE, UM_ALLOC_ZERO, &dev) != UM_OK) {
+    run->failed = 1;
+    return;
+  }
+  c = (bt_case){.op = op, .m = e->m, .dst = dev, .dst_off = off, .host = e->host_a + hoff, .bytes = n};
+  mc = memcpy_case(e->host_b, e->host_a, off, hoff, n);
+#ifdef BT_HAVE_CL_HEADER
+  raw_case rc;
+  cl_mem rdev = with_raw && e->have_raw ? raw_device_buffer(&e->raw, 0, n + 64) : NULL;
+  if (rdev != NULL) {
+    rc = (raw_case){.r = &e->raw, .op = op, .dst = rdev, .dst_off = off, .host = e->host_a + hoff, .bytes = n};
+    raw = raw_side(&rc);
+  }
+#else
+  (void)with_raw;
+#endif
+  measure_row(run, row, &c, raw, &mc, plan);
+#ifdef BT_HAVE_CL_HEADER
+  if (rdev)
+    e->raw.clReleaseMemObject(rdev);
+#endif
+  um_release(dev);
+}
+
 /* Host-to-device copies whose host and device offsets are 4 KiB aligned or
  * off by a few bytes. */
 static void alignment_table(bt_run *run, bt_env *e) {
   static const size_t sizes[] = {4 * KiB, 1 * MiB};
-  for (int i = 0; i < 2; i++) {
-    for (int unaligned = 0; unaligned <= 1; unaligned++) {
-      size_t n = sizes[i], off = unaligned ? 3 : 0, hoff = unaligned ? 5 : 0;
-      bt_plan plan = plan_for(run, n);
-      char name[64], sz[24];
-      um_buffer *dev = NULL;
-      bt_case c, mc;
-      bt_side raw = no_side;
-      bt_row *row;
-      size_text(n, sz, sizeof(sz));
-      snprintf(name, sizeof(name), "H2D %s %s", sz, unaligned ? "unaligned (+3/+5)" : "aligned");
-      row = add_row(run, "alignment", name, n);
-      if (row == NULL || um_alloc(e->m, e->d1, n + 64, UM_DEVICE, UM_ALLOC_ZERO, &dev) != UM_OK) {
-        run->failed = 1;
-        return;
-      }
-      memset(&c, 0, sizeof(c));
-      c.op = OP_H2D;
-      c.m = e->m;
-      c.dst = dev;
-      c.dst_off = off;
-      c.host = e->host_a + hoff;
-      c.bytes = n;
-      mc = memcpy_case(e->host_b, e->host_a, off, hoff, n);
-#ifdef BT_HAVE_CL_HEADER
-      raw_case rc;
-      cl_mem rdev = e->have_raw ? raw_device_buffer(&e->raw, 0, n + 64) : NULL;
-      if (rdev != NULL) {
-        rc = (raw_case){.r = &e->raw, .op = OP_H2D, .dst = rdev, .dst_off = off, .host = e->host_a + hoff,
-                        .bytes = n};
-        raw = raw_side(&rc);
-      }
-#endif
-      measure_row(run, row, &c, raw, &mc, plan);
-#ifdef BT_HAVE_CL_HEADER
-      if (rdev)
-        e->raw.clReleaseMemObject(rdev);
-#endif
-      um_release(dev);
-    }
-  }
+  for (int i = 0; i < 2; i++)
+    for (int unaligned = 0; unaligned <= 1; unaligned++)
+      h2d_row(run, e, sized_row(run, "alignment", "H2D", sizes[i], unaligned ? " unaligned (+3/+5)" : " aligned"),
+              e->d1, OP_H2D, sizes[i], unaligned ? 3 : 0, unaligned ? 5 : 0, 1);
 }
 
 /* What unimem adds to one small operation: on the OpenCL device against
  * the raw call, blocking and with an event; on the host CPU device (no
  * driver at all) against memcpy, which leaves only unimem's own work. */
 static void overhead_table(bt_run *run, bt_env *e) {
-  bt_plan plan = plan_for(run, SMALL_BYTES);
+  static const char *const names[] = {"4 KiB H2D blocking", "4 KiB H2D event + wait", "4 KiB host copy (cpu device)",
+                                      "4 KiB host copy (cpu) event + wait"};
   um_device *cpu = um_device_get(e->m, 0);
   for (int k = 0; k < 4; k++) {
-    static const char *const names[] = {"4 KiB H2D blocking", "4 KiB H2D event + wait", "4 KiB host copy (cpu device)",
-                                        "4 KiB host copy (cpu) event + wait"};
     int on_cpu = k >= 2;
-    um_buffer *dev = NULL;
-    bt_case c, mc;
-    bt_side raw = no_side;
-    bt_row *row = add_row(run, "per-operation overhead", names[k], SMALL_BYTES);
-    if (row == NULL || um_alloc(e->m, on_cpu ? cpu : e->d1, SMALL_BYTES, UM_DEVICE, UM_ALLOC_ZERO, &dev) != UM_OK) {
-      run->failed = 1;
-      return;
-    }
-    memset(&c, 0, sizeof(c));
-    c.op = k % 2 ? OP_H2D_ASYNC : OP_H2D;
-    c.m = e->m;
-    c.dst = dev;
-    c.host = e->host_a;
-    c.bytes = SMALL_BYTES;
-    mc = memcpy_case(e->host_b, e->host_a, 0, 0, SMALL_BYTES);
-#ifdef BT_HAVE_CL_HEADER
-    raw_case rc;
-    cl_mem rdev = e->have_raw && !on_cpu ? raw_device_buffer(&e->raw, 0, SMALL_BYTES) : NULL;
-    if (rdev != NULL) {
-      rc = (raw_case){.r = &e->raw, .op = c.op, .dst = rdev, .host = e->host_a, .bytes = SMALL_BYTES};
-      raw = raw_side(&rc);
-    }
-#endif
-    measure_row(run, row, &c, raw, &mc, plan);
-#ifdef BT_HAVE_CL_HEADER
-    if (rdev)
-      e->raw.clReleaseMemObject(rdev);
-#endif
-    um_release(dev);
+    h2d_row(run, e, add_row(run, "per-operation overhead", names[k], SMALL_BYTES), on_cpu ? cpu : e->d1,
+            k % 2 ? OP_H2D_ASYNC : OP_H2D, SMALL_BYTES, 0, 0, !on_cpu);
   }
 }
 
 /* ------------------------------------------------------------------------ */
 /* Output                                                                    */
+
+/* A row's figures, as the tables read them back from the report. */
+typedef struct bt_figures {
+  const char *table, *name, *strategy;
+  size_t bytes;
+  double um_ns, raw_ns, memcpy_ns; /* per operation; < 0: not measured */
+} bt_figures;
+
+static bt_figures figures_of(const bench_row *r) {
+  return (bt_figures){bench_get_text(r, "table"), bench_get_text(r, "name"),       bench_get_text(r, "strategy"),
+                      (size_t)bench_get(r, "bytes"), bench_get(r, "unimem_ns"), bench_get(r, "raw_ns"),
+                      bench_get(r, "memcpy_ns")};
+}
 
 static void print_table(const bt_run *run) {
   const char *table = NULL;
@@ -823,36 +785,52 @@ static void print_table(const bt_run *run) {
   printf("median per operation; GB/s = 1e9 bytes/s; ratio = raw time / unimem time "
          "(1.00 = as fast as the raw call); added = unimem time - raw time (- memcpy time\n"
          "where there is no raw call)\n");
-  for (int i = 0; i < run->nrows; i++) {
-    const bt_row *r = &run->rows[i];
+  for (int i = 0; i < run->rep->nrows; i++) {
+    bt_figures r = figures_of(&run->rep->rows[i]);
     char um[24], raw[24], mc[24], ratio[16], extra[24];
-    if (table == NULL || strcmp(table, r->table) != 0) {
-      table = r->table;
+    if (table == NULL || strcmp(table, r.table) != 0) {
+      table = r.table;
       printf("\n%-32s %-10s %12s %12s %12s %7s %10s\n", table, "strategy", "unimem", "raw OpenCL", "memcpy",
              "ratio", "added");
     }
-    figure_text(r->um_ns, r->bytes, um, sizeof(um));
-    figure_text(r->raw_ns, r->bytes, raw, sizeof(raw));
-    figure_text(r->memcpy_ns, r->bytes, mc, sizeof(mc));
-    if (r->um_ns > 0 && r->raw_ns > 0) {
-      snprintf(ratio, sizeof(ratio), "%.2f", r->raw_ns / r->um_ns);
-      snprintf(extra, sizeof(extra), "%+.2f us", (r->um_ns - r->raw_ns) / 1e3);
-    } else if (r->um_ns > 0 && r->memcpy_ns > 0) {
-      snprintf(ratio, sizeof(ratio), "-");
-      snprintf(extra, sizeof(extra), "%+.2f us", (r->um_ns - r->memcpy_ns) / 1e3);
-    } else {
-      snprintf(ratio, sizeof(ratio), "-");
-      snprintf(extra, sizeof(extra), "-");
+    figure_text(r.um_ns, r.bytes, um, sizeof(um));
+    figure_text(r.raw_ns, r.bytes, raw, sizeof(raw));
+    figure_text(r.memcpy_ns, r.bytes, mc, sizeof(mc));
+    snprintf(ratio, sizeof(ratio), "-");
+    snprintf(extra, sizeof(extra), "-");
+    if (r.um_ns > 0 && r.raw_ns > 0) {
+      snprintf(ratio, sizeof(ratio), "%.2f", r.raw_ns / r.um_ns);
+      snprintf(extra, sizeof(extra), "%+.2f us", (r.um_ns - r.raw_ns) / 1e3);
+    } else if (r.um_ns > 0 && r.memcpy_ns > 0) {
+      snprintf(extra, sizeof(extra), "%+.2f us", (r.um_ns - r.memcpy_ns) / 1e3);
     }
-    printf("%-32s %-10s %12s %12s %12s %7s %10s\n", r->name, r->strategy, um, raw, mc, ratio, extra);
+    printf("%-32s %-10s %12s %12s %12s %7s %10s\n", r.name, r.strategy, um, raw, mc, ratio, extra);
   }
 }
 
-static const bt_row *find_row(const bt_run *run, const char *name) {
-  for (int i = 0; i < run->nrows; i++)
-    if (strcmp(run->rows[i].name, name) == 0)
-      return &run->rows[i];
-  return NULL;
+/* The target of the large rows: >= 90% of the raw call at >= 1 MiB. Rows
+ * whose strategy was forced against unimem's own choice are shown for what
+ * they cost, not held to it. */
+static void print_bandwidth_target(const bt_run *run) {
+  double worst = 1e9;
+  const char *worst_name = "-";
+  int below = 0, total = 0;
+  for (int i = 0; i < run->rep->nrows; i++) {
+    bt_figures r = figures_of(&run->rep->rows[i]);
+    if (r.um_ns <= 0 || r.raw_ns <= 0 || r.bytes < MiB || strcmp(r.table, "batch") == 0 ||
+        strstr(r.name, "(forced)") != NULL)
+      continue;
+    total++;
+    if (r.raw_ns / r.um_ns < 0.9)
+      below++;
+    if (r.raw_ns / r.um_ns < worst) {
+      worst = r.raw_ns / r.um_ns;
+      worst_name = r.name;
+    }
+  }
+  if (total > 0)
+    printf("  >= 1 MiB at >= 90%% of the raw call: %d of %d rows met; worst %.0f%% (%s)\n", total - below, total,
+           worst * 100, worst_name);
 }
 
 /* The targets: >= 90% of the raw call at >= 1 MiB; <= 1 us added to a
@@ -860,63 +838,23 @@ static const bt_row *find_row(const bt_run *run, const char *name) {
  * listed in the tables with their own "added"); batch >= 4x the blocking
  * loop. */
 static void print_targets(const bt_run *run) {
-  double worst = 1e9;
-  const char *worst_name = "-";
-  const bt_row *b = find_row(run, "1000 x 4 KiB um_copy_batch");
-  const bt_row *l = find_row(run, "1000 x 4 KiB blocking loop");
-  int below = 0, total = 0;
+  bt_figures b = figures_of(bench_find_row(run->rep, "batch", "name", "1000 x 4 KiB um_copy_batch"));
+  bt_figures l = figures_of(bench_find_row(run->rep, "batch", "name", "1000 x 4 KiB blocking loop"));
   printf("\ntargets\n");
-  for (int i = 0; i < run->nrows; i++) {
-    const bt_row *r = &run->rows[i];
-    /* Rows whose strategy was forced against unimem's own choice are shown
-     * for what they cost, not held to the target. */
-    if (r->um_ns <= 0 || r->raw_ns <= 0 || r->bytes < MiB || strcmp(r->table, "batch") == 0 ||
-        strstr(r->name, "(forced)") != NULL)
+  print_bandwidth_target(run);
+  for (int i = 0; i < run->rep->nrows; i++) {
+    bt_figures r = figures_of(&run->rep->rows[i]);
+    double base = r.raw_ns > 0 ? r.raw_ns : r.memcpy_ns;
+    if (strcmp(r.table, "per-operation overhead") != 0 || r.um_ns <= 0 || base <= 0)
       continue;
-    total++;
-    if (r->raw_ns / r->um_ns < 0.9)
-      below++;
-    if (r->raw_ns / r->um_ns < worst) {
-      worst = r->raw_ns / r->um_ns;
-      worst_name = r->name;
-    }
+    printf("  <= 1 us added per operation, %s: %+.2f us %s\n", r.name, (r.um_ns - base) / 1e3,
+           r.um_ns - base <= 1000 ? "met" : "MISSED");
   }
-  if (total > 0)
-    printf("  >= 1 MiB at >= 90%% of the raw call: %d of %d rows met; worst %.0f%% (%s)\n", total - below, total,
-           worst * 100, worst_name);
-  for (int i = 0; i < run->nrows; i++) {
-    const bt_row *r = &run->rows[i];
-    double base = r->raw_ns > 0 ? r->raw_ns : r->memcpy_ns;
-    if (strcmp(r->table, "per-operation overhead") != 0 || r->um_ns <= 0 || base <= 0)
-      continue;
-    printf("  <= 1 us added per operation, %s: %+.2f us %s\n", r->name, (r->um_ns - base) / 1e3,
-           r->um_ns - base <= 1000 ? "met" : "MISSED");
-  }
-  if (b && b->um_ns > 0 && b->raw_ns > 0)
+  if (b.um_ns > 0 && b.raw_ns > 0)
     printf("  (in a stream of %d queued 4 KiB writes: %+.2f us per operation over the raw calls)\n", BATCH_OPS,
-           (b->um_ns - b->raw_ns) / BATCH_OPS / 1e3);
-  if (b && l && b->um_ns > 0 && l->um_ns > 0)
-    printf("  batch >= 4x the blocking loop: %.1fx %s\n", l->um_ns / b->um_ns,
-           l->um_ns / b->um_ns >= 4 ? "met" : "MISSED");
-}
-
-static int write_json(const bt_run *run, const char *path) {
-  FILE *f = fopen(path, "w");
-  if (f == NULL) {
-    fprintf(stderr, "bench transfer: cannot write %s\n", path);
-    return 1;
-  }
-  fprintf(f, "{\"bench\":\"transfer\",\"quick\":%s,\"device\":\"%s\",\"rows\":[", run->quick ? "true" : "false",
-          run->device);
-  for (int i = 0; i < run->nrows; i++) {
-    const bt_row *r = &run->rows[i];
-    fprintf(f,
-            "%s\n{\"table\":\"%s\",\"name\":\"%s\",\"bytes\":%zu,\"strategy\":\"%s\","
-            "\"unimem_ns\":%.1f,\"raw_ns\":%.1f,\"memcpy_ns\":%.1f}",
-            i ? "," : "", r->table, r->name, r->bytes, r->strategy, r->um_ns, r->raw_ns, r->memcpy_ns);
-  }
-  fprintf(f, "\n]}\n");
-  return fclose(f) == 0 ? 0 : 1;
+           (b.um_ns - b.raw_ns) / BATCH_OPS / 1e3);
+  if (b.um_ns > 0 && l.um_ns > 0)
+    printf("  batch >= 4x the blocking loop: %.1fx %s\n", l.um_ns / b.um_ns, l.um_ns / b.um_ns >= 4 ? "met" : "MISSED");
 }
 
 /* ------------------------------------------------------------------------ */
@@ -932,113 +870,105 @@ static um_device *nth_opencl(um_manager *m, int nth) {
   return NULL;
 }
 
-int um_bench_transfer_main(int argc, char **argv) {
-  static const size_t sizes[] = {4 * KiB, 1 * MiB, 64 * MiB};
-  const char *json = NULL;
-  bt_run *run;
-  bt_env e;
+/* The three managers of bt_env, and the device's name: 0, BENCH_SKIPPED
+ * without an OpenCL device, 1 on a failure. */
+static int open_managers(bt_env *e, bt_run *run) {
   um_options o;
-  int rc = 0;
+  um_device_info info;
+  um_options_init(&o);
+  snprintf(o.backends, sizeof(o.backends), "cpu,opencl");
+  if (um_manager_create(&o, &e->m) != UM_OK || (e->d1 = nth_opencl(e->m, 0)) == NULL) {
+    fprintf(stderr, "bench transfer: no OpenCL device (%s): nothing to measure\n", um_last_error());
+    return BENCH_SKIPPED;
+  }
+  e->d2 = nth_opencl(e->m, 1);
+  o.enable_peer = 0;
+  if (um_manager_create(&o, &e->m_nopeer) != UM_OK) {
+    fprintf(stderr, "bench transfer: %s\n", um_last_error());
+    return 1;
+  }
+  e->n1 = nth_opencl(e->m_nopeer, 0);
+  e->n2 = nth_opencl(e->m_nopeer, 1);
+  o.enable_peer = 1;
+  o.use_pinned_staging = 2;
+  if (um_manager_create(&o, &e->m_staging) != UM_OK) {
+    fprintf(stderr, "bench transfer: %s\n", um_last_error());
+    return 1;
+  }
+  e->s1 = nth_opencl(e->m_staging, 0);
+  um_device_info_get(e->d1, &info);
+  snprintf(run->device, sizeof(run->device), "%s", info.name);
+  return 0;
+}
+
+/* The pageable host memory every case copies from and to, and the raw
+ * side (where this program was built with CL/cl.h). */
+static int open_host_and_raw(bt_env *e, bt_run *run) {
+  e->host_a = malloc(HOST_BYTES);
+  e->host_b = malloc(HOST_BYTES);
+  if (e->host_a == NULL || e->host_b == NULL)
+    return 1;
+  for (size_t i = 0; i < HOST_BYTES; i++)
+    e->host_a[i] = (char)(i * 131 + 7);
+  memset(e->host_b, 0, HOST_BYTES);
+#ifdef BT_HAVE_CL_HEADER
+  e->have_raw = raw_open(&e->raw, run->raw_status, sizeof(run->raw_status)) == 0;
+  if (e->have_raw)
+    snprintf(run->raw_status, sizeof(run->raw_status), "libOpenCL.so.1, %d device(s) in one context", e->raw.ndev);
+#else
+  snprintf(run->raw_status, sizeof(run->raw_status), "not built (no CL/cl.h)");
+#endif
+  return 0;
+}
+
+static void close_env(bt_env *e) {
+#ifdef BT_HAVE_CL_HEADER
+  if (e->have_raw)
+    raw_close(&e->raw);
+#endif
+  free(e->host_a);
+  free(e->host_b);
+  if (e->m_staging)
+    um_manager_destroy(e->m_staging);
+  if (e->m_nopeer)
+    um_manager_destroy(e->m_nopeer);
+  if (e->m)
+    um_manager_destroy(e->m);
+}
+
+int um_bench_transfer_main(int argc, char **argv, bench_report *rep) {
+  static const size_t sizes[] = {4 * KiB, 1 * MiB, 64 * MiB};
+  bt_run run = {.rep = rep};
+  bt_env e;
+  int rc;
 
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--quick")) {
-      continue;
-    } else if (!strcmp(argv[i], "--json") && i + 1 < argc) {
-      json = argv[++i];
-    } else {
+    if (strcmp(argv[i], "--quick") != 0) {
       fprintf(stderr, "usage: %s [--quick] [--json FILE]\n", argv[0]);
       return 2;
     }
+    run.quick = 1;
   }
-  run = calloc(1, sizeof(*run));
-  if (run == NULL)
-    return 1;
-  for (int i = 1; i < argc; i++)
-    if (!strcmp(argv[i], "--quick"))
-      run->quick = 1;
-
   /* Before anything loads OpenCL: two devices for the device<->device
    * rows, unless the caller chose. */
   setenv("POCL_DEVICES", "pthread pthread", 0);
   memset(&e, 0, sizeof(e));
-  um_options_init(&o);
-  snprintf(o.backends, sizeof(o.backends), "cpu,opencl");
-  if (um_manager_create(&o, &e.m) != UM_OK || (e.d1 = nth_opencl(e.m, 0)) == NULL) {
-    fprintf(stderr, "bench transfer: no OpenCL device (%s): nothing to measure\n", um_last_error());
-    if (e.m)
-      um_manager_destroy(e.m);
-    free(run);
-    return 77;
+  if ((rc = open_managers(&e, &run)) == 0 && (rc = open_host_and_raw(&e, &run)) == 0) {
+    bench_set_bool(&rep->facts, "quick", run.quick);
+    bench_set_text(&rep->facts, "device", run.device);
+    host_device_table(&run, &e, sizes, 3);
+    device_table(&run, &e, sizes, 3);
+    batch_table(&run, &e);
+    alignment_table(&run, &e);
+    overhead_table(&run, &e);
+    print_table(&run);
+    print_targets(&run);
+    rc = run.failed ? 1 : 0;
   }
-  e.d2 = nth_opencl(e.m, 1);
-  o.enable_peer = 0;
-  if (um_manager_create(&o, &e.m_nopeer) != UM_OK) {
-    fprintf(stderr, "bench transfer: %s\n", um_last_error());
-    um_manager_destroy(e.m);
-    free(run);
-    return 1;
-  }
-  e.n1 = nth_opencl(e.m_nopeer, 0);
-  e.n2 = nth_opencl(e.m_nopeer, 1);
-  o.enable_peer = 1;
-  o.use_pinned_staging = 2;
-  if (um_manager_create(&o, &e.m_staging) != UM_OK) {
-    fprintf(stderr, "bench transfer: %s\n", um_last_error());
-    um_manager_destroy(e.m_nopeer);
-    um_manager_destroy(e.m);
-    free(run);
-    return 1;
-  }
-  e.s1 = nth_opencl(e.m_staging, 0);
-  {
-    um_device_info info;
-    um_device_info_get(e.d1, &info);
-    snprintf(run->device, sizeof(run->device), "%s", info.name);
-  }
-  e.host_a = malloc(HOST_BYTES);
-  e.host_b = malloc(HOST_BYTES);
-  if (e.host_a == NULL || e.host_b == NULL) {
-    rc = 1;
-    goto out;
-  }
-  for (size_t i = 0; i < HOST_BYTES; i++)
-    e.host_a[i] = (char)(i * 131 + 7);
-  memset(e.host_b, 0, HOST_BYTES);
-#ifdef BT_HAVE_CL_HEADER
-  e.have_raw = raw_open(&e.raw, run->raw_status, sizeof(run->raw_status)) == 0;
-  if (e.have_raw)
-    snprintf(run->raw_status, sizeof(run->raw_status), "libOpenCL.so.1, %d device(s) in one context",
-             e.raw.ndev);
-#else
-  snprintf(run->raw_status, sizeof(run->raw_status), "not built (no CL/cl.h)");
-#endif
-
-  host_device_table(run, &e, sizes, 3);
-  device_table(run, &e, sizes, 3);
-  batch_table(run, &e);
-  alignment_table(run, &e);
-  overhead_table(run, &e);
-
-  print_table(run);
-  print_targets(run);
-  if (json != NULL && write_json(run, json) != 0)
-    rc = 1;
-  if (run->failed)
-    rc = 1;
-out:
-#ifdef BT_HAVE_CL_HEADER
-  if (e.have_raw)
-    raw_close(&e.raw);
-#endif
-  free(e.host_a);
-  free(e.host_b);
-  um_manager_destroy(e.m_staging);
-  um_manager_destroy(e.m_nopeer);
-  um_manager_destroy(e.m);
-  free(run);
+  close_env(&e);
   return rc;
 }
 
 #ifndef UM_BENCH_NO_MAIN
-int main(int argc, char **argv) { return um_bench_transfer_main(argc, argv); }
+int main(int argc, char **argv) { return bench_program_main(argc, argv, "transfer", um_bench_transfer_main); }
 #endif

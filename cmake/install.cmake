@@ -1,5 +1,5 @@
-# Installation: headers, both libraries, the tool, a CMake package with a
-# version file, and a pkg-config file.
+# Installation: headers, both libraries, the tool with its manual page and
+# traces, a CMake package with a version file, and a pkg-config file.
 include(CMakePackageConfigHelpers)
 
 install(TARGETS unimem unimem_static
@@ -45,7 +45,9 @@ configure_file(cmake/unimem.pc.in ${CMAKE_CURRENT_BINARY_DIR}/unimem.pc @ONLY)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/unimem.pc
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 
-# The manual page of the unimem command.
+# The manual page of the unimem command, and the traces `unimem bench pool`
+# replays (cmake/traces.cmake).
 if(UNIMEM_BUILD_TOOLS)
   install(FILES docs/unimem.1 DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
+  install(FILES ${UM_TRACE_FILES} DESTINATION ${UM_TRACE_INSTALL_DIR})
 endif()

@@ -136,9 +136,12 @@ typedef enum {
  * um_options.log_ctx. */
 typedef void (*um_log_fn)(void *ctx, um_log_level level, const char *msg);
 
-/* Called when a device allocation failed even after the pool released its
- * idle blocks. Return nonzero to have unimem retry the allocation once more
- * (after the application freed memory), 0 to fail with UM_ENOMEM. */
+/* Called when a device allocation failed: after the pool released the
+ * device's idle blocks and retried once when um_options.trim_on_pressure is
+ * on, at the first failure when it is off. Return nonzero to have unimem
+ * retry the allocation once more: the device's idle blocks, including those
+ * of buffers the callback released, go back to the device first (whatever
+ * trim_on_pressure says). Return 0 to fail with UM_ENOMEM. */
 typedef int (*um_oom_fn)(void *ctx, um_device *device, size_t bytes);
 
 /* Configuration. um_options_init() fills the defaults and then applies the
@@ -301,8 +304,12 @@ UM_EXTERN int um_wrap_host(um_manager *m, void *host, size_t bytes,
                            unsigned flags, um_buffer **out);
 
 /* Give the buffer back. Its block returns to the pool when every operation
- * issued on it has finished (at once when none is pending). A mapped buffer
- * is unmapped first, without writing the mapping back. The handle is
+ * issued on it has finished (at once when none is pending). A wrap
+ * (um_wrap_host) is the exception: its release waits for the operations
+ * issued on it, so that the caller may free the memory as soon as this
+ * returns. A mapped buffer is unmapped first; whether what was written
+ * through the mapping reaches the device copy is unspecified (the block
+ * goes back to the pool). The handle is
  * invalid afterwards: using or releasing it again answers UM_ESTATE until
  * its block is handed to a new allocation (with the debug option, until it
  * leaves the quarantine). Returns UM_OK, UM_EINVAL (not a buffer),
@@ -360,15 +367,20 @@ UM_EXTERN int um_unmap(um_buffer *b, void *host);
 /* Events                                                                    */
 
 /* Block until the operation finishes; returns its status (UM_ECANCELED when
- * it was canceled). */
+ * it was canceled). The event calls answer UM_EINVAL for what is not an
+ * event and UM_ESTATE for an event the caller released. */
 UM_EXTERN int um_event_wait(um_event *e);
 /* UM_EAGAIN while pending, else the operation's status. */
 UM_EXTERN int um_event_query(um_event *e);
 /* Cancel an operation that has not started: UM_OK (it will not run, and
  * waiting on it answers UM_ECANCELED), UM_EBUSY once it started or ended. */
 UM_EXTERN int um_event_cancel(um_event *e);
-/* Drop the caller's reference. The operation itself goes on. */
-UM_EXTERN void um_event_release(um_event *e);
+/* Drop the caller's reference. The operation itself goes on. Returns
+ * UM_OK, UM_EINVAL (not an event), UM_ESTATE (released already). A released
+ * handle answers UM_ESTATE in every event call until unimem reuses its
+ * object for a later operation; it never reaches freed memory while the
+ * manager lives. Events not released by um_manager_destroy die with it. */
+UM_EXTERN int um_event_release(um_event *e);
 
 /* ------------------------------------------------------------------------ */
 /* Peers                                                                     */
@@ -392,7 +404,9 @@ UM_EXTERN int um_stats_get(um_manager *m, um_device *d, um_stats *out);
  * cap); returns the length it needed, as snprintf does, or a UM_E* code. */
 UM_EXTERN int um_stats_json(const um_stats *s, char *buf, size_t cap);
 /* Release idle pool blocks, oldest first, until at most keep_bytes stay
- * idle in all pools together. */
+ * idle in all pools together. With the debug option, the blocks of
+ * quarantined buffers go back to their devices too (their handles stay
+ * quarantined). */
 UM_EXTERN int um_pool_trim(um_manager *m, uint64_t keep_bytes);
 
 /* ------------------------------------------------------------------------ */
@@ -401,7 +415,11 @@ UM_EXTERN int um_pool_trim(um_manager *m, uint64_t keep_bytes);
 /* Map a file as a HOST buffer on device 0 (zero-copy, mmap). mode
  * UM_MAP_READ maps read-only (writes through unimem answer UM_ESTATE);
  * UM_MAP_READ_WRITE / UM_MAP_WRITE map shared, so writes reach the file.
- * Returns UM_EINVAL for an empty file, UM_ENODEV when it cannot be opened. */
+ * Returns UM_EINVAL for an empty file and, at once and without blocking,
+ * for anything but a regular file (FIFO, socket, device, directory);
+ * UM_ENODEV when it cannot be opened. A file truncated by another process
+ * while it is mapped is outside the contract (as for every user of mmap:
+ * touching the lost pages raises SIGBUS). */
 UM_EXTERN int um_map_file(um_manager *m, const char *path, um_map_mode mode,
                           um_buffer **out);
 
@@ -437,6 +455,90 @@ typedef void (*um_progress_fn)(void *user, uint64_t done_bytes,
 UM_EXTERN int um_stream(um_buffer *src, size_t off, size_t bytes,
                         um_device *dev, size_t chunk_bytes, um_chunk_fn fn,
                         um_progress_fn progress, void *user);
+
+/* ------------------------------------------------------------------------ */
+/* Interop: the caller's own kernels on unimem memory                       */
+
+/* The native handles of a device. Fields that do not apply are NULL (and
+ * cu_device -1). The handles belong to unimem and stay valid until
+ * um_manager_destroy: use them, do not release them. */
+typedef struct um_device_native {
+  char backend[16];  /* "cpu", "opencl", "cuda" */
+  void *cl_platform; /* cl_platform_id */
+  void *cl_device;   /* cl_device_id */
+  void *cl_context;  /* cl_context: unimem's buffers of this device live in it */
+  void *cl_queue;    /* an in-order cl_command_queue the caller may use (not
+                        the one unimem queues its own copies on; for an
+                        adopted device, the caller's own queue) */
+  int cu_device;     /* CUdevice ordinal (-1 when not CUDA) */
+  void *cu_context;  /* CUcontext (the device's primary context) */
+  void *cu_stream;   /* a CUstream the caller may use (not unimem's own) */
+} um_device_native;
+/* Fill *out with d's native handles. UM_EINVAL (NULL, not a device). */
+UM_EXTERN int um_device_native_get(um_device *d, um_device_native *out);
+
+/* The native handles of a buffer's memory; NULL / 0 where they do not
+ * apply. Valid while the buffer is live (um_buffer_retain keeps it so). */
+typedef struct um_buffer_native {
+  void *host;      /* host view, or NULL */
+  void *cl_mem;    /* cl_mem holding the buffer (OpenCL DEVICE, PINNED) */
+  void *svm;       /* SVM pointer (OpenCL UNIFIED) */
+  uint64_t cu_ptr; /* CUdeviceptr (CUDA DEVICE, UNIFIED, PINNED) */
+  size_t offset;   /* byte offset of the buffer inside cl_mem / cu_ptr */
+} um_buffer_native;
+/* Fill *out with b's native handles. UM_EINVAL, UM_ESTATE (released). */
+UM_EXTERN int um_buffer_native_get(um_buffer *b, um_buffer_native *out);
+
+/* Bracket the caller's own device work on b (kernels, native copies).
+ *
+ * um_access_begin never blocks: *wait_native receives the native event
+ * (cl_event on OpenCL, CUevent on CUDA) that the caller's first command on
+ * b must wait for (in its wait list; cuStreamWaitEvent), or NULL when
+ * nothing issued on b is pending. It belongs to unimem and stays valid
+ * until um_access_end. On the cpu device, which has no native events, it
+ * is a um_event * instead (wait with um_event_wait; do not release it).
+ * Until um_access_end, unimem issues nothing that would race with the
+ * caller on b: operations issued on b meanwhile wait for the bracket; um_map
+ * of b answers UM_ESTATE.
+ *
+ * um_access_end takes the native event of the caller's last command on b
+ * (NULL when the caller has waited for its commands; always NULL on the cpu
+ * device). Later operations on b, and um_map, are ordered after it, without
+ * blocking the host. A writing mode (anything but UM_MAP_READ) makes the
+ * device copy the current one.
+ *
+ * Releasing b inside an open bracket ends it: its block returns to the pool
+ * only after the commands the caller queued on the device's caller queue
+ * (um_device_native's cl_queue / cu_stream) so far; work on other queues
+ * must be ended with um_access_end first.
+ *
+ * Codes: UM_EINVAL (NULL, unknown mode, a native event of another context
+ * or device), UM_ESTATE (released, a bracket already open on b, no bracket
+ * open, a read-only wrap in a writing mode, b mapped). */
+UM_EXTERN int um_access_begin(um_buffer *b, um_map_mode mode, void **wait_native);
+UM_EXTERN int um_access_end(um_buffer *b, void *done_native);
+
+/* Add the caller's own OpenCL context, device and queue to m as one more
+ * device: unimem allocates in that context and orders its copies with the
+ * caller's commands through events. Pool, copies, peer copies with the
+ * other devices of that context, statistics and the leak report work as on
+ * a discovered device. The context and queue are retained (and released at
+ * um_manager_destroy); unimem queues its own copies on a queue of its own
+ * in that context. Returns UM_EINVAL (NULL, a device not in the context, a
+ * queue of another context or device), UM_ENOTSUP (OpenCL unavailable),
+ * UM_ENOMEM (too many devices). */
+UM_EXTERN int um_device_adopt_opencl(um_manager *m, void *cl_context, void *cl_device,
+                                     void *cl_queue, um_device **out);
+
+/* One more owner of b: each um_buffer_retain needs one more um_release
+ * before b is released. UM_EINVAL, UM_ESTATE (released). */
+UM_EXTERN int um_buffer_retain(um_buffer *b);
+
+/* The native event (cl_event / CUevent) of an operation that runs on a
+ * device queue; not retained for the caller (valid until um_event_release).
+ * UM_ENOTSUP when it runs on host threads, UM_EAGAIN when it waits for an
+ * earlier operation and has not been queued yet, UM_EINVAL, UM_ESTATE. */
+UM_EXTERN int um_event_native(um_event *e, void **native);
 
 #ifdef UNIMEM_TRACK_SITES
 #define um_alloc(m, d, bytes, loc, flags, out)                                 \

@@ -11,6 +11,7 @@ packages=(
   libjemalloc-dev libmimalloc-dev        # allocator peers in the benchmarks
   libclang-rt-14-dev                     # sanitizer and fuzzer runtimes for clang
   valgrind doxygen gnuplot-nox           # memcheck, API docs, charts
+  python3-dev python3-numpy python3-pytest python3-hypothesis  # the Python package and its tests
 )
 
 missing=()

@@ -51,6 +51,17 @@ stage() {
   if [ $rc -ne 0 ] || [ "$fail" -ne 0 ]; then
     failed_stages+=("$name: $fail failed"); sed -n '/The following tests FAILED/,$p' "$log"
   fi
+  # A sanitizer report in a test that passed (LeakSanitizer reports when a
+  # Criterion test process exits, after the test was counted) fails the
+  # stage too: every test's output is in LastTest.log.
+  local reports
+  reports=$(grep -cE "ERROR: (LeakSanitizer|AddressSanitizer)|WARNING: ThreadSanitizer|runtime error:" \
+            "$dir/Testing/Temporary/LastTest.log" 2>/dev/null)
+  if [ "${reports:-0}" -ne 0 ]; then
+    failed_stages+=("$name: $reports sanitizer report(s)")
+    grep -nE -A12 "ERROR: (LeakSanitizer|AddressSanitizer)|WARNING: ThreadSanitizer|runtime error:" \
+      "$dir/Testing/Temporary/LastTest.log" | head -60
+  fi
   # Say loudly why GPU tests skipped.
   (cd "$dir" && ctest -L gpu -V 2>/dev/null | grep -iE "skip" | sort -u | head -5 | sed 's/^/  gpu: /')
   echo "  ($name: $pass passed, $fail failed, $skip skipped, $((SECONDS - start)) s)"

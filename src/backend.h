@@ -40,8 +40,11 @@ typedef enum {
   UM__XFER_D2H,  /* src block -> host (called on src's device) */
   UM__XFER_D2D,  /* src block -> dst block, same device (called on it) */
   UM__XFER_FILL, /* value -> dst block (called on dst's device) */
-  UM__XFER_PEER  /* src block on src_bdev -> dst block (called on dst's
+  UM__XFER_PEER, /* src block on src_bdev -> dst block (called on dst's
                     device; only after peer_enable(dst dev, src dev)) */
+  UM__XFER_MARKER /* nothing moves: done once the transfers of after[] and
+                     the tokens of wait[] are (xfer_async only; backends
+                     with interop, below) */
 } um__xfer_kind;
 
 typedef struct um__xfer {
@@ -58,7 +61,13 @@ typedef struct um__xfer {
   size_t bytes;          /* > 0; ranges are checked by the core */
   unsigned char value;   /* FILL */
   void *src_bdev;        /* PEER: the device owning src */
+  void *wait[2];         /* MARKER: tokens of this device's backend (a gate,
+                            an adopted caller's event), or NULL */
 } um__xfer;
+
+/* UM_HOST blocks never reach a backend except the cpu's: the core serves
+ * UM_HOST on every device with device 0's memory (ordinary pageable host
+ * memory, accounted to the device it was asked of). */
 
 /* Completion of an asynchronous transfer: called exactly once, from any
  * thread (a driver thread included), possibly before xfer_async returns.
@@ -142,6 +151,37 @@ typedef struct um__backend {
   int (*peer_possible)(void *a, void *b);
   int (*peer_enable)(void *a, void *b);
 
+  /* The caller's own device work (SPEC §8). All optional: a device without
+   * them answers the interop calls with what the core can say itself.
+   *
+   * device_native, mem_native: the native handles of the device, and of a
+   * block at loc (the core fills backend[] and, for blocks, host). */
+  void (*device_native)(void *bdev, um_device_native *out);
+  void (*mem_native)(void *bdev, const um__mem *mem, um_location loc, um_buffer_native *out);
+  /* The caller's view (cl_event, CUevent) of a token of this device, valid
+   * as long as the token. */
+  void *(*token_native)(void *bdev, void *token);
+  /* A token over the caller's native event, holding it until
+   * native_release. UM_EINVAL when it is not an event this device can wait
+   * for (another context). */
+  int (*token_adopt)(void *bdev, void *native, void **token);
+  /* A token that completes when gate_open is called, with two owners: the
+   * opener's (dropped by gate_open) and the caller's (native_release). Lets
+   * device work wait for work that runs on host threads. */
+  int (*gate_new)(void *bdev, void **token);
+  void (*gate_open)(void *bdev, void *token, int status);
+  /* A token that completes after every command queued so far on the queue
+   * device_native gives the caller (cl_queue, cu_stream). */
+  int (*caller_marker)(void *bdev, void **token);
+  /* Block until the token completes; its status. */
+  int (*token_wait)(void *bdev, void *token);
+  /* Adopt the caller's own context, device and queue as one more device:
+   * open() and describe() for it. *ctx is the backend's per-manager state,
+   * NULL when the manager did not open the backend (adopt makes it; close
+   * frees it). The context and queue are retained until close. */
+  int (*adopt)(const um_options *opts, void **ctx, void *context, void *device, void *queue,
+               um__bdev_desc *out);
+
   /* 1 when the driver lets its completion callbacks call this backend's
    * non-blocking operations (native_release, mem_free, xfer_async without
    * waiting): the core then finishes an operation inside done() instead of
@@ -167,6 +207,18 @@ extern const um__backend um__backend_cuda;
  * status, so a backend can write: return um__set_error(UM_ENOMEM, "..."). */
 int um__set_error(int status, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* Page locks that nest (pagelock.c): mlock [addr, addr + bytes) for one
+ * more owner (fresh: the pages are a new mapping of the caller's, which
+ * nobody else can have locked), UM_ENOMEM with the reason when refused; and
+ * unlock what no other owner, and nobody before unimem, holds locked. */
+int um__pagelock_acquire(void *addr, size_t bytes, int fresh);
+void um__pagelock_release(void *addr, size_t bytes);
+
+/* The process's fork generation (fork.c): it changes in a child process of
+ * fork(). A backend whose vendor library was initialised under another
+ * generation declines to open (UM_ENODEV): vendor drivers do not survive
+ * fork() in the child. */
+unsigned um__process_generation(void);
 /* Log through the options' log callback (stderr when none). */
 void um__log(const um_options *opts, um_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

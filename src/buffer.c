@@ -1,103 +1,104 @@
-/* Buffers: allocation through the pool, wrapping, release, getters, and
- * the host mapping with its coherence state.
- *
- * Coherence of a buffer with no host view (device memory of a discrete
- * device), as um_buffer_valid reports it:
- *
- *   DEVICE --map(read/write modes, fetch)--> HOST|DEVICE (read)
- *                                            HOST        (writing modes)
- *   HOST --unmap (write back the mapped range)--> HOST|DEVICE
- *   HOST|DEVICE --map(read): no transfer, the host shadow is current
- *   any --copy into / fill--> DEVICE (the shadow is stale)
- *
- * A buffer with a host view (host, pinned, unified, everything on the cpu
- * device) is one memory: always HOST|DEVICE, and mapping is a pointer.
- */
+/* Buffers: allocation (the thread cache's hit, then the pool's bins, then
+ * a new block from the device with the pressure retry), wrapping caller
+ * memory, release, and the getters. The host mapping is map.c's; what
+ * happens to a released buffer's block is handle.c's and owner.c's. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "tcache.h"
+#include "testhook.h"
 
 /* Sizes above this are refused outright: size classes stop at 2^63 and no
  * device comes near it. */
 #define MAX_ALLOC_BYTES ((size_t)1 << 62)
 
-int um__block_alloc(um_device *d, um_location loc, size_t bytes, um__mem *mem) {
-  int st;
-  memset(mem, 0, sizeof(*mem));
-  st = d->be->mem_alloc(d->bdev, loc, bytes, mem);
-  if (st == UM_OK) {
-    UM__STAT_ADD(d, device_allocs, 1);
-    UM__STAT_ADD(d, bytes_reserved, bytes);
-  }
-  return st;
-}
-
-void um__block_free(um_device *d, um_location loc, size_t bytes, um__mem *mem) {
-  d->be->mem_free(d->bdev, loc, bytes, mem);
-  UM__STAT_ADD(d, device_frees, 1);
-  UM__STAT_SUB(d, bytes_reserved, bytes);
-}
-
 /* Allocate a block, and under pressure release the device's idle blocks
- * and retry once; then let the application's callback free memory and ask
- * for one more try. */
+ * and retry once (trim_on_pressure); then let the application's callback
+ * free memory and ask for one more try. What the callback released went to
+ * the pool, so the idle blocks go back to the device before that try
+ * whatever trim_on_pressure says: the callback asked for the memory. */
 static int block_alloc_pressured(um_device *d, um_location loc, size_t bytes, um__mem *mem) {
   um_manager *m = d->m;
   int st = um__block_alloc(d, loc, bytes, mem);
   if (st != UM_ENOMEM)
     return st;
   if (m->opts.trim_on_pressure) {
-    if (m->opts.debug)
-      um__quarantine_drop_blocks(m, d);
-    um__pool_trim(m, d, 0);
+    um__trim_for_pressure(d);
     UM__STAT_ADD(d, oom_retries, 1);
     st = um__block_alloc(d, loc, bytes, mem);
     if (st != UM_ENOMEM)
       return st;
   }
   if (m->opts.on_oom != NULL && m->opts.on_oom(m->opts.oom_ctx, d, bytes)) {
-    /* What the application released may have gone to the pool. */
-    if (m->opts.trim_on_pressure) {
-      if (m->opts.debug)
-        um__quarantine_drop_blocks(m, d);
-      um__pool_trim(m, d, 0);
-    }
+    um__trim_for_pressure(d);
     UM__STAT_ADD(d, oom_retries, 1);
     st = um__block_alloc(d, loc, bytes, mem);
   }
   return st;
 }
 
-/* Set a block's first bytes to zero. */
-static __attribute__((noinline)) int zero_block(um_buffer *b, size_t bytes) {
-  um__xfer x;
-  if (b->mem.host != NULL) {
-    memset(b->mem.host, 0, bytes);
-    return UM_OK;
+/* b is the caller's now: count it (in this thread's cache when there is
+ * one), and publish it live. */
+static inline __attribute__((always_inline)) void go_live(um_device *d, um__tcache *tc, um_buffer *b,
+                                                         size_t bytes, bool hit, um_buffer **out) {
+  if (tc != NULL) {
+    um__tcounters *c = &tc->ctr[d->index];
+    if (hit)
+      um__tcounter_add(&c->pool_hits, 1);
+    um__tcounter_add(&c->allocations, 1);
+    um__tcache_count_in(tc, d, bytes);
+  } else {
+    if (hit)
+      UM__STAT_ADD(d, pool_hits, 1);
+    UM__STAT_ADD(d, allocations, 1);
+    um__stat_in_use_add(d, bytes);
   }
-  memset(&x, 0, sizeof(x));
-  x.kind = UM__XFER_FILL;
-  x.dst = &b->mem;
-  x.dst_loc = b->loc;
-  x.bytes = bytes;
-  return b->dev->be->xfer(b->dev->bdev, &x);
+  atomic_store_explicit(&b->state, UM__BUF_LIVE, memory_order_release);
+  *out = b;
 }
 
-void um__buffer_init_live(um_buffer *b, size_t bytes, const char *file, int line) {
-  b->size = bytes;
-  b->valid = b->mem.host ? (UM_VALID_HOST | UM_VALID_DEVICE) : UM_VALID_DEVICE;
-  b->mapped = false;
-  b->map_ptr = NULL;
-  b->map_native = false;
-  b->last = NULL;
-  b->pending = 0;
-  b->release_deferred = false;
-  b->readonly = false;
-  b->pinned_wrap = false;
-  atomic_store_explicit(&b->touched, false, memory_order_relaxed);
-  b->site_file = file;
-  b->site_line = line;
+/* An idle block taken from the pool for a new owner, zeroed when asked;
+ * back to the pool when zeroing fails. */
+static inline __attribute__((always_inline)) int reuse_block(um_buffer *b, size_t bytes, unsigned flags,
+                                                             const char *file, int line) {
+  int st = UM_OK;
+  um__buffer_init_live(b, bytes, file, line);
+  if (__builtin_expect((flags & UM_ALLOC_ZERO) || b->m->opts.scrub, 0)) {
+    st = um__block_zero(b, bytes);
+    if (st != UM_OK)
+      um__pool_put(&b->dev->pools[b->loc], b);
+  }
+  return st;
+}
+
+/* A miss: a new block from the device, with a descriptor. */
+static int new_block(um_device *d, size_t bytes, size_t capacity, int cls, um_location loc,
+                     unsigned flags, um_buffer **out, const char *file, int line) {
+  um__mem mem;
+  um_buffer *b;
+  int st = block_alloc_pressured(d, loc, capacity, &mem);
+  if (st != UM_OK)
+    return st;
+  if ((b = um__descriptor_get(d->m)) == NULL) {
+    um__block_free(d, loc, capacity, &mem);
+    return um__set_error(UM_ENOMEM, "um_alloc: out of memory for a descriptor");
+  }
+  b->dev = d;
+  b->loc = loc;
+  b->kind = cls >= 0 ? UM__KIND_POOLED : UM__KIND_UNPOOLED;
+  b->capacity = capacity;
+  b->cls = cls;
+  b->mem = mem;
+  um__buffer_init_live(b, bytes, file, line);
+  if ((flags & UM_ALLOC_ZERO) || d->m->opts.scrub) {
+    if ((st = um__block_zero(b, bytes)) != UM_OK) {
+      um__block_free(d, loc, capacity, &b->mem);
+      um__descriptor_put(d->m, b);
+      return st;
+    }
+  }
+  *out = b;
+  return UM_OK;
 }
 
 /* Everything but a hit in this thread's cache: the bins, then the device
@@ -105,85 +106,35 @@ void um__buffer_init_live(um_buffer *b, size_t bytes, const char *file, int line
 static __attribute__((noinline)) int alloc_slow(um_manager *m, um_device *d, size_t bytes,
                                                 um_location loc, unsigned flags, um_buffer **out,
                                                 const char *file, int line, um__tcache *tc) {
+  bool pooled = m->opts.enable_pooling && !(flags & UM_ALLOC_UNPOOLED);
+  int cls = pooled ? um__size_class_of(bytes) : -1, st;
   um_buffer *b = NULL;
-  bool pooled;
-  int cls = -1, st;
-  size_t capacity;
-  um__mem mem;
 
   if (tc != NULL && tc->epoch != atomic_load_explicit(&m->flush_epoch, memory_order_relaxed))
     um__tcache_flush_own(tc, m); /* a trim asked for the cached blocks back */
-  pooled = m->opts.enable_pooling && !(flags & UM_ALLOC_UNPOOLED);
-  if (pooled) {
-    cls = um__size_class_of(bytes);
-    capacity = um__class_size(cls);
-    b = um__pool_take(&d->pools[loc], cls);
-    if (b != NULL) {
-      if (tc != NULL)
-        um__tcounter_add(&tc->ctr[d->index].pool_hits, 1);
-      else
-        UM__STAT_ADD(d, pool_hits, 1);
-      um__buffer_init_live(b, bytes, file, line);
-      if ((flags & UM_ALLOC_ZERO) || m->opts.scrub) {
-        st = zero_block(b, bytes);
-        if (st != UM_OK) {
-          um__pool_give(&d->pools[loc], b);
-          return st;
-        }
-      }
-      goto live;
-    }
-    UM__STAT_ADD(d, pool_misses, 1);
-  } else {
-    capacity = bytes;
+  if (pooled && (b = um__pool_take(&d->pools[loc], cls)) != NULL) {
+    if ((st = reuse_block(b, bytes, flags, file, line)) != UM_OK)
+      return st;
+    go_live(d, tc, b, bytes, true, out);
+    return UM_OK;
   }
-
-  st = block_alloc_pressured(d, loc, capacity, &mem);
+  if (pooled)
+    UM__STAT_ADD(d, pool_misses, 1);
+  st = new_block(d, bytes, pooled ? um__class_size(cls) : bytes, cls, loc, flags, &b, file, line);
   if (st != UM_OK)
     return st;
-  b = um__descriptor_get(m);
-  if (b == NULL) {
-    um__block_free(d, loc, capacity, &mem);
-    return um__set_error(UM_ENOMEM, "um_alloc: out of memory for a descriptor");
-  }
-  b->dev = d;
-  b->loc = loc;
-  b->kind = pooled ? UM__KIND_POOLED : UM__KIND_UNPOOLED;
-  b->capacity = capacity;
-  b->cls = cls;
-  b->mem = mem;
-  um__buffer_init_live(b, bytes, file, line);
-  if ((flags & UM_ALLOC_ZERO) || m->opts.scrub) {
-    st = zero_block(b, bytes);
-    if (st != UM_OK) {
-      um__block_free(d, loc, capacity, &b->mem);
-      um__descriptor_put(m, b);
-      return st;
-    }
-  }
-
-live:
-  if (tc != NULL) {
-    um__tcounter_add(&tc->ctr[d->index].allocations, 1);
-    um__tcache_count_in(tc, d, bytes);
-  } else {
-    UM__STAT_ADD(d, allocations, 1);
-    um__stat_in_use_add(d, bytes);
-  }
-  atomic_store_explicit(&b->state, UM__BUF_LIVE, memory_order_release);
-  *out = b;
+  go_live(d, tc, b, bytes, false, out);
   return UM_OK;
 }
 
-int um_alloc_at(um_manager *m, um_device *d, size_t bytes, um_location loc, unsigned flags,
-                um_buffer **out, const char *file, int line) {
-  um__tcache *tc;
-  int cls;
-
-  if (m == NULL || d == NULL || out == NULL)
-    return um__set_error(UM_EINVAL, "um_alloc: NULL argument");
+static inline __attribute__((always_inline)) int check_alloc_args(um_manager *m, um_device *d, size_t bytes,
+                                                                  um_location loc, unsigned flags,
+                                                                  um_buffer **out) {
+  if (m == NULL || out == NULL || !um__device_ok(d))
+    return um__set_error(UM_EINVAL, "um_alloc: NULL argument or not a device");
   if (d->m != m)
     return um__set_error(UM_EINVAL, "um_alloc: device belongs to another manager");
+  UM__CHECK_PROCESS(m);
   if (bytes == 0)
     return um__set_error(UM_EINVAL, "um_alloc: zero bytes");
   if (!um__loc_valid((int)loc))
@@ -195,40 +146,29 @@ int um_alloc_at(um_manager *m, um_device *d, size_t bytes, um_location loc, unsi
                          d->info.name, (int)loc);
   if (bytes > MAX_ALLOC_BYTES)
     return um__set_error(UM_ENOMEM, "um_alloc: %zu bytes is more than any device has", bytes);
+  return UM_OK;
+}
 
+int um_alloc_at(um_manager *m, um_device *d, size_t bytes, um_location loc, unsigned flags,
+                um_buffer **out, const char *file, int line) {
+  um__tcache *tc;
+  um_buffer *b;
+  int cls, st;
+
+  if ((st = check_alloc_args(m, d, bytes, loc, flags, out)) != UM_OK)
+    return st;
   /* Fast path: this thread's cached block of the class (tcache.h): one
    * compare-and-swap, counters only this thread writes, no lock. */
-  tc = um__tcache_of(m);
-  if (__builtin_expect(tc == NULL || !tc->slots_on || (flags & UM_ALLOC_UNPOOLED) ||
-                           tc->epoch != atomic_load_explicit(&m->flush_epoch, memory_order_relaxed),
-                       0))
+  tc = um__tcache_for(m, d);
+  if (__builtin_expect(tc == NULL || (flags & UM_ALLOC_UNPOOLED) || !um__tcache_ready(tc, m), 0))
     return alloc_slow(m, d, bytes, loc, flags, out, file, line, tc);
   cls = um__size_class_of(bytes);
-  if (__builtin_expect(cls < UM__TCACHE_CLASSES, 1)) {
-    _Atomic(uintptr_t) *slot = um__tcache_slot(tc, d, loc, cls);
-    uintptr_t cur = atomic_load_explicit(slot, memory_order_relaxed);
-    if (cur > UM__TSLOT_RESERVED &&
-        atomic_compare_exchange_strong_explicit(slot, &cur, UM__TSLOT_RESERVED, memory_order_acquire,
-                                                memory_order_relaxed)) {
-      um_buffer *b = (um_buffer *)cur;
-      um__tcounters *c = &tc->ctr[d->index];
-      um__buffer_init_live(b, bytes, file, line);
-      if (__builtin_expect((flags & UM_ALLOC_ZERO) || m->opts.scrub, 0)) {
-        int st = zero_block(b, bytes);
-        if (st != UM_OK) {
-          um__pool_give(&d->pools[loc], b);
-          return st;
-        }
-      }
-      um__tcounter_add(&c->pool_hits, 1);
-      um__tcounter_add(&c->allocations, 1);
-      um__tcache_count_in(tc, d, bytes);
-      atomic_store_explicit(&b->state, UM__BUF_LIVE, memory_order_release);
-      *out = b;
-      return UM_OK;
-    }
-  }
-  return alloc_slow(m, d, bytes, loc, flags, out, file, line, tc);
+  if (__builtin_expect(cls >= UM__TCACHE_CLASSES || (b = um__tcache_take(tc, d, loc, cls)) == NULL, 0))
+    return alloc_slow(m, d, bytes, loc, flags, out, file, line, tc);
+  if ((st = reuse_block(b, bytes, flags, file, line)) != UM_OK)
+    return st;
+  go_live(d, tc, b, bytes, true, out);
+  return UM_OK;
 }
 
 int um_alloc(um_manager *m, um_device *d, size_t bytes, um_location loc, unsigned flags,
@@ -239,8 +179,8 @@ int um_alloc(um_manager *m, um_device *d, size_t bytes, um_location loc, unsigne
 int um_alloc_array_at(um_manager *m, um_device *d, size_t count, size_t elem_size, um_location loc,
                       unsigned flags, um_buffer **out, const char *file, int line) {
   size_t bytes;
-  if (m == NULL || d == NULL || out == NULL)
-    return um__set_error(UM_EINVAL, "um_alloc_array: NULL argument");
+  if (m == NULL || out == NULL || !um__device_ok(d))
+    return um__set_error(UM_EINVAL, "um_alloc_array: NULL argument or not a device");
   if (count == 0 || elem_size == 0)
     return um__set_error(UM_EINVAL, "um_alloc_array: zero count or element size");
   if (__builtin_mul_overflow(count, elem_size, &bytes))
@@ -253,80 +193,37 @@ int um_alloc_array(um_manager *m, um_device *d, size_t count, size_t elem_size, 
   return um_alloc_array_at(m, d, count, elem_size, loc, flags, out, NULL, 0);
 }
 
-/* UM_WRAP_PIN page-locks the range through device 0 and also registers it
- * with every other backend that can register host memory (CUDA:
- * cuMemHostRegister, portable to all of its devices), once per backend
- * through its first device: that backend's copies then DMA from the range
- * directly instead of staging it through pinned chunks. A backend that
- * refuses (the range overlaps memory it pinned already, say) only loses
- * that shortcut: the range is page-locked all the same. wrap_regs is NULL
- * whenever the buffer is not a live pinned wrap (recycling resets it). */
-static void wrap_register_devices(um_buffer *b) {
-  um_manager *m = b->m;
-  const um__backend *seen[UM__MAX_BACKENDS];
-  int nseen = 0;
-  for (int i = 1; i < m->ndevices; i++) {
-    um_device *d = m->devices[i];
-    bool known = d->be == b->dev->be || d->be->host_register == NULL;
-    for (int j = 0; j < nseen && !known; j++)
-      known = seen[j] == d->be;
-    if (known || nseen == UM__MAX_BACKENDS)
-      continue;
-    seen[nseen++] = d->be;
-    if (b->wrap_regs == NULL &&
-        (b->wrap_regs = calloc(UM__MAX_BACKENDS, sizeof(*b->wrap_regs))) == NULL)
-      return; /* no memory for the bookkeeping: the staging paths still work */
-    if (d->be->host_register(d->bdev, b->mem.host, b->size, &b->wrap_regs[b->nwrap_regs].mem) == UM_OK)
-      b->wrap_regs[b->nwrap_regs++].dev = d;
-    else
-      um__log(&m->opts, UM_LOG_INFO, "um_wrap_host: %s did not register %zu bytes at %p (%s); its copies stage them",
-              d->be->name, b->size, b->mem.host, um_last_error());
-  }
-  if (b->nwrap_regs == 0) {
-    free(b->wrap_regs);
-    b->wrap_regs = NULL;
-  }
-}
+/* ------------------------------------------------------------------------ */
+/* Wraps */
 
-static void wrap_unregister_devices(um_buffer *b) {
-  for (int i = 0; i < b->nwrap_regs; i++)
-    b->wrap_regs[i].dev->be->host_unregister(b->wrap_regs[i].dev->bdev, &b->wrap_regs[i].mem);
-  free(b->wrap_regs);
-  b->wrap_regs = NULL;
-  b->nwrap_regs = 0;
-}
-
-bool um__wrap_registered(const um_buffer *b, const um_device *d) {
-  for (int i = 0; i < b->nwrap_regs; i++)
-    if (b->wrap_regs[i].dev->be == d->be)
-      return true;
-  return false;
+/* The caller's range as a block of device 0, page-locked for UM_WRAP_PIN. */
+static int wrap_mem(um_device *d, void *host, size_t bytes, unsigned flags, um__mem *mem) {
+  memset(mem, 0, sizeof(*mem));
+  mem->host = host;
+  mem->handle = (uintptr_t)host;
+  if (!(flags & UM_WRAP_PIN))
+    return UM_OK;
+  if (d->be->host_register == NULL)
+    return um__set_error(UM_ENOTSUP, "um_wrap_host: pinning is not available");
+  return d->be->host_register(d->bdev, host, bytes, mem);
 }
 
 int um_wrap_host(um_manager *m, void *host, size_t bytes, unsigned flags, um_buffer **out) {
   um_device *d;
   um_buffer *b;
   um__mem mem;
+  int st;
   if (m == NULL || host == NULL || out == NULL)
     return um__set_error(UM_EINVAL, "um_wrap_host: NULL argument");
   if (bytes == 0)
     return um__set_error(UM_EINVAL, "um_wrap_host: zero bytes");
   if (flags & ~(unsigned)(UM_WRAP_READONLY | UM_WRAP_PIN))
     return um__set_error(UM_EINVAL, "um_wrap_host: unknown flags 0x%x", flags);
+  UM__CHECK_PROCESS(m);
   d = m->devices[0];
-  memset(&mem, 0, sizeof(mem));
-  mem.host = host;
-  mem.handle = (uintptr_t)host;
-  if (flags & UM_WRAP_PIN) {
-    int st;
-    if (d->be->host_register == NULL)
-      return um__set_error(UM_ENOTSUP, "um_wrap_host: pinning is not available");
-    st = d->be->host_register(d->bdev, host, bytes, &mem);
-    if (st != UM_OK)
-      return st;
-  }
-  b = um__descriptor_get(m);
-  if (b == NULL) {
+  if ((st = wrap_mem(d, host, bytes, flags, &mem)) != UM_OK)
+    return st;
+  if ((b = um__descriptor_get(m)) == NULL) {
     if (flags & UM_WRAP_PIN)
       d->be->host_unregister(d->bdev, &mem);
     return um__set_error(UM_ENOMEM, "um_wrap_host: out of memory for a descriptor");
@@ -341,155 +238,146 @@ int um_wrap_host(um_manager *m, void *host, size_t bytes, unsigned flags, um_buf
   b->readonly = (flags & UM_WRAP_READONLY) != 0;
   b->pinned_wrap = (flags & UM_WRAP_PIN) != 0;
   if (b->pinned_wrap)
-    wrap_register_devices(b);
-  UM__STAT_ADD(d, allocations, 1);
-  um__stat_in_use_add(d, bytes);
-  atomic_store_explicit(&b->state, UM__BUF_LIVE, memory_order_release);
-  *out = b;
+    um__wrap_register_devices(b);
+  go_live(d, NULL, b, bytes, false, out);
   return UM_OK;
 }
 
-int um__buffer_check_live(const um_buffer *b) {
-  if (b == NULL || b->magic != UM__BUFFER_MAGIC)
-    return um__set_error(UM_EINVAL, "not a buffer");
-  if (atomic_load_explicit(&b->state, memory_order_acquire) != UM__BUF_LIVE)
-    return um__set_error(UM_ESTATE, "buffer %p was released", (const void *)b);
+int um__wrap_foreign(um_manager *m, um_device *d, um_location loc, const um__mem *mem, size_t bytes,
+                     void (*on_return)(void *ctx), void *ctx, um_buffer **out) {
+  um_buffer *b;
+  UM__CHECK_PROCESS(m);
+  if ((b = um__descriptor_get(m)) == NULL)
+    return um__set_error(UM_ENOMEM, "out of memory for a descriptor");
+  b->dev = d;
+  b->loc = loc;
+  b->kind = UM__KIND_WRAPPED;
+  b->capacity = bytes;
+  b->cls = -1;
+  b->mem = *mem;
+  um__buffer_init_live(b, bytes, NULL, 0);
+  b->on_return = on_return;
+  b->on_return_ctx = ctx;
+  go_live(d, NULL, b, bytes, false, out);
   return UM_OK;
 }
 
-/* Unmap a mapping the backend made (release of a mapped buffer). */
-static void end_native_mapping(um_buffer *b) {
-  if (b->mapped && b->map_native)
-    b->dev->be->unmap(b->dev->bdev, &b->mem, b->loc, b->map_ptr);
+/* ------------------------------------------------------------------------ */
+/* Release */
+
+/* Under b's lock: the mapping of a buffer being released ends; returns the
+ * pointer the backend mapped, for the unmap once the lock is dropped, or
+ * NULL. The bytes written through the mapping may or may not reach the
+ * device copy: the block is going back anyway. */
+static void *take_native_mapping_locked(um_buffer *b) {
+  void *ptr;
+  while (b->map_busy) /* another thread's um_map / um_unmap in the backend */
+    pthread_cond_wait(&b->idle_cond, &b->lock);
+  ptr = b->mapped && b->map_native ? b->map_ptr : NULL;
   b->mapped = false;
   b->map_native = false;
   b->map_ptr = NULL;
-}
-
-void um__buffer_recycle(um_buffer *b) {
-  /* Before the quarantine too: the caller may free the range now. */
-  if (b->wrap_regs != NULL)
-    wrap_unregister_devices(b);
-  if (__builtin_expect(b->m->opts.debug != 0, 0)) {
-    um__quarantine_put(b);
-    return;
-  }
-  um__buffer_recycle_now(b);
-}
-
-void um__buffer_recycle_now(um_buffer *b) {
-  um_device *d = b->dev;
-  um_manager *m = b->m;
-  free(b->shadow);
-  b->shadow = NULL;
-  switch (b->kind) {
-  case UM__KIND_POOLED:
-    if (m->opts.enable_pooling) {
-      um__pool_give(&d->pools[b->loc], b);
-      return;
-    }
-    /* fall through */
-  case UM__KIND_UNPOOLED:
-    um__block_free(d, b->loc, b->capacity, &b->mem);
-    break;
-  case UM__KIND_WRAPPED:
-    if (b->pinned_wrap)
-      d->be->host_unregister(d->bdev, &b->mem);
-    break;
-  case UM__KIND_FILE:
-    um__file_unmap(b);
-    break;
-  }
-  um__descriptor_put(m, b);
-}
-
-/* A released buffer with nothing pending, on the releasing thread: a pooled
- * block goes to this thread's cache when its slot has room (tcache.h). */
-static void recycle_released(um_buffer *b, um__tcache *tc) {
-  um_manager *m = b->m;
-  if (b->kind == UM__KIND_POOLED && tc != NULL && b->cls < UM__TCACHE_CLASSES &&
-      m->opts.enable_pooling && !m->opts.debug) {
-    free(b->shadow);
-    b->shadow = NULL;
-    um__tcache_give_slow(tc, b, um__tcache_slot(tc, b->dev, b->loc, b->cls));
-    return;
-  }
-  um__buffer_recycle(b);
+  return ptr;
 }
 
 /* The rest of um_release, once the buffer is RELEASED and counted. */
 static __attribute__((noinline)) int release_slow(um_buffer *b, um__tcache *tc) {
   if (atomic_load(&b->touched)) {
     /* Operations were issued or a mapping made: wait for the worker that
-     * may still hold the lock, and defer behind pending operations. */
+     * may still hold the lock, and defer behind pending operations. The
+     * caller may free a wrap's memory as soon as this returns (SPEC §5), so
+     * a wrap waits for its operations instead. */
     bool now;
+    void *mapped;
+    um_event *bracket;
     pthread_mutex_lock(&b->lock);
-    end_native_mapping(b);
+    mapped = take_native_mapping_locked(b);
+    bracket = um__access_take_locked(b);
+    pthread_mutex_unlock(&b->lock);
+    /* A bracket left open ends here (access.c), behind what the caller
+     * queued so far; its block waits for that like for any operation. */
+    if (bracket != NULL)
+      um__access_end_taken(bracket);
+    if (mapped != NULL)
+      b->dev->be->unmap(b->dev->bdev, &b->mem, b->loc, mapped);
+    pthread_mutex_lock(&b->lock);
+    if (b->kind == UM__KIND_WRAPPED && b->pending > 0) {
+      UM__TEST_POINT(UM__TP_WRAP_RELEASE_WAIT, b);
+      while (b->pending > 0)
+        pthread_cond_wait(&b->idle_cond, &b->lock);
+    }
     now = b->pending == 0;
     b->release_deferred = !now;
     pthread_mutex_unlock(&b->lock);
     if (!now)
-      return UM_OK;
+      return UM_OK; /* the last operation to finish retires it (op.c) */
   }
-  recycle_released(b, tc);
+  um__buffer_retire(b, tc);
+  return UM_OK;
+}
+
+/* One of the owners um_buffer_retain added goes; false when there is none
+ * left (this release is the last). */
+static bool drop_hold(um_buffer *b) {
+  int n = atomic_load_explicit(&b->holds, memory_order_relaxed);
+  while (n > 0)
+    if (atomic_compare_exchange_weak_explicit(&b->holds, &n, n - 1, memory_order_acq_rel,
+                                              memory_order_relaxed))
+      return true;
+  return false;
+}
+
+int um_buffer_retain(um_buffer *b) {
+  int st = um__buffer_check_live(b);
+  if (st != UM_OK)
+    return st;
+  UM__CHECK_PROCESS(b->m);
+  atomic_fetch_add_explicit(&b->holds, 1, memory_order_acq_rel);
+  /* A legitimate caller owns a reference, so b cannot be released under
+   * it; a stale handle is caught here. */
+  if (atomic_load(&b->state) != UM__BUF_LIVE) {
+    atomic_fetch_sub_explicit(&b->holds, 1, memory_order_relaxed);
+    return um__set_error(UM_ESTATE, "buffer %p was released", (void *)b);
+  }
   return UM_OK;
 }
 
 int um_release(um_buffer *b) {
   int live = UM__BUF_LIVE;
-  um_manager *m;
   um_device *d;
   um__tcache *tc;
-  um__tcounters *c;
   if (b == NULL || b->magic != UM__BUFFER_MAGIC)
     return um__set_error(UM_EINVAL, "not a buffer");
-  /* seq_cst: paired with um__op_issue's touched store then state load. */
+  UM__CHECK_PROCESS(b->m);
+  if (__builtin_expect(atomic_load_explicit(&b->holds, memory_order_relaxed) != 0, 0) && drop_hold(b))
+    return atomic_load(&b->state) == UM__BUF_LIVE
+               ? UM_OK
+               : um__set_error(UM_ESTATE, "buffer %p was released", (void *)b);
+  /* seq_cst: paired with op.c's touched store then state load. */
   if (!atomic_compare_exchange_strong(&b->state, &live, UM__BUF_RELEASED))
     return um__set_error(UM_ESTATE, "buffer %p was released", (void *)b);
-  m = b->m;
   d = b->dev;
-  tc = um__tcache_of(m);
+  tc = um__tcache_for(b->m, d);
   if (__builtin_expect(tc == NULL, 0)) {
     UM__STAT_ADD(d, releases, 1);
     um__stat_in_use_sub(d, b->size);
     return release_slow(b, NULL);
   }
-  c = &tc->ctr[d->index];
-  um__tcounter_add(&c->releases, 1);
+  um__tcounter_add(&tc->ctr[d->index].releases, 1);
   um__tcache_count_out(tc, d, b->size);
   /* Fast path: an untouched pooled block into this thread's reserved, empty
    * slot of its class: one plain store. */
   if (__builtin_expect(!atomic_load(&b->touched) && b->kind == UM__KIND_POOLED &&
-                           b->cls < UM__TCACHE_CLASSES && tc->slots_on &&
-                           tc->epoch == atomic_load_explicit(&m->flush_epoch, memory_order_relaxed),
-                       1)) {
-    _Atomic(uintptr_t) *slot = um__tcache_slot(tc, d, b->loc, b->cls);
-    if (__builtin_expect(atomic_load_explicit(slot, memory_order_relaxed) == UM__TSLOT_RESERVED, 1)) {
-      b->idle_key = um__tcache_key_fast(tc);
-      atomic_store_explicit(&b->state, UM__BUF_IDLE, memory_order_relaxed);
-      atomic_store_explicit(slot, (uintptr_t)b, memory_order_release);
-      return UM_OK;
-    }
-  }
+                           b->cls < UM__TCACHE_CLASSES && um__tcache_ready(tc, b->m) &&
+                           um__tcache_put_fast(tc, b),
+                       1))
+    return UM_OK;
   return release_slow(b, tc);
 }
 
-void um__buffer_op_finish_locked(um_buffer *b, um_event *op, bool *drop_last, bool *recycle) {
-  b->pending--;
-  *drop_last = b->last == op;
-  if (*drop_last)
-    b->last = NULL;
-  *recycle = false;
-  if (b->pending == 0) {
-    pthread_cond_broadcast(&b->idle_cond);
-    if (b->release_deferred) {
-      b->release_deferred = false;
-      *recycle = true;
-    }
-  }
-}
-
+/* ------------------------------------------------------------------------ */
 /* Getters read fields that only change while the buffer is not live. */
+
 size_t um_buffer_size(const um_buffer *b) {
   return um__buffer_check_live(b) == UM_OK ? b->size : 0;
 }
@@ -514,125 +402,4 @@ unsigned um_buffer_valid(const um_buffer *b) {
 
 void *um_buffer_host_ptr(um_buffer *b) {
   return um__buffer_check_live(b) == UM_OK ? b->mem.host : NULL;
-}
-
-/* ------------------------------------------------------------------------ */
-/* Mapping */
-
-static bool mode_writes(um_map_mode mode) { return mode != UM_MAP_READ; }
-
-/* Move [off, off + len) between the shadow and the device, blocking. */
-static int shadow_xfer(um_buffer *b, bool to_device, size_t off, size_t len) {
-  um__xfer x;
-  int st;
-  memset(&x, 0, sizeof(x));
-  x.bytes = len;
-  x.host = (char *)b->shadow + off;
-  if (to_device) {
-    x.kind = UM__XFER_H2D;
-    x.dst = &b->mem, x.dst_loc = b->loc, x.dst_off = off;
-  } else {
-    x.kind = UM__XFER_D2H;
-    x.src = &b->mem, x.src_loc = b->loc, x.src_off = off;
-  }
-  st = b->dev->be->xfer(b->dev->bdev, &x);
-  if (st == UM_OK) {
-    if (to_device)
-      UM__STAT_ADD(b->dev, bytes_h2d, len);
-    else
-      UM__STAT_ADD(b->dev, bytes_d2h, len);
-    UM__STAT_ADD(b->dev, xfer_direct, 1);
-  }
-  return st;
-}
-
-int um_map(um_buffer *b, um_map_mode mode, size_t off, size_t len, void **host) {
-  int st = um__buffer_check_live(b);
-  void *ptr = NULL;
-  if (st != UM_OK)
-    return st;
-  if (host == NULL)
-    return um__set_error(UM_EINVAL, "um_map: NULL host pointer");
-  if ((unsigned)mode > UM_MAP_WRITE_DISCARD)
-    return um__set_error(UM_EINVAL, "um_map: unknown mode %d", (int)mode);
-  if (len == 0)
-    return um__set_error(UM_EINVAL, "um_map: zero length");
-  if (off > b->size || len > b->size - off)
-    return um__set_error(UM_ERANGE, "um_map: range [%zu, +%zu) outside %zu bytes", off, len, b->size);
-  if (b->readonly && mode_writes(mode))
-    return um__set_error(UM_ESTATE, "um_map: buffer is a read-only wrap");
-
-  pthread_mutex_lock(&b->lock);
-  atomic_store(&b->touched, true); /* as in um__op_issue: before the state check */
-  if (atomic_load(&b->state) != UM__BUF_LIVE || b->mapped) {
-    st = um__set_error(UM_ESTATE, b->mapped ? "um_map: buffer is already mapped" : "um_map: released");
-    goto out;
-  }
-  /* The mapping sees the result of every operation issued before it. */
-  while (b->pending > 0)
-    pthread_cond_wait(&b->idle_cond, &b->lock);
-
-  if (b->mem.host != NULL) {
-    ptr = (char *)b->mem.host + off;
-  } else if (b->dev->be->map != NULL) {
-    st = b->dev->be->map(b->dev->bdev, &b->mem, b->loc, off, len, mode, &ptr);
-    if (st != UM_OK)
-      goto out;
-    b->map_native = true;
-    b->valid = mode_writes(mode) ? UM_VALID_HOST : (UM_VALID_HOST | UM_VALID_DEVICE);
-  } else {
-    bool whole = off == 0 && len == b->size;
-    bool fetch = !(b->valid & UM_VALID_HOST) && !(mode == UM_MAP_WRITE_DISCARD && whole);
-    if (b->shadow == NULL && (b->shadow = aligned_alloc(64, (b->capacity + 63) & ~(size_t)63)) == NULL) {
-      st = um__set_error(UM_ENOMEM, "um_map: no memory for the host copy");
-      goto out;
-    }
-    if (fetch && (st = shadow_xfer(b, false, 0, b->size)) != UM_OK)
-      goto out;
-    b->valid |= UM_VALID_HOST;
-    if (mode_writes(mode))
-      b->valid = UM_VALID_HOST;
-    ptr = (char *)b->shadow + off;
-  }
-  b->mapped = true;
-  b->map_mode = mode;
-  b->map_off = off;
-  b->map_len = len;
-  b->map_ptr = ptr;
-  *host = ptr;
-out:
-  pthread_mutex_unlock(&b->lock);
-  return st;
-}
-
-int um_unmap(um_buffer *b, void *host) {
-  int st = um__buffer_check_live(b);
-  if (st != UM_OK)
-    return st;
-  pthread_mutex_lock(&b->lock);
-  if (!b->mapped) {
-    st = um__set_error(UM_ESTATE, "um_unmap: buffer is not mapped");
-    goto out;
-  }
-  if (host != b->map_ptr) {
-    st = um__set_error(UM_EINVAL, "um_unmap: %p is not the pointer um_map returned", host);
-    goto out;
-  }
-  if (b->mem.host != NULL) {
-    /* one memory: nothing moves */
-  } else if (b->map_native) {
-    st = b->dev->be->unmap(b->dev->bdev, &b->mem, b->loc, host);
-    b->valid = UM_VALID_DEVICE;
-  } else if (mode_writes(b->map_mode)) {
-    st = shadow_xfer(b, true, b->map_off, b->map_len);
-    /* A failed write-back loses the mapped writes (the call says so): the
-     * device copy stays the current one, so later maps and copies agree. */
-    b->valid = st == UM_OK ? (UM_VALID_HOST | UM_VALID_DEVICE) : UM_VALID_DEVICE;
-  }
-  b->mapped = false;
-  b->map_native = false;
-  b->map_ptr = NULL;
-out:
-  pthread_mutex_unlock(&b->lock);
-  return st;
 }

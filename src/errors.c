@@ -2,6 +2,7 @@
  * failure. */
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "internal.h"
 
@@ -34,10 +35,14 @@ const char *um_err_name(int status) {
 const char *um_last_error(void) { return last_error; }
 
 int um__set_error(int status, const char *fmt, ...) {
+  /* Formatted aside first: an argument may be um_last_error() itself, when
+   * a caller adds its context to a lower layer's reason. */
+  char text[sizeof(last_error)];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(last_error, sizeof(last_error), fmt, ap);
+  vsnprintf(text, sizeof(text), fmt, ap);
   va_end(ap);
+  memcpy(last_error, text, sizeof(last_error));
   return status;
 }
 

@@ -1,36 +1,35 @@
-/* Internal declarations shared by the core's files.
+/* The core's functions, grouped by the file that defines them (as
+ * mimalloc's internal.h); the structures are in types.h.
  *
- * Layers (docs/design.md draws them):
- *   API (buffer.c, transfer.c, device.c, peer.c, stats.c, mapfile.c)
- *     -> manager.c (devices, options, registry of handles)
- *     -> pool.c + sizeclass.c (idle blocks per device and location)
- *     -> event.c (operations, ordering, worker threads)
- *     -> backend table (backend.h; backends/cpu.c, opencl.c, cuda.c)
+ * Layers, top to bottom; a file calls only files below it (docs/design.md
+ * draws them with the path of one allocation and of one copy):
+ *
+ *   API        buffer.c map.c copy.c stream.c mapfile.c device.c peer.c
+ *              stats.c manager.c
+ *   operations op.c -> path.c, staged.c (how each kind runs)
+ *              event.c (event objects, the worker engine)
+ *   buffers    handle.c (checks, going live, an operation's end, retire)
+ *              trim.c (on request, under pressure, the timer)
+ *              quarantine.c (debug) -> owner.c (a block back to its owner)
+ *   pool       tcache.c/tcache.h (thread caches) <-> pool.c (bins, budget)
+ *   blocks     block.c (device blocks, descriptors, staging chunks)
+ *   backends   backend.h: backends/cpu.c, opencl.c, cuda.c
+ *   everywhere errors.c options.c fork.c sizeclass.c pagelock.c (a service
+ *              of backend.h), testhook.h (test builds)
  */
 #ifndef UNIMEM_INTERNAL_H
 #define UNIMEM_INTERNAL_H
 
-#include <pthread.h>
-#include <stdatomic.h>
-#include <stdbool.h>
-#include <stddef.h>
-#include <stdint.h>
+#include <string.h>
+#include <time.h>
 
-#include "atomic.h"
-#include "backend.h"
-
-#define UM__BUFFER_MAGIC 0x554d4246u /* "UMBF" */
-#define UM__EVENT_MAGIC 0x554d4556u  /* "UMEV" */
-#define UM__MAX_BACKENDS 8
+#include "types.h"
 
 /* ------------------------------------------------------------------------ */
-/* Size classes (sizeclass.c): exact up to 8 bytes, then four classes per
- * power of two, so a request never wastes 25% or more of its size. */
-
-#define UM__CLASS_COUNT (8 + 4 * 61) /* enough for every size_t up to 2^63 */
-
-/* Inline (C99 semantics, external definitions in sizeclass.c): they are on
+/* sizeclass.c: exact up to 8 bytes, then four classes per power of two.
+ * Inline (C99 semantics, external definitions in sizeclass.c): they are on
  * every allocation's path. */
+
 inline int um__size_class_of(size_t bytes) {
   int k;
   if (bytes <= 8)
@@ -50,392 +49,229 @@ inline size_t um__class_size(int cls) {
 }
 
 /* ------------------------------------------------------------------------ */
-/* Statistics counters, one set per device. Gauges move both ways; counters
- * only grow. All relaxed atomics: they are figures, not synchronisation.
- * allocations, releases, pool_hits and bytes_in_use have per-thread shares
- * besides (tcache.h), added on read; live buffers are allocations -
- * releases. */
+/* Helpers used across the layers */
 
-typedef struct um__counters {
-  atomic_uint_fast64_t bytes_in_use;
-  atomic_uint_fast64_t bytes_reserved;
-  atomic_uint_fast64_t bytes_pooled;
-  atomic_uint_fast64_t peak_bytes_in_use;
-  atomic_uint_fast64_t allocations;
-  atomic_uint_fast64_t releases;
-  atomic_uint_fast64_t pool_hits;
-  atomic_uint_fast64_t pool_misses;
-  atomic_uint_fast64_t device_allocs;
-  atomic_uint_fast64_t device_frees;
-  atomic_uint_fast64_t trims;
-  atomic_uint_fast64_t bytes_trimmed;
-  atomic_uint_fast64_t oom_retries;
-  atomic_uint_fast64_t bytes_h2d;
-  atomic_uint_fast64_t bytes_d2h;
-  atomic_uint_fast64_t bytes_d2d;
-  atomic_uint_fast64_t bytes_peer;
-  atomic_uint_fast64_t xfer_local;
-  atomic_uint_fast64_t xfer_peer;
-  atomic_uint_fast64_t xfer_direct;
-  atomic_uint_fast64_t xfer_pipelined;
-  atomic_uint_fast64_t xfer_staged;
-  atomic_uint_fast64_t fills;
-} um__counters;
+static inline uint64_t um__now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
-/* ------------------------------------------------------------------------ */
-/* Pool (pool.c): per (device, location), one bin per size class. A bin is a
- * doubly linked list of idle blocks: released blocks go to the head and are
- * taken from the head (the most recently used block, still warm in caches
- * and TLBs); trimming takes from the tail (the oldest). */
+static inline bool um__loc_valid(int loc) { return loc >= UM_HOST && loc <= UM_UNIFIED; }
 
-typedef struct um__bin {
-  pthread_mutex_t lock;
-  um_buffer *head;
-  um_buffer *tail;
-  uint64_t idle_bytes;
-  /* Budget held by thread-cache slots of this class (tcache.h): idle_bytes
-   * + reserved_bytes <= max_pool_bytes_per_class. */
-  uint64_t reserved_bytes;
-} um__bin;
+/* The manager's devices now (adoption adds some). */
+static inline int um__ndevices(const um_manager *m) {
+  return atomic_load_explicit(&((um_manager *)m)->ndevices, memory_order_acquire);
+}
 
-typedef struct um__pool {
-  um_device *dev;
-  um_location loc;
-  um__bin bins[UM__CLASS_COUNT];
-  /* Bit c set while bins[c] holds a block (changed under the bin's lock):
-   * trims and stats find the non-empty bins without touching the others. */
-  atomic_uint_fast64_t nonempty[(UM__CLASS_COUNT + 63) / 64];
-} um__pool;
+/* d is a device handle (not NULL, not a handle of another kind). */
+static inline bool um__device_ok(const um_device *d) { return d != NULL && d->magic == UM__DEVICE_MAGIC; }
 
-/* ------------------------------------------------------------------------ */
-/* Devices */
+#define UM__STAT_ADD(dev, field, v) um__atomic_add_relaxed(&(dev)->stats.field, (uint64_t)(v))
+#define UM__STAT_SUB(dev, field, v) um__atomic_sub_relaxed(&(dev)->stats.field, (uint64_t)(v))
 
-struct um_device {
-  um_manager *m;
-  int index;
-  const um__backend *be;
-  void *bdev;
-  um_device_info info;
-  um__pool pools[UM_LOCATION_COUNT];
-  um__counters stats;
-  bool host_memory; /* um__bdev_desc.host_memory */
-  /* Pinned staging chunks for pageable copies (transfer.c). */
-  pthread_mutex_t staging_lock;
-  um__mem *staging_free[8];
-  int staging_count;
-};
+/* A transfer between host memory and [off, off + bytes) of b's block: H2D
+ * and FILL write the block (dst), D2H reads it (src). */
+static inline void um__xfer_host(um__xfer *x, um__xfer_kind kind, um_buffer *b, size_t off, void *host,
+                                 size_t bytes) {
+  memset(x, 0, sizeof(*x));
+  x->kind = kind;
+  x->bytes = bytes;
+  x->host = host;
+  if (kind == UM__XFER_D2H)
+    x->src = &b->mem, x->src_loc = b->loc, x->src_off = off;
+  else
+    x->dst = &b->mem, x->dst_loc = b->loc, x->dst_off = off;
+}
 
-/* ------------------------------------------------------------------------ */
-/* Buffers. A um_buffer is also the descriptor of its block: the handle and
- * the block travel together through the pool, so releasing then allocating
- * the same size hands back the same handle over the same memory. Handles
- * are never freed before the manager, so a stale handle is still readable
- * and answers UM_ESTATE instead of touching freed memory. */
-
-typedef enum {
-  UM__BUF_LIVE = 1,     /* owned by the application */
-  UM__BUF_RELEASED = 2, /* released, waiting for its operations to finish */
-  UM__BUF_IDLE = 3,     /* in the pool */
-  UM__BUF_HUSK = 4      /* no memory: a descriptor waiting to be reused */
-} um__buf_state;
-
-typedef enum {
-  UM__KIND_POOLED = 0,   /* block returns to the pool on release */
-  UM__KIND_UNPOOLED = 1, /* block returns to the device on release */
-  UM__KIND_WRAPPED = 2,  /* caller's memory */
-  UM__KIND_FILE = 3      /* mmap of a file */
-} um__buf_kind;
-
-struct um_buffer {
-  uint32_t magic;
-  atomic_int state; /* um__buf_state */
-  um_manager *m;
-  um_device *dev;
-  um_location loc;
-  um__buf_kind kind;
-  size_t size;     /* bytes requested */
-  size_t capacity; /* bytes of the block */
-  int cls;         /* size class of capacity, -1 when not pooled */
-  um__mem mem;
-  bool readonly;
-  bool pinned_wrap;
-  /* UM_WRAP_PIN: the range's registrations with backends other than device
-   * 0's (buffer.c), NULL when none. Set at wrap, undone at recycle. */
-  struct um__wrap_reg *wrap_regs;
-  int nwrap_regs;
-  /* Set when an operation or a mapping was made on the buffer since it
-   * went live: um_release then takes b->lock to wait for or defer behind
-   * them. Buffers never touched that way are released without the lock. */
-  atomic_bool touched;
-
-  pthread_mutex_t lock; /* guards everything below */
-  pthread_cond_t idle_cond; /* signalled when pending drops to 0 */
-  unsigned valid;       /* UM_VALID_* */
-  bool mapped;
-  um_map_mode map_mode;
-  size_t map_off, map_len;
-  void *map_ptr;
-  bool map_native;  /* mapping came from backend->map */
-  void *shadow;     /* host copy of a buffer with no host view */
-  um_event *last;   /* last operation issued on the buffer (a reference) */
-  unsigned pending; /* operations issued and not yet finished */
-  bool release_deferred;
-
-  /* pool links (under the bin's lock) */
-  um_buffer *pool_prev, *pool_next;
-  uint64_t idle_since_ns;
-  /* Order of going idle (pool.c: a bin is sorted on it, newest at the
-   * head; trims take the smallest first). A logical clock rather than a
-   * time, so that the thread caches' lock-free path can stamp it. */
-  uint64_t idle_key;
-
-  um_buffer *all_next; /* manager registry (under registry_lock) */
-  um_buffer *husk_next;
-  um_buffer *quarantine_next; /* debug quarantine (under registry_lock) */
-  const char *site_file;
-  int site_line;
-};
-
-/* ------------------------------------------------------------------------ */
-/* Events and operations (event.c) */
-
-typedef enum {
-  UM__OP_COPY = 0, /* covers copy, copy_from_host, copy_to_host */
-  UM__OP_FILL = 1,
-  UM__OP_GROUP = 2 /* completes when its members do (um_copy_batch) */
-} um__op_kind;
-
-typedef enum {
-  UM__EV_QUEUED = 0,  /* waiting for earlier operations or a worker */
-  UM__EV_RUNNING = 1, /* executing, or handed to a device queue */
-  UM__EV_DONE = 2
-} um__ev_state;
-
-#define UM__MAX_DEPENDENTS 3
-
-struct um_event {
-  uint32_t magic;
-  atomic_int refs;
-  atomic_int state; /* um__ev_state */
-  int status;
-  bool canceled;
-  pthread_mutex_t lock;
-  pthread_cond_t cond;
-  um_manager *m;
-
-  /* what to do */
-  um__op_kind kind;
-  um_buffer *dst, *src;
-  size_t dst_off, src_off, bytes;
-  const void *host_src;
-  void *host_dst;
-  unsigned char value;
-
-  /* ordering: operations that wait for this one */
-  atomic_int deps_pending;
-  um_event *dependents[UM__MAX_DEPENDENTS];
-  int ndependents;
-  um_event *group; /* batch this operation belongs to */
-  atomic_int group_first_error;
-
-  /* how it runs (transfer.c's um__path), chosen at issue */
-  int path;
-  bool blocking;
-
-  /* native execution */
-  um_device *native_dev;
-  void *native;
-  int native_status;
-  /* The backend reported completion inside xfer_async, on the issuing
-   * thread (event.c's native_done): the issuer completes the operation once
-   * it holds no other operation's lock. Touched by that thread only. */
-  bool complete_deferred;
-
-  um_event *queue_next; /* worker queue */
-  int task;             /* what a worker does with it */
-};
-
-/* ------------------------------------------------------------------------ */
-/* Manager */
-
-typedef struct um__engine {
-  pthread_mutex_t lock;
-  pthread_cond_t cond;
-  um_event *head, *tail;
-  pthread_t *threads;
-  int nthreads;
-  bool stopping;
-  atomic_int inflight; /* operations issued and not finished */
-  pthread_cond_t drained;
-  /* Operations workers are running now (TASK_START to its return), and the
-   * most seen at once since the manager started: figures for the tests of
-   * max_concurrent_transfers. */
-  atomic_int running;
-  atomic_int running_max;
-  /* Test hook (NULL in production): called by a worker as it starts an
-   * operation, with the number running including this one. Set it before
-   * issuing the operations it should see. */
-  void (*on_run)(um_manager *m, int running);
-} um__engine;
-
-struct um_manager {
-  um_options opts;
-  um_device **devices;
-  int ndevices;
-  struct {
-    const um__backend *be;
-    void *ctx;
-  } backends[UM__MAX_BACKENDS];
-  int nbackends;
-
-  um__engine engine;
-
-  /* registry of every buffer descriptor ever made, for the leak report */
-  pthread_mutex_t registry_lock;
-  um_buffer *all_buffers;
-  um_buffer *husks;
-  /* debug quarantine (quarantine.c), also under registry_lock: released
-   * buffers held back from reuse, oldest first */
-  um_buffer *quarantine_head, *quarantine_tail;
-  uint64_t quarantine_count, quarantine_bytes;
-
-  /* totals across devices for the figures that are not sums */
-  atomic_uint_fast64_t bytes_in_use;
-  atomic_uint_fast64_t peak_bytes_in_use;
-  atomic_uint_fast64_t bytes_pooled;
-
-  /* peer matrix: peer[a * ndevices + b] != 0 when a may access b */
-  unsigned char *peer;
-  pthread_mutex_t peer_lock;
-
-  /* thread caches (tcache.h): the list of caches, the pool budget held by
-   * bins and slots together (<= max_pool_bytes), and the epoch that asks
-   * every owner to give its cached blocks and budget back. */
-  pthread_mutex_t tcache_lock;
-  struct um__tcache *tcaches;
-  atomic_uint_fast64_t pool_claimed;
-  atomic_uint flush_epoch;
-  /* Highest idle_key given by a slow path; thread caches keep their own
-   * clock ahead of it (a Lamport clock: tcache.h). */
-  atomic_uint_fast64_t idle_clock;
-
-  /* trim timer */
-  pthread_t trim_thread;
-  bool trim_running;
-  pthread_mutex_t trim_lock;
-  pthread_cond_t trim_cond;
-  bool trim_stop;
-  /* The timer sleeps with no deadline while nothing is idle; a thread that
-   * reserves a cache slot while it sleeps (reserve_seq moved) wakes it. */
-  atomic_bool trim_asleep;
-  atomic_uint reserve_seq;
-};
-
-/* ------------------------------------------------------------------------ */
-/* Internal functions */
-
+/* errors.c (um__set_error and um__log are declared in backend.h) */
 void um__clear_error(void);
-uint64_t um__now_ns(void);
 
 /* options.c */
 int um__options_check(const um_options *o);
 bool um__backend_selected(const um_options *o, const char *name);
 
+/* fork.c: moves in every child process of fork(); a manager made under
+ * another value belongs to an ancestor process and is refused. */
+extern atomic_uint um__fork_generation;
+void um__fork_init(void);
+int um__manager_check_process(const um_manager *m);
+/* Entry points of a function returning int: UM_ESTATE for a manager of
+ * another process. One load and one compare. */
+#define UM__CHECK_PROCESS(m)                                                                       \
+  do {                                                                                             \
+    if (__builtin_expect((m)->fork_gen != um__atomic_load_relaxed(&um__fork_generation), 0))       \
+      return um__manager_check_process(m);                                                         \
+  } while (0)
+
+/* ------------------------------------------------------------------------ */
+/* API files' internal entry points */
+
+/* buffer.c: a buffer over memory someone else owns (a DLPack producer's),
+ * on device d at loc: mem as d's backend knows such memory (a host view, or
+ * a cl_mem / CUdeviceptr handle with host NULL). Never pooled; released
+ * like a wrap (its release waits for its operations), and on_return(ctx)
+ * runs exactly once when the memory goes back (also at manager destroy for
+ * a buffer never released). */
+int um__wrap_foreign(um_manager *m, um_device *d, um_location loc, const um__mem *mem, size_t bytes,
+                     void (*on_return)(void *ctx), void *ctx, um_buffer **out);
+
 /* manager.c */
-int um__manager_create_ex(const um_options *opts,
-                          const um__backend *const *extra, int nextra,
+int um__manager_create_ex(const um_options *opts, const um__backend *const *extra, int nextra,
                           um_manager **out);
-um_buffer *um__descriptor_get(um_manager *m);
-void um__descriptor_put(um_manager *m, um_buffer *b);
 
-/* pool.c */
-void um__pool_init(um__pool *p, um_device *dev, um_location loc);
-void um__pool_destroy(um__pool *p);
-um_buffer *um__pool_take(um__pool *p, int cls);
-/* Keep b idle in the pool, or free it when the limits say no. b->idle_key
- * is set here. */
-void um__pool_give(um__pool *p, um_buffer *b);
-/* Free idle blocks, oldest first, until at most keep bytes stay idle in the
- * manager (dev == NULL) or on one device. Returns bytes freed. */
-uint64_t um__pool_trim(um_manager *m, um_device *dev, uint64_t keep);
-/* Free blocks idle since before cutoff_ns. */
-uint64_t um__pool_trim_older(um_manager *m, uint64_t cutoff_ns);
-void um__pool_largest(um__pool *p, uint64_t *largest);
-/* Thread-cache slots (tcache.c): hold budget for one block of class cls
- * (false when a limit says no), give it back, and move a block taken out of
- * a slot, with its budget, into its bin. */
-bool um__pool_reserve(um__pool *p, int cls);
-void um__pool_unreserve(um__pool *p, int cls);
-void um__pool_adopt(um__pool *p, um_buffer *b);
-/* Give an idle block that lost its cache slot to a newer one (its
- * idle_key kept): like um__pool_give, and counted as a trim if the limits
- * free it. */
-void um__pool_give_idle(um__pool *p, um_buffer *b);
-/* The next idle_key, for a block going idle on the calling thread. */
-uint64_t um__idle_key_next(um_manager *m);
-/* Claim / return bytes of the manager's max_pool_bytes budget. */
-bool um__pool_claim(um_manager *m, uint64_t bytes);
-void um__pool_unclaim(um_manager *m, uint64_t bytes);
-int um__trim_thread_start(um_manager *m);
-void um__trim_thread_stop(um_manager *m);
-void um__trim_thread_kick(um_manager *m);
+/* ------------------------------------------------------------------------ */
+/* Operations */
 
-/* buffer.c */
-int um__block_alloc(um_device *d, um_location loc, size_t bytes, um__mem *mem);
-void um__block_free(um_device *d, um_location loc, size_t bytes, um__mem *mem);
-/* A released buffer with nothing pending: to the quarantine in debug mode,
- * else um__buffer_recycle_now. */
-void um__buffer_recycle(um_buffer *b);
-/* Back to the pool (or the device, or the caller) now. */
-void um__buffer_recycle_now(um_buffer *b);
-int um__buffer_check_live(const um_buffer *b);
-/* Reset a descriptor's per-owner state (size, coherence, mapping, chain,
- * site) for a new owner; mem, dev, loc and kind are set by the caller. */
-void um__buffer_init_live(um_buffer *b, size_t bytes, const char *file, int line);
-/* One registration of a UM_WRAP_PIN range with a device's backend
- * (cuMemHostRegister for CUDA), made through that device. */
-typedef struct um__wrap_reg {
-  um_device *dev;
-  um__mem mem;
-} um__wrap_reg;
-/* Whether b is a UM_WRAP_PIN wrap registered with d's backend, so that d
- * may DMA from and to it directly. */
-bool um__wrap_registered(const um_buffer *b, const um_device *d);
-/* An operation on b finished (b's lock held): drop it from b's chain;
- * *drop_last says the chain's reference to op must be dropped, *recycle
- * that b was released meanwhile and its block must now be recycled (both
- * after the lock is released). */
-void um__buffer_op_finish_locked(um_buffer *b, um_event *op, bool *drop_last, bool *recycle);
-/* event.c */
-int um__engine_start(um_manager *m);
-void um__engine_stop(um_manager *m);
-void um__engine_drain(um_manager *m);
+/* op.c: issue an operation filled in by the caller (kind, buffers, offsets,
+ * bytes, the buffers' gen). Orders it after the buffers' earlier
+ * operations, plans its path under their locks, starts it. done == NULL:
+ * runs to completion and returns its status; else *done is the caller's
+ * event. Takes over the caller's reference to op, issued or not. */
+int um__op_issue(um_event *op, um_event **done);
+/* op finished with status (on any thread): buffers, waiters, followers. */
+void um__op_complete(um_event *op, int status);
+/* A group (um_copy_batch): begin it, expect one more member before issuing
+ * it (with member->group set), record a member that was not issued, and
+ * end the issuing (done as for um__op_issue). */
+um_event *um__op_group_begin(um_manager *m);
+void um__op_group_expect(um_event *group);
+void um__op_group_not_issued(um_event *group, int status);
+int um__op_group_end(um_event *group, um_event **done);
+/* A held operation (a bracket): published on its buffers like any other
+ * (later operations wait for it) but not started; *dep is the unfinished
+ * operation it was ordered after (a reference), or NULL. start_held starts
+ * it once after (a reference, consumed; NULL: now) has finished.
+ * issue_after: an operation on no buffer (a gate), started once after has
+ * finished. token_borrow: dep's token when it runs on d's queue and has
+ * one (give it back with um__event_token_put), else NULL. */
+int um__op_hold(um_event *op, um_event **dep);
+void um__op_start_held(um_event *op, um_event *after);
+void um__op_issue_after(um_event *op, um_event *after);
+void *um__op_token_borrow(um_event *dep, um_device *d);
+
+/* access.c: take b's open bracket (b's lock held; NULL when none) and end
+ * it behind what the caller queued so far (a release); end every bracket
+ * left open (manager destroy). */
+um_event *um__access_take_locked(um_buffer *b);
+void um__access_end_taken(um_event *op);
+void um__access_end_all(um_manager *m);
+
+/* path.c: one entry per way an operation runs. Entries are offered an
+ * operation in table order (under its buffers' locks); the first whose
+ * plan returns true runs it. plan may set op->native_dev (the device whose
+ * queue runs it; start_native is then called instead of run). */
+struct um__path {
+  const char *name;
+  bool (*plan)(um_event *op);
+  /* Run to completion on the calling thread; the status. */
+  int (*run)(um_event *op);
+  /* Start on op->native_dev's queue after the transfers of after[] (tokens
+   * of the same device), without waiting: backend.h's xfer_async contract.
+   * NULL for host-thread paths. */
+  int (*start_native)(um_event *op, void *const *after, int nafter, um__done_fn done, void **native);
+  /* Count a finished operation's bytes and way in the statistics. */
+  void (*account)(const um_event *op);
+  /* Single backend call paths: the transfer, and the device it runs on. */
+  um_device *(*xfer)(const um_event *op, um__xfer *x);
+  /* Operations of at most this many bytes run on the issuing thread even
+   * when an event was asked for (host work cheaper than a hand-off). */
+  size_t inline_bytes;
+};
+void um__path_plan(um_event *op);
+bool um__path_runs_inline(const um_event *op);
+/* The host side of a copy: its pointer, or the buffer's host view at the
+ * offset; NULL when that end has no host view. */
+char *um__path_host_src(const um_event *op);
+char *um__path_host_dst(const um_event *op);
+/* b's memory is page-locked for device d (one direct DMA, no staging). */
+bool um__path_dma_ready(const um_buffer *b, const um_device *d);
+extern const um__path um__path_fill_host, um__path_fill_device, um__path_memcpy, um__path_h2d,
+    um__path_d2h, um__path_local, um__path_peer;
+
+/* staged.c: the multi-call paths of path.c's table */
+extern const um__path um__path_h2d_pipelined, um__path_d2h_pipelined, um__path_staged,
+    um__path_overlap;
+/* access.c: the caller's bracket and the gate */
+extern const um__path um__path_access, um__path_gate;
+
+/* event.c: event objects */
 um_event *um__event_new(um_manager *m, um__op_kind kind);
 void um__event_ref(um_event *e);
 void um__event_unref(um_event *e);
-/* Issue an operation filled in by the caller (dst/src/offsets/bytes).
- * Orders it after the buffers' earlier operations. done == NULL: runs to
- * completion and returns its status. */
-int um__op_issue(um_event *op, um_event **done);
-void um__op_complete(um_event *op, int status);
 int um__event_wait_internal(um_event *e);
+/* Drop one owner of e's token (e->native_refs); the last releases it. */
+void um__event_token_put(um_event *e, um_device *ndev, void *native);
+/* Manager destroy: free every event object. */
+void um__events_free_all(um_manager *m);
+/* event.c: the engine. push: a worker will call w->fn(w) (first: ahead of
+ * the queue). op_begin / op_done count the operations in flight; drain
+ * waits until none is. op_done is the completing thread's last touch of the
+ * manager. */
+int um__engine_start(um_manager *m);
+void um__engine_stop(um_manager *m);
+void um__engine_push(um_manager *m, um__work *w, bool first);
+void um__engine_op_begin(um_manager *m);
+void um__engine_op_done(um_manager *m);
+void um__engine_drain(um_manager *m);
 
-/* transfer.c */
-/* Run an operation to completion on the calling thread. */
-int um__op_run(um_event *op);
-/* Choose op's path (strategy) and the device whose native queue would run
- * it (op->native_dev, NULL when it must run on a host thread). */
-void um__op_plan(um_event *op);
-/* Start a planned native operation on its device's queue without waiting;
- * done reports completion. Returns the backend's status. */
-int um__op_start_native(um_event *op, void *const *after, int nafter,
-                        um__done_fn done, void **native);
-/* Count a finished operation's bytes and strategy in the stats. */
-void um__op_account(const um_event *op);
-/* Whether op is small enough and host-only, so running it inline on the
- * issuing thread is cheaper than handing it to a worker. */
-bool um__op_runs_inline(const um_event *op);
-void um__staging_release_all(um_device *d);
+/* ------------------------------------------------------------------------ */
+/* Buffers */
+
+/* handle.c */
+int um__buffer_check_live(const um_buffer *b);
+/* um__buffer_check_live, and b's generation for a check under its lock. */
+int um__buffer_check_owner(const um_buffer *b, uint32_t *gen);
+/* Reset a descriptor's per-owner state (size, coherence, mapping, chain,
+ * site) for a new owner; mem, dev, loc and kind are set by the caller.
+ * Inline: it is on the pool hit's path. */
+static inline void um__buffer_init_live(um_buffer *b, size_t bytes, const char *file, int line) {
+  /* Only the thread making the descriptor live writes gen: no locked add. */
+  atomic_store_explicit(&b->gen, atomic_load_explicit(&b->gen, memory_order_relaxed) + 1,
+                        memory_order_release);
+  b->size = bytes;
+  b->valid = b->mem.host ? (UM_VALID_HOST | UM_VALID_DEVICE) : UM_VALID_DEVICE;
+  b->mapped = false;
+  b->map_busy = false;
+  b->map_ptr = NULL;
+  b->map_native = false;
+  b->last = NULL;
+  b->pending = 0;
+  b->release_deferred = false;
+  b->access_state = 0;
+  b->access_op = NULL;
+  atomic_store_explicit(&b->holds, 0, memory_order_relaxed);
+  b->readonly = false;
+  b->pinned_wrap = false;
+  atomic_store_explicit(&b->touched, false, memory_order_relaxed);
+  b->site_file = file;
+  b->site_line = line;
+}
+
+/* An operation on b finished (b's lock held): drop it from b's chain;
+ * *drop_last says the chain's reference to op must be dropped, *retire
+ * that b was released meanwhile and must now be retired (both after the
+ * lock is released). */
+void um__buffer_op_finish_locked(um_buffer *b, um_event *op, bool *drop_last, bool *retire);
+/* Block until every operation issued on b has finished. */
+void um__buffer_wait_idle(um_buffer *b);
+/* A released buffer with nothing pending: its block goes to this thread's
+ * cache (tc, when not NULL and the class has a slot), the quarantine
+ * (debug), or its owner. */
+void um__buffer_retire(um_buffer *b, um__tcache *tc);
+/* UM_WRAP_PIN: register a live wrap with the other backends; whether d's
+ * backend registered it (d may DMA from and to it directly). */
+void um__wrap_register_devices(um_buffer *b);
+bool um__wrap_registered(const um_buffer *b, const um_device *d);
+
+/* trim.c: move the caches' blocks to the bins, then free idle blocks,
+ * oldest first, until at most keep bytes stay idle in the manager (dev ==
+ * NULL) or on one device; bytes freed. for_pressure: every idle block of d
+ * (the quarantine's too, in debug mode) before an allocation is retried. */
+uint64_t um__trim(um_manager *m, um_device *dev, uint64_t keep);
+void um__trim_for_pressure(um_device *d);
+int um__trim_thread_start(um_manager *m);
+void um__trim_thread_stop(um_manager *m);
 
 /* quarantine.c: debug mode keeps released buffers from reuse. Bounds: a
  * buffer leaves after this many later releases, or once the quarantined
@@ -445,29 +281,65 @@ void um__staging_release_all(um_device *d);
 #define UM__QUARANTINE_MAX_BYTES (64ull << 20)
 #define UM__POISON_BYTE 0xDE
 void um__quarantine_put(um_buffer *b);
-/* Recycle every quarantined buffer (at destroy). */
+/* Every quarantined buffer to its owner (at destroy). */
 void um__quarantine_flush(um_manager *m);
 /* Give the device's quarantined blocks back to it, keeping their handles
- * quarantined (an allocation on d failed: before trim and retry). */
+ * quarantined (pressure, um_pool_trim). */
 void um__quarantine_drop_blocks(um_manager *m, um_device *d);
 
-/* mapfile.c */
-void um__file_unmap(um_buffer *b);
+/* owner.c: a released buffer's block goes back to its owner (pool,
+ * device, caller, file) and the descriptor to the husks unless pooled;
+ * return_borrowed: only what a wrap or a mapped file borrowed (unpin,
+ * unmap), at once. */
+void um__buffer_to_owner(um_buffer *b);
+void um__buffer_return_borrowed(um_buffer *b);
 
-/* stats.c */
-void um__stat_in_use_add(um_device *d, uint64_t bytes);
-void um__stat_in_use_sub(um_device *d, uint64_t bytes);
-/* Returns the manager's pooled bytes before the addition. */
-uint64_t um__stat_pooled_add(um_device *d, uint64_t bytes);
-void um__stat_pooled_sub(um_device *d, uint64_t bytes);
+/* ------------------------------------------------------------------------ */
+/* Pool (tcache.h declares the thread caches) */
 
-#define UM__STAT_ADD(dev, field, v)                                            \
-  um__atomic_add_relaxed(&(dev)->stats.field, (uint64_t)(v))
-#define UM__STAT_SUB(dev, field, v)                                            \
-  um__atomic_sub_relaxed(&(dev)->stats.field, (uint64_t)(v))
+/* pool.c */
+void um__pool_init(um__pool *p, um_device *dev, um_location loc);
+void um__pool_destroy(um__pool *p);
+/* The newest idle block of class cls, or NULL. */
+um_buffer *um__pool_take(um__pool *p, int cls);
+/* Put b idle in its bin, or free it when the limits say no: put stamps a
+ * new idle_key; put_aged keeps b's (a block displaced from a cache slot,
+ * counted as trimmed if freed); put_reserved moves a block out of a cache
+ * slot with the slot's budget. */
+void um__pool_put(um__pool *p, um_buffer *b);
+void um__pool_put_aged(um__pool *p, um_buffer *b);
+void um__pool_put_reserved(um__pool *p, um_buffer *b);
+/* Thread-cache slots: hold budget for one block of class cls (false when
+ * a limit says no), give it back. */
+bool um__pool_reserve(um__pool *p, int cls);
+void um__pool_unreserve(um__pool *p, int cls);
+/* Free d's blocks idle since before cutoff_ns (all: UINT64_MAX); free the
+ * oldest until at most keep bytes stay idle. Bytes freed. */
+uint64_t um__pool_free_idle(um_device *d, uint64_t cutoff_ns);
+uint64_t um__pool_free_oldest(um_manager *m, um_device *dev, uint64_t keep);
+void um__pool_largest(um__pool *p, uint64_t *largest);
+/* The next idle_key, for a block going idle on the calling thread. */
+uint64_t um__idle_key_next(um_manager *m);
+/* The pool went from empty to not empty: wake the trim timer. */
+void um__pool_notify_idle(um_manager *m);
 
-static inline bool um__loc_valid(int loc) {
-  return loc >= UM_HOST && loc <= UM_UNIFIED;
-}
+/* ------------------------------------------------------------------------ */
+/* Blocks */
+
+/* block.c */
+int um__block_alloc(um_device *d, um_location loc, size_t bytes, um__mem *mem);
+void um__block_free(um_device *d, um_location loc, size_t bytes, um__mem *mem);
+/* Set b's first bytes to zero (UM_ALLOC_ZERO, scrub). */
+int um__block_zero(um_buffer *b, size_t bytes);
+/* A descriptor for a new block: a husk, or a new one on the registry. */
+um_buffer *um__descriptor_get(um_manager *m);
+/* b holds no block any more: a husk until the next allocation. */
+void um__descriptor_put(um_manager *m, um_buffer *b);
+void um__descriptors_free_all(um_manager *m);
+/* Pinned staging chunks (staging_chunk_bytes each), kept per device up to
+ * pinned_pool_bytes. */
+int um__staging_get(um_device *d, um__mem *out);
+void um__staging_put(um_device *d, um__mem *mem);
+void um__staging_free_all(um_device *d);
 
 #endif /* UNIMEM_INTERNAL_H */

@@ -23,44 +23,51 @@ static const char *const location_names[] = {"host", "device", "pinned", "unifie
 static void destroy_device(um_device *d) {
   for (int l = 0; l < UM_LOCATION_COUNT; l++)
     um__pool_destroy(&d->pools[l]);
-  um__staging_release_all(d);
+  um__staging_free_all(d);
   pthread_mutex_destroy(&d->staging_lock);
+  d->magic = 0;
   free(d);
 }
 
-static int add_device(um_manager *m, const um__backend *be, void *ctx, int i) {
-  um__bdev_desc desc;
-  um_device *d, **grown;
-  int st;
-  memset(&desc, 0, sizeof(desc)); /* fields a backend does not know stay 0 */
-  st = be->describe(ctx, i, &desc);
-  if (st != UM_OK)
-    return st;
-  d = calloc(1, sizeof(*d));
-  if (d == NULL)
+/* One more device of m, described by its backend. Every device gives
+ * UM_HOST: ordinary pageable host memory, accounted to it (block.c). */
+static int add_device(um_manager *m, const um__backend *be, const um__bdev_desc *desc,
+                      um_device **out) {
+  int n = um__ndevices(m);
+  um_device *d;
+  if (n == UM__MAX_DEVICES)
+    return um__set_error(UM_ENOMEM, "a manager holds at most %d devices", UM__MAX_DEVICES);
+  if ((d = calloc(1, sizeof(*d))) == NULL)
     return um__set_error(UM_ENOMEM, "out of memory for a device");
-  grown = realloc(m->devices, (size_t)(m->ndevices + 1) * sizeof(*grown));
-  if (grown == NULL) {
-    free(d);
-    return um__set_error(UM_ENOMEM, "out of memory for a device");
-  }
-  m->devices = grown;
+  d->magic = UM__DEVICE_MAGIC;
   d->m = m;
-  d->index = m->ndevices;
+  d->index = n;
   d->be = be;
-  d->bdev = desc.bdev;
-  snprintf(d->info.name, sizeof(d->info.name), "%s", desc.name);
+  d->bdev = desc->bdev;
+  snprintf(d->info.name, sizeof(d->info.name), "%s", desc->name);
   snprintf(d->info.backend, sizeof(d->info.backend), "%s", be->name);
   d->info.index = d->index;
-  d->info.caps = desc.caps;
-  d->info.locations = desc.locations;
-  d->info.total_bytes = desc.total_bytes;
-  d->host_memory = desc.host_memory != 0;
+  d->info.caps = desc->caps;
+  d->info.locations = desc->locations | (1u << UM_HOST);
+  d->info.total_bytes = desc->total_bytes;
+  d->host_memory = desc->host_memory != 0;
   for (int l = 0; l < UM_LOCATION_COUNT; l++)
     um__pool_init(&d->pools[l], d, (um_location)l);
   pthread_mutex_init(&d->staging_lock, NULL);
-  m->devices[m->ndevices++] = d;
+  m->devices[n] = d;
+  atomic_store_explicit(&m->ndevices, n + 1, memory_order_release); /* complete before counted */
+  if (out != NULL)
+    *out = d;
   return UM_OK;
+}
+
+static int describe_and_add(um_manager *m, const um__backend *be, void *ctx, int i) {
+  um__bdev_desc desc;
+  int st;
+  memset(&desc, 0, sizeof(desc)); /* fields a backend does not know stay 0 */
+  if ((st = be->describe(ctx, i, &desc)) != UM_OK)
+    return st;
+  return add_device(m, be, &desc, NULL);
 }
 
 static int open_backend(um_manager *m, const um__backend *be, bool required) {
@@ -83,7 +90,7 @@ static int open_backend(um_manager *m, const um__backend *be, bool required) {
     um__log(&m->opts, UM_LOG_INFO, "backend %s: no devices%s%s", be->name,
             um_last_error()[0] ? ": " : "", um_last_error());
   for (int i = 0; i < count; i++) {
-    st = add_device(m, be, ctx, i);
+    st = describe_and_add(m, be, ctx, i);
     if (st != UM_OK) {
       if (required)
         return st;
@@ -97,23 +104,19 @@ static int open_backend(um_manager *m, const um__backend *be, bool required) {
 static void free_manager(um_manager *m) {
   /* Blocks cached by threads go back to the bins, which free them below. */
   um__tcache_manager_gone(m);
-  for (int i = 0; i < m->ndevices; i++)
+  /* Device 0 last: the other devices' UM_HOST blocks are its memory. */
+  for (int i = um__ndevices(m) - 1; i >= 0; i--)
     destroy_device(m->devices[i]);
-  free(m->devices);
   for (int i = m->nbackends - 1; i >= 0; i--)
     m->backends[i].be->close(m->backends[i].ctx);
-  while (m->all_buffers) {
-    um_buffer *b = m->all_buffers;
-    m->all_buffers = b->all_next;
-    pthread_mutex_destroy(&b->lock);
-    pthread_cond_destroy(&b->idle_cond);
-    free(b->shadow);
-    free(b);
-  }
-  free(m->peer);
+  um__descriptors_free_all(m);
+  um__events_free_all(m);
+  pthread_mutex_destroy(&m->event_lock);
   pthread_mutex_destroy(&m->registry_lock);
   pthread_mutex_destroy(&m->peer_lock);
+  pthread_mutex_destroy(&m->devices_lock);
   pthread_mutex_destroy(&m->trim_lock);
+  pthread_mutex_destroy(&m->trimming);
   pthread_cond_destroy(&m->trim_cond);
   pthread_mutex_destroy(&m->tcache_lock);
   free(m);
@@ -132,9 +135,14 @@ int um__manager_create_ex(const um_options *opts, const um__backend *const *extr
     m->opts = *opts;
   else
     um_options_init(&m->opts);
+  um__fork_init();
+  m->fork_gen = um__process_generation();
+  pthread_mutex_init(&m->event_lock, NULL);
   pthread_mutex_init(&m->registry_lock, NULL);
   pthread_mutex_init(&m->peer_lock, NULL);
+  pthread_mutex_init(&m->devices_lock, NULL);
   pthread_mutex_init(&m->trim_lock, NULL);
+  pthread_mutex_init(&m->trimming, NULL);
   pthread_cond_init(&m->trim_cond, NULL);
   pthread_mutex_init(&m->tcache_lock, NULL);
   if ((st = um__options_check(&m->opts)) != UM_OK) {
@@ -154,14 +162,9 @@ int um__manager_create_ex(const um_options *opts, const um__backend *const *extr
       goto fail;
   um__clear_error();
 
-  m->peer = calloc((size_t)m->ndevices * (size_t)m->ndevices, 1);
-  if (m->peer == NULL) {
-    st = um__set_error(UM_ENOMEM, "out of memory for the peer matrix");
-    goto fail;
-  }
   if (m->opts.enable_peer)
-    for (int a = 0; a < m->ndevices; a++)
-      for (int b = 0; b < m->ndevices; b++)
+    for (int a = 0; a < um__ndevices(m); a++)
+      for (int b = 0; b < um__ndevices(m); b++)
         if (a != b && um_peer_possible(m->devices[a], m->devices[b]) == 1)
           (void)um_peer_enable(m->devices[a], m->devices[b]);
 
@@ -193,8 +196,14 @@ int um_manager_options(const um_manager *m, um_options *out) {
 int um_manager_destroy(um_manager *m) {
   int leaked = 0;
   uint64_t leaked_bytes = 0;
+  int st;
   if (m == NULL)
     return um__set_error(UM_EINVAL, "um_manager_destroy: NULL manager");
+  /* A parent's manager in a child process of fork(): its threads are gone
+   * and its locks may be held; the child's copy is left as it is. */
+  if ((st = um__manager_check_process(m)) != UM_OK)
+    return st;
+  um__access_end_all(m); /* brackets left open would never finish */
   um__engine_drain(m);
   um__trim_thread_stop(m);
   um__engine_stop(m);
@@ -228,42 +237,64 @@ int um_manager_destroy(um_manager *m) {
 }
 
 /* ------------------------------------------------------------------------ */
-/* Buffer descriptors: made once, reused for the manager's lifetime. */
+/* Adopted devices */
 
-um_buffer *um__descriptor_get(um_manager *m) {
-  um_buffer *b;
-  pthread_mutex_lock(&m->registry_lock);
-  b = m->husks;
-  if (b != NULL) {
-    m->husks = b->husk_next;
-    pthread_mutex_unlock(&m->registry_lock);
-    b->husk_next = NULL;
-    return b;
-  }
-  pthread_mutex_unlock(&m->registry_lock);
-  /* Whole cache lines: two threads working on two buffers (each from its
-   * own thread cache) must not share a line. */
-  b = aligned_alloc(64, (sizeof(*b) + 63) & ~(size_t)63);
-  if (b == NULL)
-    return NULL;
-  memset(b, 0, sizeof(*b));
-  b->magic = UM__BUFFER_MAGIC;
-  b->m = m;
-  atomic_init(&b->state, UM__BUF_HUSK);
-  pthread_mutex_init(&b->lock, NULL);
-  pthread_cond_init(&b->idle_cond, NULL);
-  pthread_mutex_lock(&m->registry_lock);
-  b->all_next = m->all_buffers;
-  m->all_buffers = b;
-  pthread_mutex_unlock(&m->registry_lock);
-  return b;
+#ifdef UNIMEM_HAVE_OPENCL
+/* The backend's slot of m (its per-manager state), made if m did not open
+ * the backend; -1 when there is no room. */
+static int backend_slot(um_manager *m, const um__backend *be) {
+  for (int i = 0; i < m->nbackends; i++)
+    if (m->backends[i].be == be)
+      return i;
+  if (m->nbackends == UM__MAX_BACKENDS)
+    return -1;
+  m->backends[m->nbackends].be = be;
+  m->backends[m->nbackends].ctx = NULL;
+  return m->nbackends++;
 }
 
-void um__descriptor_put(um_manager *m, um_buffer *b) {
-  atomic_store_explicit(&b->state, UM__BUF_HUSK, memory_order_release);
-  memset(&b->mem, 0, sizeof(b->mem));
-  pthread_mutex_lock(&m->registry_lock);
-  b->husk_next = m->husks;
-  m->husks = b;
-  pthread_mutex_unlock(&m->registry_lock);
+/* Peer access between d and the other devices of its backend that allow
+ * it (one OpenCL context), as at create. */
+static void enable_peers(um_manager *m, um_device *d) {
+  if (!m->opts.enable_peer)
+    return;
+  for (int i = 0; i < um__ndevices(m); i++) {
+    um_device *o = m->devices[i];
+    if (o == d)
+      continue;
+    if (um_peer_possible(d, o) == 1)
+      (void)um_peer_enable(d, o);
+    if (um_peer_possible(o, d) == 1)
+      (void)um_peer_enable(o, d);
+  }
+}
+
+static int adopt(um_manager *m, const um__backend *be, void *const native[3], um_device **out) {
+  um__bdev_desc desc;
+  int slot, st;
+  memset(&desc, 0, sizeof(desc));
+  pthread_mutex_lock(&m->devices_lock);
+  if ((slot = backend_slot(m, be)) < 0) {
+    pthread_mutex_unlock(&m->devices_lock);
+    return um__set_error(UM_ENOMEM, "too many backends");
+  }
+  st = be->adopt(&m->opts, &m->backends[slot].ctx, native[0], native[1], native[2], &desc);
+  if (st == UM_OK && (st = add_device(m, be, &desc, out)) == UM_OK)
+    enable_peers(m, *out);
+  pthread_mutex_unlock(&m->devices_lock);
+  return st;
+}
+#endif
+
+int um_device_adopt_opencl(um_manager *m, void *cl_context, void *cl_device, void *cl_queue,
+                           um_device **out) {
+  if (m == NULL || cl_context == NULL || cl_device == NULL || cl_queue == NULL || out == NULL)
+    return um__set_error(UM_EINVAL, "um_device_adopt_opencl: NULL argument");
+  UM__CHECK_PROCESS(m);
+#ifdef UNIMEM_HAVE_OPENCL
+  void *const native[3] = {cl_context, cl_device, cl_queue};
+  return adopt(m, &um__backend_opencl, native, out);
+#else
+  return um__set_error(UM_ENOTSUP, "um_device_adopt_opencl: unimem was built without OpenCL");
+#endif
 }

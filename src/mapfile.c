@@ -6,7 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "tcache.h"
 
 int um_map_file(um_manager *m, const char *path, um_map_mode mode, um_buffer **out) {
   int fd, flags, prot, st;
@@ -18,9 +18,17 @@ int um_map_file(um_manager *m, const char *path, um_map_mode mode, um_buffer **o
     return um__set_error(UM_EINVAL, "um_map_file: NULL argument");
   if ((unsigned)mode > UM_MAP_WRITE_DISCARD)
     return um__set_error(UM_EINVAL, "um_map_file: unknown mode %d", (int)mode);
+  UM__CHECK_PROCESS(m);
   flags = mode == UM_MAP_READ ? O_RDONLY : O_RDWR;
   prot = mode == UM_MAP_READ ? PROT_READ : PROT_READ | PROT_WRITE;
-  fd = open(path, flags | O_CLOEXEC);
+  /* Only a regular file can be mapped. Checked before opening, since
+   * opening a FIFO with no writer blocks and opening a device node can
+   * have effects; and again on the descriptor (fstat below), since the path
+   * may change in between: O_NONBLOCK keeps that open from blocking, and
+   * O_NOCTTY from taking a terminal. */
+  if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+    return um__set_error(UM_EINVAL, "um_map_file: %s is not a regular file", path);
+  fd = open(path, flags | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0)
     return um__set_error(UM_ENODEV, "um_map_file: cannot open %s: %s", path, strerror(errno));
   if (fstat(fd, &sb) != 0) {
@@ -67,11 +75,4 @@ int um_map_file(um_manager *m, const char *path, um_map_mode mode, um_buffer **o
 fail_fd:
   close(fd);
   return st;
-}
-
-void um__file_unmap(um_buffer *b) {
-  if (!b->readonly)
-    msync(b->mem.host, b->capacity, MS_SYNC);
-  munmap(b->mem.host, b->capacity);
-  b->mem.host = NULL;
 }

@@ -4,8 +4,8 @@
 #include "internal.h"
 
 static int check_pair(const um_device *a, const um_device *b) {
-  if (a == NULL || b == NULL)
-    return um__set_error(UM_EINVAL, "peer: NULL device");
+  if (!um__device_ok(a) || !um__device_ok(b))
+    return um__set_error(UM_EINVAL, "peer: NULL or not a device");
   if (a->m != b->m)
     return um__set_error(UM_EINVAL, "peer: devices of different managers");
   return UM_OK;
@@ -30,8 +30,9 @@ int um_peer_enable(um_device *a, um_device *b) {
   if (a == b)
     return UM_OK;
   m = a->m;
+  UM__CHECK_PROCESS(m);
   pthread_mutex_lock(&m->peer_lock);
-  if (m->peer[a->index * m->ndevices + b->index]) {
+  if (m->peer[a->index * UM__MAX_DEVICES + b->index]) {
     pthread_mutex_unlock(&m->peer_lock);
     return UM_OK;
   }
@@ -42,7 +43,7 @@ int um_peer_enable(um_device *a, um_device *b) {
   }
   st = a->be->peer_enable(a->bdev, b->bdev);
   if (st == UM_OK)
-    m->peer[a->index * m->ndevices + b->index] = 1;
+    m->peer[a->index * UM__MAX_DEVICES + b->index] = 1;
   pthread_mutex_unlock(&m->peer_lock);
   return st;
 }
@@ -57,7 +58,7 @@ int um_peer_enabled(const um_device *a, const um_device *b) {
     return 1;
   m = a->m;
   pthread_mutex_lock(&m->peer_lock);
-  v = m->peer[a->index * m->ndevices + b->index];
+  v = m->peer[a->index * UM__MAX_DEVICES + b->index];
   pthread_mutex_unlock(&m->peer_lock);
   return v ? 1 : 0;
 }

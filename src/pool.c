@@ -1,9 +1,15 @@
 /* The pool: idle blocks per (device, location), one bin per size class.
  *
  * In front of the bins sit the thread caches (tcache.h): one idle block per
- * (thread, device, location, class), reached without a lock. Every trim
- * first moves the caches' blocks into the bins (um__tcache_flush_all), then
- * frees from the bins, oldest first.
+ * (thread, device, location, class), reached without a lock. The two files
+ * are one layer: a cache's block moves to its bin with um__pool_put_reserved,
+ * and making room in a full pool moves the caches' blocks to the bins first
+ * (claim_with_room), so that the oldest block goes wherever it is. Trims
+ * (trim.c) sit above both.
+ *
+ * Verbs: put (a block goes idle in its bin), take (a block leaves its bin
+ * for a new owner), free (an idle block goes back to its device and its
+ * descriptor to the husks).
  *
  * Invariants (checked by tests/test_pool_basic.c, test_pool_fast.c and
  * the stress test, test_pool_stress.c):
@@ -11,7 +17,8 @@
  *   descriptor is IDLE;
  * - bin->idle_bytes is the sum of the capacities in the bin;
  * - the manager's bytes_pooled is the sum over all bins (the stats add the
- *   blocks in caches);
+ *   blocks in caches), and never less than what the bins hold: it grows
+ *   before a block is visible in a bin and shrinks after one left;
  * - budget: pool_claimed = sum over bins of (idle_bytes + reserved_bytes),
  *   and pool_claimed <= max_pool_bytes; per bin, idle_bytes +
  *   reserved_bytes <= max_pool_bytes_per_class. A block in a cache slot is
@@ -19,14 +26,13 @@
  *   together never exceed either limit.
  * - a bin is sorted on idle_key, newest at the head: allocations take the
  *   newest (warm in caches and TLBs), trims the oldest.
- * Lock order: m->tcache_lock, then a bin's lock, then m->trim_lock. A bin's
- * lock is never held while another bin's is taken, and never while calling
- * the backend (a device free can be slow). */
-#include <errno.h>
+ * Lock order: m->trimming, then m->tcache_lock, then a bin's lock, then
+ * m->trim_lock. A bin's lock is never held while another bin's is taken,
+ * and never while calling the backend (a device free can be slow). */
 #include <string.h>
-#include <time.h>
 
 #include "tcache.h"
+#include "testhook.h"
 
 void um__pool_init(um__pool *p, um_device *dev, um_location loc) {
   p->dev = dev;
@@ -42,9 +48,9 @@ void um__pool_init(um__pool *p, um_device *dev, um_location loc) {
 }
 
 /* ------------------------------------------------------------------------ */
-/* Budget and order */
+/* Budget, idle bytes and order */
 
-bool um__pool_claim(um_manager *m, uint64_t bytes) {
+static bool claim(um_manager *m, uint64_t bytes) {
   uint64_t max = m->opts.max_pool_bytes;
   uint_fast64_t cur = um__atomic_load_relaxed(&m->pool_claimed);
   do {
@@ -55,8 +61,17 @@ bool um__pool_claim(um_manager *m, uint64_t bytes) {
   return true;
 }
 
-void um__pool_unclaim(um_manager *m, uint64_t bytes) {
-  um__atomic_sub_relaxed(&m->pool_claimed, bytes);
+static void unclaim(um_manager *m, uint64_t bytes) { um__atomic_sub_relaxed(&m->pool_claimed, bytes); }
+
+/* Returns the manager's pooled bytes before the addition. */
+static uint64_t pooled_add(um_device *d, uint64_t bytes) {
+  um__atomic_add_relaxed(&d->stats.bytes_pooled, bytes);
+  return (uint64_t)um__atomic_add_relaxed(&d->m->bytes_pooled, bytes);
+}
+
+static void pooled_sub(um_device *d, uint64_t bytes) {
+  um__atomic_sub_relaxed(&d->stats.bytes_pooled, bytes);
+  um__atomic_sub_relaxed(&d->m->bytes_pooled, bytes);
 }
 
 uint64_t um__idle_key_next(um_manager *m) {
@@ -68,6 +83,16 @@ uint64_t um__idle_key_next(um_manager *m) {
     return k;
   }
   return (uint64_t)um__atomic_add_relaxed(&m->idle_clock, 1) + 1;
+}
+
+/* Wake the trim timer (trim.c); called when the pool goes from empty to
+ * not empty, so a release pays for the lock only on that transition. */
+void um__pool_notify_idle(um_manager *m) {
+  if (!um__atomic_load_acquire(&m->trim_running))
+    return;
+  pthread_mutex_lock(&m->trim_lock);
+  pthread_cond_signal(&m->trim_cond);
+  pthread_mutex_unlock(&m->trim_lock);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -127,9 +152,9 @@ static void bin_unlink(um__pool *p, um__bin *bin, um_buffer *b) {
     mark(p, b->cls, false);
 }
 
-/* Free a block that is in no bin and holds no budget; a block that was
- * idle (pooled) counts as trimmed. */
-static void free_unpooled(um_buffer *b, bool was_idle) {
+/* A block in no bin and holding no budget goes back to its device, its
+ * descriptor to the husks; one that was idle (pooled) counts as trimmed. */
+static void free_to_device(um_buffer *b, bool was_idle) {
   if (was_idle) {
     UM__STAT_ADD(b->dev, trims, 1);
     UM__STAT_ADD(b->dev, bytes_trimmed, b->capacity);
@@ -138,12 +163,12 @@ static void free_unpooled(um_buffer *b, bool was_idle) {
   um__descriptor_put(b->m, b);
 }
 
-/* Give an idle block, just unlinked from its bin, back to its device; the
- * descriptor becomes a husk for reuse. Called with no lock held. */
-static void release_block(um_buffer *b, bool trimmed) {
-  um__stat_pooled_sub(b->dev, b->capacity);
-  um__pool_unclaim(b->m, b->capacity);
-  free_unpooled(b, trimmed);
+/* An idle block just unlinked from its bin goes back to its device. Called
+ * with no lock held. */
+static void free_unlinked(um_buffer *b, bool trimmed) {
+  pooled_sub(b->dev, b->capacity);
+  unclaim(b->m, b->capacity);
+  free_to_device(b, trimmed);
 }
 
 void um__pool_destroy(um__pool *p) {
@@ -152,7 +177,7 @@ void um__pool_destroy(um__pool *p) {
     while (bin->tail) {
       um_buffer *b = bin->tail;
       bin_unlink(p, bin, b);
-      release_block(b, false);
+      free_unlinked(b, false);
     }
     pthread_mutex_destroy(&bin->lock);
   }
@@ -169,8 +194,8 @@ um_buffer *um__pool_take(um__pool *p, int cls) {
     bin_unlink(p, bin, b);
   pthread_mutex_unlock(&bin->lock);
   if (b != NULL) {
-    um__stat_pooled_sub(p->dev, b->capacity);
-    um__pool_unclaim(p->dev->m, b->capacity);
+    pooled_sub(p->dev, b->capacity);
+    unclaim(p->dev->m, b->capacity);
   }
   return b;
 }
@@ -179,42 +204,48 @@ um_buffer *um__pool_take(um__pool *p, int cls) {
  * idle_key below max_key, unlinked; NULL when there is none. Linear in the
  * number of non-empty bins, which is fine for a trim (rare, and it frees
  * memory, which costs far more). */
-static um_buffer *take_oldest(um_manager *m, um_device *only, uint64_t max_key) {
-  for (;;) {
-    um__pool *best_p = NULL;
-    um__bin *best = NULL;
-    uint64_t best_k = UINT64_MAX;
-    um_buffer *b;
-    for (int di = 0; di < m->ndevices; di++) {
-      um_device *d = m->devices[di];
-      if (only != NULL && d != only)
-        continue;
-      for (int l = 0; l < UM_LOCATION_COUNT; l++) {
-        um__pool *p = &d->pools[l];
-        FOR_NONEMPTY_BINS(p, c) {
-          um__bin *bin = &p->bins[c];
-          uint64_t k;
-          pthread_mutex_lock(&bin->lock);
-          k = bin->tail ? bin->tail->idle_key : UINT64_MAX;
-          pthread_mutex_unlock(&bin->lock);
-          if (k < best_k) {
-            best_k = k;
-            best = bin;
-            best_p = p;
-          }
+static um__bin *oldest_bin(um_manager *m, um_device *only, um__pool **pool, uint64_t *key) {
+  um__bin *best = NULL;
+  *key = UINT64_MAX;
+  for (int di = 0; di < um__ndevices(m); di++) {
+    um_device *d = m->devices[di];
+    if (only != NULL && d != only)
+      continue;
+    for (int l = 0; l < UM_LOCATION_COUNT; l++) {
+      um__pool *p = &d->pools[l];
+      FOR_NONEMPTY_BINS(p, c) {
+        um__bin *bin = &p->bins[c];
+        uint64_t k;
+        pthread_mutex_lock(&bin->lock);
+        k = bin->tail ? bin->tail->idle_key : UINT64_MAX;
+        pthread_mutex_unlock(&bin->lock);
+        if (k < *key) {
+          *key = k;
+          best = bin;
+          *pool = p;
         }
       }
     }
-    if (best == NULL || best_k >= max_key)
+  }
+  return best;
+}
+
+static um_buffer *take_oldest(um_manager *m, um_device *only, uint64_t max_key) {
+  for (;;) {
+    um__pool *p = NULL;
+    uint64_t key;
+    um__bin *bin = oldest_bin(m, only, &p, &key);
+    um_buffer *b;
+    if (bin == NULL || key >= max_key)
       return NULL;
-    pthread_mutex_lock(&best->lock);
-    b = best->tail;
-    if (b != NULL && b->idle_key == best_k) {
-      bin_unlink(best_p, best, b);
-      pthread_mutex_unlock(&best->lock);
+    pthread_mutex_lock(&bin->lock);
+    b = bin->tail;
+    if (b != NULL && b->idle_key == key) {
+      bin_unlink(p, bin, b);
+      pthread_mutex_unlock(&bin->lock);
       return b;
     }
-    pthread_mutex_unlock(&best->lock); /* raced with a taker: look again */
+    pthread_mutex_unlock(&bin->lock); /* raced with a taker: look again */
   }
 }
 
@@ -225,7 +256,7 @@ static um_buffer *take_oldest(um_manager *m, um_device *only, uint64_t max_key) 
  * owners are then asked to give theirs back). */
 static bool claim_with_room(um_manager *m, uint64_t cap, uint64_t key) {
   bool flushed = false;
-  while (!um__pool_claim(m, cap)) {
+  while (!claim(m, cap)) {
     um_buffer *old;
     if (!flushed) {
       flushed = true;
@@ -237,58 +268,67 @@ static bool claim_with_room(um_manager *m, uint64_t cap, uint64_t key) {
       um__atomic_add_relaxed(&m->flush_epoch, 1u);
       return false;
     }
-    release_block(old, true);
+    free_unlinked(old, true);
   }
   return true;
 }
 
-/* Keep b idle in its bin, within both limits, or free it. */
-static void give_block(um__pool *p, um_buffer *b, bool was_idle) {
-  um_manager *m = b->m;
-  const um_options *o = &m->opts;
-  um__bin *bin = &p->bins[b->cls];
-  uint64_t cap = b->capacity;
+/* Under the bin's lock, with the budget claimed: make room in the class by
+ * freeing its blocks older than b; false when b does not fit (b is the
+ * oldest, or thread caches' empty slots hold the class's budget). */
+static bool class_room_locked(um__pool *p, um__bin *bin, um_buffer *b) {
+  uint64_t max = b->m->opts.max_pool_bytes_per_class;
+  while (bin->idle_bytes + bin->reserved_bytes + b->capacity > max && bin->tail &&
+         bin->tail->idle_key < b->idle_key) {
+    um_buffer *old = bin->tail;
+    bin_unlink(p, bin, old);
+    pthread_mutex_unlock(&bin->lock);
+    free_unlinked(old, true);
+    pthread_mutex_lock(&bin->lock);
+  }
+  return bin->idle_bytes + bin->reserved_bytes + b->capacity <= max;
+}
 
-  if (cap > o->max_pool_bytes || cap > o->max_pool_bytes_per_class ||
+/* Keep b idle in its bin, within both limits, or free it. */
+static void put_block(um__pool *p, um_buffer *b, bool was_idle) {
+  um_manager *m = b->m;
+  um__bin *bin = &p->bins[b->cls];
+  uint64_t cap = b->capacity, pooled_before;
+
+  if (cap > m->opts.max_pool_bytes || cap > m->opts.max_pool_bytes_per_class ||
       !claim_with_room(m, cap, b->idle_key)) {
-    free_unpooled(b, was_idle);
+    free_to_device(b, was_idle);
     return;
   }
   b->idle_since_ns = um__now_ns();
   atomic_store_explicit(&b->state, UM__BUF_IDLE, memory_order_release);
   pthread_mutex_lock(&bin->lock);
-  /* Make room in the class: its blocks older than b go first. */
-  while (bin->idle_bytes + bin->reserved_bytes + cap > o->max_pool_bytes_per_class && bin->tail &&
-         bin->tail->idle_key < b->idle_key) {
-    um_buffer *old = bin->tail;
-    bin_unlink(p, bin, old);
-    pthread_mutex_unlock(&bin->lock);
-    release_block(old, true);
-    pthread_mutex_lock(&bin->lock);
-  }
-  if (bin->idle_bytes + bin->reserved_bytes + cap > o->max_pool_bytes_per_class) {
-    /* b is the oldest, or thread caches' empty slots hold the budget. */
+  if (!class_room_locked(p, bin, b)) {
     bool slots_hold = bin->reserved_bytes != 0;
     pthread_mutex_unlock(&bin->lock);
-    um__pool_unclaim(m, cap);
+    unclaim(m, cap);
     if (slots_hold)
       um__atomic_add_relaxed(&m->flush_epoch, 1u);
-    free_unpooled(b, was_idle);
+    free_to_device(b, was_idle);
     return;
   }
+  /* Counted before b can be seen in the bin: a taker subtracts only after
+   * it found b there, so the figure never goes below zero. */
+  pooled_before = pooled_add(p->dev, cap);
   bin_insert(p, bin, b);
   pthread_mutex_unlock(&bin->lock);
   /* b may be taken and reused as soon as the lock is released */
-  if (um__stat_pooled_add(p->dev, cap) == 0)
-    um__trim_thread_kick(m);
+  UM__TEST_POINT(UM__TP_POOL_PUT, b);
+  if (pooled_before == 0)
+    um__pool_notify_idle(m);
 }
 
-void um__pool_give(um__pool *p, um_buffer *b) {
+void um__pool_put(um__pool *p, um_buffer *b) {
   b->idle_key = um__idle_key_next(b->m);
-  give_block(p, b, false);
+  put_block(p, b, false);
 }
 
-void um__pool_give_idle(um__pool *p, um_buffer *b) { give_block(p, b, true); }
+void um__pool_put_aged(um__pool *p, um_buffer *b) { put_block(p, b, true); }
 
 /* ------------------------------------------------------------------------ */
 /* Thread-cache slots */
@@ -298,7 +338,7 @@ bool um__pool_reserve(um__pool *p, int cls) {
   um__bin *bin = &p->bins[cls];
   uint64_t cap = um__class_size(cls);
   bool ok;
-  if (cap > m->opts.max_pool_bytes_per_class || !um__pool_claim(m, cap))
+  if (cap > m->opts.max_pool_bytes_per_class || !claim(m, cap))
     return false;
   pthread_mutex_lock(&bin->lock);
   ok = bin->idle_bytes + bin->reserved_bytes + cap <= m->opts.max_pool_bytes_per_class;
@@ -306,12 +346,12 @@ bool um__pool_reserve(um__pool *p, int cls) {
     bin->reserved_bytes += cap;
   pthread_mutex_unlock(&bin->lock);
   if (!ok) {
-    um__pool_unclaim(m, cap);
+    unclaim(m, cap);
     return false;
   }
   atomic_fetch_add(&m->reserve_seq, 1u);
   if (atomic_load(&m->trim_asleep))
-    um__trim_thread_kick(m);
+    um__pool_notify_idle(m);
   return true;
 }
 
@@ -321,38 +361,33 @@ void um__pool_unreserve(um__pool *p, int cls) {
   pthread_mutex_lock(&bin->lock);
   bin->reserved_bytes -= cap;
   pthread_mutex_unlock(&bin->lock);
-  um__pool_unclaim(p->dev->m, cap);
+  unclaim(p->dev->m, cap);
 }
 
-void um__pool_adopt(um__pool *p, um_buffer *b) {
+void um__pool_put_reserved(um__pool *p, um_buffer *b) {
   um__bin *bin = &p->bins[b->cls];
   /* Its time in the cache is unknown: for the timer it is idle from now
    * (freed one interval after this move at the earliest); its idle_key
    * keeps its place in the order. */
-  uint64_t cap = b->capacity;
+  uint64_t cap = b->capacity, pooled_before;
   b->idle_since_ns = um__now_ns();
   pthread_mutex_lock(&bin->lock);
   bin->reserved_bytes -= cap;
+  pooled_before = pooled_add(p->dev, cap); /* before b is visible */
   bin_insert(p, bin, b);
   pthread_mutex_unlock(&bin->lock);
   /* b may be taken and reused as soon as the lock is released */
-  if (um__stat_pooled_add(p->dev, cap) == 0)
-    um__trim_thread_kick(p->dev->m);
+  UM__TEST_POINT(UM__TP_POOL_PUT, b);
+  if (pooled_before == 0)
+    um__pool_notify_idle(p->dev->m);
 }
 
 /* ------------------------------------------------------------------------ */
-/* Trims */
+/* Freeing idle blocks (trim.c decides when) */
 
-static uint64_t pooled_of(um_manager *m, um_device *d) {
-  return d ? um__atomic_load_relaxed(&d->stats.bytes_pooled)
-           : um__atomic_load_relaxed(&m->bytes_pooled);
-}
-
-/* Free the blocks of d's bins that went idle before cutoff_ns (all of them
- * for UINT64_MAX): order does not matter when everything that qualifies
- * goes. */
-static uint64_t free_idle_before(um_device *d, uint64_t cutoff_ns) {
+uint64_t um__pool_free_idle(um_device *d, uint64_t cutoff_ns) {
   uint64_t freed = 0;
+  /* Order does not matter when everything that qualifies goes. */
   for (int l = 0; l < UM_LOCATION_COUNT; l++) {
     um__pool *p = &d->pools[l];
     FOR_NONEMPTY_BINS(p, c) {
@@ -372,7 +407,7 @@ static uint64_t free_idle_before(um_device *d, uint64_t cutoff_ns) {
         um_buffer *next = out->pool_next;
         out->pool_next = NULL;
         freed += out->capacity;
-        release_block(out, true);
+        free_unlinked(out, true);
         out = next;
       }
     }
@@ -380,31 +415,17 @@ static uint64_t free_idle_before(um_device *d, uint64_t cutoff_ns) {
   return freed;
 }
 
-uint64_t um__pool_trim(um_manager *m, um_device *dev, uint64_t keep) {
+uint64_t um__pool_free_oldest(um_manager *m, um_device *dev, uint64_t keep) {
   uint64_t freed = 0;
-  /* The caches' blocks join the bins, in their order. */
-  um__tcache_flush_all(m, dev);
-  if (keep == 0) {
-    for (int i = 0; i < m->ndevices; i++)
-      if (dev == NULL || m->devices[i] == dev)
-        freed += free_idle_before(m->devices[i], UINT64_MAX);
-    return freed;
-  }
-  while (pooled_of(m, dev) > keep) {
-    um_buffer *b = take_oldest(m, dev, UINT64_MAX);
-    if (b == NULL)
-      break;
+  for (;;) {
+    uint64_t pooled = dev ? um__atomic_load_relaxed(&dev->stats.bytes_pooled)
+                          : um__atomic_load_relaxed(&m->bytes_pooled);
+    um_buffer *b;
+    if (pooled <= keep || (b = take_oldest(m, dev, UINT64_MAX)) == NULL)
+      return freed;
     freed += b->capacity;
-    release_block(b, true);
+    free_unlinked(b, true);
   }
-  return freed;
-}
-
-uint64_t um__pool_trim_older(um_manager *m, uint64_t cutoff_ns) {
-  uint64_t freed = 0;
-  for (int i = 0; i < m->ndevices; i++)
-    freed += free_idle_before(m->devices[i], cutoff_ns);
-  return freed;
 }
 
 void um__pool_largest(um__pool *p, uint64_t *largest) {
@@ -426,97 +447,4 @@ void um__pool_largest(um__pool *p, uint64_t *largest) {
       bits &= ~((uint64_t)1 << (c % 64));
     }
   }
-}
-
-int um_pool_trim(um_manager *m, uint64_t keep_bytes) {
-  if (m == NULL)
-    return um__set_error(UM_EINVAL, "um_pool_trim: manager is NULL");
-  um__pool_trim(m, NULL, keep_bytes);
-  return UM_OK;
-}
-
-/* ------------------------------------------------------------------------ */
-/* The trim timer: a thread that frees blocks idle for trim_interval_ms. It
- * sleeps without a deadline while the pool is empty, so an idle process
- * does not wake up for nothing.
- *
- * Thread caches: each tick first moves every cached block into the bins
- * (stamped with the time of the move), so a block idle in a cache is freed
- * between one and one and a half intervals after the tick that moved it.
- * The tick also moves the flush epoch, which makes every owner give back
- * its empty slots' budget at its next call. "Nothing is idle" is then: the
- * bins are empty and no slot was reserved since the tick (a reservation
- * while the timer sleeps wakes it: um__pool_reserve). The one block that
- * can escape a tick is one put into a slot that was already reserved while
- * the tick ran; its owner moves it to the bins (waking the timer) at its
- * next call, when it sees the new epoch. */
-
-static void *trim_main(void *arg) {
-  um_manager *m = arg;
-  uint64_t interval_ns = (uint64_t)m->opts.trim_interval_ms * 1000000ull;
-  unsigned seen = 0; /* the manager's first value: reservations made before
-                       this thread runs must wake it */
-  pthread_mutex_lock(&m->trim_lock);
-  while (!m->trim_stop) {
-    /* seq_cst store then load, against the reserver's increment then load
-     * of trim_asleep: one of the two sees the other. */
-    atomic_store(&m->trim_asleep, true);
-    if (um__atomic_load_relaxed(&m->bytes_pooled) == 0 && atomic_load(&m->reserve_seq) == seen) {
-      pthread_cond_wait(&m->trim_cond, &m->trim_lock);
-      atomic_store(&m->trim_asleep, false);
-      seen = atomic_load(&m->reserve_seq) - 1u; /* tick at least once */
-      continue;
-    }
-    atomic_store(&m->trim_asleep, false);
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t wake = (uint64_t)ts.tv_nsec + interval_ns / 2 + 1000000ull;
-    ts.tv_sec += (time_t)(wake / 1000000000ull);
-    ts.tv_nsec = (long)(wake % 1000000000ull);
-    pthread_cond_timedwait(&m->trim_cond, &m->trim_lock, &ts);
-    if (m->trim_stop)
-      break;
-    pthread_mutex_unlock(&m->trim_lock);
-    seen = atomic_load(&m->reserve_seq);
-    um__tcache_flush_all(m, NULL);
-    uint64_t now = um__now_ns();
-    if (now > interval_ns)
-      um__pool_trim_older(m, now - interval_ns);
-    pthread_mutex_lock(&m->trim_lock);
-  }
-  pthread_mutex_unlock(&m->trim_lock);
-  return NULL;
-}
-
-int um__trim_thread_start(um_manager *m) {
-  int rc;
-  m->trim_stop = false;
-  if (m->opts.trim_interval_ms == 0 || !m->opts.enable_pooling)
-    return UM_OK;
-  rc = pthread_create(&m->trim_thread, NULL, trim_main, m);
-  if (rc != 0)
-    return um__set_error(UM_ENOMEM, "cannot start the trim thread: %s", strerror(rc));
-  m->trim_running = true;
-  return UM_OK;
-}
-
-void um__trim_thread_stop(um_manager *m) {
-  if (!m->trim_running)
-    return;
-  pthread_mutex_lock(&m->trim_lock);
-  m->trim_stop = true;
-  pthread_cond_signal(&m->trim_cond);
-  pthread_mutex_unlock(&m->trim_lock);
-  pthread_join(m->trim_thread, NULL);
-  m->trim_running = false;
-}
-
-/* Wake the timer; called when the pool goes from empty to not empty, so the
- * release path pays for the lock only on that transition. */
-void um__trim_thread_kick(um_manager *m) {
-  if (!m->trim_running)
-    return;
-  pthread_mutex_lock(&m->trim_lock);
-  pthread_cond_signal(&m->trim_cond);
-  pthread_mutex_unlock(&m->trim_lock);
 }

@@ -19,7 +19,8 @@
  *
  * The list is guarded by the manager's registry_lock (it is a list of
  * descriptors, like the husks); the lock is never held while a buffer is
- * recycled, since recycling takes bin locks and the registry lock itself.
+ * recycled, since recycling takes bin locks and the registry lock itself,
+ * nor while a block goes back to its device.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -52,15 +53,13 @@ static um_buffer *take_excess(um_manager *m) {
   return out;
 }
 
-/* Leave the quarantine: the ordinary recycling. */
+/* Leave the quarantine: the block goes to its owner (a wrap's or a file's
+ * memory went back at release: only the descriptor is left). */
 static void release_list(um_buffer *b) {
   while (b != NULL) {
     um_buffer *next = b->quarantine_next;
     b->quarantine_next = NULL;
-    if (b->kind == UM__KIND_WRAPPED || b->kind == UM__KIND_FILE)
-      um__descriptor_put(b->m, b); /* their memory was given back at release */
-    else
-      um__buffer_recycle_now(b);
+    um__buffer_to_owner(b);
     b = next;
   }
 }
@@ -69,23 +68,10 @@ void um__quarantine_put(um_buffer *b) {
   um_manager *m = b->m;
   um_buffer *evicted;
 
-  switch (b->kind) {
-  case UM__KIND_WRAPPED:
-    if (b->pinned_wrap)
-      b->dev->be->host_unregister(b->dev->bdev, &b->mem);
-    b->pinned_wrap = false;
-    memset(&b->mem, 0, sizeof(b->mem));
-    break;
-  case UM__KIND_FILE:
-    um__file_unmap(b);
-    memset(&b->mem, 0, sizeof(b->mem));
-    break;
-  case UM__KIND_POOLED:
-  case UM__KIND_UNPOOLED:
-    if (b->mem.host != NULL)
-      memset(b->mem.host, UM__POISON_BYTE, b->capacity);
-    break;
-  }
+  if (b->kind == UM__KIND_WRAPPED || b->kind == UM__KIND_FILE)
+    um__buffer_return_borrowed(b); /* not ours to hold back */
+  else if (b->mem.host != NULL)
+    memset(b->mem.host, UM__POISON_BYTE, b->capacity);
   if (b->shadow != NULL) {
     memset(b->shadow, UM__POISON_BYTE, b->capacity);
     free(b->shadow);
@@ -117,23 +103,45 @@ void um__quarantine_flush(um_manager *m) {
   release_list(out);
 }
 
-void um__quarantine_drop_blocks(um_manager *m, um_device *d) {
-  /* The blocks are freed under the lock: once it is dropped, an entry can
-   * leave the quarantine and its descriptor be reused at once. A device
-   * free takes no lock of ours, and this is the rare path of an allocation
-   * that already failed once. */
-  pthread_mutex_lock(&m->registry_lock);
-  for (um_buffer *b = m->quarantine_head; b != NULL; b = b->quarantine_next) {
+/* One block taken from a quarantined descriptor, to free after the lock. */
+typedef struct dropped_block {
+  um_location loc;
+  size_t capacity;
+  um__mem mem;
+} dropped_block;
+
+/* Under registry_lock: detach the blocks of d's quarantined buffers (at most
+ * cap of them) into out; the entries keep their handles and hold no memory
+ * from here on, like a wrap whose range went back. um_alloc sets the kind
+ * again when it reuses the descriptor. */
+static size_t detach_blocks_locked(um_manager *m, um_device *d, dropped_block *out, size_t cap) {
+  size_t n = 0;
+  for (um_buffer *b = m->quarantine_head; b != NULL && n < cap; b = b->quarantine_next) {
     if (b->dev != d || held_bytes(b) == 0)
       continue;
     m->quarantine_bytes -= held_bytes(b);
-    um__block_free(d, b->loc, b->capacity, &b->mem);
+    out[n].loc = b->loc;
+    out[n].capacity = b->capacity;
+    out[n++].mem = b->mem;
     memset(&b->mem, 0, sizeof(b->mem));
-    /* From here on the entry holds no memory, like a wrap whose range went
-     * back: leaving the quarantine, it becomes a husk. um_alloc sets the
-     * kind again when it reuses the descriptor. */
     b->kind = UM__KIND_WRAPPED;
     b->pinned_wrap = false;
   }
-  pthread_mutex_unlock(&m->registry_lock);
+  return n;
+}
+
+void um__quarantine_drop_blocks(um_manager *m, um_device *d) {
+  /* The device frees run after the lock is dropped (a device free can be
+   * slow, and every allocation needing a descriptor takes this lock), in
+   * rounds of a fixed array: an entry whose block was detached may leave
+   * the quarantine and be reused at once, it references the block no more. */
+  dropped_block blocks[64];
+  size_t n;
+  do {
+    pthread_mutex_lock(&m->registry_lock);
+    n = detach_blocks_locked(m, d, blocks, sizeof(blocks) / sizeof(blocks[0]));
+    pthread_mutex_unlock(&m->registry_lock);
+    for (size_t i = 0; i < n; i++)
+      um__block_free(d, blocks[i].loc, blocks[i].capacity, &blocks[i].mem);
+  } while (n == sizeof(blocks) / sizeof(blocks[0]));
 }

@@ -15,38 +15,6 @@
 
 #include "tcache.h"
 
-void um__stat_in_use_add(um_device *d, uint64_t bytes) {
-  um_manager *m = d->m;
-  um__tcache *tc = um__tcache_of(m);
-  if (tc != NULL) {
-    um__tcache_count_in(tc, d, bytes);
-    return;
-  }
-  um__atomic_add_relaxed(&d->stats.bytes_in_use, bytes);
-  um__atomic_add_relaxed(&m->bytes_in_use, bytes);
-  um__tcache_note_high(NULL, d);
-}
-
-void um__stat_in_use_sub(um_device *d, uint64_t bytes) {
-  um__tcache *tc = um__tcache_of(d->m);
-  if (tc != NULL) {
-    um__tcache_count_out(tc, d, bytes);
-    return;
-  }
-  um__atomic_sub_relaxed(&d->stats.bytes_in_use, bytes);
-  um__atomic_sub_relaxed(&d->m->bytes_in_use, bytes);
-}
-
-uint64_t um__stat_pooled_add(um_device *d, uint64_t bytes) {
-  um__atomic_add_relaxed(&d->stats.bytes_pooled, bytes);
-  return (uint64_t)um__atomic_add_relaxed(&d->m->bytes_pooled, bytes);
-}
-
-void um__stat_pooled_sub(um_device *d, uint64_t bytes) {
-  um__atomic_sub_relaxed(&d->stats.bytes_pooled, bytes);
-  um__atomic_sub_relaxed(&d->m->bytes_pooled, bytes);
-}
-
 static void add_device(um_stats *s, um_device *d) {
   const um__counters *c = &d->stats;
 #define SUM(f) s->f += (uint64_t)um__atomic_load_relaxed(&c->f)
@@ -81,8 +49,11 @@ int um_stats_get(um_manager *m, um_device *d, um_stats *out) {
   um_stats s;
   if (m == NULL || out == NULL)
     return um__set_error(UM_EINVAL, "um_stats_get: NULL argument");
+  if (d != NULL && !um__device_ok(d))
+    return um__set_error(UM_EINVAL, "um_stats_get: not a device");
   if (d != NULL && d->m != m)
     return um__set_error(UM_EINVAL, "um_stats_get: device belongs to another manager");
+  UM__CHECK_PROCESS(m);
   memset(&s, 0, sizeof(s));
   /* The caches' list lock: a thread's exit moves its counters into the
    * device's under it, so each share is counted once. */
@@ -91,7 +62,7 @@ int um_stats_get(um_manager *m, um_device *d, um_stats *out) {
     add_device(&s, d);
     s.peak_bytes_in_use = um__atomic_load_relaxed(&d->stats.peak_bytes_in_use);
   } else {
-    for (int i = 0; i < m->ndevices; i++)
+    for (int i = 0; i < um__ndevices(m); i++)
       add_device(&s, m->devices[i]);
     s.peak_bytes_in_use = um__atomic_load_relaxed(&m->peak_bytes_in_use);
   }

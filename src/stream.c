@@ -8,28 +8,21 @@
  *   report progress.
  * The other buffer is free to overwrite when step k starts: fn on chunk k-1
  * has returned, and any operation fn issued on it is ordered before the new
- * copy by the buffer's own operation chain (event.c). So at most two chunks
+ * copy by the buffer's own operation chain (op.c). So at most two chunks
  * of device memory are held, whatever the length of the source.
  */
 #include <string.h>
 
 #include "internal.h"
 
-/* Block until every operation issued on b has finished. */
-static void wait_buffer_idle(um_buffer *b) {
-  pthread_mutex_lock(&b->lock);
-  while (b->pending > 0)
-    pthread_cond_wait(&b->idle_cond, &b->lock);
-  pthread_mutex_unlock(&b->lock);
-}
-
 static int check_args(um_buffer *src, size_t off, size_t bytes, um_device *dev, size_t chunk_bytes,
                       um_chunk_fn fn) {
   int st;
-  if (src == NULL || dev == NULL || fn == NULL)
-    return um__set_error(UM_EINVAL, "um_stream: NULL argument");
+  if (src == NULL || fn == NULL || !um__device_ok(dev))
+    return um__set_error(UM_EINVAL, "um_stream: NULL argument or not a device");
   if ((st = um__buffer_check_live(src)) != UM_OK)
     return st;
+  UM__CHECK_PROCESS(src->m);
   if (dev->m != src->m)
     return um__set_error(UM_EINVAL, "um_stream: device and buffer belong to different managers");
   if (bytes == 0 || chunk_bytes == 0)
@@ -96,7 +89,7 @@ done:
   for (int i = 0; i < nbufs; i++) {
     if (buf[i] == NULL || um__buffer_check_live(buf[i]) != UM_OK)
       continue; /* not allocated, or fn released it against the contract */
-    wait_buffer_idle(buf[i]);
+    um__buffer_wait_idle(buf[i]);
     um_release(buf[i]);
   }
   return st;

@@ -49,7 +49,7 @@ static uint64_t flush_slots(um__tcache *tc, um_manager *m, size_t lo, size_t hi,
         continue; /* its owner took it, or another flush did */
       um_buffer *b = (um_buffer *)cur;
       moved += b->capacity;
-      um__pool_adopt(slot_pool(m, i), b);
+      um__pool_put_reserved(slot_pool(m, i), b);
     } else if (cur == UM__TSLOT_RESERVED && owner) {
       atomic_store_explicit(slot, 0, memory_order_relaxed);
       um__pool_unreserve(slot_pool(m, i), slot_class(i));
@@ -67,7 +67,9 @@ uint64_t um__tcache_flush_all(um_manager *m, um_device *only) {
   uint64_t moved = 0;
   pthread_mutex_lock(&m->tcache_lock);
   for (um__tcache *tc = m->tcaches; tc != NULL; tc = tc->m_next) {
-    if (only != NULL) {
+    if (only != NULL && only->index >= tc->ndevices) {
+      continue; /* adopted after the cache was made: it has no slots */
+    } else if (only != NULL) {
       size_t per_dev = (size_t)UM_LOCATION_COUNT * UM__TCACHE_CLASSES;
       size_t lo = (size_t)only->index * per_dev;
       moved += flush_slots(tc, m, lo, lo + per_dev, false);
@@ -174,15 +176,16 @@ static um__tcache *create_cache(um_manager *m) {
   if (tc == NULL)
     return NULL;
   memset(tc, 0, sizeof(*tc));
-  tc->ctr = aligned_alloc(64, ((size_t)m->ndevices * sizeof(*tc->ctr) + 63) & ~(size_t)63);
-  tc->slots = aligned_alloc(64, (slot_count(m->ndevices) * sizeof(*tc->slots) + 63) & ~(size_t)63);
+  int ndevices = um__ndevices(m); /* devices adopted later bypass this cache */
+  tc->ctr = aligned_alloc(64, ((size_t)ndevices * sizeof(*tc->ctr) + 63) & ~(size_t)63);
+  tc->slots = aligned_alloc(64, (slot_count(ndevices) * sizeof(*tc->slots) + 63) & ~(size_t)63);
   if (tc->ctr == NULL || tc->slots == NULL || pthread_setspecific(exit_key, &thread_caches) != 0) {
     free_cache(tc);
     return NULL;
   }
-  memset(tc->ctr, 0, (size_t)m->ndevices * sizeof(*tc->ctr));
-  memset(tc->slots, 0, slot_count(m->ndevices) * sizeof(*tc->slots));
-  tc->ndevices = m->ndevices;
+  memset(tc->ctr, 0, (size_t)ndevices * sizeof(*tc->ctr));
+  memset(tc->slots, 0, slot_count(ndevices) * sizeof(*tc->slots));
+  tc->ndevices = ndevices;
   tc->slots_on = m->opts.enable_pooling && !m->opts.debug;
   tc->epoch = atomic_load_explicit(&m->flush_epoch, memory_order_relaxed);
   atomic_init(&tc->m, m);
@@ -215,9 +218,10 @@ um__tcache *um__tcache_find(um_manager *m) {
   return tc;
 }
 
-void um__tcache_give_slow(um__tcache *tc, um_buffer *b, _Atomic(uintptr_t) *slot) {
+void um__tcache_put(um__tcache *tc, um_buffer *b) {
   um_manager *m = b->m;
   um__pool *p = &b->dev->pools[b->loc];
+  _Atomic(uintptr_t) *slot = um__tcache_slot(tc, b->dev, b->loc, b->cls);
   uintptr_t cur;
   if (tc->epoch != atomic_load_explicit(&m->flush_epoch, memory_order_relaxed))
     um__tcache_flush_own(tc, m);
@@ -238,12 +242,12 @@ void um__tcache_give_slow(um__tcache *tc, um_buffer *b, _Atomic(uintptr_t) *slot
      * the older one goes to the bin. */
     if (atomic_compare_exchange_strong_explicit(slot, &cur, (uintptr_t)b, memory_order_acq_rel,
                                                 memory_order_relaxed)) {
-      um__pool_give_idle(p, (um_buffer *)cur);
+      um__pool_put_aged(p, (um_buffer *)cur);
       return;
     }
     /* another thread took the older block (cur is now 0): start over */
   }
-  um__pool_give(p, b); /* no budget for a slot */
+  um__pool_put(p, b); /* no budget for a slot */
 }
 
 void um__tcache_note_high(um__tcache *tc, um_device *d) {
@@ -295,4 +299,44 @@ void um__tcache_stats_add(um_manager *m, um_device *d, um_stats *s) {
       }
     }
   }
+}
+
+/* fork (fork.c): the lifetime lock is held across the fork, so that the
+ * child does not inherit it locked by another thread; in the child, the
+ * forking thread's caches belong to the parent's managers, which the child
+ * may not use: they are marked dead (freed at this thread's next lookup). */
+void um__tcache_fork_prepare(void) { pthread_mutex_lock(&lifetime_lock); }
+
+void um__tcache_fork_parent(void) { pthread_mutex_unlock(&lifetime_lock); }
+
+void um__tcache_fork_child(void) {
+  for (um__tcache *tc = thread_caches; tc != NULL; tc = tc->t_next)
+    atomic_store_explicit(&tc->m, NULL, memory_order_relaxed);
+  um__tcache_last = NULL;
+  pthread_mutex_unlock(&lifetime_lock);
+}
+
+/* ------------------------------------------------------------------------ */
+/* bytes_in_use outside the hit paths */
+
+void um__stat_in_use_add(um_device *d, uint64_t bytes) {
+  um_manager *m = d->m;
+  um__tcache *tc = um__tcache_for(m, d);
+  if (tc != NULL) {
+    um__tcache_count_in(tc, d, bytes);
+    return;
+  }
+  um__atomic_add_relaxed(&d->stats.bytes_in_use, bytes);
+  um__atomic_add_relaxed(&m->bytes_in_use, bytes);
+  um__tcache_note_high(NULL, d);
+}
+
+void um__stat_in_use_sub(um_device *d, uint64_t bytes) {
+  um__tcache *tc = um__tcache_for(d->m, d);
+  if (tc != NULL) {
+    um__tcache_count_out(tc, d, bytes);
+    return;
+  }
+  um__atomic_sub_relaxed(&d->stats.bytes_in_use, bytes);
+  um__atomic_sub_relaxed(&d->m->bytes_in_use, bytes);
 }

@@ -7,7 +7,7 @@
  * release that finds its slot empty, touch nothing another thread writes:
  * no lock, one compare-and-swap (taking from a slot) or one plain store
  * (putting into one), and counters that only their thread writes (summed
- * on read, as mimalloc's stats are).
+ * on read, as mimalloc's stats are). The structures are in types.h.
  *
  * A slot is a word in one of three states:
  *   0         empty, and holding none of the pool's budget;
@@ -42,44 +42,6 @@
 
 #include "internal.h"
 
-/* Classes with a slot: up to 2^40 bytes (class 156 ends at 1.25 * 2^40).
- * Larger requests bypass the cache; 160 classes * 4 locations * 8 bytes
- * is 5 KiB of slots per device and thread. */
-#define UM__TCACHE_CLASSES 160
-#define UM__TSLOT_RESERVED ((uintptr_t)1)
-
-/* Per-thread, per-device share of the hot counters. Only the owner
- * thread writes them (relaxed load + store: no locked instruction); readers
- * add them to the device's counters. bytes_in_use is a difference (a
- * buffer allocated here and released elsewhere counts + here and - there)
- * stored as uint64_t, read as int64_t. Live buffers are not counted apart:
- * they are allocations - releases (stats.c). */
-typedef struct um__tcounters {
-  atomic_uint_fast64_t allocations;
-  atomic_uint_fast64_t releases;
-  atomic_uint_fast64_t pool_hits;
-  atomic_uint_fast64_t bytes_in_use;
-  /* Highest bytes_in_use of this thread since the device's peak was last
-   * brought up to date from here (owner only). */
-  int64_t in_use_high;
-} um__tcounters;
-
-typedef struct um__tcache {
-  _Atomic(um_manager *) m; /* NULL once the manager is gone */
-  int ndevices;
-  bool slots_on;  /* pooling on and debug off: the slots are used */
-  unsigned epoch; /* the manager's flush_epoch when last seen (owner) */
-  uint64_t clock; /* this thread's idle_key clock (owner) */
-  um__tcounters *ctr;        /* [ndevices] */
-  /* This thread's bytes_in_use over all devices, for the manager's peak;
-   * kept only when the manager has several devices (else it is ctr[0]'s). */
-  atomic_uint_fast64_t in_use_total;
-  int64_t in_use_total_high;
-  _Atomic(uintptr_t) *slots; /* [ndevices][UM_LOCATION_COUNT][UM__TCACHE_CLASSES] */
-  struct um__tcache *m_prev, *m_next; /* manager's list (m->tcache_lock) */
-  struct um__tcache *t_next;          /* thread's list (owner) */
-} um__tcache;
-
 /* The cache this thread used last. initial-exec: the shared library is
  * linked at start-up by every program that uses it, and the general model
  * would cost a __tls_get_addr call on every allocation. */
@@ -95,9 +57,10 @@ void um__tcache_flush_own(um__tcache *tc, um_manager *m);
 /* A new high of this thread's bytes_in_use on d: bring the peaks up to
  * date with the exact sum over every thread. */
 void um__tcache_note_high(um__tcache *tc, um_device *d);
-/* Release path when the slot was empty without budget, or full: reserve
- * budget for the slot, or give the block to the bin. */
-void um__tcache_give_slow(um__tcache *tc, um_buffer *b, _Atomic(uintptr_t) *slot);
+/* A released block into this thread's slot of its class, the slow way:
+ * the slot was empty without budget (reserve it), or held an older block
+ * (which goes to its bin); into the bin when no budget is left. */
+void um__tcache_put(um__tcache *tc, um_buffer *b);
 /* Move every idle block of every cache of m (of device only, when not
  * NULL) to the bins, and ask every owner to drop its empty slots' budget.
  * Returns the bytes moved. */
@@ -107,12 +70,27 @@ void um__tcache_manager_gone(um_manager *m);
 /* Add the caches' counters and idle blocks to stats of d (all devices
  * when d is NULL). Called with m->tcache_lock held. */
 void um__tcache_stats_add(um_manager *m, um_device *d, um_stats *s);
+/* pthread_atfork handlers' share (fork.c). */
+void um__tcache_fork_prepare(void);
+void um__tcache_fork_parent(void);
+void um__tcache_fork_child(void);
+/* bytes_in_use of d moved up or down on this thread (its cache's share, or
+ * the device's counters when it has no cache). */
+void um__stat_in_use_add(um_device *d, uint64_t bytes);
+void um__stat_in_use_sub(um_device *d, uint64_t bytes);
 
 static inline um__tcache *um__tcache_of(um_manager *m) {
   um__tcache *tc = um__tcache_last;
   if (__builtin_expect(tc != NULL && atomic_load_explicit(&tc->m, memory_order_relaxed) == m, 1))
     return tc;
   return um__tcache_find(m);
+}
+
+/* This thread's cache for work on d, or NULL: a device adopted after the
+ * cache was made has no slots or counters in it. */
+static inline um__tcache *um__tcache_for(um_manager *m, const um_device *d) {
+  um__tcache *tc = um__tcache_of(m);
+  return tc != NULL && __builtin_expect(d->index < tc->ndevices, 1) ? tc : NULL;
 }
 
 static inline _Atomic(uintptr_t) *um__tcache_slot(um__tcache *tc, const um_device *d,
@@ -165,6 +143,39 @@ static inline void um__tcache_count_out(um__tcache *tc, um_device *d, uint64_t b
   um__tcounter_add(&c->bytes_in_use, (uint64_t)0 - bytes);
   if (__builtin_expect(tc->ndevices > 1, 0))
     um__tcounter_add(&tc->in_use_total, (uint64_t)0 - bytes);
+}
+
+
+/* The allocation's hit: the block idle in this thread's slot of the class,
+ * taken with one compare-and-swap (another thread may be moving it to the
+ * bins), or NULL. */
+static inline um_buffer *um__tcache_take(um__tcache *tc, um_device *d, um_location loc, int cls) {
+  _Atomic(uintptr_t) *slot = um__tcache_slot(tc, d, loc, cls);
+  uintptr_t cur = atomic_load_explicit(slot, memory_order_relaxed);
+  if (cur > UM__TSLOT_RESERVED &&
+      atomic_compare_exchange_strong_explicit(slot, &cur, UM__TSLOT_RESERVED, memory_order_acquire,
+                                              memory_order_relaxed))
+    return (um_buffer *)cur;
+  return NULL;
+}
+
+/* The release's hit: an untouched pooled block into this thread's reserved,
+ * empty slot of its class, with one plain store (only the owner moves a
+ * slot out of RESERVED). false: the slow path must run. */
+static inline bool um__tcache_put_fast(um__tcache *tc, um_buffer *b) {
+  _Atomic(uintptr_t) *slot = um__tcache_slot(tc, b->dev, b->loc, b->cls);
+  if (__builtin_expect(atomic_load_explicit(slot, memory_order_relaxed) != UM__TSLOT_RESERVED, 0))
+    return false;
+  b->idle_key = um__tcache_key_fast(tc);
+  atomic_store_explicit(&b->state, UM__BUF_IDLE, memory_order_relaxed);
+  atomic_store_explicit(slot, (uintptr_t)b, memory_order_release);
+  return true;
+}
+
+/* Whether tc may take or keep blocks now: slots in use, and no flush asked
+ * since the thread last looked. */
+static inline bool um__tcache_ready(const um__tcache *tc, um_manager *m) {
+  return tc->slots_on && tc->epoch == atomic_load_explicit(&m->flush_epoch, memory_order_relaxed);
 }
 
 #endif /* UNIMEM_TCACHE_H */

@@ -235,6 +235,8 @@ static int run_xfer(fault_dev *d, const um__xfer *x) {
     memmove(range(x->dst, x->dst_off, x->bytes), range(x->src, x->src_off, x->bytes), x->bytes);
     return UM_OK;
   }
+  case UM__XFER_MARKER:
+    break;
   }
   return um__set_error(UM_ENOTSUP, "fault: transfer kind %d", (int)x->kind);
 }

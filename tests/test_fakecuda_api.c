@@ -37,7 +37,7 @@ Test(fakecuda_api, devices_follow_the_cpu_and_the_other_backends) {
     cr_assert_str_eq(info.backend, "cuda");
     cr_assert_eq(info.index, first + i);
     cr_assert_eq(info.caps, UM_CAP_PINNED | UM_CAP_UNIFIED | UM_CAP_PEER | UM_CAP_ASYNC);
-    cr_assert_eq(info.locations, (1u << UM_DEVICE) | (1u << UM_PINNED) | (1u << UM_UNIFIED));
+    cr_assert_eq(info.locations, (1u << UM_HOST) | (1u << UM_DEVICE) | (1u << UM_PINNED) | (1u << UM_UNIFIED));
     cr_assert_eq(info.total_bytes, 256 * CAC_MiB);
     cac_check_device(d, 1);
     /* No peer access to the cpu or to another backend's devices. */
@@ -74,7 +74,7 @@ Test(fakecuda_api, device_without_managed_memory_offers_no_unified) {
   m = fc_default();
   d = fc_dev(m, 0);
   cr_assert_eq(cac_info(d).caps, UM_CAP_PINNED | UM_CAP_ASYNC);
-  cr_assert_eq(cac_info(d).locations, (1u << UM_DEVICE) | (1u << UM_PINNED));
+  cr_assert_eq(cac_info(d).locations, (1u << UM_HOST) | (1u << UM_DEVICE) | (1u << UM_PINNED));
   cr_assert_eq(um_alloc(m, d, 4096, UM_UNIFIED, 0, &b), UM_ENOTSUP);
   cr_assert_null(b);
   cac_check_locations(m, d);

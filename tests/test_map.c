@@ -134,7 +134,7 @@ static void disc_setup(void) {
   cr_assert_eq(um_device_info_get(disc, &info), UM_OK);
   cr_assert_str_eq(info.backend, "test-discrete");
   cr_assert_eq(info.index, 1);
-  cr_assert_eq(info.locations, 1u << UM_DEVICE);
+  cr_assert_eq(info.locations, (1u << UM_DEVICE) | (1u << UM_HOST));
 }
 
 static void disc_teardown(void) {

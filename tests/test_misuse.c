@@ -247,7 +247,7 @@ Test(misuse, bad_arguments_change_nothing) {
   cr_assert_eq(um_alloc(m, cpu, 0, UM_HOST, 0, &b), UM_EINVAL);
   cr_assert_eq(um_alloc(m, cpu, 8, (um_location)7, 0, &b), UM_EINVAL);
   cr_assert_eq(um_alloc(m, cpu, 8, UM_HOST, 0x80, &b), UM_EINVAL);
-  cr_assert_eq(um_alloc(m, fdev, 8, UM_HOST, 0, &b), UM_ENOTSUP);
+  cr_assert_eq(um_alloc(m, fdev, 8, UM_PINNED + 99, 0, &b), UM_EINVAL);
   cr_assert_eq(um_alloc(m, fdev, 8, UM_UNIFIED, 0, &b), UM_ENOTSUP);
   cr_assert_eq(um_alloc(m, fdev, (size_t)1 << 40, UM_DEVICE, 0, &b), UM_ENOMEM);
   cr_assert_eq(um_alloc_array(m, cpu, SIZE_MAX / 2, 3, UM_HOST, 0, &b), UM_EOVERFLOW);

@@ -2,8 +2,8 @@
  * workers, never runs more worker-run transfers at once, and um_copy_batch
  * keeps that many in flight. The worker gate (opencl_util.h) holds each
  * started transfer until N are running at once, so "N in flight" is
- * observed exactly rather than by timing; the engine's running_max is the
- * most that ever ran at once. */
+ * observed exactly rather than by timing; ou_running_max() is the most
+ * that ever ran at once (both through the test build's hook). */
 #include "opencl_util.h"
 
 #define CHUNK (16u * 1024u)
@@ -27,7 +27,7 @@ Test(opencl_concurrency, workers_match_the_option) {
   for (int n = 1; n <= 5; n += 2) {
     ou_env e = open_with(n, 0);
     cr_assert_eq(e.m->engine.nthreads, n, "max_concurrent_transfers=%d", n);
-    cr_assert_eq(atomic_load(&e.m->engine.running_max), 0);
+    cr_assert_eq(ou_running_max(), 0);
     ou_close(&e);
   }
 }
@@ -54,7 +54,7 @@ static void batch_keeps_n_in_flight(int n) {
   before = ut_stats(e.m, e.dev[0]);
   cr_assert_eq(um_copy_batch(e.m, ops, (size_t)k, NULL), UM_OK, "%s", um_last_error());
   after = ut_stats(e.m, e.dev[0]);
-  cr_assert_eq(atomic_load(&e.m->engine.running_max), n, "at most and at least %d transfers ran at once", n);
+  cr_assert_eq(ou_running_max(), n, "at most and at least %d transfers ran at once", n);
   ou_assert_strategies(before, after, 0, 0, 0, (uint64_t)k, 0);
   for (int i = 0; i < k; i++) {
     unsigned char *got = ou_read_all(dst[i]);
@@ -92,7 +92,7 @@ Test(opencl_concurrency, staged_copies_are_bounded) {
     cr_assert_eq(um_copy(b[i], 0, a[i], 0, CHUNK, &ev[i]), UM_OK);
   for (int i = 0; i < k; i++)
     ou_wait(ev[i], UM_OK);
-  cr_assert_eq(atomic_load(&e.m->engine.running_max), n);
+  cr_assert_eq(ou_running_max(), n);
   for (int i = 0; i < k; i++) {
     unsigned char got[64];
     cr_assert_eq(um_copy_to_host(b[i], 0, got, sizeof(got), NULL), UM_OK);
@@ -128,7 +128,7 @@ OU_TEST_1_AND_2(opencl_concurrency, native_batch_of_small_copies) {
   after = ut_stats(e.m, e.dev[0]);
   ou_assert_strategies(before, after, 0, 0, K, 0, 0);
   cr_assert_eq(after.bytes_h2d - before.bytes_h2d, (uint64_t)K * S);
-  cr_assert_eq(atomic_load(&e.m->engine.running_max), 0, "no worker ran a native copy");
+  cr_assert_eq(ou_running_max(), 0, "no worker ran a native copy");
   got = ou_read_all(dst);
   ou_assert_bytes(got, want, K / 2 * S, "the batch's writes in order");
   free(got);
@@ -188,7 +188,7 @@ OU_TEST_1_AND_2(opencl_concurrency, threads_share_the_bound) {
     pthread_join(th[i], NULL);
     cr_assert(ta[i].ok, "thread %d", i);
   }
-  cr_assert_leq(atomic_load(&e.m->engine.running_max), n);
-  cr_assert_geq(atomic_load(&e.m->engine.running_max), 1);
+  cr_assert_leq(ou_running_max(), n);
+  cr_assert_geq(ou_running_max(), 1);
   ou_close(&e);
 }

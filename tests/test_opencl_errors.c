@@ -153,21 +153,31 @@ OU_TEST_1_AND_2(opencl_errors, on_oom_callback_gets_a_last_try) {
   ou_close(&e);
 }
 
-/* Locations: HOST is never an OpenCL device's; UNIFIED needs fine-grained
- * SVM. */
-OU_TEST_1_AND_2(opencl_errors, host_location_is_not_supported) {
+/* Locations: HOST is every device's (SPEC §5): pageable host memory from
+ * the host, with a host view, accounted to the OpenCL device; UNIFIED needs
+ * fine-grained SVM. */
+OU_TEST_1_AND_2(opencl_errors, host_location_is_host_memory_of_the_device) {
   ou_env e = ou_open(NULL, 1);
   um_buffer *b = NULL;
   um_device_info info;
-  um_stats before, after;
+  um_stats before, after, cpu_before, cpu_after;
+  unsigned char back[4096];
   cr_assert_eq(um_device_info_get(e.dev[0], &info), UM_OK);
-  cr_assert_eq(info.locations & (1u << UM_HOST), 0u);
+  cr_assert_neq(info.locations & (1u << UM_HOST), 0u);
   before = ut_stats(e.m, e.dev[0]);
-  cr_assert_eq(um_alloc(e.m, e.dev[0], 4096, UM_HOST, 0, &b), UM_ENOTSUP);
-  cr_assert_null(b);
+  cpu_before = ut_stats(e.m, um_device_get(e.m, 0));
+  cr_assert_eq(um_alloc(e.m, e.dev[0], 4096, UM_HOST, 0, &b), UM_OK);
+  cr_assert_not_null(um_buffer_host_ptr(b), "a host view");
+  cr_assert_eq(um_buffer_device(b), e.dev[0]);
+  memset(um_buffer_host_ptr(b), 0x3C, 4096);
+  cr_assert_eq(um_copy_to_host(b, 0, back, sizeof(back), NULL), UM_OK);
+  cr_assert(ut_all_bytes(back, sizeof(back), 0x3C));
   after = ut_stats(e.m, e.dev[0]);
-  cr_assert_eq(after.allocations, before.allocations);
-  cr_assert_eq(after.pool_misses, before.pool_misses);
+  cpu_after = ut_stats(e.m, um_device_get(e.m, 0));
+  cr_assert_eq(after.allocations, before.allocations + 1);
+  cr_assert_eq(after.bytes_reserved, before.bytes_reserved + ut_class(4096), "accounted to the device");
+  cr_assert_eq(cpu_after.bytes_reserved, cpu_before.bytes_reserved, "not to the cpu device");
+  cr_assert_eq(um_release(b), UM_OK);
   ou_close(&e);
 }
 

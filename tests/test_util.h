@@ -234,6 +234,7 @@ static UT_UNUSED int ut_disc_xfer(void *bdev, const um__xfer *x) {
     memset((char *)x->dst->handle + x->dst_off, x->value, x->bytes);
     return UM_OK;
   case UM__XFER_PEER:
+  case UM__XFER_MARKER:
     break;
   }
   return um__set_error(UM_ENOTSUP, "test-discrete: transfer kind %d", (int)x->kind);

@@ -1,7 +1,8 @@
 /* unimem bench: runs the benchmarks of bench/ (compiled into the command
- * with -DUM_BENCH_NO_MAIN), merges their reports into one JSON file and
- * draws them with gnuplot. Each benchmark prints its own table; this file
- * only orchestrates. */
+ * with -DUM_BENCH_NO_MAIN), each of which fills a report in memory
+ * (bench/report.h) and prints its own table; merges the reports into one
+ * JSON file and hands them to the chart (plot.c). This file only
+ * orchestrates. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,20 +12,17 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "json.h"
 #include "tool.h"
 #include "unimem.h"
 
-typedef int (*bench_main_fn)(int argc, char **argv);
-
-int um_bench_pool_main(int argc, char **argv);
-int um_bench_transfer_main(int argc, char **argv);
-int um_bench_stream_main(int argc, char **argv);
-int um_bench_cuda_main(int argc, char **argv);
+int um_bench_pool_main(int argc, char **argv, bench_report *rep);
+int um_bench_transfer_main(int argc, char **argv, bench_report *rep);
+int um_bench_stream_main(int argc, char **argv, bench_report *rep);
+int um_bench_cuda_main(int argc, char **argv, bench_report *rep);
 
 typedef struct bench_entry {
   const char *name;
-  bench_main_fn run;
+  bench_entry_fn run;
   const char *what;
 } bench_entry;
 
@@ -35,10 +33,6 @@ static const bench_entry benches[] = {
     {"cuda", um_bench_cuda_main, "pool and copies on an NVIDIA GPU against the CUDA driver's own calls"},
 };
 #define NBENCHES (sizeof(benches) / sizeof(benches[0]))
-
-/* Exit status a benchmark uses to say "nothing to measure here" (the CTest
- * skip convention). */
-#define BENCH_SKIPPED 77
 
 const char tool_bench_help[] =
     "NAME\n"
@@ -68,8 +62,7 @@ const char tool_bench_help[] =
     "    Each benchmark prints its table on standard output as it finishes. While it\n"
     "    runs, a progress line on standard error says which one is running ([2/3]).\n"
     "    A benchmark that finds nothing to measure (transfer without an OpenCL\n"
-    "    device) says so and is reported as skipped. Benchmarks absent from the\n"
-    "    source tree this command was built from are listed as not built.\n"
+    "    device) says so and is reported as skipped.\n"
     "\n"
     "OPTIONS\n"
     "    --quick        smaller sizes and fewer repetitions: a smoke run for CI that\n"
@@ -99,7 +92,7 @@ const char tool_bench_help[] =
     "    0  every benchmark ran, or was skipped for lack of a device;\n"
     "    1  a benchmark failed (a wrong result or an error), or FILE could not be\n"
     "       written;\n"
-    "    2  bad usage, or the benchmark named is not built into this command.\n"
+    "    2  bad usage.\n"
     "\n"
     "EXAMPLES\n"
     "    unimem bench all --quick --json out/bench.json --plot out/bench.svg\n"
@@ -107,65 +100,24 @@ const char tool_bench_help[] =
 
 typedef struct bench_result {
   const bench_entry *b;
-  int status;       /* exit status of its main; -1: not built */
+  int status; /* exit status of its entry point */
   double seconds;
-  char *report;     /* the JSON text it wrote, when it parsed */
-  json_value *doc;
+  bench_report report;
 } bench_result;
+
+/* The command line: the benchmark (NULL: all), the outputs, and the
+ * options passed on to the benchmark. */
+typedef struct bench_args {
+  const char *which, *json, *plot;
+  bool quick;
+  int nextra;
+  char **extra;
+} bench_args;
 
 static double now_s(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
-static char *read_whole_file(const char *path) {
-  FILE *f = fopen(path, "rb");
-  char *text = NULL;
-  size_t len = 0, cap = 0;
-  if (f == NULL)
-    return NULL;
-  for (;;) {
-    size_t n;
-    if (cap - len < 4096) {
-      char *grown = realloc(text, cap + 65536);
-      if (grown == NULL) {
-        free(text);
-        fclose(f);
-        return NULL;
-      }
-      text = grown;
-      cap += 65536;
-    }
-    n = fread(text + len, 1, cap - len - 1, f);
-    len += n;
-    if (n == 0)
-      break;
-  }
-  fclose(f);
-  text[len] = '\0';
-  return text;
-}
-
-static int in_path(const char *prog) {
-  const char *path = getenv("PATH");
-  char buf[4096];
-  while (path && *path) {
-    size_t n = strcspn(path, ":");
-    if (n > 0 && n + strlen(prog) + 2 < sizeof(buf)) {
-      snprintf(buf, sizeof(buf), "%.*s/%s", (int)n, path, prog);
-      if (access(buf, X_OK) == 0)
-        return 1;
-    }
-    path += n + (path[n] == ':');
-  }
-  return 0;
-}
-
-static const char *extension_of(const char *path) {
-  const char *dot = strrchr(path, '.');
-  const char *slash = strrchr(path, '/');
-  return dot != NULL && (slash == NULL || dot > slash) ? dot + 1 : "";
 }
 
 /* Make the parent directories of path (mkdir -p) and check that path can
@@ -192,50 +144,23 @@ static int prepare_output(const char *path) {
   return 0;
 }
 
-static int run_one(bench_result *r, int quick, int nextra, char **extra) {
-  char tmpl[512], *argv[64];
-  const char *tmp = getenv("TMPDIR");
-  int argc = 0, fd;
-  char name[64];
+/* Run one benchmark: its name, --quick, the options for it. */
+static void run_one(bench_result *r, const bench_args *a) {
+  char name[64], *argv[64];
+  int argc = 0;
   snprintf(name, sizeof(name), "unimem bench %s", r->b->name);
-  snprintf(tmpl, sizeof(tmpl), "%s/unimem-bench-%s-XXXXXX", tmp && *tmp ? tmp : "/tmp", r->b->name);
-  fd = mkstemp(tmpl);
-  if (fd < 0) {
-    fprintf(stderr, "unimem bench: cannot make a temporary file in %s: %s\n", tmp && *tmp ? tmp : "/tmp",
-            strerror(errno));
-    return 1;
-  }
-  close(fd);
   argv[argc++] = name;
-  if (quick)
+  if (a->quick)
     argv[argc++] = "--quick";
-  argv[argc++] = "--json";
-  argv[argc++] = tmpl;
-  for (int i = 0; i < nextra && argc < 63; i++)
-    argv[argc++] = extra[i];
+  for (int i = 0; i < a->nextra && argc < 63; i++)
+    argv[argc++] = a->extra[i];
   argv[argc] = NULL;
-
+  bench_report_init(&r->report, r->b->name);
   fflush(stdout);
   r->seconds = now_s();
-  r->status = r->b->run(argc, argv);
+  r->status = r->b->run(argc, argv, &r->report);
   r->seconds = now_s() - r->seconds;
   fflush(stdout);
-
-  r->report = read_whole_file(tmpl);
-  unlink(tmpl);
-  if (r->report != NULL && r->report[0] != '\0') {
-    char err[160];
-    r->doc = json_parse(r->report, err, sizeof(err));
-    if (r->doc == NULL) {
-      fprintf(stderr, "unimem bench: the %s report is not valid JSON (%s); it is left out\n", r->b->name, err);
-      free(r->report);
-      r->report = NULL;
-    }
-  } else {
-    free(r->report);
-    r->report = NULL;
-  }
-  return 0;
 }
 
 static const char *status_text(const bench_result *r) {
@@ -247,33 +172,46 @@ static const char *status_text(const bench_result *r) {
 }
 
 /* ------------------------------------------------------------------------ */
-/* The merged JSON report */
+/* The merged JSON report                                                    */
+
+static void write_machine(FILE *f) {
+  struct utsname u;
+  bench_row machine = {.ncells = 0};
+  if (uname(&u) != 0)
+    snprintf(u.machine, sizeof(u.machine), "unknown");
+  bench_set_text(&machine, "arch", u.machine);
+  bench_set_text(&machine, "kernel", u.release);
+  bench_set(&machine, "cpus", (double)sysconf(_SC_NPROCESSORS_ONLN));
+  bench_json_object(f, &machine);
+}
 
 static void write_devices(FILE *f) {
   um_manager *m = NULL;
+  fputc('[', f);
   if (um_manager_create(NULL, &m) != UM_OK) {
-    fprintf(f, "[]");
+    fputc(']', f);
     return;
   }
-  fprintf(f, "[");
-  for (int i = 0; i < um_device_count(m); i++) {
+  for (int i = 0, n = 0; i < um_device_count(m); i++) {
     um_device_info info;
+    bench_row dev = {.ncells = 0};
     if (um_device_info_get(um_device_get(m, i), &info) != UM_OK)
       continue;
-    fprintf(f, "%s\n    {\"index\":%d,\"backend\":", i ? "," : "", info.index);
-    tool_json_string(f, info.backend);
-    fprintf(f, ",\"name\":");
-    tool_json_string(f, info.name);
-    fprintf(f, ",\"caps\":%u,\"locations\":%u,\"total_bytes\":%llu}", info.caps, info.locations,
-            (unsigned long long)info.total_bytes);
+    bench_set(&dev, "index", info.index);
+    bench_set_text(&dev, "backend", info.backend);
+    bench_set_text(&dev, "name", info.name);
+    bench_set(&dev, "caps", info.caps);
+    bench_set(&dev, "locations", info.locations);
+    bench_set(&dev, "total_bytes", (double)info.total_bytes);
+    fputs(n++ ? ",\n    " : "\n    ", f);
+    bench_json_object(f, &dev);
   }
-  fprintf(f, "]");
+  fputc(']', f);
   um_manager_destroy(m);
 }
 
-static int write_report(const char *path, const bench_result *res, int n, int quick) {
+static int write_report(const char *path, const bench_result *res, int n, bool quick) {
   FILE *f = fopen(path, "w");
-  struct utsname u;
   time_t t = time(NULL);
   char date[64];
   if (f == NULL) {
@@ -281,34 +219,24 @@ static int write_report(const char *path, const bench_result *res, int n, int qu
     return 1;
   }
   strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", gmtime(&t));
-  if (uname(&u) != 0)
-    snprintf(u.machine, sizeof(u.machine), "unknown");
-  fprintf(f, "{\n  \"tool\": \"unimem bench\",\n  \"version\": \"%s\",\n  \"date\": \"%s\",\n",
-          um_version_string(), date);
-  fprintf(f, "  \"quick\": %s,\n  \"machine\": {\"arch\": ", quick ? "true" : "false");
-  tool_json_string(f, u.machine);
-  fprintf(f, ", \"kernel\": ");
-  tool_json_string(f, u.release);
-  fprintf(f, ", \"cpus\": %ld},\n  \"devices\": ", sysconf(_SC_NPROCESSORS_ONLN));
+  fprintf(f, "{\n  \"tool\": \"unimem bench\",\n  \"version\": \"%s\",\n  \"date\": \"%s\",\n", um_version_string(),
+          date);
+  fprintf(f, "  \"quick\": %s,\n  \"machine\": ", quick ? "true" : "false");
+  write_machine(f);
+  fputs(",\n  \"devices\": ", f);
   write_devices(f);
-  fprintf(f, ",\n  \"benchmarks\": [");
+  fputs(",\n  \"benchmarks\": [", f);
   for (int i = 0; i < n; i++) {
     const bench_result *r = &res[i];
-    fprintf(f, "%s\n    {\"name\": \"%s\", \"status\": \"%s\", \"exit_status\": %d, \"seconds\": %.3f,\n"
-               "     \"report\": ",
+    fprintf(f, "%s\n    {\"name\": \"%s\", \"status\": \"%s\", \"exit_status\": %d, \"seconds\": %.3f,\n     \"report\": ",
             i ? "," : "", r->b->name, status_text(r), r->status, r->seconds);
-    if (r->report != NULL) {
-      /* Valid JSON already: copied as it was, without its final newline. */
-      size_t len = strlen(r->report);
-      while (len > 0 && (r->report[len - 1] == '\n' || r->report[len - 1] == ' '))
-        len--;
-      fwrite(r->report, 1, len, f);
-    } else {
-      fprintf(f, "null");
-    }
-    fprintf(f, "}");
+    if (bench_report_has_data(&r->report))
+      bench_json_report(f, &r->report);
+    else
+      fputs("null", f);
+    fputc('}', f);
   }
-  fprintf(f, "\n  ]\n}\n");
+  fputs("\n  ]\n}\n", f);
   if (fclose(f) != 0) {
     fprintf(stderr, "unimem bench: cannot write %s: %s\n", path, strerror(errno));
     return 1;
@@ -317,175 +245,7 @@ static int write_report(const char *path, const bench_result *res, int n, int qu
 }
 
 /* ------------------------------------------------------------------------ */
-/* The chart: one panel per benchmark, one cluster per row, one bar per
- * "*_ns" figure of the row (unimem and what it is compared with). */
-
-#define PLOT_MAX_SERIES 6
-
-typedef struct panel {
-  const bench_result *r;
-  const json_value *rows;
-  char series[PLOT_MAX_SERIES][48];
-  int nseries;
-} panel;
-
-static int ends_with_ns(const char *key) {
-  size_t n = strlen(key);
-  return n > 3 && strcmp(key + n - 3, "_ns") == 0;
-}
-
-static int find_panel_series(panel *p) {
-  p->nseries = 0;
-  for (size_t i = 0; i < p->rows->count; i++) {
-    const json_value *row = p->rows->items[i];
-    if (row->type != JSON_OBJECT)
-      continue;
-    for (size_t k = 0; k < row->count; k++) {
-      int known = 0;
-      if (row->items[k]->type != JSON_NUMBER || !ends_with_ns(row->keys[k]))
-        continue;
-      for (int s = 0; s < p->nseries; s++)
-        known |= strcmp(p->series[s], row->keys[k]) == 0;
-      if (!known && p->nseries < PLOT_MAX_SERIES)
-        snprintf(p->series[p->nseries++], sizeof(p->series[0]), "%s", row->keys[k]);
-    }
-  }
-  return p->nseries;
-}
-
-/* Text safe inside a gnuplot double-quoted string and a tab-separated
- * data line. */
-static void plot_text(FILE *f, const char *s) {
-  for (; s && *s; s++) {
-    if (*s == '"' || *s == '\\')
-      fputc('\\', f);
-    fputc(*s == '\t' || *s == '\n' || *s == '\r' ? ' ' : *s, f);
-  }
-}
-
-static void write_panel(FILE *g, const panel *p, int idx, int quick) {
-  const char *device = json_get_string(p->r->doc, "device");
-  fprintf(g, "$data%d << EOD\n", idx);
-  for (size_t i = 0; i < p->rows->count; i++) {
-    const json_value *row = p->rows->items[i];
-    const char *name = json_get_string(row, "name");
-    if (row->type != JSON_OBJECT)
-      continue;
-    plot_text(g, name ? name : "?");
-    for (int s = 0; s < p->nseries; s++) {
-      const json_value *v = json_get(row, p->series[s]);
-      if (v != NULL && v->type == JSON_NUMBER && v->number > 0)
-        fprintf(g, "\t%.6g", v->number);
-      else
-        fputs("\t?", g);
-    }
-    fputc('\n', g);
-  }
-  fputs("EOD\n", g);
-  fprintf(g, "set title \"");
-  plot_text(g, p->r->b->name);
-  if (device != NULL) {
-    fputs(" on ", g);
-    plot_text(g, device);
-  }
-  fprintf(g, "%s: time, lower is better\"\n", quick ? " (--quick)" : "");
-  fputs("plot ", g);
-  for (int s = 0; s < p->nseries; s++) {
-    char label[48];
-    snprintf(label, sizeof(label), "%.*s", (int)strlen(p->series[s]) - 3, p->series[s]);
-    /* Figures are in ns; the axis is in seconds with SI prefixes. */
-    fprintf(g, "%s$data%d using ($%d*1e-9)%s title \"", s ? ", " : "", idx, s + 2, s == 0 ? ":xtic(1)" : "");
-    plot_text(g, label);
-    fputs("\"", g);
-  }
-  fputc('\n', g);
-}
-
-/* prepare_output made the file to check it could: remove it while it is
- * still empty, so that no empty chart is left behind. */
-static void remove_if_empty(const char *path) {
-  struct stat sb;
-  if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size == 0)
-    unlink(path);
-}
-
-static int draw_chart(const char *path, const bench_result *res, int n, int quick) {
-  panel panels[NBENCHES];
-  int np = 0, width = 900, height, rc;
-  const char *ext = extension_of(path);
-  FILE *g;
-  for (int i = 0; i < n; i++) {
-    const json_value *rows = res[i].doc ? json_get(res[i].doc, "rows") : NULL;
-    if (rows == NULL || rows->type != JSON_ARRAY || rows->count == 0)
-      continue;
-    panels[np].r = &res[i];
-    panels[np].rows = rows;
-    if (find_panel_series(&panels[np]) == 0)
-      continue;
-    {
-      int w = 200 + (int)rows->count * (panels[np].nseries * 12 + 16);
-      if (w > width)
-        width = w;
-    }
-    np++;
-  }
-  if (np == 0) {
-    fprintf(stderr, "unimem bench: no figures to draw (no benchmark wrote rows); no chart\n");
-    remove_if_empty(path);
-    return 0;
-  }
-  if (!in_path("gnuplot")) {
-    fprintf(stderr, "unimem bench: gnuplot is not installed (Debian: gnuplot-nox): no chart; "
-                    "the table and the JSON report are complete\n");
-    remove_if_empty(path);
-    return 0;
-  }
-  if (width > 2400)
-    width = 2400;
-  height = 160 + 460 * np;
-  g = popen("gnuplot", "w");
-  if (g == NULL) {
-    fprintf(stderr, "unimem bench: cannot start gnuplot: %s\n", strerror(errno));
-    return 1;
-  }
-  if (!strcmp(ext, "png"))
-    fprintf(g, "set terminal pngcairo size %d,%d noenhanced font \"sans,9\" background rgb \"white\"\n", width, height);
-  else
-    fprintf(g, "set terminal svg size %d,%d dynamic noenhanced font \"sans,10\" background rgb \"white\"\n", width, height);
-  fputs("set output \"", g);
-  plot_text(g, path);
-  fputs("\"\n", g);
-  fputs("set datafile separator \"\\t\"\n"
-        "set datafile missing \"?\"\n"
-        "set style data histograms\n"
-        "set style histogram clustered gap 1\n"
-        "set style fill solid 0.85 border -1\n"
-        "set boxwidth 0.9\n"
-        "set logscale y 10\n"
-        "set format y \"%.0s %cs\"\n"
-        "set ylabel \"seconds (log scale)\"\n"
-        "set grid ytics\n"
-        "set key top left horizontal\n"
-        "set xtics rotate by 35 right nomirror font \",8\"\n"
-        "set yrange [*:*]\n"
-        "set lmargin 16\n",
-        g);
-  fprintf(g, "set multiplot layout %d,1 title \"unimem %s bench%s\"\n", np, um_version_string(),
-          quick ? " --quick" : "");
-  for (int i = 0; i < np; i++) {
-    write_panel(g, &panels[i], i, quick);
-  }
-  fputs("unset multiplot\n", g);
-  rc = pclose(g);
-  if (rc != 0) {
-    fprintf(stderr, "unimem bench: gnuplot failed (status %d): no chart\n", rc);
-    remove_if_empty(path);
-    return 1;
-  }
-  return 0;
-}
-
-/* ------------------------------------------------------------------------ */
+/* The command                                                               */
 
 static int usage_error(const char *fmt, const char *arg) {
   fprintf(stderr, "unimem bench: ");
@@ -495,65 +255,50 @@ static int usage_error(const char *fmt, const char *arg) {
   return 2;
 }
 
-int tool_bench(int argc, char **argv) {
-  const char *which = NULL, *json = NULL, *plot = NULL;
-  char **extra = calloc((size_t)argc + 1, sizeof(char *));
-  bench_result res[NBENCHES];
-  int quick = 0, nextra = 0, n = 0, failed = 0, rc = 0, tty = isatty(STDERR_FILENO);
-
-  if (extra == NULL)
-    return 1;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (tool_is_help(a)) {
-      fputs(tool_bench_help, stdout);
-      free(extra);
-      return 0;
-    } else if (!strcmp(a, "--quick")) {
-      quick = 1;
-    } else if (!strcmp(a, "--json") || !strcmp(a, "--plot")) {
-      if (i + 1 >= argc) {
-        free(extra);
-        return usage_error("%s needs a file name", a);
-      }
-      *(a[2] == 'j' ? &json : &plot) = argv[++i];
-    } else if (a[0] != '-' && which == NULL) {
-      which = a;
-    } else {
-      extra[nextra++] = argv[i];
-    }
-  }
-  if (which == NULL)
-    which = "all";
-  if (strcmp(which, "all") != 0) {
-    int known = 0;
-    for (size_t i = 0; i < NBENCHES; i++)
-      known |= strcmp(benches[i].name, which) == 0;
-    if (!known) {
-      free(extra);
-      return usage_error("unknown benchmark '%s' (pool, transfer, stream, cuda or all)", which);
-    }
-  } else if (nextra > 0) {
-    rc = usage_error("'%s': options for a benchmark need the benchmark named", extra[0]);
-    free(extra);
-    return rc;
-  }
-  if (plot != NULL && strcmp(extension_of(plot), "svg") != 0 && strcmp(extension_of(plot), "png") != 0) {
-    free(extra);
-    return usage_error("--plot %s: the file must end in .svg or .png", plot);
-  }
-
-  if ((json != NULL && prepare_output(json) != 0) || (plot != NULL && prepare_output(plot) != 0)) {
-    free(extra);
-    return 1;
-  }
-
-  /* Before anything loads OpenCL: two PoCL devices for the peer rows. */
-  setenv("POCL_DEVICES", "pthread pthread", 0);
-
-  memset(res, 0, sizeof(res));
+static bool known_bench(const char *name) {
   for (size_t i = 0; i < NBENCHES; i++)
-    if (!strcmp(which, "all") || !strcmp(which, benches[i].name))
+    if (strcmp(benches[i].name, name) == 0)
+      return true;
+  return false;
+}
+
+/* 0: run; 1: help printed; 2: bad usage (said). a->extra must hold argc
+ * entries. */
+static int parse_args(int argc, char **argv, bench_args *a) {
+  for (int i = 1; i < argc; i++) {
+    const char *arg = argv[i];
+    if (tool_is_help(arg)) {
+      fputs(tool_bench_help, stdout);
+      return 1;
+    } else if (!strcmp(arg, "--quick")) {
+      a->quick = true;
+    } else if (!strcmp(arg, "--json") || !strcmp(arg, "--plot")) {
+      if (i + 1 >= argc)
+        return usage_error("%s needs a file name", arg);
+      *(arg[2] == 'j' ? &a->json : &a->plot) = argv[++i];
+    } else if (arg[0] != '-' && a->which == NULL) {
+      a->which = arg;
+    } else {
+      a->extra[a->nextra++] = argv[i];
+    }
+  }
+  if (a->which == NULL)
+    a->which = "all";
+  if (strcmp(a->which, "all") != 0 && !known_bench(a->which))
+    return usage_error("unknown benchmark '%s' (pool, transfer, stream, cuda or all)", a->which);
+  if (strcmp(a->which, "all") == 0 && a->nextra > 0)
+    return usage_error("'%s': options for a benchmark need the benchmark named", a->extra[0]);
+  if (a->plot != NULL && !tool_chart_path_ok(a->plot))
+    return usage_error("--plot %s: the file must end in .svg or .png", a->plot);
+  return 0;
+}
+
+/* Every benchmark asked for, in turn, with a progress line; the summary.
+ * Returns how many ran. */
+static int run_benches(const bench_args *a, bench_result *res, bool *failed) {
+  int n = 0, tty = isatty(STDERR_FILENO);
+  for (size_t i = 0; i < NBENCHES; i++)
+    if (!strcmp(a->which, "all") || !strcmp(a->which, benches[i].name))
       res[n++].b = &benches[i];
   for (int i = 0; i < n; i++) {
     bench_result *r = &res[i];
@@ -561,34 +306,61 @@ int tool_bench(int argc, char **argv) {
       fprintf(stderr, "\r\033[K[%d/%d] %s: %s ...\n", i + 1, n, r->b->name, r->b->what);
     else
       fprintf(stderr, "[%d/%d] unimem bench %s ...\n", i + 1, n, r->b->name);
-    if (run_one(r, quick, nextra, extra) != 0)
-      r->status = 1;
+    run_one(r, a);
     if (r->status != 0 && r->status != BENCH_SKIPPED)
-      failed = 1;
+      *failed = true;
     printf("\n");
   }
-
   printf("summary:");
   for (int i = 0; i < n; i++)
     printf("%s %s %s", i ? "," : "", res[i].b->name, status_text(&res[i]));
   printf("\n");
-  if (json != NULL) {
-    if (write_report(json, res, n, quick) != 0)
-      failed = 1;
+  return n;
+}
+
+/* The merged report and the chart, from the reports in memory. */
+static bool write_outputs(const bench_args *a, const bench_result *res, int n) {
+  const bench_report *reps[NBENCHES];
+  struct stat sb;
+  bool failed = false;
+  if (a->json != NULL) {
+    if (write_report(a->json, res, n, a->quick) != 0)
+      failed = true;
     else
-      printf("full report: %s\n", json);
+      printf("full report: %s\n", a->json);
   }
-  if (plot != NULL) {
-    struct stat sb;
-    if (draw_chart(plot, res, n, quick) != 0)
-      failed = 1;
-    else if (stat(plot, &sb) == 0)
-      printf("chart: %s\n", plot);
+  if (a->plot == NULL)
+    return failed;
+  for (int i = 0; i < n; i++)
+    reps[i] = &res[i].report;
+  if (tool_draw_chart(a->plot, reps, n, a->quick) != 0)
+    failed = true;
+  else if (stat(a->plot, &sb) == 0)
+    printf("chart: %s\n", a->plot);
+  return failed;
+}
+
+int tool_bench(int argc, char **argv) {
+  bench_args a = {.extra = calloc((size_t)argc + 1, sizeof(char *))};
+  bench_result res[NBENCHES];
+  bool failed = false;
+  int n, rc;
+
+  if (a.extra == NULL)
+    return 1;
+  if ((rc = parse_args(argc, argv, &a)) != 0 || (a.json != NULL && prepare_output(a.json) != 0) ||
+      (a.plot != NULL && prepare_output(a.plot) != 0)) {
+    free(a.extra);
+    return rc == 1 ? 0 : rc == 2 ? 2 : 1;
   }
-  for (int i = 0; i < n; i++) {
-    json_free(res[i].doc);
-    free(res[i].report);
-  }
-  free(extra);
+  /* Before anything loads OpenCL: two PoCL devices for the peer rows. */
+  setenv("POCL_DEVICES", "pthread pthread", 0);
+  memset(res, 0, sizeof(res));
+  n = run_benches(&a, res, &failed);
+  if (write_outputs(&a, res, n))
+    failed = true;
+  for (int i = 0; i < n; i++)
+    bench_report_free(&res[i].report);
+  free(a.extra);
   return failed ? 1 : 0;
 }

@@ -209,9 +209,9 @@ static int write_json(const char *path, um_manager *m, const column *cols, const
     } else {
       um_device_info_get(um_device_get(m, index[c]), &info);
       fprintf(f, "%s{\"index\":%d,\"backend\":", c ? "," : "", info.index);
-      tool_json_string(f, info.backend);
+      bench_json_string(f, info.backend);
       fprintf(f, ",\"name\":");
-      tool_json_string(f, info.name);
+      bench_json_string(f, info.name);
       fprintf(f, ",\"stats\":%s}", buf);
     }
     free(buf);
@@ -223,20 +223,14 @@ static int write_json(const char *path, um_manager *m, const column *cols, const
   return 0;
 }
 
-int tool_stats(int argc, char **argv) {
-  const char *json = NULL;
-  int only = -1, ndev, ncols = 0, rc = 0, st;
-  workload *ws = NULL;
-  column *cols = NULL;
-  int *index = NULL;
-  um_manager *m = NULL;
-
+/* 0: run; 1: help printed; 2: bad usage (said). */
+static int parse_args(int argc, char **argv, const char **json, int *only) {
   for (int i = 1; i < argc; i++) {
     if (tool_is_help(argv[i])) {
       fputs(tool_stats_help, stdout);
-      return 0;
+      return 1;
     } else if (!strcmp(argv[i], "--json") && i + 1 < argc) {
-      json = argv[++i];
+      *json = argv[++i];
     } else if (!strcmp(argv[i], "--device") && i + 1 < argc) {
       char *end;
       long v = strtol(argv[++i], &end, 10);
@@ -244,7 +238,7 @@ int tool_stats(int argc, char **argv) {
         fprintf(stderr, "unimem stats: bad device index '%s'\n", argv[i]);
         return 2;
       }
-      only = (int)v;
+      *only = (int)v;
     } else {
       fprintf(stderr, "unimem stats: unknown or incomplete option '%s'\n"
                       "usage: unimem stats [--device N] [--json FILE]  (unimem stats --help for more)\n",
@@ -252,6 +246,82 @@ int tool_stats(int argc, char **argv) {
       return 2;
     }
   }
+  return 0;
+}
+
+/* The workload on every device (or on device only): 0, or 1. */
+static int run_workloads(um_manager *m, workload *ws, int ndev, int only) {
+  for (int i = 0; i < ndev; i++) {
+    workload *w = &ws[i];
+    if (only >= 0 && i != only)
+      continue;
+    w->m = m;
+    w->dev = um_device_get(m, i);
+    w->host = malloc(8 * MiB);
+    w->back = malloc(MiB);
+    if (w->host == NULL || w->back == NULL)
+      return 1;
+    for (size_t k = 0; k < 8 * MiB; k++)
+      w->host[k] = (unsigned char)(k * 7 + k / 4096);
+    if (run_workload(w) != 0)
+      return 1;
+  }
+  return 0;
+}
+
+static void release_workloads(workload *ws, int ndev) {
+  for (int i = 0; ws != NULL && i < ndev; i++) {
+    if (ws[i].a)
+      um_release(ws[i].a);
+    if (ws[i].b)
+      um_release(ws[i].b);
+    free(ws[i].host);
+    free(ws[i].back);
+  }
+  free(ws);
+}
+
+/* One column per device of the workload, then one for all devices
+ * (index -1). Returns the number of columns. */
+static int take_figures(um_manager *m, int ndev, int only, column *cols, int *index) {
+  int ncols = 0;
+  for (int i = 0; i < ndev; i++) {
+    if (only >= 0 && i != only)
+      continue;
+    um_stats_get(m, um_device_get(m, i), &cols[ncols].s);
+    snprintf(cols[ncols].head, sizeof(cols[0].head), "device %d", i);
+    index[ncols++] = i;
+  }
+  um_stats_get(m, NULL, &cols[ncols].s);
+  snprintf(cols[ncols].head, sizeof(cols[0].head), "all");
+  index[ncols++] = -1;
+  return ncols;
+}
+
+static void print_report(um_manager *m, int ndev, int only, const column *cols, int ncols) {
+  printf("unimem %s stats after the workload of `unimem stats --help`", um_version_string());
+  printf(only >= 0 ? " (device %d only)\n" : "\n", only);
+  for (int i = 0; i < ndev; i++) {
+    um_device_info info;
+    if (only >= 0 && i != only)
+      continue;
+    um_device_info_get(um_device_get(m, i), &info);
+    printf("  device %d: %s (%s)\n", i, info.name, info.backend);
+  }
+  printf("\n");
+  print_table(cols, ncols, m);
+}
+
+int tool_stats(int argc, char **argv) {
+  const char *json = NULL;
+  int only = -1, ndev, ncols, rc, st;
+  workload *ws = NULL;
+  column *cols = NULL;
+  int *index = NULL;
+  um_manager *m = NULL;
+
+  if ((rc = parse_args(argc, argv, &json, &only)) != 0)
+    return rc == 1 ? 0 : rc;
   if ((st = um_manager_create(NULL, &m)) != UM_OK) {
     fprintf(stderr, "unimem stats: cannot create a manager: %s (%s)\n", um_strerror(st), um_last_error());
     return 1;
@@ -265,68 +335,19 @@ int tool_stats(int argc, char **argv) {
   ws = calloc((size_t)ndev, sizeof(*ws));
   cols = calloc((size_t)ndev + 1, sizeof(*cols));
   index = calloc((size_t)ndev + 1, sizeof(*index));
-  if (ws == NULL || cols == NULL || index == NULL) {
-    rc = 1;
-    goto out;
-  }
-  for (int i = 0; i < ndev && rc == 0; i++) {
-    workload *w = &ws[i];
-    if (only >= 0 && i != only)
-      continue;
-    w->m = m;
-    w->dev = um_device_get(m, i);
-    w->host = malloc(8 * MiB);
-    w->back = malloc(MiB);
-    if (w->host == NULL || w->back == NULL) {
-      rc = 1;
-      break;
-    }
-    for (size_t k = 0; k < 8 * MiB; k++)
-      w->host[k] = (unsigned char)(k * 7 + k / 4096);
-    rc = run_workload(w);
-  }
+  rc = ws == NULL || cols == NULL || index == NULL ? 1 : run_workloads(m, ws, ndev, only);
   if (rc == 0) {
-    for (int i = 0; i < ndev; i++) {
-      if (only >= 0 && i != only)
-        continue;
-      um_stats_get(m, um_device_get(m, i), &cols[ncols].s);
-      snprintf(cols[ncols].head, sizeof(cols[0].head), "device %d", i);
-      index[ncols++] = i;
-    }
-    um_stats_get(m, NULL, &cols[ncols].s);
-    snprintf(cols[ncols].head, sizeof(cols[0].head), "all");
-    index[ncols++] = -1;
-    if (json == NULL || strcmp(json, "-") != 0) {
-      printf("unimem %s stats after the workload of `unimem stats --help`", um_version_string());
-      printf(only >= 0 ? " (device %d only)\n" : "\n", only);
-      for (int i = 0; i < ndev; i++) {
-        um_device_info info;
-        if (only >= 0 && i != only)
-          continue;
-        um_device_info_get(um_device_get(m, i), &info);
-        printf("  device %d: %s (%s)\n", i, info.name, info.backend);
-      }
-      printf("\n");
-      print_table(cols, ncols, m);
-    }
+    ncols = take_figures(m, ndev, only, cols, index);
+    if (json == NULL || strcmp(json, "-") != 0)
+      print_report(m, ndev, only, cols, ncols);
     if (json != NULL)
       rc = write_json(json, m, cols, index, ncols);
   }
-out:
-  for (int i = 0; ws != NULL && i < ndev; i++) {
-    if (ws[i].a)
-      um_release(ws[i].a);
-    if (ws[i].b)
-      um_release(ws[i].b);
-    free(ws[i].host);
-    free(ws[i].back);
-  }
-  st = um_manager_destroy(m);
-  if (st != UM_OK) {
+  release_workloads(ws, ndev);
+  if ((st = um_manager_destroy(m)) != UM_OK) {
     fprintf(stderr, "unimem stats: um_manager_destroy: %s (%s)\n", um_strerror(st), um_last_error());
     rc = 1;
   }
-  free(ws);
   free(cols);
   free(index);
   return rc;

@@ -4,7 +4,9 @@
 #ifndef UNIMEM_TOOL_H
 #define UNIMEM_TOOL_H
 
-#include <stdio.h>
+#include <stdbool.h>
+
+#include "report.h"
 
 int tool_info(int argc, char **argv);
 int tool_bench(int argc, char **argv);
@@ -15,9 +17,14 @@ extern const char tool_info_help[];
 extern const char tool_bench_help[];
 extern const char tool_stats_help[];
 
-/* Write s as a JSON string literal, quotes included. */
-void tool_json_string(FILE *f, const char *s);
 /* Whether argv[i] asks for help (-h, --help). */
 int tool_is_help(const char *arg);
+
+/* plot.c: whether path names a chart format (.svg, .png); the chart of the
+ * reports reps[0..n) (NULL entries skipped) drawn into path by gnuplot.
+ * Without gnuplot, or without figures, a note and no chart: 0. 1 when
+ * gnuplot fails. */
+bool tool_chart_path_ok(const char *path);
+int tool_draw_chart(const char *path, const bench_report *const *reps, int n, bool quick);
 
 #endif

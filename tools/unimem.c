@@ -11,7 +11,7 @@ static const char main_help[] =
     "\n"
     "SYNOPSIS\n"
     "    unimem info\n"
-    "    unimem bench [pool|transfer|stream|all] [--quick] [--json FILE] [--plot FILE]\n"
+    "    unimem bench [pool|transfer|stream|cuda|all] [--quick] [--json FILE] [--plot FILE]\n"
     "    unimem stats [--device N] [--json FILE]\n"
     "    unimem help [COMMAND]\n"
     "    unimem --version\n"
@@ -34,7 +34,10 @@ static const char main_help[] =
     "    is created: UNIMEM_BACKENDS=cpu,opencl,cuda chooses the backends,\n"
     "    UNIMEM_MAX_POOL_BYTES=1g caps the pool, UNIMEM_DEVICE_LIMIT_BYTES=64m caps\n"
     "    each non-host device, UNIMEM_LOG_LEVEL=info explains skipped backends.\n"
-    "    Sizes take k, m, g suffixes (powers of 1024).\n"
+    "    Sizes take k, m, g suffixes (powers of 1024). UNIMEM_TRACE_DIR names the\n"
+    "    directory of the allocation trace `unimem bench pool` replays; unset, it\n"
+    "    is found beside this command (../share/unimem/traces once installed,\n"
+    "    ../bench/traces in the build tree).\n"
     "\n"
     "EXIT STATUS\n"
     "    0 success; 1 a failure while running; 2 bad usage. Each command's help\n"
@@ -42,20 +45,6 @@ static const char main_help[] =
     "\n"
     "SEE ALSO\n"
     "    unimem(1), unimem.h, docs/guide.md\n";
-
-void tool_json_string(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; s && *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\')
-      fprintf(f, "\\%c", c);
-    else if (c < 0x20)
-      fprintf(f, "\\u%04x", c);
-    else
-      fputc(c, f);
-  }
-  fputc('"', f);
-}
 
 int tool_is_help(const char *arg) { return !strcmp(arg, "--help") || !strcmp(arg, "-h"); }
 

@@ -114,14 +114,12 @@ static int cpu_mem_alloc(void *bdev, um_location loc, size_t bytes, um__mem *out
     p = map_anonymous(bytes, false);
     if (p == NULL)
       return um__set_error(UM_ENOMEM, "cpu: mmap of %zu pinned bytes: %s", bytes, strerror(errno));
-    if (mlock(p, round_to_page(bytes)) != 0) {
-      int err = errno;
+    if (um__pagelock_acquire(p, round_to_page(bytes), 1) != UM_OK) {
       struct rlimit rl;
       getrlimit(RLIMIT_MEMLOCK, &rl);
       munmap(p, round_to_page(bytes));
-      return um__set_error(UM_ENOMEM,
-                           "cpu: mlock of %zu bytes refused: %s (RLIMIT_MEMLOCK %llu bytes)",
-                           bytes, strerror(err), (unsigned long long)rl.rlim_cur);
+      return um__set_error(UM_ENOMEM, "cpu: pinning %zu bytes: %s (RLIMIT_MEMLOCK %llu bytes)",
+                           bytes, um_last_error(), (unsigned long long)rl.rlim_cur);
     }
   } else if (bytes >= CPU_MMAP_THRESHOLD) {
     p = map_anonymous(bytes, d->opts->huge_pages != 0);
@@ -142,7 +140,7 @@ static int cpu_mem_alloc(void *bdev, um_location loc, size_t bytes, um__mem *out
 static void cpu_mem_free(void *bdev, um_location loc, size_t bytes, um__mem *mem) {
   (void)bdev;
   if (loc == UM_PINNED) {
-    munlock(mem->host, round_to_page(bytes));
+    um__pagelock_release(mem->host, round_to_page(bytes));
     munmap(mem->host, round_to_page(bytes));
   } else if (bytes >= CPU_MMAP_THRESHOLD) {
     munmap(mem->host, round_to_page(bytes));
@@ -154,8 +152,8 @@ static void cpu_mem_free(void *bdev, um_location loc, size_t bytes, um__mem *mem
 
 static int cpu_host_register(void *bdev, void *host, size_t bytes, um__mem *out) {
   (void)bdev;
-  if (mlock(host, bytes) != 0)
-    return um__set_error(UM_ENOMEM, "cpu: mlock of %zu wrapped bytes refused: %s", bytes, strerror(errno));
+  if (um__pagelock_acquire(host, bytes, 0) != UM_OK)
+    return um__set_error(UM_ENOMEM, "cpu: pinning %zu wrapped bytes: %s", bytes, um_last_error());
   out->host = host;
   out->handle = (uintptr_t)host;
   out->priv = (void *)(uintptr_t)bytes;
@@ -164,7 +162,7 @@ static int cpu_host_register(void *bdev, void *host, size_t bytes, um__mem *out)
 
 static void cpu_host_unregister(void *bdev, um__mem *mem) {
   (void)bdev;
-  munlock(mem->host, (size_t)(uintptr_t)mem->priv);
+  um__pagelock_release(mem->host, (size_t)(uintptr_t)mem->priv);
 }
 
 static int cpu_memory(void *bdev, uint64_t *free_bytes, uint64_t *total_bytes) {
@@ -216,6 +214,7 @@ static int cpu_xfer(void *bdev, const um__xfer *x) {
     memset((char *)x->dst->host + x->dst_off, x->value, x->bytes);
     return UM_OK;
   case UM__XFER_PEER:
+  case UM__XFER_MARKER:
     break;
   }
   return um__set_error(UM_ENOTSUP, "cpu: transfer kind %d not supported", (int)x->kind);

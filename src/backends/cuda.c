@@ -117,6 +117,8 @@ _Static_assert(sizeof(void *) == sizeof(void (*)(void)),
 static struct {
   int status;          /* UM_OK, or UM_ENODEV: the backend is unavailable */
   int no_devices;      /* cuInit answered CUDA_ERROR_NO_DEVICE */
+  unsigned generation; /* um__process_generation() at load: CUDA does not
+                          survive fork() in the child */
   char reason[512];    /* why status is not UM_OK, or why no devices */
   void *library;       /* the dlopen() handle, kept for the process */
   cuda_driver_api api;
@@ -186,6 +188,7 @@ static void load_driver(void) {
   size_t i;
   CUresult result;
 
+  driver.generation = um__process_generation();
   if (path == NULL || path[0] == '\0')
     path = "libcuda.so.1";
   driver.library = dlopen(path, RTLD_NOW | RTLD_LOCAL);
@@ -454,6 +457,9 @@ static int cuda_open(const um_options *opts, void **ctx, int *count) {
   pthread_once(&driver_once, load_driver);
   if (driver.status != UM_OK)
     return um__set_error(driver.status, "%s", driver.reason);
+  if (driver.generation != um__process_generation())
+    return um__set_error(UM_ENODEV, "cuda: the driver was initialised before fork(); CUDA cannot be "
+                                    "used in the child process");
   if (!driver.no_devices) {
     result = cu->cuDeviceGetCount(&device_count);
     if (result != CUDA_SUCCESS)

@@ -11,7 +11,12 @@
  *   with clEnqueueCopyBuffer (this backend's "peer access");
  * - one in-order command queue per device (OpenCL queues may be used from
  *   several threads at once), so every operation issued on a device runs in
- *   issue order even without after[] tokens;
+ *   issue order even without after[] tokens; and a second one for the
+ *   caller's own commands (um_device_native_get), so that a caller's kernel
+ *   waiting for a gate never holds up unimem's copies;
+ * - adopted devices (um_device_adopt_opencl): the caller's context and
+ *   queue, retained; the caller's queue is the caller queue, and unimem
+ *   makes its own in that context;
  * - per device, an atomic count of the bytes held in device memory, because
  *   OpenCL has no standard free-memory query.
  *
@@ -102,7 +107,17 @@ typedef void(CL_CALLBACK *ocl_event_notify_fn)(cl_event event,
   XX(cl_int, clRetainEvent, (cl_event))                                        \
   XX(cl_int, clReleaseEvent, (cl_event))                                       \
   XX(cl_int, clSetEventCallback,                                               \
-     (cl_event, cl_int, ocl_event_notify_fn, void *))
+     (cl_event, cl_int, ocl_event_notify_fn, void *))                          \
+  XX(cl_int, clEnqueueMarkerWithWaitList,                                      \
+     (cl_command_queue, cl_uint, const cl_event *, cl_event *))                \
+  XX(cl_event, clCreateUserEvent, (cl_context, cl_int *))                      \
+  XX(cl_int, clSetUserEventStatus, (cl_event, cl_int))                         \
+  XX(cl_int, clRetainContext, (cl_context))                                    \
+  XX(cl_int, clRetainCommandQueue, (cl_command_queue))                         \
+  XX(cl_int, clGetContextInfo,                                                 \
+     (cl_context, cl_context_info, size_t, void *, size_t *))                  \
+  XX(cl_int, clGetCommandQueueInfo,                                            \
+     (cl_command_queue, cl_command_queue_info, size_t, void *, size_t *))
 
 /* Entry points that may be missing. Queue creation needs one of the two
  * (the 2.0 call is preferred, the 1.x one is what 1.2 drivers have); the SVM
@@ -123,6 +138,8 @@ static struct {
 #undef OCL_ENTRY_MEMBER_
   void *library;
   int load_status;         /* UM_OK or UM_ENODEV */
+  unsigned load_generation; /* um__process_generation() at load: drivers do
+                               not survive fork() in the child */
   char load_failure[384];  /* why, when load_status != UM_OK */
 } ocl;
 
@@ -148,6 +165,7 @@ static void ocl_load(void) {
   if (path == NULL || path[0] == '\0')
     path = OCL_DEFAULT_LIBRARY;
 
+  ocl.load_generation = um__process_generation();
   ocl.library = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (ocl.library == NULL) {
     const char *reason = dlerror();
@@ -278,9 +296,11 @@ static int translate_cl_error(cl_int err, const char *call) {
 /* State                                                                     */
 
 typedef struct ocl_device {
+  cl_platform_id platform;
   cl_device_id id;
   cl_context context; /* shared by every device of the platform; not owned */
-  cl_command_queue queue;
+  cl_command_queue queue;        /* unimem's */
+  cl_command_queue caller_queue; /* the caller's (um_device_native) */
   int context_devices; /* devices in context: peers exist when > 1 */
   int fine_grain_svm;  /* UM_UNIFIED can be given */
   int host_memory;     /* a CPU device, or one sharing the host's memory */
@@ -377,6 +397,18 @@ static cl_command_queue create_queue(cl_context context, cl_device_id id,
   return ocl.clCreateCommandQueueWithProperties(context, id, NULL, err);
 }
 
+/* An in-order queue on dev, into *queue. */
+static int make_queue(ocl_device *dev, int platform_major, cl_command_queue *queue) {
+  cl_int err = CL_SUCCESS;
+  *queue = create_queue(dev->context, dev->id, platform_major, &err);
+  if (*queue == NULL || err != CL_SUCCESS) {
+    *queue = NULL;
+    return translate_cl_error(err != CL_SUCCESS ? err : CL_OUT_OF_RESOURCES,
+                              "clCreateCommandQueue");
+  }
+  return UM_OK;
+}
+
 static int append_device(ocl_state *state, ocl_device *dev) {
   if (state->device_count == state->device_capacity) {
     int capacity = state->device_capacity ? state->device_capacity * 2 : 4;
@@ -402,6 +434,8 @@ static int append_context(ocl_state *state, cl_context context) {
 }
 
 static void destroy_device(ocl_device *dev) {
+  if (dev->caller_queue != NULL)
+    ocl.clReleaseCommandQueue(dev->caller_queue);
   if (dev->queue != NULL) {
     ocl.clFinish(dev->queue);
     ocl.clReleaseCommandQueue(dev->queue);
@@ -409,15 +443,50 @@ static void destroy_device(ocl_device *dev) {
   free(dev);
 }
 
-/* Describe one device and give it its queue. */
-static int open_device(cl_device_id id, cl_context context,
-                       int context_devices, int platform_major,
-                       const um_options *opts, ocl_device **out) {
+/* dev's properties: name, memory, whether its memory is host memory, SVM. */
+static int query_device(ocl_device *dev, int platform_major, const um_options *opts) {
   cl_ulong global_mem = 0, max_alloc = 0;
   cl_device_svm_capabilities svm = 0;
   cl_device_type type = 0;
   cl_bool unified = CL_FALSE;
   cl_int err;
+  int status = query_device_string(dev->id, CL_DEVICE_NAME, dev->name, sizeof(dev->name));
+  if (status != UM_OK)
+    return status;
+  trim_trailing_spaces(dev->name);
+  err = ocl.clGetDeviceInfo(dev->id, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof(global_mem), &global_mem, NULL);
+  if (err == CL_SUCCESS)
+    err = ocl.clGetDeviceInfo(dev->id, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof(max_alloc), &max_alloc, NULL);
+  if (err == CL_SUCCESS)
+    err = ocl.clGetDeviceInfo(dev->id, CL_DEVICE_PLATFORM, sizeof(dev->platform), &dev->platform, NULL);
+  if (err != CL_SUCCESS)
+    return translate_cl_error(err, "clGetDeviceInfo");
+  dev->limit_bytes = opts != NULL ? opts->device_limit_bytes : 0;
+  dev->total_bytes = global_mem;
+  if (dev->limit_bytes != 0 && dev->limit_bytes < dev->total_bytes)
+    dev->total_bytes = dev->limit_bytes;
+  dev->max_alloc_bytes = max_alloc;
+  /* A CPU device's "device memory" is host memory, and so is an integrated
+   * GPU's (CL_DEVICE_HOST_UNIFIED_MEMORY, deprecated in 2.0 but answered by
+   * every driver): reading pageable memory costs them nothing extra. A
+   * failed query leaves the device counted as discrete. */
+  if (ocl.clGetDeviceInfo(dev->id, CL_DEVICE_TYPE, sizeof(type), &type, NULL) != CL_SUCCESS)
+    type = 0;
+  if (ocl.clGetDeviceInfo(dev->id, CL_DEVICE_HOST_UNIFIED_MEMORY, sizeof(unified), &unified, NULL) !=
+      CL_SUCCESS)
+    unified = CL_FALSE;
+  dev->host_memory = (type & CL_DEVICE_TYPE_CPU) != 0 || unified == CL_TRUE;
+  /* Devices before 2.0 reject the query (CL_INVALID_VALUE): no SVM. */
+  if (platform_major >= 2 && ocl.clSVMAlloc != NULL &&
+      ocl.clGetDeviceInfo(dev->id, CL_DEVICE_SVM_CAPABILITIES, sizeof(svm), &svm, NULL) == CL_SUCCESS)
+    dev->fine_grain_svm = (svm & CL_DEVICE_SVM_FINE_GRAIN_BUFFER) != 0;
+  return UM_OK;
+}
+
+/* Describe one device and give it its queue, and the caller's: caller_queue
+ * (retained here; an adopted device's), or a new one. */
+static int open_device(cl_device_id id, cl_context context, int context_devices, int platform_major,
+                       const um_options *opts, cl_command_queue caller_queue, ocl_device **out) {
   int status;
   ocl_device *dev = calloc(1, sizeof(*dev));
   if (dev == NULL)
@@ -426,58 +495,17 @@ static int open_device(cl_device_id id, cl_context context,
   dev->context = context;
   dev->context_devices = context_devices;
   atomic_init(&dev->bytes_held, 0);
-
-  status = query_device_string(id, CL_DEVICE_NAME, dev->name,
-                               sizeof(dev->name));
-  if (status != UM_OK)
-    goto fail;
-  trim_trailing_spaces(dev->name);
-
-  err = ocl.clGetDeviceInfo(id, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof(global_mem),
-                            &global_mem, NULL);
-  if (err == CL_SUCCESS)
-    err = ocl.clGetDeviceInfo(id, CL_DEVICE_MAX_MEM_ALLOC_SIZE,
-                              sizeof(max_alloc), &max_alloc, NULL);
-  if (err != CL_SUCCESS) {
-    status = translate_cl_error(err, "clGetDeviceInfo");
-    goto fail;
-  }
-  dev->limit_bytes = opts != NULL ? opts->device_limit_bytes : 0;
-  dev->total_bytes = global_mem;
-  if (dev->limit_bytes != 0 && dev->limit_bytes < dev->total_bytes)
-    dev->total_bytes = dev->limit_bytes;
-  dev->max_alloc_bytes = max_alloc;
-
-  /* A CPU device's "device memory" is host memory, and so is an integrated
-   * GPU's (CL_DEVICE_HOST_UNIFIED_MEMORY, deprecated in 2.0 but answered by
-   * every driver): reading pageable memory costs them nothing extra. A
-   * failed query leaves the device counted as discrete. */
-  if (ocl.clGetDeviceInfo(id, CL_DEVICE_TYPE, sizeof(type), &type, NULL) != CL_SUCCESS)
-    type = 0;
-  if (ocl.clGetDeviceInfo(id, CL_DEVICE_HOST_UNIFIED_MEMORY, sizeof(unified), &unified, NULL) !=
-      CL_SUCCESS)
-    unified = CL_FALSE;
-  dev->host_memory = (type & CL_DEVICE_TYPE_CPU) != 0 || unified == CL_TRUE;
-
-  /* Devices before 2.0 reject the query (CL_INVALID_VALUE): no SVM. */
-  if (platform_major >= 2 && ocl.clSVMAlloc != NULL &&
-      ocl.clGetDeviceInfo(id, CL_DEVICE_SVM_CAPABILITIES, sizeof(svm), &svm,
-                          NULL) == CL_SUCCESS)
-    dev->fine_grain_svm = (svm & CL_DEVICE_SVM_FINE_GRAIN_BUFFER) != 0;
-
-  dev->queue = create_queue(context, id, platform_major, &err);
-  if (dev->queue == NULL || err != CL_SUCCESS) {
-    dev->queue = NULL;
-    status = translate_cl_error(err != CL_SUCCESS ? err : CL_OUT_OF_RESOURCES,
-                                "clCreateCommandQueue");
-    goto fail;
+  if (caller_queue != NULL && ocl.clRetainCommandQueue(caller_queue) == CL_SUCCESS)
+    dev->caller_queue = caller_queue;
+  if ((status = query_device(dev, platform_major, opts)) != UM_OK ||
+      (status = make_queue(dev, platform_major, &dev->queue)) != UM_OK ||
+      (dev->caller_queue == NULL &&
+       (status = make_queue(dev, platform_major, &dev->caller_queue)) != UM_OK)) {
+    destroy_device(dev);
+    return status;
   }
   *out = dev;
   return UM_OK;
-
-fail:
-  destroy_device(dev);
-  return status;
 }
 
 /* One context for all of the platform's devices, then one queue each. On
@@ -526,7 +554,7 @@ static int open_platform(ocl_state *state, cl_platform_id platform,
 
   for (i = 0; i < count; i++) {
     ocl_device *dev = NULL;
-    status = open_device(ids[i], context, (int)count, major, opts, &dev);
+    status = open_device(ids[i], context, (int)count, major, opts, NULL, &dev);
     if (status != UM_OK)
       goto fail;
     status = append_device(state, dev);
@@ -566,6 +594,9 @@ static int ocl_open(const um_options *opts, void **ctx, int *count) {
   pthread_once(&ocl_load_once, ocl_load);
   if (ocl.load_status != UM_OK)
     return um__set_error(UM_ENODEV, "opencl: %s", ocl.load_failure);
+  if (ocl.load_generation != um__process_generation())
+    return um__set_error(UM_ENODEV, "opencl: the driver was loaded before fork(); it cannot be used in "
+                                    "the child process");
 
   state = calloc(1, sizeof(*state));
   if (state == NULL)
@@ -954,6 +985,8 @@ static int enqueue_transfer(ocl_device *dev, const um__xfer *x,
 
 static const char *transfer_call_name(um__xfer_kind kind) {
   switch (kind) {
+  case UM__XFER_MARKER:
+    return "clEnqueueMarkerWithWaitList";
   case UM__XFER_H2D:
     return "clEnqueueWriteBuffer";
   case UM__XFER_D2H:
@@ -1016,28 +1049,143 @@ static void CL_CALLBACK on_transfer_complete(cl_event event,
 /* after[] lists longer than this take one malloc. */
 #define OCL_INLINE_WAIT_LIST 16
 
-static int ocl_xfer_async(void *bdev, const um__xfer *x, void *const *after,
-                          int nafter, um__done_fn done, void *arg,
-                          void **native) {
+/* The wait list of x: the tokens of after[] that are not this device's own
+ * queue's, then x->wait[] (a MARKER's gate or caller's event). Tokens are
+ * this backend's cl_events; copy them rather than reinterpret the void *
+ * array as a cl_event array. A command of this device's own queue needs no
+ * wait-list entry: the queue is in order, and its commands were enqueued
+ * before this one. Leaving them out matters: PoCL tracks every wait-list
+ * entry as a dependency, which cost about 0.5 us per queued 4 KiB write. */
+static cl_uint build_wait_list(ocl_device *dev, const um__xfer *x, void *const *after, int nafter,
+                               cl_event *list) {
+  cl_uint waits = 0;
+  for (int i = 0; i < nafter; i++) {
+    cl_command_queue queue = NULL;
+    cl_event token = (cl_event)after[i];
+    if (ocl.clGetEventInfo(token, CL_EVENT_COMMAND_QUEUE, sizeof(queue), &queue, NULL) == CL_SUCCESS &&
+        queue == dev->queue)
+      continue;
+    list[waits++] = token;
+  }
+  for (int i = 0; i < 2; i++)
+    if (x->wait[i] != NULL)
+      list[waits++] = (cl_event)x->wait[i];
+  return waits;
+}
+
+/* Have done(arg, status) called when event completes: a callback with its
+ * own reference on the event (the enqueue's becomes the caller's token). A
+ * failing clSetEventCallback cannot take the queued command back, so it is
+ * finished here and reported through done, as if the callback had run. */
+static void watch_completion(ocl_device *dev, cl_event event, transfer_completion *completion) {
+  ocl.clRetainEvent(event);
+  if (ocl.clSetEventCallback(event, CL_COMPLETE, on_transfer_complete, completion) != CL_SUCCESS) {
+    int status = wait_for_command(event, completion->call);
+    um__done_fn done = completion->done;
+    void *arg = completion->arg;
+    ocl.clReleaseEvent(event);
+    free(completion);
+    done(arg, status);
+    return;
+  }
+  /* Commands may sit in the queue until flushed; nobody may ever wait on
+   * this one, so submit it now. A failing flush leaves the command queued,
+   * and its callback still runs when the queue is finished. */
+  ocl.clFlush(dev->queue);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Markers: a token done once other tokens are                               */
+
+/* A MARKER joins tokens without a queue: a user event, completed by the
+ * last of the tokens' callbacks. A command on an in-order queue would add
+ * an ordering edge of its own (everything queued behind it), and the
+ * tokens may stand for the caller's commands on other queues. */
+typedef struct ocl_join {
+  atomic_int left;   /* tokens not yet complete, plus the setup's guard */
+  atomic_int status; /* UM_OK or the first failure */
+  cl_event user;
+  um__done_fn done;
+  void *arg;
+} ocl_join;
+
+static void join_arrive(ocl_join *j, int status) {
+  int expected = UM_OK;
+  if (status != UM_OK)
+    atomic_compare_exchange_strong(&j->status, &expected, status);
+  if (atomic_fetch_sub(&j->left, 1) != 1)
+    return;
+  status = atomic_load(&j->status);
+  ocl.clSetUserEventStatus(j->user, status == UM_OK ? CL_COMPLETE : CL_INVALID_OPERATION);
+  ocl.clReleaseEvent(j->user); /* the join's reference */
+  um__done_fn done = j->done;
+  void *arg = j->arg;
+  free(j);
+  done(arg, status); /* last: the core may close the backend after it */
+}
+
+static void CL_CALLBACK on_join_token(cl_event event, cl_int execution_status, void *user_data) {
+  int status = execution_status < 0 ? translate_cl_error(execution_status, "a marker's token") : UM_OK;
+  ocl.clReleaseEvent(event); /* the reference ocl_join took */
+  join_arrive(user_data, status);
+}
+
+static int start_join(ocl_device *dev, const um__xfer *x, void *const *after, int nafter,
+                    um__done_fn done, void *arg, void **native) {
+  cl_event tokens[OCL_INLINE_WAIT_LIST];
+  int n = 0;
+  cl_int err = CL_SUCCESS;
+  ocl_join *j;
+  if (nafter + 2 > OCL_INLINE_WAIT_LIST)
+    return um__set_error(UM_EINVAL, "opencl: a marker of more than %d tokens", OCL_INLINE_WAIT_LIST);
+  for (int i = 0; i < nafter; i++)
+    tokens[n++] = (cl_event)after[i];
+  for (int i = 0; i < 2; i++)
+    if (x->wait[i] != NULL)
+      tokens[n++] = (cl_event)x->wait[i];
+  if ((j = calloc(1, sizeof(*j))) == NULL)
+    return um__set_error(UM_ENOMEM, "opencl: out of host memory");
+  j->user = ocl.clCreateUserEvent(dev->context, &err);
+  if (j->user == NULL || err != CL_SUCCESS) {
+    free(j);
+    return translate_cl_error(err != CL_SUCCESS ? err : CL_OUT_OF_RESOURCES, "clCreateUserEvent");
+  }
+  ocl.clRetainEvent(j->user); /* one for the join, one for the caller's token */
+  atomic_init(&j->left, n + 1);
+  atomic_init(&j->status, UM_OK);
+  j->done = done;
+  j->arg = arg;
+  *native = j->user;
+  for (int i = 0; i < n; i++) {
+    ocl.clRetainEvent(tokens[i]);
+    if ((err = ocl.clSetEventCallback(tokens[i], CL_COMPLETE, on_join_token, j)) != CL_SUCCESS) {
+      ocl.clReleaseEvent(tokens[i]);
+      join_arrive(j, translate_cl_error(err, "clSetEventCallback"));
+    }
+  }
+  join_arrive(j, UM_OK); /* the guard: the join may complete from here on */
+  return UM_OK;
+}
+
+static int ocl_xfer_async(void *bdev, const um__xfer *x, void *const *after, int nafter,
+                          um__done_fn done, void *arg, void **native) {
   ocl_device *dev = bdev;
+  if (x != NULL && x->kind == UM__XFER_MARKER && done != NULL && native != NULL)
+    return start_join(dev, x, after, nafter, done, arg, native);
   cl_event inline_wait_list[OCL_INLINE_WAIT_LIST];
   cl_event *wait_list = inline_wait_list;
   cl_event event = NULL;
   transfer_completion *completion = NULL;
   cl_uint waits;
-  cl_int err;
-  int status, i;
+  int status;
 
-  if (done == NULL || native == NULL || nafter < 0 ||
-      (nafter > 0 && after == NULL))
+  if (done == NULL || native == NULL || nafter < 0 || (nafter > 0 && after == NULL))
     return um__set_error(UM_EINVAL, "opencl: bad asynchronous transfer");
-  status = check_transfer(dev, x);
-  if (status != UM_OK)
+  if ((status = check_transfer(dev, x)) != UM_OK)
     return status;
-
   completion = malloc(sizeof(*completion));
-  if (nafter > OCL_INLINE_WAIT_LIST)
-    wait_list = malloc((size_t)nafter * sizeof(*wait_list));
+  if (nafter + 2 > OCL_INLINE_WAIT_LIST)
+    wait_list = malloc((size_t)(nafter + 2) * sizeof(*wait_list));
   if (completion == NULL || wait_list == NULL) {
     status = um__set_error(UM_ENOMEM, "opencl: out of host memory");
     goto fail;
@@ -1045,47 +1193,11 @@ static int ocl_xfer_async(void *bdev, const um__xfer *x, void *const *after,
   completion->done = done;
   completion->arg = arg;
   completion->call = transfer_call_name(x->kind);
-  /* Tokens are this backend's cl_events; copy them rather than reinterpret
-   * the void * array as a cl_event array. A command of this device's own
-   * queue needs no wait-list entry: the queue is in order, and its commands
-   * were enqueued before this one. Leaving them out matters: PoCL tracks
-   * every wait-list entry as a dependency, which cost about 0.5 us per
-   * queued 4 KiB write. */
-  for (i = 0, waits = 0; i < nafter; i++) {
-    cl_command_queue queue = NULL;
-    cl_event token = (cl_event)after[i];
-    if (ocl.clGetEventInfo(token, CL_EVENT_COMMAND_QUEUE, sizeof(queue), &queue,
-                           NULL) == CL_SUCCESS &&
-        queue == dev->queue)
-      continue;
-    wait_list[waits++] = token;
-  }
-
-  status = enqueue_transfer(dev, x, CL_FALSE, waits,
-                            waits > 0 ? wait_list : NULL, &event);
+  waits = build_wait_list(dev, x, after, nafter, wait_list);
+  status = enqueue_transfer(dev, x, CL_FALSE, waits, waits > 0 ? wait_list : NULL, &event);
   if (status != UM_OK)
     goto fail;
-
-  /* Two references from here on: the enqueue's, which becomes the caller's
-   * token (dropped by native_release), and this one, dropped by the
-   * callback. */
-  ocl.clRetainEvent(event);
-  err = ocl.clSetEventCallback(event, CL_COMPLETE, on_transfer_complete,
-                               completion);
-  if (err != CL_SUCCESS) {
-    /* The transfer is already queued and cannot be taken back, so it cannot
-     * be reported as failed to issue: finish it here and report through
-     * done, as if the callback had run. */
-    status = wait_for_command(event, completion->call);
-    ocl.clReleaseEvent(event);
-    free(completion);
-    done(arg, status);
-  } else {
-    /* Commands may sit in the queue until flushed; nobody may ever wait on
-     * this one, so submit it now. A failing flush leaves the command queued,
-     * and its callback still runs when the queue is finished. */
-    ocl.clFlush(dev->queue);
-  }
+  watch_completion(dev, event, completion);
   if (wait_list != inline_wait_list)
     free(wait_list);
   *native = event;
@@ -1179,6 +1291,137 @@ static int ocl_peer_enable(void *a, void *b) {
                        "context");
 }
 
+/* ------------------------------------------------------------------------ */
+/* The caller's own commands (SPEC §8)                                       */
+
+static void ocl_device_native(void *bdev, um_device_native *out) {
+  ocl_device *dev = bdev;
+  out->cl_platform = dev->platform;
+  out->cl_device = dev->id;
+  out->cl_context = dev->context;
+  out->cl_queue = dev->caller_queue;
+}
+
+static void ocl_mem_native(void *bdev, const um__mem *mem, um_location loc, um_buffer_native *out) {
+  (void)bdev;
+  if (loc == UM_UNIFIED)
+    out->svm = mem->host;
+  else
+    out->cl_mem = (void *)mem->handle;
+}
+
+static void *ocl_token_native(void *bdev, void *token) {
+  (void)bdev;
+  return token; /* tokens are cl_events */
+}
+
+static int ocl_token_adopt(void *bdev, void *native, void **token) {
+  ocl_device *dev = bdev;
+  cl_context context = NULL;
+  cl_int err = ocl.clGetEventInfo((cl_event)native, CL_EVENT_CONTEXT, sizeof(context), &context, NULL);
+  if (err != CL_SUCCESS)
+    return translate_cl_error(err, "clGetEventInfo");
+  if (context != dev->context)
+    return um__set_error(UM_EINVAL, "opencl: the event belongs to another context than %s's", dev->name);
+  if ((err = ocl.clRetainEvent((cl_event)native)) != CL_SUCCESS)
+    return translate_cl_error(err, "clRetainEvent");
+  *token = native;
+  return UM_OK;
+}
+
+/* A user event with two references: gate_open drops the opener's. */
+static int ocl_gate_new(void *bdev, void **token) {
+  ocl_device *dev = bdev;
+  cl_int err = CL_SUCCESS;
+  cl_event gate = ocl.clCreateUserEvent(dev->context, &err);
+  if (gate == NULL || err != CL_SUCCESS)
+    return translate_cl_error(err != CL_SUCCESS ? err : CL_OUT_OF_RESOURCES, "clCreateUserEvent");
+  ocl.clRetainEvent(gate);
+  *token = gate;
+  return UM_OK;
+}
+
+static void ocl_gate_open(void *bdev, void *token, int status) {
+  (void)bdev;
+  /* A negative status fails the commands waiting for the gate. */
+  ocl.clSetUserEventStatus((cl_event)token, status == UM_OK ? CL_COMPLETE : CL_INVALID_OPERATION);
+  ocl.clReleaseEvent((cl_event)token);
+}
+
+static int ocl_caller_marker(void *bdev, void **token) {
+  ocl_device *dev = bdev;
+  cl_event marker = NULL;
+  cl_int err = ocl.clEnqueueMarkerWithWaitList(dev->caller_queue, 0, NULL, &marker);
+  if (err != CL_SUCCESS)
+    return translate_cl_error(err, "clEnqueueMarkerWithWaitList");
+  ocl.clFlush(dev->caller_queue);
+  *token = marker;
+  return UM_OK;
+}
+
+static int ocl_token_wait(void *bdev, void *token) {
+  (void)bdev;
+  return wait_for_command((cl_event)token, "clWaitForEvents");
+}
+
+/* ------------------------------------------------------------------------ */
+/* Adopting the caller's context, device and queue                          */
+
+/* The queue belongs to the context and the device; the context holds the
+ * device. Fills *ndevices (the context's, for peer access). */
+static int check_adopted(cl_context context, cl_device_id id, cl_command_queue queue, int *ndevices) {
+  cl_context qctx = NULL;
+  cl_device_id qdev = NULL, ids[64];
+  cl_uint n = 0;
+  size_t size = 0;
+  cl_int err = ocl.clGetCommandQueueInfo(queue, CL_QUEUE_CONTEXT, sizeof(qctx), &qctx, NULL);
+  if (err == CL_SUCCESS)
+    err = ocl.clGetCommandQueueInfo(queue, CL_QUEUE_DEVICE, sizeof(qdev), &qdev, NULL);
+  if (err == CL_SUCCESS)
+    err = ocl.clGetContextInfo(context, CL_CONTEXT_DEVICES, sizeof(ids), ids, &size);
+  if (err != CL_SUCCESS)
+    return translate_cl_error(err, "clGetContextInfo");
+  n = (cl_uint)(size / sizeof(ids[0]));
+  if (qctx != context || qdev != id)
+    return um__set_error(UM_EINVAL, "opencl: the queue belongs to another context or device");
+  for (cl_uint i = 0; i < n; i++)
+    if (ids[i] == id) {
+      *ndevices = (int)n;
+      return UM_OK;
+    }
+  return um__set_error(UM_EINVAL, "opencl: the device is not in the context");
+}
+
+static int ocl_adopt(const um_options *opts, void **ctx, void *context, void *device, void *queue,
+                     um__bdev_desc *out) {
+  ocl_state *state = *ctx;
+  ocl_device *dev = NULL;
+  cl_platform_id platform = NULL;
+  int ndevices = 0, major = 0, minor = 0, status;
+  pthread_once(&ocl_load_once, ocl_load);
+  if (ocl.load_status != UM_OK)
+    return um__set_error(UM_ENOTSUP, "opencl: %s", ocl.load_failure);
+  if ((status = check_adopted(context, device, queue, &ndevices)) != UM_OK)
+    return status;
+  if (ocl.clGetDeviceInfo(device, CL_DEVICE_PLATFORM, sizeof(platform), &platform, NULL) != CL_SUCCESS ||
+      (status = platform_version(platform, &major, &minor)) != UM_OK)
+    return status != UM_OK ? status : um__set_error(UM_EINVAL, "opencl: not a device");
+  if (state == NULL && (*ctx = state = calloc(1, sizeof(*state))) == NULL)
+    return um__set_error(UM_ENOMEM, "opencl: out of host memory");
+  if ((status = open_device(device, context, ndevices, major, opts, queue, &dev)) != UM_OK)
+    return status;
+  /* The context is retained once per adoption: close releases each. */
+  if ((status = append_device(state, dev)) != UM_OK ||
+      (ocl.clRetainContext(context) == CL_SUCCESS &&
+       (status = append_context(state, context)) != UM_OK)) {
+    if (state->device_count > 0 && state->devices[state->device_count - 1] == dev)
+      state->device_count--;
+    destroy_device(dev);
+    return status;
+  }
+  return ocl_describe(state, state->device_count - 1, out);
+}
+
 const um__backend um__backend_opencl = {
     .name = "opencl",
     .open = ocl_open,
@@ -1197,6 +1440,15 @@ const um__backend um__backend_opencl = {
     .unmap = ocl_unmap,
     .peer_possible = ocl_peer_possible,
     .peer_enable = ocl_peer_enable,
+    .device_native = ocl_device_native,
+    .mem_native = ocl_mem_native,
+    .token_native = ocl_token_native,
+    .token_adopt = ocl_token_adopt,
+    .gate_new = ocl_gate_new,
+    .gate_open = ocl_gate_open,
+    .caller_marker = ocl_caller_marker,
+    .token_wait = ocl_token_wait,
+    .adopt = ocl_adopt,
     /* Event callbacks may make non-blocking OpenCL calls (OpenCL 1.2,
      * 5.9 "clSetEventCallback"); native_release and mem_free are such. */
     .callbacks_reenter = 1,

@@ -339,7 +339,8 @@ void mdl_resolve_all(mdl_ctx *c);
 void mdl_event_wait(mdl_ctx *c, mdl_event *ev);
 void mdl_event_drop(mdl_ctx *c, int i);
 int mdl_event_expect(const mdl_event *ev);
-void mdl_gate_install(um_manager *m);
+void mdl_gate_install(void);
+void mdl_gate_uninstall(void);
 void mdl_gate_close(void);
 void mdl_gate_open(mdl_ctx *c);
 

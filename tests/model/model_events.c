@@ -3,11 +3,13 @@
  * gate that holds the manager's workers so that operations issued behind
  * theirs stay queued (and cancelable). */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
 #include "model.h"
+#include "testhook.h"
 
 int mdl_event_expect(const mdl_event *ev) {
   if (ev->group)
@@ -173,10 +175,11 @@ void mdl_step_cancel(mdl_ctx *c) {
 }
 
 /* ------------------------------------------------------------------------ */
-/* The worker gate (um__engine.on_run, a test hook): installed once, before
- * any operation, and open except inside a gated burst. A worker that starts
- * an operation while it is closed waits there (its operation RUNNING), so
- * what is issued behind it on the same buffers stays QUEUED. */
+/* The worker gate, on the test build's worker hook (src/testhook.h):
+ * installed once, before any operation, and open except inside a gated
+ * burst. A worker that starts an operation while it is closed waits there
+ * (its operation RUNNING), so what is issued behind it on the same buffers
+ * stays QUEUED. */
 
 static struct {
   pthread_mutex_t lock;
@@ -185,10 +188,11 @@ static struct {
   int timed_out;
 } gate = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
 
-static void gate_hook(um_manager *m, int running) {
+static void gate_hook(um__test_point point, void *arg) {
   struct timespec deadline;
-  (void)m;
-  (void)running;
+  (void)arg;
+  if (point != UM__TP_WORKER_RUN)
+    return;
   clock_gettime(CLOCK_REALTIME, &deadline);
   deadline.tv_sec += 60; /* a program that never opens it fails instead of hanging */
   pthread_mutex_lock(&gate.lock);
@@ -200,7 +204,9 @@ static void gate_hook(um_manager *m, int running) {
   pthread_mutex_unlock(&gate.lock);
 }
 
-void mdl_gate_install(um_manager *m) { m->engine.on_run = gate_hook; }
+void mdl_gate_install(void) { atomic_store(&um__test_hook, gate_hook); }
+
+void mdl_gate_uninstall(void) { atomic_store(&um__test_hook, (um__test_hook_fn)NULL); }
 
 void mdl_gate_close(void) {
   pthread_mutex_lock(&gate.lock);

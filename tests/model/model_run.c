@@ -366,7 +366,7 @@ mdl_result mdl_run_single(um_manager *m, const mdl_config *cfg, uint64_t seed, u
   memset(&res, 0, sizeof(res));
   if (c == NULL)
     mdl_fail_hook("test out of memory for the model");
-  mdl_gate_install(m);
+  mdl_gate_install();
   mdl_ctx_init(c, m, cfg, seed, 0);
   c->trace = trace;
   for (c->step = 0; c->step < steps; c->step++) {
@@ -380,6 +380,7 @@ mdl_result mdl_run_single(um_manager *m, const mdl_config *cfg, uint64_t seed, u
   res.steps = steps;
   res.seconds = mdl_now_s() - t0;
   res.cancels_ok = c->cancels_ok, res.cancels_busy = c->cancels_busy, res.checks = c->checks;
+  mdl_gate_uninstall();
   mdl_ctx_free(c);
   free(c);
   return res;

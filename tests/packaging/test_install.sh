@@ -1,7 +1,9 @@
 #!/bin/sh
 # Install a built tree into a temporary prefix, check what is there, and
 # build and run a consumer program against it both ways: find_package(unimem)
-# (shared and static targets) and pkg-config (shared and static).
+# (shared and static targets) and pkg-config (shared and static). The
+# installed unimem command runs against the installed shared library and,
+# run from elsewhere, replays the allocation trace installed beside it.
 #
 #   test_install.sh BUILD_DIR SOURCE_DIR C_COMPILER [EXTRA_CFLAGS]
 #
@@ -18,7 +20,7 @@ extra=${4:-}
 fail() { echo "FAIL: $*" >&2; exit 1; }
 step() { echo "--- $*"; }
 
-for tool in cmake pkg-config; do
+for tool in cmake pkg-config readelf; do
   command -v "$tool" >/dev/null 2>&1 || { echo "SKIP: $tool is not installed" >&2; exit 77; }
 done
 
@@ -42,10 +44,35 @@ for f in "$prefix/include/unimem.h" "$prefix/include/unimem_version.h" "$libdir/
          "$libdir/pkgconfig/unimem.pc" "$prefix/bin/unimem"; do
   [ -e "$f" ] || fail "missing after install: ${f#"$prefix"/}"
 done
-echo "installed: headers, libunimem.so.$major, libunimem.a, CMake package, unimem.pc, bin/unimem"
+traces=$(find "$prefix" -path "*/unimem/traces/mixed.txt" | head -n 1)
+[ -n "$traces" ] || fail "no unimem/traces/mixed.txt installed"
+echo "installed: headers, libunimem.so.$major, libunimem.a, CMake package, unimem.pc, bin/unimem, ${traces#"$prefix"/}"
 
 step "installed unimem --version"
 "$prefix/bin/unimem" --version | grep -q "^unimem $major\.$minor\." || fail "bin/unimem --version"
+
+step "the unimem command links the shared library, and installed loads the installed one"
+for t in "$build/tools/unimem" "$prefix/bin/unimem"; do
+  [ -e "$t" ] || continue
+  readelf -d "$t" | grep -q "(NEEDED).*\[libunimem\.so\.$major\]" ||
+    { readelf -d "$t" | grep NEEDED; fail "$t does not link libunimem.so.$major"; }
+done
+loaded=$(env -u LD_LIBRARY_PATH ldd "$prefix/bin/unimem" | awk '/libunimem\.so/ { print $3 }')
+[ -n "$loaded" ] && [ "$(readlink -f "$loaded")" = "$(readlink -f "$libso")" ] ||
+  { ldd "$prefix/bin/unimem"; fail "bin/unimem does not load $libso"; }
+# The traces' directory in the source tree is not built into the command
+# (sanitizers keep source file names: the check is for the traces only).
+if readelf -p .rodata "$prefix/bin/unimem" | grep -qF "$src/bench/traces"; then
+  fail "bin/unimem holds the source tree's $src/bench/traces"
+fi
+
+step "installed unimem bench pool --quick, from another directory, replays the installed trace"
+(cd "$work" && env -u UNIMEM_TRACE_DIR -u LD_LIBRARY_PATH "$prefix/bin/unimem" bench pool --quick) >"$work/pool.log" 2>&1 ||
+  { cat "$work/pool.log"; fail "installed unimem bench pool --quick"; }
+want="Trace replay: $(cd "$(dirname "$traces")" && pwd -P)/mixed.txt"
+grep -qxF "$want" "$work/pool.log" || { cat "$work/pool.log"; fail "the installed command did not replay $traces"; }
+grep -q "^  mixed, calls only " "$work/pool.log" || { cat "$work/pool.log"; fail "no trace-replay row"; }
+echo "$want"
 
 step "the header alone, strict C11"
 printf '#include <unimem.h>\nint main(void) { return um_version() == UM_VERSION_HEX ? 0 : 1; }\n' >"$work/strict.c"
@@ -95,4 +122,5 @@ pc_libdir=$(pkg-config --variable=libdir unimem)
 "$work/pc_static" || fail "pc_static did not run"
 if ldd "$work/pc_static" | grep -q libunimem; then fail "pc_static needs libunimem.so"; fi
 
-echo "PASS: install, find_package (shared, static, version check), pkg-config (shared, static)"
+echo "PASS: install, the installed command (shared library, traces), find_package (shared, static, version check),"
+echo "      pkg-config (shared, static)"

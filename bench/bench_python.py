@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""Per-call cost of the unimem Python binding (SPEC §6: a copy through the
+binding adds at most 2 µs over the C call).
+
+For each case, the same loop of copies runs in this process through the
+binding (b.copy_from / b.copy_to in a Python for loop) and through the C API
+(python_helper.c, timed in C, loaded with ctypes so that no ctypes call lands
+inside the loop), one repetition of each in turn. Each figure is the median
+over the repetitions of the mean time per call; "added" is binding minus C;
+"spread" is the larger interquartile range of the two sides' repetitions.
+On a shared, loaded machine the OpenCL rows (tens of µs, thread wake-ups)
+vary by more than the binding costs; the cpu rows measure the binding.
+
+    PYTHONPATH=build/python python3 bench/bench_python.py [--quick] [--helper PATH]
+
+The helper is bench/libunimem_pybench.so of the build tree (found next to
+the package's build directory, or given with --helper). Cases on an OpenCL
+device run where one exists (PoCL: POCL_DEVICES=pthread).
+"""
+
+import argparse
+import ctypes
+import os
+import statistics
+import sys
+import time
+
+import unimem
+
+LOCATIONS = {"host": 0, "device": 1, "pinned": 2, "unified": 3}
+MODES = {"copy_from": 0, "copy_to": 1, "copy_from+wait": 2}
+TARGET_NS = 2000.0
+
+
+def find_helper(path):
+    if path:
+        return path
+    build = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(unimem.__file__))))
+    candidate = os.path.join(build, "bench", "libunimem_pybench.so")
+    if not os.path.exists(candidate):
+        sys.exit(f"bench_python: no C helper at {candidate}; build the target unimem_pybench or pass --helper")
+    return candidate
+
+
+def c_rep(helper, backends, device, location, mode, nbytes, iterations):
+    """One repetition on the C side: mean ns per call."""
+    out = ctypes.c_double()
+    st = helper.pybench_copy(backends.encode(), device, LOCATIONS[location], MODES[mode], nbytes,
+                             iterations, 1, ctypes.byref(out))
+    if st != 0:
+        raise RuntimeError(f"C side of {mode} {nbytes} B failed with status {st}")
+    return out.value
+
+
+def python_call(b, mode):
+    if mode == "copy_from":
+        return b.copy_from
+    if mode == "copy_to":
+        return b.copy_to
+
+    def call(obj, copy=b.copy_from):
+        copy(obj, wait=False).wait()
+    return call
+
+
+def measure(helper, backends, device, location, mode, nbytes, iterations, reps):
+    """Medians of the C side and of the binding, their repetitions taken in
+    turn so that both see the same load on a shared machine."""
+    c_samples, py_samples = [], []
+    with unimem.Manager(backends=backends) as m, m.alloc(nbytes, device=device, location=location) as b:
+        host = bytearray(nbytes)
+        call = python_call(b, mode)
+        loop = range(iterations)
+        for _ in range(iterations // 10 + 1):  # warm up
+            call(host)
+        for _ in range(reps):
+            c_samples.append(c_rep(helper, backends, device, location, mode, nbytes, iterations))
+            t0 = time.perf_counter_ns()
+            for _ in loop:
+                call(host)
+            py_samples.append((time.perf_counter_ns() - t0) / iterations)
+    return c_samples, py_samples
+
+
+def spread(samples):
+    """Interquartile range of the samples (0 for fewer than two)."""
+    if len(samples) < 2:
+        return 0.0
+    q = statistics.quantiles(samples, n=4)
+    return q[2] - q[0]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer iterations (a smoke run)")
+    ap.add_argument("--helper", help="path of libunimem_pybench.so")
+    ap.add_argument("--reps", type=int, default=0, help="repetitions per case (default 9, quick 3)")
+    args = ap.parse_args()
+    helper = ctypes.CDLL(find_helper(args.helper))
+    helper.pybench_copy.restype = ctypes.c_int
+    helper.pybench_copy.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_size_t,
+                                    ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_double)]
+    reps = args.reps or (3 if args.quick else 9)
+    scale = 20 if args.quick else 1
+
+    cases = [("cpu", 0, "device", mode, n, 200000) for mode in MODES for n in (8, 4096)]
+    with unimem.Manager(backends="cpu,opencl") as m:
+        if len(m.devices) > 1:
+            cases += [("cpu,opencl", 1, "device", mode, n, 5000)
+                      for mode in ("copy_from", "copy_to") for n in (8, 4096)]
+
+    print(f"unimem {unimem.__version__}, Python {sys.version.split()[0]}; median of {reps} runs, "
+          f"ns per call (blocking unless +wait)")
+    print(f"{'device':<12}{'call':<16}{'bytes':>6}{'C':>9}{'binding':>9}{'added':>8}{'spread':>8}  "
+          f"target: added <= 2000")
+    worst = None
+    for backends, device, location, mode, nbytes, iterations in cases:
+        iterations = max(100, iterations // scale)
+        c_samples, py_samples = measure(helper, backends, device, location, mode, nbytes, iterations, reps)
+        c, py = statistics.median(c_samples), statistics.median(py_samples)
+        added = py - c
+        noise = max(spread(c_samples), spread(py_samples))
+        if added <= TARGET_NS:
+            verdict = "ok"
+        elif noise >= added:
+            verdict = "noise (spread >= added: rerun on an idle machine)"
+        else:
+            verdict = "OVER"
+        if not verdict.startswith("noise"):
+            worst = added if worst is None else max(worst, added)
+        name = "cpu" if device == 0 else f"opencl:{device}"
+        print(f"{name:<12}{mode:<16}{nbytes:>6}{c:>9.0f}{py:>9.0f}{added:>8.0f}{noise:>8.0f}  {verdict}")
+    if worst is not None:
+        print(f"largest added cost among the measurable rows: {worst:.0f} ns per call "
+              f"({'within' if worst <= TARGET_NS else 'over'} the 2 µs target)")
+
+
+if __name__ == "__main__":
+    main()

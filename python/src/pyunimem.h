@@ -1,0 +1,184 @@
+/* The unimem._core extension: types and helpers shared by its files.
+ *
+ * Object model. Every Python object holds a strong reference to the
+ * Manager object it came from, so a Manager object outlives its buffers,
+ * events and mappings:
+ *
+ *   Manager  owns the um_manager; keeps an intrusive list of its live
+ *            Buffer and Event objects (borrowed: each unlinks itself).
+ *   Buffer   owns one reference to one um_buffer (um_release gives it up).
+ *   Event    owns one um_event, plus the Buffer objects and the host memory
+ *            (a Py_buffer) its operation reads or writes, until the
+ *            operation is seen done.
+ *   Mapping  owns one um_map of a Buffer and exports it to Python.
+ *
+ * A C handle is given up only when nothing can still reach its memory:
+ *   - a Buffer's um_release waits for its exports (buffer protocol views,
+ *     a live Mapping) and for calls running on it without the GIL; until
+ *     then release() only marks it released ("release requested");
+ *   - an Event's um_event_release waits for the waits running on it;
+ *   - um_manager_destroy waits (after close()) until no Buffer or Event
+ *     holds a handle and no call runs on the manager without the GIL.
+ * All of this bookkeeping is changed only with the GIL held.
+ */
+#ifndef PYUNIMEM_H
+#define PYUNIMEM_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <unimem.h>
+
+typedef struct BufferObject BufferObject;
+typedef struct EventObject EventObject;
+typedef struct log_sink log_sink;
+
+typedef struct ManagerObject {
+  PyObject_HEAD
+  um_manager *m;         /* NULL once destroyed */
+  int closed;            /* close() was called: nothing new starts */
+  Py_ssize_t calls;      /* calls running on m without the GIL */
+  Py_ssize_t handles;    /* Buffers and Events still holding a C handle */
+  BufferObject *buffers; /* live Buffer objects (borrowed) */
+  EventObject *events;   /* live Event objects (borrowed) */
+  PyObject *devices;     /* tuple of Device */
+  log_sink *sink;        /* Python log callback plumbing, or NULL */
+  PyObject *log, *log_ctx, *on_oom, *oom_ctx; /* the options' objects */
+  um_options opts;       /* the options the manager runs with */
+  PyObject *weakrefs;
+} ManagerObject;
+
+struct BufferObject {
+  PyObject_HEAD
+  ManagerObject *mgr;
+  um_buffer *b;          /* NULL once um_release was called */
+  void *host;            /* zero-copy host view, or NULL */
+  size_t size;
+  int device;            /* index in the manager */
+  int location;          /* um_location */
+  Py_ssize_t exports;    /* buffer-protocol views and live mappings */
+  Py_ssize_t calls;      /* calls running on b without the GIL */
+  int release_requested; /* release() (or close()) was called */
+  BufferObject *prev, *next; /* the manager's list */
+  PyObject *weakrefs;
+};
+
+struct EventObject {
+  PyObject_HEAD
+  ManagerObject *mgr;
+  um_event *ev;          /* NULL once released */
+  int done;              /* completion seen */
+  int status;            /* the operation's status, once done */
+  Py_ssize_t calls;      /* waits running without the GIL */
+  PyObject *buffers[2];  /* Buffer objects of the operation, or NULL */
+  Py_buffer host;        /* host memory of the operation (host.obj NULL: none) */
+  EventObject *prev, *next; /* the manager's list */
+};
+
+extern PyTypeObject Manager_Type;
+extern PyTypeObject Buffer_Type;
+extern PyTypeObject Event_Type;
+extern PyTypeObject Mapping_Type;
+extern PyTypeObject *Device_Type;
+
+/* ---- core.c: errors and argument helpers ---------------------------- */
+
+/* Raise the unimem.Error subclass of st with um_last_error() (or the
+ * code's text) as message. Returns NULL. */
+PyObject *pyum_raise(int st);
+/* Raise the subclass of st with a formatted message. Returns NULL. */
+PyObject *pyum_raise_msg(int st, const char *fmt, ...);
+
+/* Parse a METH_FASTCALL | METH_KEYWORDS call into out[0..n) by names
+ * (n entries; positional arguments fill them in order). The first
+ * nrequired must be given. out[i] is borrowed, NULL when absent. */
+int pyum_parse(const char *fname, PyObject *const *args, Py_ssize_t nargs,
+               PyObject *kwnames, const char *const *names, int n,
+               int nrequired, PyObject **out);
+/* An int argument as size_t / uint64_t: TypeError for non-ints,
+ * InvalidArgument when negative, Overflow when too large. */
+int pyum_size(PyObject *o, const char *what, size_t *out);
+int pyum_u64(PyObject *o, const char *what, uint64_t *out);
+/* Truth of a bool argument (NULL: dflt). -1 with an exception. */
+int pyum_flag(PyObject *o, int dflt);
+
+/* Location names: "host", "device", "pinned", "unified". */
+extern const char *const pyum_location_names[UM_LOCATION_COUNT];
+
+/* Host memory of an object for a copy: C-contiguous, and writable when
+ * writable is set. BufferError naming the problem otherwise. */
+int pyum_host_view(PyObject *obj, Py_buffer *view, int writable,
+                   const char *fname);
+
+/* ---- core.c: log forwarding ----------------------------------------- */
+
+log_sink *pyum_sink_new(ManagerObject *owner);
+/* Deliver queued messages now (GIL held, no unimem lock held). */
+void pyum_sink_flush(log_sink *s);
+/* The manager is gone: deliver what is queued, then free the sink. */
+void pyum_sink_free(log_sink *s);
+void pyum_log_hook(void *ctx, um_log_level level, const char *msg);
+int pyum_oom_hook(void *ctx, um_device *d, size_t bytes);
+/* At exit: messages from now on go to stderr, on_oom answers 0. */
+void pyum_log_shutdown(void);
+/* Mark this thread as running an allocation of mgr without the GIL
+ * (on_oom may call Python on this thread only), or NULL; returns the
+ * previous mark. */
+ManagerObject *pyum_oom_thread_swap(ManagerObject *mgr);
+
+/* ---- manager.c ------------------------------------------------------ */
+
+/* 0 when new work may start on mgr; InvalidState when closed. */
+int pyum_manager_check(ManagerObject *mgr);
+/* Destroy the um_manager once close() was called and nothing holds it.
+ * Returns its status (an exception is set when raise_errors). */
+int pyum_manager_maybe_destroy(ManagerObject *mgr, int raise_errors);
+/* The Device of a um_device (borrowed), or NULL. */
+PyObject *pyum_manager_device(ManagerObject *mgr, um_device *d);
+/* Device index of an int or a Device: TypeError, NoDevice when absent. */
+int pyum_device_index(ManagerObject *mgr, PyObject *o, int *index);
+/* The keywords of Manager(), in um_options order. */
+PyObject *pyum_option_names(void);
+
+/* ---- buffer.c -------------------------------------------------------- */
+
+/* A new Buffer owning b (registered with mgr). Releases b on failure. */
+PyObject *pyum_buffer_new(ManagerObject *mgr, um_buffer *b);
+/* 0 when the buffer may be used; InvalidState otherwise. */
+int pyum_buffer_check(BufferObject *self);
+/* Pins for calls without the GIL and for exports; the unpin that ends
+ * the last pin of a released buffer gives its handle up. */
+void pyum_buffer_unpin_call(BufferObject *self);
+void pyum_buffer_unexport(BufferObject *self);
+/* Give the handle up now or as soon as nothing pins it (close()). */
+void pyum_buffer_request_release(BufferObject *self);
+
+/* ---- copy.c ---------------------------------------------------------- */
+
+/* unimem.copy(dst, src, nbytes, dst_offset=0, src_offset=0, wait=True) */
+PyObject *pyum_copy(PyObject *mod, PyObject *const *args, Py_ssize_t nargs,
+                    PyObject *kwnames);
+PyObject *pyum_buffer_copy_from(BufferObject *self, PyObject *const *args,
+                                Py_ssize_t nargs, PyObject *kwnames);
+PyObject *pyum_buffer_copy_to(BufferObject *self, PyObject *const *args,
+                              Py_ssize_t nargs, PyObject *kwnames);
+PyObject *pyum_buffer_fill(BufferObject *self, PyObject *const *args,
+                           Py_ssize_t nargs, PyObject *kwnames);
+
+/* ---- event.c -------------------------------------------------------- */
+
+/* A new Event over ev, holding the given Buffers and taking over *host
+ * (host->obj NULL: none). On failure, waits for ev and releases all. */
+PyObject *pyum_event_new(ManagerObject *mgr, um_event *ev, PyObject *buf0,
+                         PyObject *buf1, Py_buffer *host);
+/* Wait for the event without the GIL and give everything up (close()). */
+void pyum_event_finish_now(EventObject *self);
+
+/* ---- mapping.c ------------------------------------------------------ */
+
+/* A Mapping of buf's live um_map (ptr, len), taking over the export that
+ * buf counts for it. On failure the mapping is ended (um_unmap). */
+PyObject *pyum_mapping_new(BufferObject *buf, um_map_mode mode, void *ptr,
+                           size_t len);
+
+#endif /* PYUNIMEM_H */

@@ -1,0 +1,59 @@
+# CTest entries of the Python package (label "python"): pytest over
+# python/tests with the build tree's package first on the path, and an
+# install check. Included from python/CMakeLists.txt.
+#
+# Sanitizer builds: /usr/bin/python3 itself is not instrumented, so the
+# ASan runtime must be loaded before anything else (LD_PRELOAD), leak
+# detection is off (the interpreter keeps its own objects until exit, which
+# LeakSanitizer reports), and PYTHONMALLOC=malloc sends Python's objects
+# through ASan's allocator so that a use after free of one is caught. Under
+# TSan the uninstrumented interpreter reports races of its own: the Python
+# tests are not run there.
+
+set(_um_py_env
+  "PYTHONPATH=${CMAKE_CURRENT_BINARY_DIR}"
+  "PYTHONDONTWRITEBYTECODE=1"
+  "POCL_DEVICES=pthread pthread"
+  "UM_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
+
+if(UNIMEM_SANITIZE STREQUAL "thread")
+  message(STATUS "TSan build: the Python tests are not registered (the interpreter is not instrumented)")
+  return()
+elseif(UNIMEM_SANITIZE STREQUAL "address")
+  if(CMAKE_C_COMPILER_ID MATCHES "Clang")
+    execute_process(COMMAND ${CMAKE_C_COMPILER} -print-resource-dir
+                    OUTPUT_VARIABLE _um_rdir OUTPUT_STRIP_TRAILING_WHITESPACE)
+    set(_um_asan_rt ${_um_rdir}/lib/linux/libclang_rt.asan-${CMAKE_SYSTEM_PROCESSOR}.so)
+  else()
+    execute_process(COMMAND ${CMAKE_C_COMPILER} -print-file-name=libasan.so
+                    OUTPUT_VARIABLE _um_asan_rt OUTPUT_STRIP_TRAILING_WHITESPACE)
+  endif()
+  if(NOT EXISTS "${_um_asan_rt}")
+    message(WARNING "ASan runtime not found (${_um_asan_rt}): the Python tests are not registered")
+    return()
+  endif()
+  list(APPEND _um_py_env "LD_PRELOAD=${_um_asan_rt}" "PYTHONMALLOC=malloc" "UM_EXPECT_ASAN=1"
+       "ASAN_OPTIONS=detect_leaks=0:abort_on_error=0:halt_on_error=1"
+       "UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")
+endif()
+
+set(_um_pytest ${Python3_EXECUTABLE} -m pytest -q -p no:cacheprovider)
+execute_process(COMMAND ${Python3_EXECUTABLE} -c "import pytest, hypothesis, numpy"
+                RESULT_VARIABLE _um_py_modules OUTPUT_QUIET ERROR_QUIET)
+if(NOT _um_py_modules EQUAL 0)
+  set(_um_py_missing "${Python3_EXECUTABLE} cannot import pytest, hypothesis and numpy (apt-get install python3-pytest python3-hypothesis python3-numpy)")
+  message(WARNING "${_um_py_missing}: the Python tests will skip")
+  set(_um_pytest ${Python3_EXECUTABLE} -c "import sys; print('SKIP: ${_um_py_missing}'); sys.exit(77)")
+endif()
+# Everything but the hypothesis fuzzing, then the fuzzing (longer) apart.
+add_test(NAME python_api
+         COMMAND ${_um_pytest} ${CMAKE_CURRENT_SOURCE_DIR}/tests --ignore=${CMAKE_CURRENT_SOURCE_DIR}/tests/test_fuzz.py)
+add_test(NAME python_fuzz COMMAND ${_um_pytest} ${CMAKE_CURRENT_SOURCE_DIR}/tests/test_fuzz.py)
+add_test(NAME python_install
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/install_check.sh ${CMAKE_BINARY_DIR} ${Python3_EXECUTABLE})
+foreach(t python_api python_fuzz python_install)
+  # The tests' scratch files (hypothesis keeps none: see conftest.py) stay
+  # in the build tree.
+  set_tests_properties(${t} PROPERTIES LABELS "python" TIMEOUT 600 SKIP_RETURN_CODE 77
+                       WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR} ENVIRONMENT "${_um_py_env}")
+endforeach()

@@ -1,0 +1,239 @@
+/* Paths: how an operation runs. One table entry per way of moving data,
+ * each with its plan (whether it takes the operation, and on which device's
+ * queue), its run (to completion on the calling thread), its start_native
+ * (on a device queue, without waiting) and its account (the statistics),
+ * called by the operation layer (op.c), which knows none of them. A new
+ * kind of operation is a new entry here.
+ *
+ * Copies and fills are offered to the entries in this order:
+ *  - fill: memset on the host view, or the device's fill;
+ *  - both ends have a host view (host memory, pinned, unified, the cpu
+ *    device): memcpy on the host;
+ *  - host -> device memory: from pageable memory larger than one staging
+ *    chunk, pipelined through two pinned chunks (staged.c); otherwise one
+ *    direct call (from the same device's pinned memory, or a wrap pinned
+ *    for that device, one DMA);
+ *  - device memory -> host: the mirror image;
+ *  - device memory -> device memory: overlapping ranges of one buffer
+ *    through the host (staged.c); same device, a device-local copy; two
+ *    devices with peer access enabled, a peer copy; otherwise staged
+ *    through a host bounce chunk (staged.c), the fallback that always works.
+ * Paths that are a single backend call run natively when the backend can
+ * queue them (xfer_async).
+ */
+#include <string.h>
+
+#include "internal.h"
+
+/* Host copies up to this size run on the issuing thread even when an event
+ * was asked for: handing 256 KiB to a worker costs a thread wake-up
+ * (~5-20 us), as much as the copy itself at ~10 GB/s. */
+#define INLINE_HOST_BYTES (256u * 1024u)
+
+char *um__path_host_src(const um_event *op) {
+  if (op->host_src != NULL)
+    return (char *)op->host_src;
+  return op->src->mem.host ? (char *)op->src->mem.host + op->src_off : NULL;
+}
+
+char *um__path_host_dst(const um_event *op) {
+  if (op->host_dst != NULL)
+    return op->host_dst;
+  return op->dst->mem.host ? (char *)op->dst->mem.host + op->dst_off : NULL;
+}
+
+/* b's memory is page-locked for device d: a PINNED block of d, or a
+ * UM_WRAP_PIN wrap registered with d's backend. A copy between it and d's
+ * memory is one direct DMA, with no staging. */
+bool um__path_dma_ready(const um_buffer *b, const um_device *d) {
+  return b != NULL && ((b->loc == UM_PINNED && b->dev == d) || um__wrap_registered(b, d));
+}
+
+/* The device's queue runs op when its backend queues transfers. */
+static bool native_on(um_event *op, um_device *d) {
+  op->native_dev = d->be->xfer_async != NULL ? d : NULL;
+  return true;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Single backend calls: one um__xfer, on one device */
+
+static um_device *xfer_of(const um_event *op, um__xfer *x) { return op->path->xfer(op, x); }
+
+static int run_single(um_event *op) {
+  um__xfer x;
+  um_device *d = xfer_of(op, &x);
+  return d->be->xfer(d->bdev, &x);
+}
+
+static int start_single(um_event *op, void *const *after, int nafter, um__done_fn done, void **native) {
+  um__xfer x;
+  um_device *d = xfer_of(op, &x);
+  return d->be->xfer_async(d->bdev, &x, after, nafter, done, op, native);
+}
+
+/* The device-side ends of a copy between two blocks. */
+static void xfer_blocks(const um_event *op, um__xfer *x, um__xfer_kind kind) {
+  memset(x, 0, sizeof(*x));
+  x->kind = kind;
+  x->bytes = op->bytes;
+  x->dst = &op->dst->mem, x->dst_loc = op->dst->loc, x->dst_off = op->dst_off;
+  x->src = &op->src->mem, x->src_loc = op->src->loc, x->src_off = op->src_off;
+  x->src_bdev = op->src->dev->bdev;
+}
+
+static um_device *xfer_fill(const um_event *op, um__xfer *x) {
+  um__xfer_host(x, UM__XFER_FILL, op->dst, op->dst_off, NULL, op->bytes);
+  x->value = op->value;
+  return op->dst->dev;
+}
+
+static um_device *xfer_h2d(const um_event *op, um__xfer *x) {
+  um__xfer_host(x, UM__XFER_H2D, op->dst, op->dst_off, um__path_host_src(op), op->bytes);
+  x->host_pinned = um__path_dma_ready(op->src, op->dst->dev);
+  return op->dst->dev;
+}
+
+static um_device *xfer_d2h(const um_event *op, um__xfer *x) {
+  um__xfer_host(x, UM__XFER_D2H, op->src, op->src_off, um__path_host_dst(op), op->bytes);
+  x->host_pinned = um__path_dma_ready(op->dst, op->src->dev);
+  return op->src->dev;
+}
+
+static um_device *xfer_local(const um_event *op, um__xfer *x) {
+  xfer_blocks(op, x, UM__XFER_D2D);
+  return op->dst->dev;
+}
+
+static um_device *xfer_peer(const um_event *op, um__xfer *x) {
+  xfer_blocks(op, x, UM__XFER_PEER);
+  return op->dst->dev;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Fills */
+
+static void account_fill(const um_event *op) { UM__STAT_ADD(op->dst->dev, fills, 1); }
+
+static bool plan_fill_host(um_event *op) { return op->kind == UM__OP_FILL && op->dst->mem.host != NULL; }
+
+static int run_fill_host(um_event *op) {
+  memset((char *)op->dst->mem.host + op->dst_off, op->value, op->bytes);
+  return UM_OK;
+}
+
+static bool plan_fill_device(um_event *op) {
+  return op->kind == UM__OP_FILL && native_on(op, op->dst->dev);
+}
+
+const um__path um__path_fill_host = {"fill-host", plan_fill_host, run_fill_host, NULL, account_fill,
+                                     NULL, INLINE_HOST_BYTES};
+const um__path um__path_fill_device = {"fill-device", plan_fill_device, run_single, start_single,
+                                       account_fill, xfer_fill, 0};
+
+/* ------------------------------------------------------------------------ */
+/* memcpy: both ends host-addressable */
+
+static bool plan_memcpy(um_event *op) {
+  return op->kind == UM__OP_COPY && um__path_host_src(op) != NULL && um__path_host_dst(op) != NULL;
+}
+
+static int run_memcpy(um_event *op) {
+  memmove(um__path_host_dst(op), um__path_host_src(op), op->bytes); /* one buffer may be both ends */
+  return UM_OK;
+}
+
+/* Bytes are counted by what physically moved: into device memory from host
+ * memory is host-to-device whether the host side was a pointer, a pinned
+ * buffer or a buffer of the cpu device; between two devices is peer
+ * traffic. */
+static void account_memcpy(const um_event *op) {
+  um_device *src = op->src ? op->src->dev : NULL, *dst = op->dst ? op->dst->dev : NULL, *d;
+  if (op->host_src != NULL) {
+    UM__STAT_ADD(d = dst, bytes_h2d, op->bytes);
+  } else if (op->host_dst != NULL) {
+    UM__STAT_ADD(d = src, bytes_d2h, op->bytes);
+  } else if (src == dst) {
+    UM__STAT_ADD(d = dst, bytes_d2d, op->bytes);
+  } else if (src->index == 0) {
+    UM__STAT_ADD(d = dst, bytes_h2d, op->bytes);
+  } else if (dst->index == 0) {
+    UM__STAT_ADD(d = src, bytes_d2h, op->bytes);
+  } else {
+    UM__STAT_ADD(d = dst, bytes_peer, op->bytes);
+  }
+  if (src != NULL && src == dst)
+    UM__STAT_ADD(d, xfer_local, 1);
+  else
+    UM__STAT_ADD(d, xfer_direct, 1);
+}
+
+const um__path um__path_memcpy = {"memcpy", plan_memcpy, run_memcpy, NULL, account_memcpy, NULL,
+                                  INLINE_HOST_BYTES};
+
+/* ------------------------------------------------------------------------ */
+/* Direct host <-> device, device-local and peer copies */
+
+static void account_h2d(const um_event *op) {
+  UM__STAT_ADD(op->dst->dev, bytes_h2d, op->bytes);
+  UM__STAT_ADD(op->dst->dev, xfer_direct, 1);
+}
+
+static void account_d2h(const um_event *op) {
+  UM__STAT_ADD(op->src->dev, bytes_d2h, op->bytes);
+  UM__STAT_ADD(op->src->dev, xfer_direct, 1);
+}
+
+static void account_local(const um_event *op) {
+  UM__STAT_ADD(op->dst->dev, bytes_d2d, op->bytes);
+  UM__STAT_ADD(op->dst->dev, xfer_local, 1);
+}
+
+static void account_peer(const um_event *op) {
+  UM__STAT_ADD(op->dst->dev, bytes_peer, op->bytes);
+  UM__STAT_ADD(op->dst->dev, xfer_peer, 1);
+}
+
+/* Called after memcpy and the pipelined paths declined: one end is a
+ * device block. */
+static bool plan_h2d(um_event *op) { return um__path_host_src(op) != NULL && native_on(op, op->dst->dev); }
+
+static bool plan_d2h(um_event *op) { return um__path_host_dst(op) != NULL && native_on(op, op->src->dev); }
+
+static bool plan_local(um_event *op) {
+  return op->src->dev == op->dst->dev && native_on(op, op->dst->dev);
+}
+
+static bool plan_peer(um_event *op) {
+  return op->src->dev->be == op->dst->dev->be && um_peer_enabled(op->dst->dev, op->src->dev) == 1 &&
+         native_on(op, op->dst->dev);
+}
+
+const um__path um__path_h2d = {"h2d", plan_h2d, run_single, start_single, account_h2d, xfer_h2d, 0};
+const um__path um__path_d2h = {"d2h", plan_d2h, run_single, start_single, account_d2h, xfer_d2h, 0};
+const um__path um__path_local = {"local", plan_local, run_single, start_single, account_local,
+                                 xfer_local, 0};
+const um__path um__path_peer = {"peer", plan_peer, run_single, start_single, account_peer, xfer_peer, 0};
+
+/* ------------------------------------------------------------------------ */
+/* The table and the plan */
+
+static const um__path *const paths[] = {
+    &um__path_access, &um__path_gate,
+    &um__path_fill_host, &um__path_fill_device, &um__path_memcpy,
+    &um__path_h2d_pipelined, &um__path_h2d, &um__path_d2h_pipelined,
+    &um__path_d2h, &um__path_overlap, &um__path_local,
+    &um__path_peer, &um__path_staged, /* takes every copy left */
+};
+
+void um__path_plan(um_event *op) {
+  op->native_dev = NULL;
+  for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
+    if (paths[i]->plan(op)) {
+      op->path = paths[i];
+      return;
+    }
+  }
+}
+
+bool um__path_runs_inline(const um_event *op) { return op->bytes <= op->path->inline_bytes; }

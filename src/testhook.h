@@ -1,0 +1,51 @@
+/* Test points: places where a test build lets a test run its own code, to
+ * widen a race window or to observe an internal step exactly instead of by
+ * timing. The library that ships is built without UNIMEM_TEST_HOOKS and
+ * the points expand to nothing; the test suite links unimem_testing, the
+ * same sources built with it (CMakeLists.txt). */
+#ifndef UNIMEM_TESTHOOK_H
+#define UNIMEM_TESTHOOK_H
+
+typedef enum um__test_point {
+  /* An operation counted itself finished (engine.inflight went down) and
+   * the completing thread is about to touch the engine for the last time.
+   * arg: the manager. */
+  UM__TP_INFLIGHT_DONE = 0,
+  /* A worker thread starts an operation (the tests of
+   * max_concurrent_transfers count them), and is done with it. arg: the
+   * operation. */
+  UM__TP_WORKER_RUN,
+  UM__TP_WORKER_DONE,
+  /* um_release of a wrap is about to wait for the operations issued on it.
+   * arg: the buffer. */
+  UM__TP_WRAP_RELEASE_WAIT,
+  /* A copy or fill passed its argument checks and is about to lock its
+   * buffers to publish itself. arg: the operation. */
+  UM__TP_OP_CHECKED,
+  /* um_map passed its argument checks, before taking the buffer's lock.
+   * arg: the buffer. */
+  UM__TP_MAP_CHECKED,
+  /* An issuer borrowed its dependencies' tokens and is about to call the
+   * backend's xfer_async with them. arg: the operation. */
+  UM__TP_NATIVE_START,
+  /* An idle block was put in its bin, and the bin's lock dropped (pool.c).
+   * arg: the buffer (descriptor of the block). */
+  UM__TP_POOL_PUT,
+  UM__TP_COUNT
+} um__test_point;
+
+#ifdef UNIMEM_TEST_HOOKS
+typedef void (*um__test_hook_fn)(um__test_point point, void *arg);
+/* Set by a test; NULL when none. */
+extern _Atomic(um__test_hook_fn) um__test_hook;
+#define UM__TEST_POINT(point, arg)                                             \
+  do {                                                                         \
+    um__test_hook_fn hook_ = atomic_load(&um__test_hook);                      \
+    if (hook_ != NULL)                                                         \
+      hook_((point), (void *)(arg));                                           \
+  } while (0)
+#else
+#define UM__TEST_POINT(point, arg) ((void)0)
+#endif
+
+#endif /* UNIMEM_TESTHOOK_H */

@@ -1,0 +1,438 @@
+/* Every structure of the core, in one place (as mimalloc's types.h): a
+ * reader finds what an object holds here, and what each file does with it
+ * in internal.h. Which file owns a field is said beside it. */
+#ifndef UNIMEM_TYPES_H
+#define UNIMEM_TYPES_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "atomic.h"
+#include "backend.h"
+
+#define UM__BUFFER_MAGIC 0x554d4246u /* "UMBF" */
+#define UM__EVENT_MAGIC 0x554d4556u  /* "UMEV" */
+#define UM__DEVICE_MAGIC 0x554d4456u /* "UMDV" */
+#define UM__MAX_BACKENDS 8
+/* Devices of one manager, discovered and adopted (um_device_adopt_opencl):
+ * the device array and the peer matrix never move, so readers need no
+ * lock. */
+#define UM__MAX_DEVICES 64
+
+/* Size classes (sizeclass.c): exact up to 8 bytes, then four classes per
+ * power of two, so a request never wastes 25% or more of its size. */
+#define UM__CLASS_COUNT (8 + 4 * 61) /* enough for every size_t up to 2^63 */
+
+/* Thread caches (tcache.h): classes with a slot, up to 2^40 bytes (class
+ * 156 ends at 1.25 * 2^40); larger requests bypass the cache. 160 classes
+ * * 4 locations * 8 bytes is 5 KiB of slots per device and thread. */
+#define UM__TCACHE_CLASSES 160
+#define UM__TSLOT_RESERVED ((uintptr_t)1)
+
+/* ------------------------------------------------------------------------ */
+/* Statistics counters, one set per device. Gauges move both ways; counters
+ * only grow. All relaxed atomics: they are figures, not synchronisation.
+ * allocations, releases, pool_hits and bytes_in_use have per-thread shares
+ * besides (um__tcounters), added on read; live buffers are allocations -
+ * releases. */
+
+typedef struct um__counters {
+  atomic_uint_fast64_t bytes_in_use;
+  atomic_uint_fast64_t bytes_reserved;
+  atomic_uint_fast64_t bytes_pooled;
+  atomic_uint_fast64_t peak_bytes_in_use;
+  atomic_uint_fast64_t allocations;
+  atomic_uint_fast64_t releases;
+  atomic_uint_fast64_t pool_hits;
+  atomic_uint_fast64_t pool_misses;
+  atomic_uint_fast64_t device_allocs;
+  atomic_uint_fast64_t device_frees;
+  atomic_uint_fast64_t trims;
+  atomic_uint_fast64_t bytes_trimmed;
+  atomic_uint_fast64_t oom_retries;
+  atomic_uint_fast64_t bytes_h2d;
+  atomic_uint_fast64_t bytes_d2h;
+  atomic_uint_fast64_t bytes_d2d;
+  atomic_uint_fast64_t bytes_peer;
+  atomic_uint_fast64_t xfer_local;
+  atomic_uint_fast64_t xfer_peer;
+  atomic_uint_fast64_t xfer_direct;
+  atomic_uint_fast64_t xfer_pipelined;
+  atomic_uint_fast64_t xfer_staged;
+  atomic_uint_fast64_t fills;
+} um__counters;
+
+/* ------------------------------------------------------------------------ */
+/* Pool (pool.c): per (device, location), one bin per size class. A bin is a
+ * doubly linked list of idle blocks sorted on idle_key, newest at the head:
+ * allocations take the head (warm in caches and TLBs), trims the tail. */
+
+typedef struct um__bin {
+  pthread_mutex_t lock;
+  um_buffer *head;
+  um_buffer *tail;
+  uint64_t idle_bytes;
+  /* Budget held by thread-cache slots of this class (tcache.h): idle_bytes
+   * + reserved_bytes <= max_pool_bytes_per_class. */
+  uint64_t reserved_bytes;
+} um__bin;
+
+typedef struct um__pool {
+  um_device *dev;
+  um_location loc;
+  um__bin bins[UM__CLASS_COUNT];
+  /* Bit c set while bins[c] holds a block (changed under the bin's lock):
+   * trims and stats find the non-empty bins without touching the others. */
+  atomic_uint_fast64_t nonempty[(UM__CLASS_COUNT + 63) / 64];
+} um__pool;
+
+/* ------------------------------------------------------------------------ */
+/* Devices */
+
+struct um_device {
+  uint32_t magic; /* a handle of another kind answers UM_EINVAL */
+  um_manager *m;
+  int index;
+  const um__backend *be;
+  void *bdev;
+  um_device_info info;
+  um__pool pools[UM_LOCATION_COUNT];
+  um__counters stats;
+  bool host_memory; /* um__bdev_desc.host_memory */
+  /* Pinned staging chunks for pageable copies (block.c). */
+  pthread_mutex_t staging_lock;
+  um__mem staging_free[8];
+  int staging_count;
+};
+
+/* ------------------------------------------------------------------------ */
+/* Buffers. A um_buffer is also the descriptor of its block: the handle and
+ * the block travel together through the pool, so releasing then allocating
+ * the same size hands back the same handle over the same memory. Handles
+ * are never freed before the manager, so a stale handle is still readable
+ * and answers UM_ESTATE instead of touching freed memory. */
+
+typedef enum {
+  UM__BUF_LIVE = 1,     /* owned by the application */
+  UM__BUF_RELEASED = 2, /* released, waiting for its operations to finish */
+  UM__BUF_IDLE = 3,     /* in the pool */
+  UM__BUF_HUSK = 4      /* no memory: a descriptor waiting to be reused */
+} um__buf_state;
+
+/* Where the block goes when the buffer is released (owner.c). */
+typedef enum {
+  UM__KIND_POOLED = 0,   /* to the pool */
+  UM__KIND_UNPOOLED = 1, /* to the device */
+  UM__KIND_WRAPPED = 2,  /* the caller's memory: nothing to give back */
+  UM__KIND_FILE = 3      /* mmap of a file: unmapped */
+} um__buf_kind;
+
+/* One registration of a UM_WRAP_PIN range with a device's backend
+ * (cuMemHostRegister for CUDA), made through that device (buffer.c). */
+typedef struct um__wrap_reg {
+  um_device *dev;
+  um__mem mem;
+} um__wrap_reg;
+
+struct um_buffer {
+  uint32_t magic;
+  atomic_int state; /* um__buf_state */
+  um_manager *m;
+  um_device *dev;
+  um_location loc;
+  um__buf_kind kind;
+  size_t size;     /* bytes requested */
+  size_t capacity; /* bytes of the block */
+  int cls;         /* size class of capacity, -1 when not pooled */
+  um__mem mem;
+  /* Moves each time the descriptor goes live: an operation checked against
+   * one owner's buffer is refused, under the lock, if the descriptor went
+   * to another owner meanwhile (op.c's op_check_locked). */
+  atomic_uint gen;
+  bool readonly;
+  bool pinned_wrap;
+  /* UM_WRAP_PIN: the range's registrations with backends other than device
+   * 0's (buffer.c), NULL when none. Set at wrap, undone at retire. */
+  um__wrap_reg *wrap_regs;
+  int nwrap_regs;
+  /* A foreign wrap (um__wrap_foreign: a DLPack producer's memory): called
+   * once when the memory goes back to its owner (owner.c), then NULL. */
+  void (*on_return)(void *ctx);
+  void *on_return_ctx;
+  /* Set when an operation or a mapping was made on the buffer since it
+   * went live: um_release then takes b->lock to wait for or defer behind
+   * them. Buffers never touched that way are released without the lock. */
+  atomic_bool touched;
+  /* Owners beyond the first (um_buffer_retain): um_release drops one of
+   * them while there are any. */
+  atomic_int holds;
+
+  pthread_mutex_t lock;     /* guards everything below */
+  pthread_cond_t idle_cond; /* signalled when pending drops to 0, and when
+                               a mapping stops being busy */
+  unsigned valid;           /* UM_VALID_* */
+  bool mapped;
+  um_map_mode map_mode;
+  size_t map_off, map_len;
+  void *map_ptr;
+  bool map_native; /* mapping came from backend->map */
+  /* um_map / um_unmap is calling the backend with the lock dropped; the
+   * mapping is neither made nor ended yet (waiters use idle_cond). */
+  bool map_busy;
+  void *shadow;     /* host copy of a buffer with no host view (map.c) */
+  um_event *last;   /* last operation issued on the buffer (a reference) */
+  unsigned pending; /* operations issued and not yet finished */
+  bool release_deferred;
+  /* The caller's bracket (access.c): 0 none, 1 being opened, 2 open, with
+   * its operation. */
+  int access_state;
+  um_event *access_op;
+
+  /* pool links (under the bin's lock) */
+  um_buffer *pool_prev, *pool_next;
+  uint64_t idle_since_ns;
+  /* Order of going idle (pool.c: a bin is sorted on it, newest at the
+   * head; trims take the smallest first). A logical clock rather than a
+   * time, so that the thread caches' lock-free path can stamp it. */
+  uint64_t idle_key;
+
+  um_buffer *all_next;        /* manager registry (block.c, registry_lock) */
+  um_buffer *husk_next;       /* free descriptors (block.c, registry_lock) */
+  um_buffer *quarantine_next; /* debug quarantine (registry_lock) */
+  const char *site_file;
+  int site_line;
+};
+
+/* ------------------------------------------------------------------------ */
+/* Events and operations (event.c: the objects and the engine; op.c: the
+ * life of an operation; path.c: how a copy runs) */
+
+typedef enum {
+  UM__OP_COPY = 0,   /* covers copy, copy_from_host, copy_to_host */
+  UM__OP_FILL = 1,
+  UM__OP_GROUP = 2,  /* completes when its members do (um_copy_batch) */
+  UM__OP_ACCESS = 3, /* the caller's bracket (access.c) */
+  UM__OP_GATE = 4    /* opens a gate, or stands for one, once an earlier
+                        operation finished (access.c) */
+} um__op_kind;
+
+typedef enum {
+  UM__EV_QUEUED = 0,  /* waiting for earlier operations or a worker */
+  UM__EV_RUNNING = 1, /* executing, or handed to a device queue */
+  UM__EV_DONE = 2
+} um__ev_state;
+
+/* A piece of work for the engine's threads (event.c): the engine calls fn
+ * with the item, as libuv's thread pool calls a request's work callback. */
+typedef struct um__work {
+  void (*fn)(struct um__work *w);
+  struct um__work *next;
+} um__work;
+
+typedef struct um__path um__path; /* path.c */
+
+#define UM__MAX_DEPENDENTS 3
+
+/* Event objects are made in slabs and reused through the manager's free
+ * list; they are freed only with the manager, so a stale handle (an event
+ * the caller released) is still readable and answers UM_ESTATE. */
+#define UM__EVENT_SLAB 64
+
+struct um_event {
+  /* Fixed for the object's life. */
+  uint32_t magic;
+  um_manager *m;
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  um_event *free_next; /* manager's free list (m->event_lock) */
+
+  /* Reset for each operation: everything from here on. */
+  atomic_int refs;          /* 0: on the free list */
+  atomic_bool caller_holds; /* the caller has not released its handle */
+  atomic_int state;         /* um__ev_state */
+  int status;
+  bool canceled;
+
+  /* what to do */
+  um__op_kind kind;
+  um_buffer *dst, *src;
+  size_t dst_off, src_off, bytes;
+  uint32_t dst_gen, src_gen; /* the buffers' gen when the API checked them */
+  const void *host_src;
+  void *host_dst;
+  unsigned char value;
+
+  /* ordering: operations that wait for this one */
+  atomic_int deps_pending;
+  um_event *dependents[UM__MAX_DEPENDENTS];
+  int ndependents;
+  um_event *group; /* batch this operation belongs to */
+  atomic_int group_first_error;
+
+  /* how it runs: its path (path.c), chosen at issue under the buffers'
+   * locks, and the device whose queue runs it (NULL: host threads) */
+  const um__path *path;
+  um_device *native_dev;
+  bool blocking;
+
+  /* The backend's token while the operation runs on a device queue (under
+   * lock), and its owners: one for the operation, one per issuer that
+   * borrowed it for a wait list (op.c's token_borrow_locked). The last
+   * owner releases it, so no lock is held across the backend's calls. */
+  void *native;
+  atomic_int native_refs;
+  int native_status;
+  /* The backend reported completion inside xfer_async, on the issuing
+   * thread (op.c's native_done): the issuer completes the operation once
+   * the backend call returned. Touched by that thread only. */
+  bool complete_deferred;
+  /* The token kept for the caller's um_event_native (one of native_refs),
+   * until um_event_release. */
+  void *caller_native;
+
+  /* A bracket (access.c): its mode, the token its wait handle stands on
+   * (borrowed from wait_owner, or a gate) and the caller's last command
+   * (adopted at um_access_end); the gate operation that opens the gate, or
+   * stands for it on devices without native events. */
+  um_map_mode access_mode;
+  void *access_wait;
+  um_event *access_wait_owner;
+  um_event *access_gate;
+  void *access_done;
+  /* A gate operation: the gate it opens on gate_dev (NULL: none, the
+   * operation itself is the wait). */
+  void *gate_token;
+  um_device *gate_dev;
+
+  um__work work; /* the engine's queue: start it, or complete it */
+};
+
+typedef struct um__event_slab {
+  struct um__event_slab *next;
+  um_event ev[UM__EVENT_SLAB];
+} um__event_slab;
+
+/* ------------------------------------------------------------------------ */
+/* Thread caches (tcache.c, tcache.h). */
+
+/* Per-thread, per-device share of the hot counters. Only the owner
+ * thread writes them (relaxed load + store: no locked instruction); readers
+ * add them to the device's counters. bytes_in_use is a difference (a
+ * buffer allocated here and released elsewhere counts + here and - there)
+ * stored as uint64_t, read as int64_t. Live buffers are not counted apart:
+ * they are allocations - releases (stats.c). */
+typedef struct um__tcounters {
+  atomic_uint_fast64_t allocations;
+  atomic_uint_fast64_t releases;
+  atomic_uint_fast64_t pool_hits;
+  atomic_uint_fast64_t bytes_in_use;
+  /* Highest bytes_in_use of this thread since the device's peak was last
+   * brought up to date from here (owner only). */
+  int64_t in_use_high;
+} um__tcounters;
+
+typedef struct um__tcache {
+  _Atomic(um_manager *) m; /* NULL once the manager is gone */
+  int ndevices;
+  bool slots_on;  /* pooling on and debug off: the slots are used */
+  unsigned epoch; /* the manager's flush_epoch when last seen (owner) */
+  uint64_t clock; /* this thread's idle_key clock (owner) */
+  um__tcounters *ctr; /* [ndevices] */
+  /* This thread's bytes_in_use over all devices, for the manager's peak;
+   * kept only when the manager has several devices (else it is ctr[0]'s). */
+  atomic_uint_fast64_t in_use_total;
+  int64_t in_use_total_high;
+  _Atomic(uintptr_t) *slots; /* [ndevices][UM_LOCATION_COUNT][UM__TCACHE_CLASSES] */
+  struct um__tcache *m_prev, *m_next; /* manager's list (m->tcache_lock) */
+  struct um__tcache *t_next;          /* thread's list (owner) */
+} um__tcache;
+
+/* ------------------------------------------------------------------------ */
+/* Manager */
+
+typedef struct um__engine {
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  um__work *head, *tail;
+  pthread_t *threads;
+  int nthreads;
+  bool stopping;
+  atomic_int inflight; /* operations issued and not finished */
+  pthread_cond_t drained;
+} um__engine;
+
+struct um_manager {
+  um_options opts;
+  um_device *devices[UM__MAX_DEVICES];
+  /* Grows when a device is adopted: read it with um__ndevices (acquire),
+   * the device is complete before it is counted. */
+  atomic_int ndevices;
+  pthread_mutex_t devices_lock; /* adopting a device */
+  struct {
+    const um__backend *be;
+    void *ctx;
+  } backends[UM__MAX_BACKENDS];
+  int nbackends;
+
+  um__engine engine;
+
+  /* event objects (event.c): slabs, freed at destroy, and the free list */
+  pthread_mutex_t event_lock;
+  um_event *event_free;
+  um__event_slab *event_slabs;
+
+  /* um__fork_generation when the manager was made: a child process of
+   * fork() sees another value and refuses to use the parent's manager. */
+  unsigned fork_gen;
+
+  /* registry of every buffer descriptor ever made, for the leak report
+   * (block.c) */
+  pthread_mutex_t registry_lock;
+  um_buffer *all_buffers;
+  um_buffer *husks;
+  /* debug quarantine (quarantine.c), also under registry_lock: released
+   * buffers held back from reuse, oldest first */
+  um_buffer *quarantine_head, *quarantine_tail;
+  uint64_t quarantine_count, quarantine_bytes;
+
+  /* totals across devices for the figures that are not sums */
+  atomic_uint_fast64_t bytes_in_use;
+  atomic_uint_fast64_t peak_bytes_in_use;
+  atomic_uint_fast64_t bytes_pooled;
+
+  /* peer matrix: peer[a * UM__MAX_DEVICES + b] != 0 when a may access b */
+  unsigned char peer[UM__MAX_DEVICES * UM__MAX_DEVICES];
+  pthread_mutex_t peer_lock;
+
+  /* thread caches (tcache.h): the list of caches, the pool budget held by
+   * bins and slots together (<= max_pool_bytes), and the epoch that asks
+   * every owner to give its cached blocks and budget back. */
+  pthread_mutex_t tcache_lock;
+  um__tcache *tcaches;
+  atomic_uint_fast64_t pool_claimed;
+  atomic_uint flush_epoch;
+  /* Highest idle_key given by a slow path; thread caches keep their own
+   * clock ahead of it (a Lamport clock: tcache.h). */
+  atomic_uint_fast64_t idle_clock;
+
+  /* trims (trim.c) and the trim timer */
+  pthread_t trim_thread;
+  atomic_bool trim_running;
+  pthread_mutex_t trim_lock;
+  /* Serialises trims (um__trim and the timer's tick): a trim moves the
+   * caches' blocks to the bins, then frees the bins; another trim between
+   * the two could be holding a block on its way to a bin, and a
+   * um_pool_trim(m, 0) would return with that block still idle. */
+  pthread_mutex_t trimming;
+  pthread_cond_t trim_cond;
+  bool trim_stop;
+  /* The timer sleeps with no deadline while nothing is idle; a thread that
+   * reserves a cache slot while it sleeps (reserve_seq moved) wakes it. */
+  atomic_bool trim_asleep;
+  atomic_uint reserve_seq;
+};
+
+#endif /* UNIMEM_TYPES_H */

@@ -1,0 +1,418 @@
+/* The caller's own kernels on unimem buffers (SPEC §8), with real OpenCL C
+ * compiled by PoCL, every result checked element by element:
+ *  - vector add;
+ *  - a chain copy -> kernel -> copy -> kernel -> copy back across two
+ *    devices, issued without a single wait until the end;
+ *  - a kernel writing a buffer that is then mapped;
+ *  - a kernel racing a release;
+ *  - the same chain in a context and queue the test made itself
+ *    (um_device_adopt_opencl);
+ *  - bad input with exact codes and unchanged statistics.
+ * The test links libOpenCL itself (the library never does). */
+#define CL_TARGET_OPENCL_VERSION 300
+#include <CL/cl.h>
+
+#include "opencl_util.h"
+
+#define N 4096 /* elements of the vectors */
+
+static const char *kernel_source =
+    "__kernel void add(__global const int *a, __global const int *b, __global int *c) {\n"
+    "  size_t i = get_global_id(0); c[i] = a[i] + b[i];\n"
+    "}\n"
+    "__kernel void axpb(__global int *x, int a, int b) {\n"
+    "  size_t i = get_global_id(0); x[i] = a * x[i] + b;\n"
+    "}\n"
+    "__kernel void slow_fill(__global int *x, int v, int rounds) {\n"
+    "  size_t i = get_global_id(0); int acc = 0;\n"
+    "  for (int r = 0; r < rounds; r++) acc += r & 1;\n"
+    "  x[i] = v + (acc & 0);\n"
+    "}\n";
+
+typedef struct kdev {
+  um_device *d;
+  um_device_native nat;
+  cl_program program;
+  cl_kernel add, axpb, slow_fill;
+} kdev;
+
+static void build(kdev *k, um_device *d) {
+  cl_int err;
+  cl_device_id id;
+  memset(k, 0, sizeof(*k));
+  k->d = d;
+  cr_assert_eq(um_device_native_get(d, &k->nat), UM_OK);
+  cr_assert_str_eq(k->nat.backend, "opencl");
+  cr_assert_not_null(k->nat.cl_context);
+  cr_assert_not_null(k->nat.cl_queue);
+  id = (cl_device_id)k->nat.cl_device;
+  k->program = clCreateProgramWithSource((cl_context)k->nat.cl_context, 1, &kernel_source, NULL, &err);
+  cr_assert_eq(err, CL_SUCCESS);
+  cr_assert_eq(clBuildProgram(k->program, 1, &id, "", NULL, NULL), CL_SUCCESS, "kernel build");
+  k->add = clCreateKernel(k->program, "add", &err);
+  cr_assert_eq(err, CL_SUCCESS);
+  k->axpb = clCreateKernel(k->program, "axpb", &err);
+  cr_assert_eq(err, CL_SUCCESS);
+  k->slow_fill = clCreateKernel(k->program, "slow_fill", &err);
+  cr_assert_eq(err, CL_SUCCESS);
+}
+
+static void unbuild(kdev *k) {
+  clReleaseKernel(k->add);
+  clReleaseKernel(k->axpb);
+  clReleaseKernel(k->slow_fill);
+  clReleaseProgram(k->program);
+}
+
+static cl_mem mem_of(um_buffer *b) {
+  um_buffer_native bn;
+  cr_assert_eq(um_buffer_native_get(b, &bn), UM_OK);
+  cr_assert_not_null(bn.cl_mem);
+  cr_assert_eq(bn.offset, 0);
+  return (cl_mem)bn.cl_mem;
+}
+
+/* Run x = a * x + b on x's device inside a bracket; no host wait. */
+static void axpb(kdev *k, um_buffer *x, int a, int b) {
+  void *wait = NULL;
+  cl_event done = NULL;
+  cl_mem mem = mem_of(x);
+  size_t global = N;
+  cr_assert_eq(um_access_begin(x, UM_MAP_READ_WRITE, &wait), UM_OK, "%s", um_last_error());
+  cr_assert_eq(clSetKernelArg(k->axpb, 0, sizeof(mem), &mem), CL_SUCCESS);
+  cr_assert_eq(clSetKernelArg(k->axpb, 1, sizeof(a), &a), CL_SUCCESS);
+  cr_assert_eq(clSetKernelArg(k->axpb, 2, sizeof(b), &b), CL_SUCCESS);
+  cr_assert_eq(clEnqueueNDRangeKernel((cl_command_queue)k->nat.cl_queue, k->axpb, 1, NULL, &global, NULL,
+                                      wait ? 1 : 0, wait ? (cl_event *)&wait : NULL, &done),
+               CL_SUCCESS);
+  clFlush((cl_command_queue)k->nat.cl_queue);
+  cr_assert_eq(um_access_end(x, done), UM_OK, "%s", um_last_error());
+  clReleaseEvent(done);
+}
+
+static int *ints(size_t n, int (*f)(size_t)) {
+  int *p = ou_malloc(n * sizeof(int));
+  for (size_t i = 0; i < n; i++)
+    p[i] = f(i);
+  return p;
+}
+
+static int iota(size_t i) { return (int)i; }
+static int triple(size_t i) { return (int)(3 * i + 1); }
+
+/* ------------------------------------------------------------------------ */
+
+OU_TEST_1_AND_2(opencl_kernels, vector_add) {
+  ou_env e = ou_open(NULL, 1);
+  kdev k;
+  int *a = ints(N, iota), *b = ints(N, triple), *c = ou_malloc(N * sizeof(int));
+  um_buffer *ba, *bb, *bc;
+  void *wait_a = NULL, *wait_b = NULL, *wait_c = NULL;
+  cl_event waits[3], done;
+  cl_mem ma, mb, mc;
+  size_t global = N;
+  int nw = 0;
+  build(&k, e.dev[e.ndev - 1]);
+  ba = ou_alloc(e.m, k.d, N * sizeof(int), UM_DEVICE);
+  bb = ou_alloc(e.m, k.d, N * sizeof(int), UM_DEVICE);
+  bc = ou_alloc(e.m, k.d, N * sizeof(int), UM_DEVICE);
+  cr_assert_eq(um_copy_from_host(ba, 0, a, N * sizeof(int), NULL), UM_OK);
+  cr_assert_eq(um_copy_from_host(bb, 0, b, N * sizeof(int), NULL), UM_OK);
+  cr_assert_eq(um_access_begin(ba, UM_MAP_READ, &wait_a), UM_OK);
+  cr_assert_eq(um_access_begin(bb, UM_MAP_READ, &wait_b), UM_OK);
+  cr_assert_eq(um_access_begin(bc, UM_MAP_WRITE_DISCARD, &wait_c), UM_OK);
+  cr_assert_null(wait_a, "blocking copies finished: nothing to wait for");
+  cr_assert_null(wait_c);
+  void *ws[3] = {wait_a, wait_b, wait_c};
+  for (int i = 0; i < 3; i++)
+    if (ws[i] != NULL)
+      waits[nw++] = (cl_event)ws[i];
+  ma = mem_of(ba), mb = mem_of(bb), mc = mem_of(bc);
+  clSetKernelArg(k.add, 0, sizeof(ma), &ma);
+  clSetKernelArg(k.add, 1, sizeof(mb), &mb);
+  clSetKernelArg(k.add, 2, sizeof(mc), &mc);
+  cr_assert_eq(clEnqueueNDRangeKernel((cl_command_queue)k.nat.cl_queue, k.add, 1, NULL, &global, NULL, (cl_uint)nw,
+                                      nw ? waits : NULL, &done),
+               CL_SUCCESS);
+  cr_assert_eq(um_access_end(ba, done), UM_OK);
+  cr_assert_eq(um_access_end(bb, done), UM_OK);
+  cr_assert_eq(um_access_end(bc, done), UM_OK);
+  clReleaseEvent(done);
+  cr_assert_eq(um_buffer_valid(bc), UM_VALID_DEVICE, "the kernel's writes are on the device");
+  cr_assert_eq(um_copy_to_host(bc, 0, c, N * sizeof(int), NULL), UM_OK);
+  for (size_t i = 0; i < N; i++)
+    cr_assert_eq(c[i], a[i] + b[i], "c[%zu]", i);
+  um_release(ba), um_release(bb), um_release(bc);
+  unbuild(&k);
+  free(a), free(b), free(c);
+  ou_close(&e);
+}
+
+/* copy in -> x*2+1 on the first device -> copy to the last device -> x*3
+ * there -> copy back -> x+5 on the first -> copy out: every call returns at
+ * once (asynchronous copies, brackets); the only wait is the last event. */
+static void chain(ou_env *e, kdev *k0, kdev *k1) {
+  int *in = ints(N, iota), *out = ou_malloc(N * sizeof(int));
+  size_t bytes = N * sizeof(int);
+  um_buffer *x0 = ou_alloc(e->m, k0->d, bytes, UM_DEVICE), *x1 = ou_alloc(e->m, k1->d, bytes, UM_DEVICE);
+  um_event *ev[4];
+  cr_assert_eq(um_copy_from_host(x0, 0, in, bytes, &ev[0]), UM_OK);
+  axpb(k0, x0, 2, 1);
+  cr_assert_eq(um_copy(x1, 0, x0, 0, bytes, &ev[1]), UM_OK);
+  axpb(k1, x1, 3, 0);
+  cr_assert_eq(um_copy(x0, 0, x1, 0, bytes, &ev[2]), UM_OK);
+  axpb(k0, x0, 1, 5);
+  cr_assert_eq(um_copy_to_host(x0, 0, out, bytes, &ev[3]), UM_OK);
+  for (int i = 0; i < 3; i++)
+    cr_assert_neq(um_event_query(ev[i]), UM_ECANCELED);
+  cr_assert_eq(um_event_wait(ev[3]), UM_OK, "%s", um_last_error());
+  for (int i = 0; i < 4; i++)
+    um_event_release(ev[i]);
+  for (size_t i = 0; i < N; i++)
+    cr_assert_eq(out[i], (2 * (int)i + 1) * 3 + 5, "out[%zu] = %d", i, out[i]);
+  um_release(x0), um_release(x1);
+  free(in), free(out);
+}
+
+OU_TEST_1_AND_2(opencl_kernels, chain_across_devices_without_waiting) {
+  ou_env e = ou_open(NULL, 1);
+  kdev k0, k1;
+  um_stats before = ut_stats(e.m, NULL), after;
+  build(&k0, e.dev[0]);
+  build(&k1, e.dev[e.ndev - 1]);
+  chain(&e, &k0, &k1);
+  after = ut_stats(e.m, NULL);
+  if (e.ndev > 1)
+    cr_assert_eq(after.xfer_peer - before.xfer_peer, 2, "the two copies between devices went peer to peer");
+  else
+    cr_assert_eq(after.xfer_local - before.xfer_local, 2);
+  unbuild(&k0), unbuild(&k1);
+  ou_close(&e);
+}
+
+/* A kernel's writes are what um_map fetches afterwards. */
+OU_TEST_1_AND_2(opencl_kernels, kernel_writes_then_map) {
+  ou_env e = ou_open(NULL, 1);
+  kdev k;
+  int *in = ints(N, iota), *p = NULL;
+  um_buffer *x;
+  build(&k, e.dev[0]);
+  x = ou_alloc(e.m, k.d, N * sizeof(int), UM_DEVICE);
+  cr_assert_eq(um_copy_from_host(x, 0, in, N * sizeof(int), NULL), UM_OK);
+  cr_assert_eq(um_map(x, UM_MAP_READ, 0, 16, (void **)&p), UM_OK);
+  cr_assert_eq(um_unmap(x, p), UM_OK, "a host copy is current now");
+  axpb(&k, x, 7, -2);
+  cr_assert_eq(um_map(x, UM_MAP_READ, 0, N * sizeof(int), (void **)&p), UM_OK);
+  for (size_t i = 0; i < N; i++)
+    cr_assert_eq(p[i], 7 * (int)i - 2, "p[%zu]", i);
+  cr_assert_eq(um_unmap(x, p), UM_OK);
+  um_release(x);
+  unbuild(&k);
+  free(in);
+  ou_close(&e);
+}
+
+/* A kernel still to write x when x is released (it waits for a user event
+ * the test holds): x's block returns to the pool only once the kernel
+ * finished, so a new buffer of the same size cannot receive its writes. */
+OU_TEST_1_AND_2(opencl_kernels, kernel_racing_a_release) {
+  const char *kind = getenv("UNIMEM_TEST_POCL_DEVICE");
+  if (kind != NULL && strcmp(kind, "basic") == 0)
+    cr_skip_test("SKIP: PoCL's basic device runs every queue's commands on one thread in order: a kernel "
+                 "held by a user event would hold unimem's fill too");
+  ou_env e = ou_open(NULL, 1);
+  kdev k;
+  int *back = ou_malloc(N * sizeof(int)), v = 77, rounds = 1;
+  um_buffer *x, *y, *p, *q;
+  void *wait = NULL;
+  cl_event hold;
+  cl_int err;
+  cl_mem mem;
+  size_t global = N;
+  build(&k, e.dev[0]);
+  x = ou_alloc(e.m, k.d, N * sizeof(int), UM_DEVICE);
+  mem = mem_of(x);
+  hold = clCreateUserEvent((cl_context)k.nat.cl_context, &err);
+  cr_assert_eq(err, CL_SUCCESS);
+  cr_assert_eq(um_access_begin(x, UM_MAP_WRITE_DISCARD, &wait), UM_OK);
+  clSetKernelArg(k.slow_fill, 0, sizeof(mem), &mem);
+  clSetKernelArg(k.slow_fill, 1, sizeof(v), &v);
+  clSetKernelArg(k.slow_fill, 2, sizeof(rounds), &rounds);
+  cr_assert_eq(clEnqueueNDRangeKernel((cl_command_queue)k.nat.cl_queue, k.slow_fill, 1, NULL, &global, NULL, 1,
+                                      &hold, NULL),
+               CL_SUCCESS);
+  clFlush((cl_command_queue)k.nat.cl_queue);
+  cr_assert_eq(um_release(x), UM_OK, "the release ends the bracket behind the caller's queue");
+  y = ou_alloc(e.m, k.d, N * sizeof(int), UM_DEVICE);
+  cr_assert_neq(y, x, "x's block is still the kernel's");
+  cr_assert_eq(um_fill(y, 0, 0x11, N * sizeof(int), NULL), UM_OK);
+  cr_assert_eq(clSetUserEventStatus(hold, CL_COMPLETE), CL_SUCCESS);
+  cr_assert_eq(clFinish((cl_command_queue)k.nat.cl_queue), CL_SUCCESS);
+  cr_assert_eq(um_device_synchronize(k.d), UM_OK);
+  cr_assert_eq(um_copy_to_host(y, 0, back, N * sizeof(int), NULL), UM_OK);
+  for (size_t i = 0; i < N; i++)
+    cr_assert_eq((unsigned)back[i], 0x11111111u, "y[%zu] was written by x's kernel", i);
+  /* Now x's block is back in the pool (with y's, once released): the next
+   * two allocations take both, one of them x's, with the kernel's bytes. */
+  cr_assert_eq(um_release(y), UM_OK);
+  p = ou_alloc(e.m, k.d, N * sizeof(int), UM_DEVICE);
+  q = ou_alloc(e.m, k.d, N * sizeof(int), UM_DEVICE);
+  cr_assert(p == x || q == x, "the released block returned to the pool after the kernel");
+  cr_assert_eq(um_copy_to_host(x, 0, back, N * sizeof(int), NULL), UM_OK);
+  for (size_t i = 0; i < N; i++)
+    cr_assert_eq(back[i], 77, "x[%zu]", i);
+  um_release(p), um_release(q);
+  clReleaseEvent(hold);
+  unbuild(&k);
+  free(back);
+  ou_close(&e);
+}
+
+/* The chain in a context and queue of the test's own: every device of the
+ * first platform in one context, adopted into a manager that opened no
+ * OpenCL device itself. */
+OU_TEST_1_AND_2(opencl_kernels, chain_in_an_adopted_context) {
+  um_options o;
+  um_manager *m;
+  cl_platform_id platform;
+  cl_device_id ids[2];
+  cl_uint n = 0;
+  cl_int err;
+  cl_context context;
+  cl_command_queue queues[2];
+  kdev k[2];
+  ou_env e;
+  ou_options(&o);
+  snprintf(o.backends, sizeof(o.backends), "cpu"); /* OpenCL only through adoption */
+  cr_assert_eq(clGetPlatformIDs(1, &platform, NULL), CL_SUCCESS);
+  cr_assert_eq(clGetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, 2, ids, &n), CL_SUCCESS);
+  context = clCreateContext(NULL, n, ids, NULL, NULL, &err);
+  cr_assert_eq(err, CL_SUCCESS);
+  cr_assert_eq(um_manager_create(&o, &m), UM_OK);
+  cr_assert_eq(um_device_count(m), 1);
+  for (cl_uint i = 0; i < n; i++) {
+    um_device *d = NULL;
+    um_device_info info;
+    queues[i] = clCreateCommandQueueWithProperties(context, ids[i], NULL, &err);
+    cr_assert_eq(err, CL_SUCCESS);
+    cr_assert_eq(um_device_adopt_opencl(m, context, ids[i], queues[i], &d), UM_OK, "%s", um_last_error());
+    cr_assert_eq(um_device_info_get(d, &info), UM_OK);
+    cr_assert_str_eq(info.backend, "opencl");
+    cr_assert_eq(info.index, (int)i + 1);
+    build(&k[i], d);
+    cr_assert_eq(k[i].nat.cl_context, (void *)context);
+    cr_assert_eq(k[i].nat.cl_queue, (void *)queues[i], "the caller's queue is the caller queue");
+  }
+  cr_assert_eq(um_device_count(m), 1 + (int)n);
+  if (n > 1)
+    cr_assert_eq(um_peer_enabled(k[0].d, k[1].d), 1, "peer access within the adopted context");
+  e.m = m;
+  e.ndev = (int)n;
+  chain(&e, &k[0], &k[n - 1]);
+  for (cl_uint i = 0; i < n; i++)
+    unbuild(&k[i]);
+  cr_assert_eq(um_manager_destroy(m), UM_OK);
+  /* unimem released its references: the caller's are the last. */
+  for (cl_uint i = 0; i < n; i++) {
+    cl_uint refs = 0;
+    cr_assert_eq(clGetCommandQueueInfo(queues[i], CL_QUEUE_REFERENCE_COUNT, sizeof(refs), &refs, NULL),
+                 CL_SUCCESS);
+    cr_assert_eq(refs, 1);
+    clReleaseCommandQueue(queues[i]);
+  }
+  cl_uint crefs = 0;
+  cr_assert_eq(clGetContextInfo(context, CL_CONTEXT_REFERENCE_COUNT, sizeof(crefs), &crefs, NULL), CL_SUCCESS);
+  cr_assert_eq(crefs, 1);
+  clReleaseContext(context);
+}
+
+/* Bad input: exact codes, statistics unchanged. */
+OU_TEST_1_AND_2(opencl_kernels, bad_brackets) {
+  ou_env e = ou_open(NULL, 1);
+  um_buffer *x = ou_alloc(e.m, e.dev[0], 4096, UM_DEVICE), *gone;
+  void *wait = NULL;
+  cl_int err;
+  cl_device_id id;
+  cl_context other;
+  cl_event foreign;
+  um_device_native nat;
+  ut_snapshot before;
+  cr_assert_eq(um_device_native_get(e.dev[0], &nat), UM_OK);
+  id = (cl_device_id)nat.cl_device;
+  other = clCreateContext(NULL, 1, &id, NULL, NULL, &err);
+  foreign = clCreateUserEvent(other, &err);
+  gone = ou_alloc(e.m, e.dev[0], 64, UM_DEVICE);
+  cr_assert_eq(um_release(gone), UM_OK);
+  before = ut_snap(e.m);
+  cr_assert_eq(um_access_begin(NULL, UM_MAP_READ, &wait), UM_EINVAL);
+  cr_assert_eq(um_access_begin(x, UM_MAP_READ, NULL), UM_EINVAL);
+  cr_assert_eq(um_access_begin(x, (um_map_mode)9, &wait), UM_EINVAL);
+  cr_assert_eq(um_access_begin(gone, UM_MAP_READ, &wait), UM_ESTATE);
+  cr_assert_eq(um_access_end(x, NULL), UM_ESTATE, "no bracket open");
+  cr_assert_eq(um_access_end(NULL, NULL), UM_EINVAL);
+  cr_assert_eq(um_access_end(gone, NULL), UM_ESTATE);
+  cr_assert_eq(um_access_begin(x, UM_MAP_WRITE, &wait), UM_OK);
+  cr_assert_eq(um_access_begin(x, UM_MAP_WRITE, &wait), UM_ESTATE, "opened twice");
+  cr_assert_eq(um_access_end(x, foreign), UM_EINVAL, "an event of another context");
+  cr_assert_eq(um_map(x, UM_MAP_READ, 0, 16, &wait), UM_ESTATE, "mapped inside a bracket");
+  cr_assert_eq(um_access_end(x, NULL), UM_OK);
+  cr_assert_eq(um_access_end(x, NULL), UM_ESTATE, "ended twice");
+  cr_assert_eq(um_buffer_native_get(gone, &(um_buffer_native){0}), UM_ESTATE);
+  cr_assert_eq(um_buffer_native_get(NULL, &(um_buffer_native){0}), UM_EINVAL);
+  cr_assert_eq(um_device_native_get(NULL, &nat), UM_EINVAL);
+  cr_assert_eq(um_device_native_get((um_device *)(void *)x, &nat), UM_EINVAL);
+  cr_assert_eq(um_buffer_retain(gone), UM_ESTATE);
+  cr_assert_eq(um_device_adopt_opencl(e.m, NULL, id, nat.cl_queue, &(um_device *){NULL}), UM_EINVAL);
+  cr_assert_eq(um_device_adopt_opencl(e.m, other, id, nat.cl_queue, &(um_device *){NULL}), UM_EINVAL,
+               "a queue of another context");
+  ut_assert_unchanged(e.m, before);
+  clReleaseEvent(foreign);
+  clReleaseContext(other);
+  um_release(x);
+  ou_close(&e);
+}
+
+/* um_event_native: the cl_event of an operation on a device queue. */
+OU_TEST_1_AND_2(opencl_kernels, event_native) {
+  ou_env e = ou_open(NULL, 1);
+  unsigned char src[4096] = {1};
+  um_buffer *x = ou_alloc(e.m, e.dev[0], 4096, UM_DEVICE), *h = ou_alloc(e.m, e.dev[0], 4096, UM_HOST);
+  um_event *ev;
+  void *native = NULL;
+  cl_int status = 0;
+  cr_assert_eq(um_copy_from_host(x, 0, src, sizeof(src), &ev), UM_OK);
+  cr_assert_eq(um_event_native(ev, &native), UM_OK);
+  cr_assert_not_null(native);
+  cr_assert_eq(clWaitForEvents(1, (cl_event *)&native), CL_SUCCESS);
+  cr_assert_eq(clGetEventInfo((cl_event)native, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(status), &status, NULL),
+               CL_SUCCESS);
+  cr_assert_eq(status, CL_COMPLETE);
+  cr_assert_eq(um_event_wait(ev), UM_OK);
+  cr_assert_eq(um_event_native(ev, &native), UM_OK, "still valid after completion, until released");
+  cr_assert_eq(um_event_release(ev), UM_OK);
+  cr_assert_eq(um_event_native(ev, &native), UM_ESTATE);
+  cr_assert_eq(um_copy_from_host(h, 0, src, sizeof(src), &ev), UM_OK);
+  cr_assert_eq(um_event_native(ev, &native), UM_ENOTSUP, "host memory: a memcpy on a host thread");
+  um_event_release(ev);
+  um_release(x), um_release(h);
+  ou_close(&e);
+}
+
+/* A buffer retained twice needs three releases. */
+Test(opencl_kernels, retain) {
+  ou_env e;
+  um_buffer *x;
+  ou_want_devices(1);
+  e = ou_open(NULL, 1);
+  x = ou_alloc(e.m, e.dev[0], 64, UM_DEVICE);
+  cr_assert_eq(um_buffer_retain(x), UM_OK);
+  cr_assert_eq(um_buffer_retain(x), UM_OK);
+  cr_assert_eq(um_release(x), UM_OK);
+  cr_assert_eq(um_release(x), UM_OK);
+  cr_assert_eq(um_buffer_size(x), 64, "still live");
+  cr_assert_eq(ut_stats(e.m, NULL).active_buffers, 1);
+  cr_assert_eq(um_release(x), UM_OK);
+  cr_assert_eq(um_release(x), UM_ESTATE);
+  cr_assert_eq(ut_stats(e.m, NULL).active_buffers, 0);
+  ou_close(&e);
+}

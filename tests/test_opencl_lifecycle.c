@@ -1,0 +1,90 @@
+/* Lifecycle on OpenCL (issue 10): a completion on PoCL's own callback
+ * thread racing um_manager_destroy, and fork() in a process whose manager
+ * uses OpenCL. test_lifecycle.c has the same races on a test backend. */
+#include <sys/wait.h>
+
+#include "opencl_util.h"
+
+static pthread_t test_thread;
+static atomic_bool hook_returned;
+static atomic_int hook_calls;
+
+/* Holds the completing thread (PoCL's) 300 ms just before its last touch
+ * of the manager. */
+static void hold_driver_thread(um__test_point point, void *arg) {
+  struct timespec ts = {0, 300 * 1000000L};
+  (void)arg;
+  if (point != UM__TP_INFLIGHT_DONE || pthread_equal(pthread_self(), test_thread))
+    return;
+  atomic_fetch_add(&hook_calls, 1);
+  nanosleep(&ts, NULL);
+  atomic_store(&hook_returned, true);
+}
+
+OU_TEST_1_AND_2(opencl_lifecycle, destroy_waits_for_the_driver_thread) {
+  ou_env e = ou_open(NULL, 1);
+  unsigned char src[4096];
+  um_buffer *b;
+  um_event *ev;
+  memset(src, 3, sizeof(src));
+  b = ou_alloc(e.m, e.dev[0], sizeof(src), UM_DEVICE);
+  test_thread = pthread_self();
+  atomic_store(&um__test_hook, hold_driver_thread);
+  cr_assert_eq(um_copy_from_host(b, 0, src, sizeof(src), &ev), UM_OK);
+  cr_assert_eq(um_event_release(ev), UM_OK);
+  cr_assert_eq(um_release(b), UM_OK);
+  for (int i = 0; i < 10000 && atomic_load(&hook_calls) == 0; i++)
+    usleep(1000);
+  if (atomic_load(&hook_calls) == 0) {
+    /* PoCL's basic device completes on the submitting thread: no driver
+     * thread to race with. */
+    cr_assert_eq(um_manager_destroy(e.m), UM_OK);
+    atomic_store(&um__test_hook, NULL);
+    return;
+  }
+  cr_assert_eq(um_manager_destroy(e.m), UM_OK);
+  cr_assert(atomic_load(&hook_returned), "destroy returned while PoCL's thread was inside the manager");
+  atomic_store(&um__test_hook, NULL);
+}
+
+/* The child of a process whose manager loaded OpenCL: the driver is not
+ * usable there, so a new manager has the cpu only, and says why. */
+Test(opencl_lifecycle, fork_child_gets_a_cpu_only_manager, .timeout = 60) {
+#ifdef UT_TSAN
+  cr_skip_test("SKIP: ThreadSanitizer ends a forked child that starts threads (die_after_fork)");
+#else
+  ou_env e;
+  um_buffer *b;
+  unsigned char src[65536], back[65536];
+  int status;
+  pid_t pid;
+  ou_want_devices(1);
+  e = ou_open(NULL, 1);
+  ou_pattern(src, sizeof(src), 5);
+  b = ou_alloc(e.m, e.dev[0], sizeof(src), UM_DEVICE);
+  cr_assert_eq(um_copy_from_host(b, 0, src, sizeof(src), NULL), UM_OK);
+  pid = fork();
+  cr_assert_neq(pid, -1);
+  if (pid == 0) {
+    um_options o;
+    um_manager *m2;
+    int bad = 0;
+    ou_options(&o);
+    ou_log_text[0] = '\0';
+    bad += um_manager_create(&o, &m2) != UM_OK;
+    if (bad == 0) {
+      bad += um_device_count(m2) != 1;
+      bad += strstr(ou_log_text, "fork") == NULL;
+      bad += um_manager_destroy(m2) != UM_OK;
+    }
+    bad += um_copy_to_host(b, 0, back, sizeof(back), NULL) != UM_ESTATE;
+    _exit(bad == 0 ? 0 : 1);
+  }
+  cr_assert_eq(um_copy_to_host(b, 0, back, sizeof(back), NULL), UM_OK);
+  ou_assert_bytes(back, src, sizeof(src), "the parent's buffer after the fork");
+  cr_assert_eq(waitpid(pid, &status, 0), pid);
+  cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status 0x%x", status);
+  cr_assert_eq(um_release(b), UM_OK);
+  ou_close(&e);
+#endif
+}
