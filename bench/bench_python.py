@@ -16,6 +16,12 @@ vary by more than the binding costs; the cpu rows measure the binding.
 The helper is bench/libunimem_pybench.so of the build tree (found next to
 the package's build directory, or given with --helper). Cases on an OpenCL
 device run where one exists (PoCL: POCL_DEVICES=pthread).
+
+Then DLPack (SPEC §6: numpy.from_dlpack of a host buffer copies nothing):
+numpy.from_dlpack, torch.from_dlpack (where PyTorch is installed) and
+unimem.from_dlpack of a 1 GiB buffer whose pages are all touched, each timed
+with the growth of the process's resident memory, next to numpy's own copy
+of the same bytes. --dlpack-only runs only that part.
 """
 
 import argparse
@@ -90,12 +96,70 @@ def spread(samples):
     return q[2] - q[0]
 
 
+def rss_bytes():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def timed(fn):
+    """(result, seconds, resident growth in bytes) of one call."""
+    rss = rss_bytes()
+    t0 = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t0, rss_bytes() - rss
+
+
+def dlpack_rows(nbytes):
+    """from_dlpack of an nbytes host buffer: time and resident growth."""
+    import numpy
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    mib = nbytes / (1 << 20)
+    print(f"\nDLPack of a {mib:.0f} MiB host buffer, every page touched: time and resident-memory growth")
+    print(f"{'call':<38}{'time':>14}{'RSS growth':>14}  verdict (zero-copy: < 1 MiB growth)")
+    with unimem.Manager(backends="cpu") as m, m.alloc(nbytes, device=0, location="host") as b:
+        b.fill(0x11)
+        rows = []
+        a, t, grown = timed(lambda: numpy.from_dlpack(b))
+        assert a.ctypes.data == b.native()["host"] and a[-1] == 0x11
+        rows.append(("numpy.from_dlpack(b)", t, grown))
+        if torch is not None:
+            tt, t, grown = timed(lambda: torch.from_dlpack(b))
+            assert tt.data_ptr() == b.native()["host"]
+            rows.append(("torch.from_dlpack(b)", t, grown))
+            del tt
+        del a
+        c, t, grown = timed(lambda: numpy.array(memoryview(b)))
+        rows.append(("numpy.array(memoryview(b)) (a copy)", t, grown))
+        del c
+    x = numpy.ones(nbytes, numpy.uint8)  # NumPy's arrays from DLPack are read-only: a fresh one
+    with unimem.Manager(backends="cpu") as m:
+        w, t, grown = timed(lambda: unimem.from_dlpack(m, x))
+        assert w.native()["host"] == x.ctypes.data
+        rows.append(("unimem.from_dlpack(m, array)", t, grown))
+        w.release()
+    del x
+    for name, t, grown in rows:
+        copied = "copy" in name
+        verdict = "the copy, for scale" if copied else ("ok" if grown < (1 << 20) else "OVER")
+        print(f"{name:<38}{t * 1e6:>11.1f} µs{grown / (1 << 20):>10.2f} MiB  {verdict}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer iterations (a smoke run)")
     ap.add_argument("--helper", help="path of libunimem_pybench.so")
     ap.add_argument("--reps", type=int, default=0, help="repetitions per case (default 9, quick 3)")
+    ap.add_argument("--dlpack-only", action="store_true", help="only the DLPack rows")
+    ap.add_argument("--dlpack-bytes", type=int, default=0, help="buffer size of the DLPack rows (default 1 GiB, "
+                    "quick 64 MiB)")
     args = ap.parse_args()
+    dlpack_bytes = args.dlpack_bytes or ((64 if args.quick else 1024) << 20)
+    if args.dlpack_only:
+        dlpack_rows(dlpack_bytes)
+        return
     helper = ctypes.CDLL(find_helper(args.helper))
     helper.pybench_copy.restype = ctypes.c_int
     helper.pybench_copy.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_size_t,
@@ -133,6 +197,7 @@ def main():
     if worst is not None:
         print(f"largest added cost among the measurable rows: {worst:.0f} ns per call "
               f"({'within' if worst <= TARGET_NS else 'over'} the 2 µs target)")
+    dlpack_rows(dlpack_bytes)
 
 
 if __name__ == "__main__":

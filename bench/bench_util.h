@@ -24,4 +24,13 @@ static inline double bench_median(double *v, int n) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+/* The p-quantile of v[0..n) (n > 0, 0 <= p <= 1), interpolating between
+ * neighbours; sorts v in place. */
+static inline double bench_quantile(double *v, int n, double p) {
+  double at = p * (n - 1);
+  int lo = (int)at;
+  qsort(v, (size_t)n, sizeof(v[0]), bench_cmp_double);
+  return lo + 1 < n ? v[lo] + (at - lo) * (v[lo + 1] - v[lo]) : v[n - 1];
+}
+
 #endif /* UNIMEM_BENCH_UTIL_H */

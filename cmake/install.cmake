@@ -8,7 +8,7 @@ install(TARGETS unimem unimem_static
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-install(FILES include/unimem.h include/unimem_version.h
+install(FILES include/unimem.h include/unimem_version.h include/unimem_dlpack.h
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(EXPORT unimemTargets
   NAMESPACE unimem::

@@ -505,15 +505,21 @@ UM_EXTERN int um_buffer_native_get(um_buffer *b, um_buffer_native *out);
  * (NULL when the caller has waited for its commands; always NULL on the cpu
  * device). Later operations on b, and um_map, are ordered after it, without
  * blocking the host. A writing mode (anything but UM_MAP_READ) makes the
- * device copy the current one.
+ * device copy the current one. An OpenCL event is retained as long as
+ * unimem needs it. A CUevent is not reference-counted: it must have been
+ * recorded before the call and stay alive during it; unimem captures the
+ * work it stands for (cuStreamWaitEvent) before returning, so the caller
+ * may destroy or record it again as soon as um_access_end returns. An
+ * event of another CUDA device or context is accepted (CUDA waits across
+ * devices).
  *
  * Releasing b inside an open bracket ends it: its block returns to the pool
  * only after the commands the caller queued on the device's caller queue
  * (um_device_native's cl_queue / cu_stream) so far; work on other queues
  * must be ended with um_access_end first.
  *
- * Codes: UM_EINVAL (NULL, unknown mode, a native event of another context
- * or device), UM_ESTATE (released, a bracket already open on b, no bracket
+ * Codes: UM_EINVAL (NULL, unknown mode, an OpenCL event of another
+ * context, a handle the CUDA driver does not know as an event), UM_ESTATE (released, a bracket already open on b, no bracket
  * open, a read-only wrap in a writing mode, b mapped). */
 UM_EXTERN int um_access_begin(um_buffer *b, um_map_mode mode, void **wait_native);
 UM_EXTERN int um_access_end(um_buffer *b, void *done_native);
@@ -539,6 +545,81 @@ UM_EXTERN int um_buffer_retain(um_buffer *b);
  * UM_ENOTSUP when it runs on host threads, UM_EAGAIN when it waits for an
  * earlier operation and has not been queued yet, UM_EINVAL, UM_ESTATE. */
 UM_EXTERN int um_event_native(um_event *e, void **native);
+
+/* ------------------------------------------------------------------------ */
+/* DLPack: unimem memory to and from NumPy, PyTorch, CuPy, JAX...           */
+/* The tensors' layout is in unimem_dlpack.h (or any dlpack.h, v0.6 on for  */
+/* the legacy tensor, v1.x for the versioned one).                          */
+
+/* Flags of um_dlpack_export / um_dlpack_import. */
+enum {
+  UM_DLPACK_VERSIONED = 1u << 0, /* a DLManagedTensorVersioned (v1.x); else the
+                                    legacy DLManagedTensor */
+  UM_DLPACK_READONLY = 1u << 1,  /* export: the tensor says read-only (versioned
+                                    only); import: the buffer is a read-only wrap */
+  UM_DLPACK_COPIED = 1u << 2     /* export: the tensor says its data is a copy
+                                    made for the consumer (versioned only;
+                                    unimem itself never copies) */
+};
+
+/* Where b's memory is, as DLPack names it (UM_DL_* device type, ordinal):
+ * HOST memory on any device, and every buffer of the cpu device -> CPU 0;
+ * CUDA: DEVICE -> CUDA, PINNED -> CUDA_HOST, UNIFIED -> CUDA_MANAGED (the
+ * CUDA ordinal); OpenCL: DEVICE -> OPENCL (the ordinal among the manager's
+ * OpenCL devices), PINNED and UNIFIED (fine-grained SVM) -> CPU 0, being
+ * host memory. UM_EINVAL, UM_ESTATE (released), UM_ENOTSUP (a device whose
+ * backend gives no native handle for it). */
+UM_EXTERN int um_dlpack_device(um_buffer *b, int32_t *device_type, int32_t *device_id);
+
+/* Export [offset, ...) of b as a DLPack tensor, zero-copy: *out is a
+ * DLManagedTensorVersioned * (UM_DLPACK_VERSIONED) or a DLManagedTensor *.
+ * ndim dimensions of shape (ndim <= 64; shape may be NULL when ndim is 0);
+ * strides in elements, NULL for C-contiguous, none negative; elements of
+ * dtype_bits * dtype_lanes bits, a whole number of bytes. The data pointer
+ * is b's host view + offset for host memory, the CUdeviceptr + offset on
+ * CUDA (byte_offset 0), and the cl_mem with byte_offset = b's offset in it
+ * + offset on OpenCL. Returns once the operations issued on b before have
+ * finished (the consumer reads current data).
+ *
+ * The tensor holds one reference to b (um_buffer_retain) until its deleter
+ * runs: b stays live after the caller's um_release until then. Call the
+ * deleter before um_manager_destroy; one never called shows in the leak
+ * report (the buffer, "held by N DLPack tensor(s) never deleted"), and
+ * destroy frees the buffer's memory, not the tensor's own small block.
+ *
+ * Codes: UM_EINVAL (NULL, unknown flags, READONLY or COPIED without
+ * VERSIONED, ndim < 0 or > 64, a negative dimension or stride, an element
+ * size of zero or not a whole number of bytes), UM_ERANGE (offset or the
+ * elements past the end of b), UM_EOVERFLOW (the extent overflows),
+ * UM_ESTATE (released; mapped; a read-only wrap as a legacy tensor, which
+ * cannot say read-only — versioned tensors of one carry READ_ONLY),
+ * UM_ENOTSUP (see um_dlpack_device), UM_ENOMEM. */
+UM_EXTERN int um_dlpack_export(um_buffer *b, size_t offset, int ndim, const int64_t *shape,
+                               const int64_t *strides, uint8_t dtype_code, uint8_t dtype_bits,
+                               uint16_t dtype_lanes, unsigned flags, void **out);
+
+/* Wrap a DLPack tensor (a DLManagedTensorVersioned * with
+ * UM_DLPACK_VERSIONED, else a DLManagedTensor *) as a buffer of m over the
+ * same memory, without copying: size = elements * element bytes. CPU,
+ * CUDA_HOST -> a HOST wrap on device 0; CUDA -> DEVICE, CUDA_MANAGED ->
+ * UNIFIED on the CUDA device of that ordinal; OPENCL -> DEVICE on the
+ * OpenCL device of that ordinal (data: a cl_mem of its context). A
+ * versioned tensor flagged READ_ONLY, or UM_DLPACK_READONLY, makes a
+ * read-only wrap. On success the buffer owns the tensor: its deleter runs
+ * exactly once, when the buffer is released and its operations have
+ * finished (at um_manager_destroy for one never released). On failure the
+ * tensor is untouched and still the caller's.
+ *
+ * Codes: UM_EINVAL (NULL m, tensor or out; unknown flags; NULL data or
+ * shape; ndim < 0; a negative dimension; no elements; an element of zero
+ * bits; a cl_mem of another context), UM_ENOTSUP (a device type unimem
+ * does not serve; strides that are not C-contiguous; elements that are not
+ * a whole number of bytes; a versioned tensor of another major version; an
+ * OpenCL byte_offset the device cannot start a sub-buffer at), UM_ENODEV
+ * (no device of that type and ordinal in m), UM_EOVERFLOW (the size
+ * overflows), UM_ERANGE (byte_offset + size past the end of the cl_mem),
+ * UM_ENOMEM. */
+UM_EXTERN int um_dlpack_import(um_manager *m, void *tensor, unsigned flags, um_buffer **out);
 
 #ifdef UNIMEM_TRACK_SITES
 #define um_alloc(m, d, bytes, loc, flags, out)                                 \

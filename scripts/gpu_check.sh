@@ -7,6 +7,13 @@
 #   3. ctest -L "gpu|cuda": the GPU tests (test_cuda_gpu, the backend-level
 #      real-driver case) and the fake-driver tests; on a machine with a GPU
 #      a skipped GPU test is a failure here;
+#   3b. the caller's own kernels (SPEC §8) on the GPU, verbosely: the PTX
+#      kernel tests (test_cuda_kernels_gpu), the backend's interop
+#      operations (gpu_cuda_interop_real) and examples/cuda_kernels.c; then
+#      again with CUDA_DEVICE_MAX_CONNECTIONS=1, every stream on one
+#      hardware queue, where a gate's cuStreamWaitValue32 blocking work the
+#      gate's opener waits for would show as a hang (each test has a
+#      timeout);
 #   4. the whole test suite;
 #   5. bench_cuda, full: the figures for the CUDA section of
 #      docs/benchmarks.md (table and JSON);
@@ -98,6 +105,29 @@ if [ "$tests" = ON ] && [ -d "$build" ]; then
   else
     record "ctest gpu|cuda" "ok" "$summary; $skipped skip(s)"
   fi
+
+  echo "== 3b. interop: the caller's own kernels on the GPU"
+  interop='^(test_cuda_kernels_gpu|gpu_cuda_interop_real|example_cuda_kernels)$'
+  for conns in default 1; do
+    log="$out/ctest-interop-$conns.log"
+    if [ $conns = default ]; then
+      (cd "$build" && ctest -R "$interop" --output-on-failure -V --timeout 300) >"$log" 2>&1
+    else
+      (cd "$build" && CUDA_DEVICE_MAX_CONNECTIONS=$conns ctest -R "$interop" --output-on-failure -V \
+         --timeout 300) >"$log" 2>&1
+    fi
+    rc=$?
+    grep -E "Test +#|tests passed|SKIP|PASS:|elements" "$log" | sed 's/^/  /'
+    skipped=$(grep -cE "\*\*\*Skipped" "$log")
+    summary=$(grep -E "tests passed" "$log" | tail -1)
+    if [ $rc -ne 0 ]; then
+      record "interop ($conns conn)" "FAIL" "$summary; see $(basename "$log")"
+    elif [ $gpu_present = 1 ] && [ "$skipped" -gt 0 ]; then
+      record "interop ($conns conn)" "FAIL" "$summary; $skipped skip(s) although a GPU is present"
+    else
+      record "interop ($conns conn)" "ok" "$summary; $skipped skip(s)"
+    fi
+  done
 
   if [ $full = 1 ]; then
     echo "== 4. the whole test suite"

@@ -77,8 +77,9 @@ static int start_marker(um_event *op, void *const *after, int nafter, um__done_f
 
 static void account_nothing(const um_event *op) { (void)op; }
 
-const um__path um__path_access = {"access", plan_access, run_nothing, start_marker, account_nothing,
-                                  NULL, SIZE_MAX};
+const um__path um__path_access = {.name = "access", .plan = plan_access, .run = run_nothing,
+                                  .start_native = start_marker, .account = account_nothing,
+                                  .inline_bytes = SIZE_MAX};
 
 static bool plan_gate(um_event *op) { return op->kind == UM__OP_GATE; }
 
@@ -88,7 +89,8 @@ static int run_gate(um_event *op) {
   return UM_OK;
 }
 
-const um__path um__path_gate = {"gate", plan_gate, run_gate, NULL, account_nothing, NULL, SIZE_MAX};
+const um__path um__path_gate = {.name = "gate", .plan = plan_gate, .run = run_gate,
+                                .account = account_nothing, .inline_bytes = SIZE_MAX};
 
 /* ------------------------------------------------------------------------ */
 /* Begin */

@@ -42,9 +42,12 @@ typedef enum {
   UM__XFER_FILL, /* value -> dst block (called on dst's device) */
   UM__XFER_PEER, /* src block on src_bdev -> dst block (called on dst's
                     device; only after peer_enable(dst dev, src dev)) */
-  UM__XFER_MARKER /* nothing moves: done once the transfers of after[] and
-                     the tokens of wait[] are (xfer_async only; backends
-                     with interop, below) */
+  UM__XFER_MARKER, /* nothing moves: done once the transfers of after[] and
+                      the tokens of wait[] are (xfer_async only; backends
+                      with interop, below) */
+  UM__XFER_QUEUE_MARK /* nothing moves: done once everything queued on this
+                         device before it is (xfer_async only; single_queue
+                         backends, below) */
 } um__xfer_kind;
 
 typedef struct um__xfer {
@@ -131,7 +134,10 @@ typedef struct um__backend {
    * released). On UM_OK, *native receives a token for later after[] lists,
    * valid until native_release, and done(arg, status) will be called once
    * the transfer finishes. On failure, done is never called and *native is
-   * untouched. */
+   * untouched.
+   * Quiet transfers (single_queue backends only): done and native both
+   * NULL: the transfer is queued with no token and no report; the core
+   * follows it with a UM__XFER_QUEUE_MARK, whose report covers it. */
   int (*xfer_async)(void *bdev, const um__xfer *x, void *const *after,
                     int nafter, um__done_fn done, void *arg, void **native);
   void (*native_release)(void *bdev, void *native);
@@ -182,6 +188,20 @@ typedef struct um__backend {
   int (*adopt)(const um_options *opts, void **ctx, void *context, void *device, void *queue,
                um__bdev_desc *out);
 
+  /* Optional (NULL: memory another owner holds is taken as the caller
+   * describes it). A block over native memory the caller owns (a DLPack
+   * import) at loc: handle is the native object (a cl_mem); [offset, offset
+   * + bytes) the range to wrap. Checks that it is memory of this device's
+   * context holding the range, and fills *out as mem_alloc does for loc
+   * (for offset > 0 a block of its own over the range, which
+   * foreign_release gives back; the caller's object itself is never
+   * released). UM_EINVAL (another context, not a buffer), UM_ERANGE (the
+   * range is past the end), UM_ENOTSUP (an offset the device cannot start
+   * a block at). */
+  int (*foreign_wrap)(void *bdev, um_location loc, uintptr_t handle, uint64_t offset, size_t bytes,
+                      um__mem *out);
+  void (*foreign_release)(void *bdev, um__mem *mem);
+
   /* 1 when the driver lets its completion callbacks call this backend's
    * non-blocking operations (native_release, mem_free, xfer_async without
    * waiting): the core then finishes an operation inside done() instead of
@@ -189,6 +209,11 @@ typedef struct um__backend {
    * operation. OpenCL allows non-blocking calls in event callbacks; CUDA
    * forbids every call in a stream callback (0). */
   int callbacks_reenter;
+  /* 1 when every xfer_async of a device runs on one in-order queue, in the
+   * order of the calls: a transfer started after another on the same device
+   * runs after it with no token in after[] (and quiet transfers, with
+   * UM__XFER_QUEUE_MARK, are available). */
+  int single_queue;
 } um__backend;
 
 /* The backends this build knows, for the manager's table. Each is defined

@@ -56,6 +56,7 @@ static int copy_common(um_manager *m, um_buffer *dst, size_t dst_off, um_buffer 
   op->host_src = host_src, op->host_dst = host_dst;
   op->bytes = bytes;
   op->group = group;
+  op->detached = group != NULL; /* a member: no event of its own, no wait */
   return um__op_issue(op, done);
 }
 
@@ -110,6 +111,19 @@ static int check_unmapped(um_buffer *b) {
   return UM_OK;
 }
 
+/* The parts of check_op that differ between two ops on the same buffers. */
+static int check_op_range(const um_copy_op *o) {
+  int st;
+  if ((o->dst == NULL) == (o->host_dst == NULL) || (o->src == NULL) == (o->host_src == NULL) ||
+      (o->dst == NULL && o->src == NULL) || o->bytes == 0)
+    return UM_EINVAL; /* check_op says why */
+  if (o->dst && (st = check_range(o->dst, o->dst_off, o->bytes)) != UM_OK)
+    return st;
+  if (o->src && (st = check_range(o->src, o->src_off, o->bytes)) != UM_OK)
+    return st;
+  return UM_OK;
+}
+
 static int check_op(um_manager *m, const um_copy_op *o) {
   int st;
   if ((o->dst == NULL) == (o->host_dst == NULL) || (o->src == NULL) == (o->host_src == NULL))
@@ -145,20 +159,23 @@ int um_copy_batch(um_manager *m, const um_copy_op *ops, size_t n, um_event **don
   if (n == 0)
     return um__set_error(UM_EINVAL, "um_copy_batch: empty batch");
   UM__CHECK_PROCESS(m);
-  for (size_t i = 0; i < n; i++)
+  for (size_t i = 0; i < n; i++) {
+    /* Consecutive ops on the same buffers (a batch filling one buffer)
+     * are checked once: nothing changes them between two checks. */
+    if (i > 0 && ops[i].dst == ops[i - 1].dst && ops[i].src == ops[i - 1].src &&
+        (st = check_op_range(&ops[i])) == UM_OK)
+      continue;
     if ((st = check_op(m, &ops[i])) != UM_OK)
       return st;
+  }
   if ((group = um__op_group_begin(m)) == NULL)
     return um__set_error(UM_ENOMEM, "out of memory for a batch");
   for (size_t i = 0; i < n; i++) {
     const um_copy_op *o = &ops[i];
-    um_event *member = NULL;
     um__op_group_expect(group);
     st = copy_common(m, o->dst, o->dst_off, o->src, o->src_off, o->host_src, o->host_dst, o->bytes,
-                     group, &member);
-    if (st == UM_OK)
-      um_event_release(member);
-    else
+                     group, NULL);
+    if (st != UM_OK)
       um__op_group_not_issued(group, st); /* a buffer released meanwhile: recorded, go on */
   }
   return um__op_group_end(group, done);

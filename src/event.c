@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "tcache.h"
 #include "testhook.h"
 
 /* ------------------------------------------------------------------------ */
@@ -52,15 +52,93 @@ static um_event *event_slab_grow(um_manager *m) {
   return &slab->ev[0];
 }
 
-um_event *um__event_new(um_manager *m, um__op_kind kind) {
+/* Per-thread stashes of free event objects (in the thread's cache of the
+ * manager, tcache.h) spare the manager's lock on every operation: a thread
+ * takes BUNCH objects at once when its stash is empty, and gives BUNCH back
+ * when it holds twice that (a driver's callback thread frees what the
+ * issuing thread allocates). */
+#define BUNCH 32
+
+static um_event *take_bunch(um_manager *m, um__tcache *tc) {
   um_event *e;
   pthread_mutex_lock(&m->event_lock);
-  e = m->event_free;
-  if (e != NULL)
+  for (int i = 0; i < BUNCH && m->event_free != NULL; i++) {
+    e = m->event_free;
     m->event_free = e->free_next;
-  else
-    e = event_slab_grow(m);
+    e->free_next = tc->ev_free;
+    tc->ev_free = e;
+    tc->ev_count++;
+  }
+  e = tc->ev_free != NULL ? NULL : event_slab_grow(m);
   pthread_mutex_unlock(&m->event_lock);
+  return e; /* a new slab's first object, or NULL: the stash has some */
+}
+
+static void give_bunch(um_manager *m, um__tcache *tc) {
+  pthread_mutex_lock(&m->event_lock);
+  for (int i = 0; i < BUNCH; i++) {
+    um_event *e = tc->ev_free;
+    tc->ev_free = e->free_next;
+    tc->ev_count--;
+    e->free_next = m->event_free;
+    m->event_free = e;
+  }
+  pthread_mutex_unlock(&m->event_lock);
+}
+
+/* An object off this thread's stash, or the manager's list. */
+static um_event *event_get(um_manager *m) {
+  um__tcache *tc = um__tcache_of(m);
+  um_event *e;
+  if (tc == NULL) {
+    pthread_mutex_lock(&m->event_lock);
+    if ((e = m->event_free) != NULL)
+      m->event_free = e->free_next;
+    else
+      e = event_slab_grow(m);
+    pthread_mutex_unlock(&m->event_lock);
+    return e;
+  }
+  if (tc->ev_free == NULL && (e = take_bunch(m, tc)) != NULL)
+    return e;
+  if ((e = tc->ev_free) != NULL) {
+    tc->ev_free = e->free_next;
+    tc->ev_count--;
+  }
+  return e;
+}
+
+static void event_put(um_manager *m, um_event *e) {
+  um__tcache *tc = um__tcache_of(m);
+  if (tc == NULL) {
+    pthread_mutex_lock(&m->event_lock);
+    e->free_next = m->event_free;
+    m->event_free = e;
+    pthread_mutex_unlock(&m->event_lock);
+    return;
+  }
+  e->free_next = tc->ev_free;
+  tc->ev_free = e;
+  if (++tc->ev_count >= 2 * BUNCH)
+    give_bunch(m, tc);
+}
+
+void um__events_stash_flush(um_manager *m, um__tcache *tc) {
+  while (tc->ev_count >= BUNCH)
+    give_bunch(m, tc);
+  pthread_mutex_lock(&m->event_lock);
+  while (tc->ev_free != NULL) {
+    um_event *e = tc->ev_free;
+    tc->ev_free = e->free_next;
+    e->free_next = m->event_free;
+    m->event_free = e;
+  }
+  tc->ev_count = 0;
+  pthread_mutex_unlock(&m->event_lock);
+}
+
+um_event *um__event_new(um_manager *m, um__op_kind kind) {
+  um_event *e = event_get(m);
   if (e == NULL)
     return NULL;
   e->free_next = NULL;
@@ -88,13 +166,9 @@ static bool event_ref_if_used(um_event *e) {
 }
 
 void um__event_unref(um_event *e) {
-  um_manager *m = e->m;
   if (um__atomic_sub_acq_rel(&e->refs, 1) != 1)
     return;
-  pthread_mutex_lock(&m->event_lock);
-  e->free_next = m->event_free;
-  m->event_free = e;
-  pthread_mutex_unlock(&m->event_lock);
+  event_put(e->m, e);
 }
 
 /* Manager destroy: free every event object; report those the caller never

@@ -5,7 +5,7 @@
  * draws them with the path of one allocation and of one copy):
  *
  *   API        buffer.c map.c copy.c stream.c mapfile.c device.c peer.c
- *              stats.c manager.c
+ *              stats.c manager.c access.c dlpack.c
  *   operations op.c -> path.c, staged.c (how each kind runs)
  *              event.c (event objects, the worker engine)
  *   buffers    handle.c (checks, going live, an operation's end, retire)
@@ -177,6 +177,8 @@ struct um__path {
   /* Operations of at most this many bytes run on the issuing thread even
    * when an event was asked for (host work cheaper than a hand-off). */
   size_t inline_bytes;
+  /* start_native queues a command on the device's queue (not a join). */
+  bool queued;
 };
 void um__path_plan(um_event *op);
 bool um__path_runs_inline(const um_event *op);
@@ -204,6 +206,9 @@ int um__event_wait_internal(um_event *e);
 void um__event_token_put(um_event *e, um_device *ndev, void *native);
 /* Manager destroy: free every event object. */
 void um__events_free_all(um_manager *m);
+/* A thread's cache goes (thread exit): its stash of event objects back to
+ * the manager. */
+void um__events_stash_flush(um_manager *m, um__tcache *tc);
 /* event.c: the engine. push: a worker will call w->fn(w) (first: ahead of
  * the queue). op_begin / op_done count the operations in flight; drain
  * waits until none is. op_done is the completing thread's last touch of the
@@ -241,6 +246,7 @@ static inline void um__buffer_init_live(um_buffer *b, size_t bytes, const char *
   b->access_state = 0;
   b->access_op = NULL;
   atomic_store_explicit(&b->holds, 0, memory_order_relaxed);
+  atomic_store_explicit(&b->dlpack_tensors, 0, memory_order_relaxed);
   b->readonly = false;
   b->pinned_wrap = false;
   atomic_store_explicit(&b->touched, false, memory_order_relaxed);

@@ -193,6 +193,27 @@ int um_manager_options(const um_manager *m, um_options *out) {
   return UM_OK;
 }
 
+/* One line per leaked buffer: what it is, where it was allocated, and who
+ * else still holds it. */
+static void report_leak(um_manager *m, um_buffer *b) {
+  int holds = atomic_load(&b->holds), tensors = atomic_load(&b->dlpack_tensors);
+  char site[256], owners[160];
+  if (b->site_file != NULL)
+    snprintf(site, sizeof(site), " allocated at %s:%d", b->site_file, b->site_line);
+  else
+    snprintf(site, sizeof(site), "%s", "");
+  if (tensors > 0)
+    snprintf(owners, sizeof(owners), "; held by %d DLPack tensor(s) never deleted (their deleters did not run)%s",
+             tensors, holds > tensors ? " and by um_buffer_retain" : "");
+  else if (holds > 0)
+    snprintf(owners, sizeof(owners), "; retained %d more time(s) (um_buffer_retain)", holds);
+  else
+    owners[0] = '\0';
+  um__log(&m->opts, UM_LOG_ERROR, "leak: buffer %p of %zu bytes (%s) on device %d (%s)%s was never released%s%s",
+          (void *)b, b->size, location_names[b->loc], b->dev->index, b->dev->info.name, site, owners,
+          b->site_file != NULL ? "" : " (define UNIMEM_TRACK_SITES for the allocation site)");
+}
+
 int um_manager_destroy(um_manager *m) {
   int leaked = 0;
   uint64_t leaked_bytes = 0;
@@ -213,16 +234,9 @@ int um_manager_destroy(um_manager *m) {
       continue;
     leaked++;
     leaked_bytes += b->size;
-    if (b->site_file != NULL)
-      um__log(&m->opts, UM_LOG_ERROR,
-              "leak: buffer %p of %zu bytes (%s) on device %d (%s) allocated at %s:%d was never released",
-              (void *)b, b->size, location_names[b->loc], b->dev->index, b->dev->info.name, b->site_file,
-              b->site_line);
-    else
-      um__log(&m->opts, UM_LOG_ERROR,
-              "leak: buffer %p of %zu bytes (%s) on device %d (%s) was never released "
-              "(define UNIMEM_TRACK_SITES for the allocation site)",
-              (void *)b, b->size, location_names[b->loc], b->dev->index, b->dev->info.name);
+    report_leak(m, b);
+    /* Every owner goes: the caller's and those um_buffer_retain added. */
+    atomic_store(&b->holds, 0);
     um_release(b);
   }
   if (leaked)

@@ -21,6 +21,7 @@
  * earlier command's completion on the submitting thread, and that
  * completion takes the locks of its operation and buffers.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
@@ -61,6 +62,16 @@ static void native_done(void *arg, int status) {
     um__op_complete(op, status);
 }
 
+/* op goes to its device's single in-order queue and dep is queued there
+ * already, so the queue runs op after dep without a token. Not for an
+ * operation that is no command of that queue (a bracket: the caller's
+ * kernel runs on another queue and needs dep's token in its wait list). */
+static bool queued_before(um_event *dep, const um_event *op) {
+  const um_device *d = op->native_dev;
+  return d != NULL && d->be->single_queue && op->path->queued &&
+         atomic_load_explicit(&dep->queued_on, memory_order_acquire) == d;
+}
+
 /* Under dep->lock: dep's token for a wait list, with one more owner, or
  * NULL when dep has finished or has not stored its token yet. */
 static void *token_borrow_locked(um_event *dep) {
@@ -84,6 +95,8 @@ static void keep_native(um_event *op, void *native) {
     op->caller_native = native;
   if (!done)
     op->native = native;
+  if (op->path->queued)
+    atomic_store_explicit(&op->queued_on, op->native_dev, memory_order_release);
   if (!done || caller)
     atomic_store_explicit(&op->native_refs, (int)!done + (int)caller, memory_order_relaxed);
   pthread_mutex_unlock(&op->lock);
@@ -91,11 +104,15 @@ static void keep_native(um_event *op, void *native) {
     op->native_dev->be->native_release(op->native_dev->bdev, native);
 }
 
+static bool start_quiet(um_event *op, int nafter);
+
 /* Start op on its device's queue behind the tokens of after; the token is
  * kept, or op completed with the failure. */
 static void start_native(um_event *op, void *const *after, int nafter) {
   void *native = NULL;
   int st;
+  if (start_quiet(op, nafter))
+    return;
   starting_native = op;
   st = op->path->start_native(op, after, nafter, native_done, &native);
   starting_native = NULL;
@@ -297,8 +314,10 @@ static int op_collect_deps(um_event *op, um_buffer **bufs, int nbufs, um_event *
   *all_native = true;
   for (int i = 0; i < nbufs; i++) {
     um_event *last = bufs[i]->last;
+    /* Finished, or queued ahead on the single queue op goes to: the device
+     * orders them, nothing to wait for. */
     if (last != NULL && atomic_load_explicit(&last->state, memory_order_acquire) != UM__EV_DONE &&
-        (ndeps == 0 || deps[0] != last)) {
+        !queued_before(last, op) && (ndeps == 0 || deps[0] != last)) {
       um__event_ref(last);
       deps[ndeps++] = last;
       if (op->native_dev == NULL || last->native_dev != op->native_dev)
@@ -356,10 +375,15 @@ static bool op_start_after_tokens(um_event *op, um_event **deps, int ndeps) {
   int nafter = 0;
   bool missing = false;
   for (int i = 0; i < ndeps; i++) {
-    void *tok;
+    void *tok = NULL;
+    bool in_queue;
     pthread_mutex_lock(&deps[i]->lock);
-    tok = token_borrow_locked(deps[i]);
-    if (tok != NULL) {
+    in_queue = queued_before(deps[i], op);
+    if (!in_queue)
+      tok = token_borrow_locked(deps[i]);
+    if (in_queue) {
+      /* the queue orders them */
+    } else if (tok != NULL) {
       after[nafter] = tok;
       owner[nafter++] = deps[i];
     } else if (atomic_load_explicit(&deps[i]->state, memory_order_acquire) != UM__EV_DONE) {
@@ -437,7 +461,7 @@ int um__op_issue(um_event *op, um_event **done) {
   int nbufs = op_buffers(op, bufs), ndeps, st;
   bool all_native;
 
-  op->blocking = done == NULL;
+  op->blocking = done == NULL && !op->detached;
   UM__TEST_POINT(UM__TP_OP_CHECKED, op);
   lock_buffers(bufs, nbufs);
   if ((st = op_check_locked(op, bufs, nbufs)) != UM_OK) {
@@ -457,6 +481,10 @@ int um__op_issue(um_event *op, um_event **done) {
   if (done != NULL) /* before the start: the caller's share of the token */
     atomic_store_explicit(&op->caller_holds, true, memory_order_relaxed);
   op_start_ordered(op, deps, ndeps, all_native);
+  if (op->detached) {
+    um__event_unref(op); /* nobody holds it but the engine and the buffers */
+    return UM_OK;
+  }
   if (done == NULL) {
     st = um__event_wait_internal(op);
     um__event_unref(op); /* the issuing reference */
@@ -512,10 +540,110 @@ void *um__op_token_borrow(um_event *dep, um_device *d) {
 /* ------------------------------------------------------------------------ */
 /* Groups (um_copy_batch): an operation that completes with its members */
 
+/* Quiet members: a batch's members that go on a single-queue device are
+ * queued with no token and no completion report of their own (no retain,
+ * callback and flush per member: on PoCL those cost more than the 4 KiB
+ * write itself); they are strung on their device's run, and one queue mark
+ * at the end of the batch reports them all, in order. */
+typedef struct um__run {
+  um_device *dev;
+  um_event *head, *tail;
+  int status;
+  um__work work; /* completing on a worker, for backends whose callbacks
+                    may not re-enter */
+  struct um__run *next;
+} um__run;
+
+/* The group this thread is issuing (um_copy_batch), NULL outside. */
+static _Thread_local um_event *issuing_group;
+
+static um__run *run_of(um_event *group, um_device *d) {
+  um__run *r;
+  for (r = group->runs; r != NULL; r = r->next)
+    if (r->dev == d)
+      return r;
+  if ((r = calloc(1, sizeof(*r))) == NULL)
+    return NULL;
+  r->dev = d;
+  r->next = group->runs;
+  group->runs = r;
+  return r;
+}
+
+/* A detached member of the group this thread issues, on a single-queue
+ * device, its dependencies on that queue: queued quietly on its run. */
+static bool start_quiet(um_event *op, int nafter) {
+  um_device *d = op->native_dev;
+  um__run *r;
+  int st;
+  if (nafter != 0 || !op->detached || op->group == NULL || op->group != issuing_group ||
+      !d->be->single_queue || !op->path->queued || (r = run_of(op->group, d)) == NULL)
+    return false;
+  st = op->path->start_native(op, NULL, 0, NULL, NULL);
+  if (st != UM_OK) {
+    um__op_complete(op, st);
+    return true;
+  }
+  op->quiet = true;
+  atomic_store_explicit(&op->queued_on, d, memory_order_release);
+  if (r->tail != NULL)
+    r->tail->run_next = op;
+  else
+    r->head = op;
+  r->tail = op;
+  return true;
+}
+
+/* Complete a run's members, in queue order, with the mark's status. */
+static void run_complete(um__run *r) {
+  for (um_event *op = r->head, *next; op != NULL; op = next) {
+    next = op->run_next;
+    um__op_complete(op, r->status);
+  }
+  free(r);
+}
+
+static void run_task(um__work *w) {
+  run_complete((um__run *)(void *)((char *)w - offsetof(um__run, work)));
+}
+
+static void run_marked(void *arg, int status) {
+  um__run *r = arg;
+  r->status = status;
+  if (r->dev->be->callbacks_reenter) {
+    run_complete(r);
+  } else {
+    r->work.fn = run_task;
+    um__engine_push(r->dev->m, &r->work, true);
+  }
+}
+
+/* The end of the batch's issuing: one queue mark per run. */
+static void close_runs(um_event *group) {
+  while (group->runs != NULL) {
+    um__run *r = group->runs;
+    um_device *d = r->dev; /* r may be gone once the mark is queued */
+    um__xfer x;
+    void *token = NULL;
+    int st;
+    group->runs = r->next;
+    memset(&x, 0, sizeof(x));
+    x.kind = UM__XFER_QUEUE_MARK;
+    st = d->be->xfer_async(d->bdev, &x, NULL, 0, run_marked, r, &token);
+    if (st != UM_OK) {
+      r->status = st;
+      run_complete(r);
+    } else if (d->be->native_release != NULL) {
+      d->be->native_release(d->bdev, token);
+    }
+  }
+}
+
 um_event *um__op_group_begin(um_manager *m) {
   um_event *group = um__event_new(m, UM__OP_GROUP);
   if (group == NULL)
     return NULL;
+  issuing_group = group;
   atomic_store(&group->deps_pending, 1); /* guard until every member is issued */
   atomic_store_explicit(&group->state, UM__EV_RUNNING, memory_order_release);
   um__engine_op_begin(m);
@@ -529,6 +657,8 @@ void um__op_group_not_issued(um_event *group, int status) { group_member_done(gr
 
 int um__op_group_end(um_event *group, um_event **done) {
   int st;
+  issuing_group = NULL;
+  close_runs(group);
   group_member_done(group, UM_OK); /* the guard */
   if (done == NULL) {
     st = um__event_wait_internal(group);

@@ -126,10 +126,11 @@ static bool plan_fill_device(um_event *op) {
   return op->kind == UM__OP_FILL && native_on(op, op->dst->dev);
 }
 
-const um__path um__path_fill_host = {"fill-host", plan_fill_host, run_fill_host, NULL, account_fill,
-                                     NULL, INLINE_HOST_BYTES};
-const um__path um__path_fill_device = {"fill-device", plan_fill_device, run_single, start_single,
-                                       account_fill, xfer_fill, 0};
+const um__path um__path_fill_host = {.name = "fill-host", .plan = plan_fill_host, .run = run_fill_host,
+                                     .account = account_fill, .inline_bytes = INLINE_HOST_BYTES};
+const um__path um__path_fill_device = {.name = "fill-device", .plan = plan_fill_device, .run = run_single,
+                                       .start_native = start_single, .account = account_fill,
+                                       .xfer = xfer_fill, .queued = true};
 
 /* ------------------------------------------------------------------------ */
 /* memcpy: both ends host-addressable */
@@ -168,8 +169,8 @@ static void account_memcpy(const um_event *op) {
     UM__STAT_ADD(d, xfer_direct, 1);
 }
 
-const um__path um__path_memcpy = {"memcpy", plan_memcpy, run_memcpy, NULL, account_memcpy, NULL,
-                                  INLINE_HOST_BYTES};
+const um__path um__path_memcpy = {.name = "memcpy", .plan = plan_memcpy, .run = run_memcpy,
+                                  .account = account_memcpy, .inline_bytes = INLINE_HOST_BYTES};
 
 /* ------------------------------------------------------------------------ */
 /* Direct host <-> device, device-local and peer copies */
@@ -209,11 +210,14 @@ static bool plan_peer(um_event *op) {
          native_on(op, op->dst->dev);
 }
 
-const um__path um__path_h2d = {"h2d", plan_h2d, run_single, start_single, account_h2d, xfer_h2d, 0};
-const um__path um__path_d2h = {"d2h", plan_d2h, run_single, start_single, account_d2h, xfer_d2h, 0};
-const um__path um__path_local = {"local", plan_local, run_single, start_single, account_local,
-                                 xfer_local, 0};
-const um__path um__path_peer = {"peer", plan_peer, run_single, start_single, account_peer, xfer_peer, 0};
+/* One backend call each: queued on the device's queue when it has one. */
+#define SINGLE_CALL(n, p, a, x)                                                                    \
+  {.name = n, .plan = p, .run = run_single, .start_native = start_single, .account = a, .xfer = x,  \
+   .queued = true}
+const um__path um__path_h2d = SINGLE_CALL("h2d", plan_h2d, account_h2d, xfer_h2d);
+const um__path um__path_d2h = SINGLE_CALL("d2h", plan_d2h, account_d2h, xfer_d2h);
+const um__path um__path_local = SINGLE_CALL("local", plan_local, account_local, xfer_local);
+const um__path um__path_peer = SINGLE_CALL("peer", plan_peer, account_peer, xfer_peer);
 
 /* ------------------------------------------------------------------------ */
 /* The table and the plan */

@@ -200,10 +200,10 @@ static void account_d2h_pipelined(const um_event *op) {
   UM__STAT_ADD(op->src->dev, xfer_pipelined, 1);
 }
 
-const um__path um__path_h2d_pipelined = {"h2d-pipelined", plan_h2d_pipelined, run_h2d_pipelined,
-                                         NULL, account_h2d_pipelined, NULL, 0};
-const um__path um__path_d2h_pipelined = {"d2h-pipelined", plan_d2h_pipelined, run_d2h_pipelined,
-                                         NULL, account_d2h_pipelined, NULL, 0};
+const um__path um__path_h2d_pipelined = {.name = "h2d-pipelined", .plan = plan_h2d_pipelined,
+                                         .run = run_h2d_pipelined, .account = account_h2d_pipelined};
+const um__path um__path_d2h_pipelined = {.name = "d2h-pipelined", .plan = plan_d2h_pipelined,
+                                         .run = run_d2h_pipelined, .account = account_d2h_pipelined};
 
 /* ------------------------------------------------------------------------ */
 /* Device memory on one device to device memory on another without peer
@@ -244,7 +244,8 @@ static void account_staged(const um_event *op) {
   UM__STAT_ADD(op->dst->dev, xfer_staged, 1);
 }
 
-const um__path um__path_staged = {"staged", plan_staged, run_staged, NULL, account_staged, NULL, 0};
+const um__path um__path_staged = {.name = "staged", .plan = plan_staged, .run = run_staged,
+                                  .account = account_staged};
 
 /* ------------------------------------------------------------------------ */
 /* Overlapping ranges of one device buffer: device copy engines (and
@@ -279,4 +280,5 @@ static void account_overlap(const um_event *op) {
   UM__STAT_ADD(op->dst->dev, xfer_staged, 1);
 }
 
-const um__path um__path_overlap = {"overlap", plan_overlap, run_overlap, NULL, account_overlap, NULL, 0};
+const um__path um__path_overlap = {.name = "overlap", .plan = plan_overlap, .run = run_overlap,
+                                   .account = account_overlap};

@@ -122,6 +122,7 @@ static void thread_exit(void *unused) {
     thread_caches = tc->t_next;
     if (m != NULL) {
       flush_slots(tc, m, 0, slot_count(tc->ndevices), true);
+      um__events_stash_flush(m, tc);
       pthread_mutex_lock(&m->tcache_lock);
       merge_and_unlink(tc, m);
       pthread_mutex_unlock(&m->tcache_lock);
@@ -259,7 +260,9 @@ void um__tcache_note_high(um__tcache *tc, um_device *d) {
   dev_total = (int64_t)um__atomic_load_relaxed(&d->stats.bytes_in_use);
   all_total = (int64_t)um__atomic_load_relaxed(&m->bytes_in_use);
   for (um__tcache *t = m->tcaches; t != NULL; t = t->m_next) {
-    dev_total += (int64_t)um__atomic_load_relaxed(&t->ctr[d->index].bytes_in_use);
+    /* a cache made before d was adopted has no counters for it */
+    if (d->index < t->ndevices)
+      dev_total += (int64_t)um__atomic_load_relaxed(&t->ctr[d->index].bytes_in_use);
     all_total += (int64_t)um__atomic_load_relaxed(t->ndevices > 1 ? &t->in_use_total : &t->ctr[0].bytes_in_use);
   }
   pthread_mutex_unlock(&m->tcache_lock);

@@ -169,6 +169,9 @@ struct um_buffer {
   /* Owners beyond the first (um_buffer_retain): um_release drops one of
    * them while there are any. */
   atomic_int holds;
+  /* DLPack tensors exported from the buffer and not deleted yet (dlpack.c;
+   * each holds one of the holds): the leak report names them. */
+  atomic_int dlpack_tensors;
 
   pthread_mutex_t lock;     /* guards everything below */
   pthread_cond_t idle_cond; /* signalled when pending drops to 0, and when
@@ -292,6 +295,14 @@ struct um_event {
   /* The token kept for the caller's um_event_native (one of native_refs),
    * until um_event_release. */
   void *caller_native;
+  /* The device whose single in-order queue holds it (stored, release, once
+   * queued): a later transfer of that device needs no token to follow it. */
+  _Atomic(um_device *) queued_on;
+  /* No caller event and no wait (a batch member, op.c); queued quietly,
+   * reported with the rest of its batch's run by one queue mark. */
+  bool detached;
+  bool quiet;
+  um_event *run_next;
 
   /* A bracket (access.c): its mode, the token its wait handle stands on
    * (borrowed from wait_owner, or a gate) and the caller's last command
@@ -306,6 +317,8 @@ struct um_event {
    * operation itself is the wait). */
   void *gate_token;
   um_device *gate_dev;
+  /* A group (um_copy_batch): the runs of quiet members, one per device. */
+  struct um__run *runs;
 
   um__work work; /* the engine's queue: start it, or complete it */
 };
@@ -348,6 +361,10 @@ typedef struct um__tcache {
   _Atomic(uintptr_t) *slots; /* [ndevices][UM_LOCATION_COUNT][UM__TCACHE_CLASSES] */
   struct um__tcache *m_prev, *m_next; /* manager's list (m->tcache_lock) */
   struct um__tcache *t_next;          /* thread's list (owner) */
+  /* Event objects freed on this thread, reused by it (event.c): moved to
+   * and from the manager's list in bunches, one lock per bunch. */
+  um_event *ev_free;
+  int ev_count;
 } um__tcache;
 
 /* ------------------------------------------------------------------------ */

@@ -37,6 +37,7 @@ static UT_UNUSED void fc_env(const char *library) {
   static const char *const knobs[] = {
       "FAKE_CUDA_NO_DEVICE",  "FAKE_CUDA_DEVICE_COUNT", "FAKE_CUDA_TOTAL_MEM",
       "FAKE_CUDA_NO_MANAGED", "FAKE_CUDA_STREAM_THREADS", "FAKE_CUDA_OP_DELAY_US",
+      "FAKE_CUDA_NO_MEMOPS",  "UNIMEM_CUDA_GATE_KERNEL",
       "FAKE_CUDA_FAIL",       "FAKE_CUDA_FAIL_CODE",     "FAKE_CUDA_DEVICE_FAULT",
       "UNIMEM_CUDA_ASYNC_ALLOC"};
   if (!FC_HAVE_FAKE)
@@ -85,8 +86,9 @@ static UT_UNUSED um_device *fc_dev(um_manager *m, int n) {
 }
 
 /* Destroy with the expected status, then everything the backend made in
- * the driver must be gone, and no driver call was made from a stream
- * callback. */
+ * the driver must be gone, no driver call was made from a stream callback,
+ * no two operations raced over the same memory, and nothing waited on an
+ * event that was never recorded. */
 static UT_UNUSED void fc_destroy(um_manager *m, int want) {
   int st = um_manager_destroy(m);
   cr_assert_eq(st, want, "um_manager_destroy: %s: %s", um_err_name(st), um_last_error());
@@ -97,6 +99,9 @@ static UT_UNUSED void fc_destroy(um_manager *m, int want) {
   cr_assert_eq(fc_count("events"), 0, "events left");
   cr_assert_eq(fc_count("context_retains"), 0, "primary contexts still retained");
   cr_assert_eq(fc_count("calls_in_callbacks"), 0, "driver calls from stream callbacks");
+  cr_assert_eq(fc_count("modules"), 0, "modules still loaded");
+  cr_assert_eq(fc_count("races"), 0, "operations of two streams used the same bytes at once");
+  cr_assert_eq(fc_count("unrecorded_waits"), 0, "waits on events that were never recorded");
 }
 
 #endif /* UNIMEM_FAKECUDA_UTIL_H */

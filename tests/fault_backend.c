@@ -236,6 +236,7 @@ static int run_xfer(fault_dev *d, const um__xfer *x) {
     return UM_OK;
   }
   case UM__XFER_MARKER:
+  case UM__XFER_QUEUE_MARK:
     break;
   }
   return um__set_error(UM_ENOTSUP, "fault: transfer kind %d", (int)x->kind);

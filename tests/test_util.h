@@ -235,6 +235,7 @@ static UT_UNUSED int ut_disc_xfer(void *bdev, const um__xfer *x) {
     return UM_OK;
   case UM__XFER_PEER:
   case UM__XFER_MARKER:
+  case UM__XFER_QUEUE_MARK:
     break;
   }
   return um__set_error(UM_ENOTSUP, "test-discrete: transfer kind %d", (int)x->kind);

@@ -9,7 +9,8 @@
 # TEST named, runs the default set below: the fault-injection, misuse and
 # stress tests, the fuzz corpus replay, the seeds' tests, the map,
 # leak-report, bad-input, statistics, asynchronous, wrap and streaming
-# tests, and the CUDA backend against the fake driver (those that exist
+# tests, DLPack (cpu and PoCL), and the CUDA backend against the fake
+# driver (those that exist
 # in BUILD_DIR); tests that time a timer (the pool's trim timer) are left
 # out: valgrind slows them past their deadlines.
 # TEST=all runs every test_* executable. Fails (exit 1) on any memcheck
@@ -24,7 +25,7 @@ tests=("$@")
 if [ ${#tests[@]} -eq 0 ]; then
   tests=(test_faults test_misuse test_stress fuzz_corpus stress_standalone test_seeds
          test_map test_leak test_errors test_stats test_async test_wrap test_stream
-         test_fakecuda_api)
+         test_fakecuda_api test_dlpack test_opencl_dlpack)
 elif [ "${tests[0]}" = all ]; then
   tests=(fuzz_corpus)
   for t in "$build"/tests/test_*; do
@@ -38,7 +39,10 @@ supp=()
 for s in "$root"/tests/valgrind/*.supp; do
   [ -f "$s" ] && supp+=("--suppressions=$s")
 done
-vg=(valgrind --tool=memcheck --trace-children=yes --leak-check=full
+# PoCL builds kernels by running the toolchain (ld, clang): those children
+# are not unimem's and are not traced (traced, ld's own leaks fail the link).
+vg=(valgrind --tool=memcheck --trace-children=yes
+    --trace-children-skip='*/ld,*/ld.*,*/*-ld,*/*-ld.*,*/clang,*/clang-*,*/llvm-*' --leak-check=full
     --errors-for-leak-kinds=definite --show-leak-kinds=definite --track-fds=no
     --error-exitcode=99 --log-file="$logs/%q{UM_VG_TEST}.%p.log" "${supp[@]}")
 

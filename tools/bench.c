@@ -17,6 +17,7 @@
 
 int um_bench_pool_main(int argc, char **argv, bench_report *rep);
 int um_bench_transfer_main(int argc, char **argv, bench_report *rep);
+int um_bench_kernels_main(int argc, char **argv, bench_report *rep);
 int um_bench_stream_main(int argc, char **argv, bench_report *rep);
 int um_bench_cuda_main(int argc, char **argv, bench_report *rep);
 
@@ -29,6 +30,7 @@ typedef struct bench_entry {
 static const bench_entry benches[] = {
     {"pool", um_bench_pool_main, "pool hits and allocate+touch against glibc, jemalloc and mimalloc"},
     {"transfer", um_bench_transfer_main, "copies against the raw OpenCL calls and memcpy"},
+    {"kernels", um_bench_kernels_main, "a chain of the caller's kernels between unimem copies against raw events"},
     {"stream", um_bench_stream_main, "a file larger than the device through um_stream against read()+copy"},
     {"cuda", um_bench_cuda_main, "pool and copies on an NVIDIA GPU against the CUDA driver's own calls"},
 };
@@ -39,7 +41,7 @@ const char tool_bench_help[] =
     "    unimem bench - measure unimem against the allocators and drivers it replaces\n"
     "\n"
     "SYNOPSIS\n"
-    "    unimem bench [pool|transfer|stream|cuda|all] [--quick] [--json FILE] [--plot FILE]\n"
+    "    unimem bench [pool|transfer|kernels|stream|cuda|all] [--quick] [--json FILE] [--plot FILE]\n"
     "                 [BENCHMARK OPTIONS]\n"
     "\n"
     "DESCRIPTION\n"
@@ -52,6 +54,10 @@ const char tool_bench_help[] =
     "              seeds' allocation table; two threads against one.\n"
     "    transfer  host<->device (pinned and pageable), device-local, device<->device,\n"
     "              batched small copies, against the raw OpenCL calls and memcpy.\n"
+    "    kernels   a chain of small kernels of the caller's own (x = 3x + 1, 4 KiB to\n"
+    "              1 MiB) with unimem copies between them, device-local and peer,\n"
+    "              against the same chain written with raw OpenCL events: the cost\n"
+    "              unimem adds per step (um_access_begin/end and um_copy).\n"
     "    stream    a file several times larger than the device's memory (capped with\n"
     "              device_limit_bytes) through um_stream, against a loop of read()\n"
     "              and blocking copies.\n"
@@ -61,8 +67,8 @@ const char tool_bench_help[] =
     "\n"
     "    Each benchmark prints its table on standard output as it finishes. While it\n"
     "    runs, a progress line on standard error says which one is running ([2/3]).\n"
-    "    A benchmark that finds nothing to measure (transfer without an OpenCL\n"
-    "    device) says so and is reported as skipped.\n"
+    "    A benchmark that finds nothing to measure (transfer or kernels without an\n"
+    "    OpenCL device) says so and is reported as skipped.\n"
     "\n"
     "OPTIONS\n"
     "    --quick        smaller sizes and fewer repetitions: a smoke run for CI that\n"
@@ -79,13 +85,14 @@ const char tool_bench_help[] =
     "\n"
     "    Other options go to the benchmark itself, when one is named; see the header\n"
     "    comment of bench/bench_<name>.c (for stream: --file-mib N, --limit-mib N,\n"
-    "    --chunk-mib N, --reps N, --device N, --dir DIR).\n"
+    "    --chunk-mib N, --reps N, --device N, --dir DIR; for kernels: --steps N,\n"
+    "    --reps N).\n"
     "\n"
     "ENVIRONMENT\n"
     "    UNIMEM_*       every um_options field, as for any unimem program\n"
     "                   (UNIMEM_BACKENDS=cpu,opencl chooses the backends).\n"
     "    POCL_DEVICES   set to \"pthread pthread\" when unset, so that PoCL offers two\n"
-    "                   devices for the device<->device rows.\n"
+    "                   devices for the device<->device and peer rows.\n"
     "    TMPDIR         where stream writes its temporary file (default /tmp).\n"
     "\n"
     "EXIT STATUS\n"
@@ -250,8 +257,8 @@ static int write_report(const char *path, const bench_result *res, int n, bool q
 static int usage_error(const char *fmt, const char *arg) {
   fprintf(stderr, "unimem bench: ");
   fprintf(stderr, fmt, arg);
-  fprintf(stderr, "\nusage: unimem bench [pool|transfer|stream|cuda|all] [--quick] [--json FILE] [--plot FILE]\n"
-                  "       (unimem bench --help for more)\n");
+  fprintf(stderr, "\nusage: unimem bench [pool|transfer|kernels|stream|cuda|all] [--quick] [--json FILE]\n"
+                  "                    [--plot FILE] (unimem bench --help for more)\n");
   return 2;
 }
 
@@ -285,7 +292,7 @@ static int parse_args(int argc, char **argv, bench_args *a) {
   if (a->which == NULL)
     a->which = "all";
   if (strcmp(a->which, "all") != 0 && !known_bench(a->which))
-    return usage_error("unknown benchmark '%s' (pool, transfer, stream, cuda or all)", a->which);
+    return usage_error("unknown benchmark '%s' (pool, transfer, kernels, stream, cuda or all)", a->which);
   if (strcmp(a->which, "all") == 0 && a->nextra > 0)
     return usage_error("'%s': options for a benchmark need the benchmark named", a->extra[0]);
   if (a->plot != NULL && !tool_chart_path_ok(a->plot))

@@ -110,7 +110,12 @@ static int Buffer_getbuffer(BufferObject *self, Py_buffer *view, int flags) {
     view->obj = NULL;
     return -1;
   }
-  if (PyBuffer_FillInfo(view, (PyObject *)self, self->host, (Py_ssize_t)self->size, 0, flags) < 0)
+  if (self->readonly && (flags & PyBUF_WRITABLE) == PyBUF_WRITABLE) {
+    PyErr_SetString(PyExc_BufferError, "unimem.Buffer: the buffer is read-only");
+    view->obj = NULL;
+    return -1;
+  }
+  if (PyBuffer_FillInfo(view, (PyObject *)self, self->host, (Py_ssize_t)self->size, self->readonly, flags) < 0)
     return -1;
   self->exports++;
   return 0;
@@ -241,6 +246,22 @@ static PyObject *Buffer_map(BufferObject *self, PyObject *const *args, Py_ssize_
   return mapping;
 }
 
+PyDoc_STRVAR(access_doc,
+"access($self, mode='rw')\n--\n\n"
+"An Access: use it as `with b.access(mode) as ac:` around the caller's own\n"
+"device work on the buffer (kernels, native copies), mode as for map(). See\n"
+"unimem.Access.");
+
+static PyObject *Buffer_access(BufferObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+  static const char *const names[] = {"mode"};
+  PyObject *a[1];
+  um_map_mode mode = UM_MAP_READ_WRITE;
+  if (pyum_parse("access", args, nargs, kwnames, names, 1, 0, a) < 0 || (a[0] != NULL && parse_map_mode(a[0], &mode) < 0) ||
+      pyum_buffer_check(self) < 0)
+    return NULL;
+  return pyum_access_new(self, mode);
+}
+
 /* ---- Attributes and type ----------------------------------------------- */
 
 static PyObject *Buffer_get_size(BufferObject *self, void *closure) {
@@ -324,6 +345,30 @@ static PyMethodDef Buffer_methods[] = {
     {"fill", (PyCFunction)(void (*)(void))pyum_buffer_fill, METH_FASTCALL | METH_KEYWORDS, fill_doc},
     {"map", (PyCFunction)(void (*)(void))Buffer_map, METH_FASTCALL | METH_KEYWORDS, map_doc},
     {"release", (PyCFunction)Buffer_release, METH_NOARGS, release_doc},
+    {"access", (PyCFunction)(void (*)(void))Buffer_access, METH_FASTCALL | METH_KEYWORDS, access_doc},
+    {"native", (PyCFunction)pyum_buffer_native, METH_NOARGS,
+     PyDoc_STR("native($self)\n--\n\nThe native handles of the buffer's memory, as a dict: host (its host view), "
+               "cl_mem, svm, cu_ptr (ints; None / 0 where they do not apply) and offset (of the buffer inside "
+               "cl_mem / cu_ptr). Valid while the buffer is live; order device work on them with access().")},
+    {"to_pyopencl", (PyCFunction)pyum_buffer_to_pyopencl, METH_NOARGS,
+     PyDoc_STR("to_pyopencl($self)\n--\n\nA pyopencl.Buffer over the same cl_mem, in unimem's context (a "
+               "sub-buffer when the buffer starts inside its cl_mem; its size may be the pooled block's, at least "
+               "the buffer's). It aliases the memory only while the buffer lives: keep the Buffer until the kernels "
+               "are done, and order them with access(). NotSupported for a buffer that is not OpenCL device "
+               "memory; ImportError without pyopencl.")},
+    {"__dlpack__", (PyCFunction)(void (*)(void))pyum_buffer_dlpack, METH_FASTCALL | METH_KEYWORDS,
+     PyDoc_STR("__dlpack__($self, *, stream=None, max_version=None, dl_device=None, copy=None)\n--\n\n"
+               "The buffer as a DLPack capsule of uint8 (the array API standard's protocol): 'dltensor' "
+               "(legacy; NumPy 1.x, PyTorch 1.x) unless max_version >= (1, 0) asks for 'dltensor_versioned'. "
+               "Zero-copy unless copy=True, or dl_device=(1, 0) (the host) for device memory and copy is not "
+               "False. The tensor holds the buffer until the consumer deletes it: release() and the manager's "
+               "close() wait for that. The operations issued on the buffer before have finished when it "
+               "returns. stream: None (or -1), any int for CUDA. BufferError when the memory cannot be "
+               "exported so.")},
+    {"__dlpack_device__", (PyCFunction)pyum_buffer_dlpack_device, METH_NOARGS,
+     PyDoc_STR("__dlpack_device__($self)\n--\n\n(device_type, device_id) as DLPack names them: (1, 0) for "
+               "host memory (kDLCPU), (2, n) CUDA, (3, n) CUDA host, (4, n) OpenCL (n: the ordinal among the "
+               "manager's OpenCL devices), (13, n) CUDA managed.")},
     {"__array__", (PyCFunction)(void (*)(void))Buffer_array, METH_VARARGS | METH_KEYWORDS,
      PyDoc_STR("__array__($self, dtype=None, copy=None)\n--\n\nnumpy.asarray(b): a uint8 view of the host memory (a copy with copy=True); "
                "BufferError for a buffer without host view or released.")},

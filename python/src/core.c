@@ -280,6 +280,16 @@ PyDoc_STRVAR(copy_doc,
 
 static PyMethodDef core_methods[] = {
     {"copy", (PyCFunction)(void (*)(void))pyum_copy, METH_FASTCALL | METH_KEYWORDS, copy_doc},
+    {"from_dlpack", (PyCFunction)(void (*)(void))pyum_from_dlpack, METH_FASTCALL | METH_KEYWORDS,
+     PyDoc_STR("from_dlpack(m, obj)\n--\n\nA Buffer of Manager m over the memory of obj -- anything with "
+               "__dlpack__ (a NumPy array, a PyTorch tensor, a unimem Buffer...) or a DLPack capsule -- without "
+               "copying: writes through either side are seen by the other. The tensor must be C-contiguous, on "
+               "the CPU (also CUDA host memory), a CUDA device of m or an OpenCL device of m (its ordinal among "
+               "m's OpenCL devices). obj's memory is held until the Buffer is released (the producer's deleter "
+               "runs exactly once then). A read-only tensor gives a read-only Buffer. CUDA tensors: finish the "
+               "producer's pending work first (e.g. torch.cuda.synchronize()); unimem runs on streams of its "
+               "own. BufferError for a consumed capsule; the unimem.Error of um_dlpack_import (NotSupported, "
+               "NoDevice, ...) for a tensor it cannot wrap.")},
     {"stats_fields", core_stats_fields, METH_NOARGS,
      PyDoc_STR("stats_fields() -> ((name, description), ...): the fields of Manager.stats(), in order.")},
     {"_errors", core_errors, METH_NOARGS, PyDoc_STR("The error codes: ((code, c_name, class_name, text), ...).")},
@@ -331,6 +341,7 @@ PyMODINIT_FUNC PyInit__core(void) {
   if (Device_Type == NULL || add_type(mod, Device_Type, "Device") < 0 ||
       add_type(mod, &Manager_Type, "Manager") < 0 || add_type(mod, &Buffer_Type, "Buffer") < 0 ||
       add_type(mod, &Event_Type, "Event") < 0 || add_type(mod, &Mapping_Type, "Mapping") < 0 ||
+      add_type(mod, pyum_access_type(), "Access") < 0 ||
       PyModule_AddStringConstant(mod, "__version__", um_version_string()) < 0 ||
       PyModule_AddIntConstant(mod, "version_hex", (long)um_version()) < 0 ||
       PyModule_AddObject(mod, "OPTION_NAMES", pyum_option_names()) < 0) {

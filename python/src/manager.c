@@ -668,6 +668,15 @@ static PyMethodDef Manager_methods[] = {
     {"stats", (PyCFunction)(void (*)(void))Manager_stats, METH_FASTCALL | METH_KEYWORDS, stats_doc},
     {"trim", (PyCFunction)(void (*)(void))Manager_trim, METH_FASTCALL | METH_KEYWORDS, trim_doc},
     {"close", (PyCFunction)Manager_close, METH_NOARGS, close_doc},
+    {"native", (PyCFunction)(void (*)(void))pyum_manager_native, METH_FASTCALL | METH_KEYWORDS,
+     PyDoc_STR("native($self, device=0)\n--\n\nThe native handles of a device, as a dict of ints (None where "
+               "they do not apply): backend, cl_platform, cl_device, cl_context (unimem's buffers live in it), "
+               "cl_queue (an in-order queue for the caller's own commands), cu_device (-1 when not CUDA), "
+               "cu_context, cu_stream. They belong to unimem and stay valid until the manager is closed.")},
+    {"pyopencl_queue", (PyCFunction)(void (*)(void))pyum_manager_pyopencl_queue, METH_FASTCALL | METH_KEYWORDS,
+     PyDoc_STR("pyopencl_queue($self, device)\n--\n\nA pyopencl.CommandQueue over the device's queue for the "
+               "caller's own commands (in-order; its .context is unimem's context of the device). NotSupported "
+               "for a device that is not OpenCL; ImportError without pyopencl.")},
     {"__enter__", (PyCFunction)Manager_enter, METH_NOARGS, PyDoc_STR("The manager itself.")},
     {"__exit__", (PyCFunction)Manager_exit, METH_VARARGS, PyDoc_STR("close()")},
     {NULL, NULL, 0, NULL},

@@ -11,6 +11,9 @@
  *            (a Py_buffer) its operation reads or writes, until the
  *            operation is seen done.
  *   Mapping  owns one um_map of a Buffer and exports it to Python.
+ *   Access   owns one open bracket (um_access_begin) of a Buffer.
+ *   DLPack   a tensor exported by __dlpack__ holds its Buffer object (a
+ *            reference and one export) until the consumer deletes it.
  *
  * A C handle is given up only when nothing can still reach its memory:
  *   - a Buffer's um_release waits for its exports (buffer protocol views,
@@ -56,9 +59,11 @@ struct BufferObject {
   size_t size;
   int device;            /* index in the manager */
   int location;          /* um_location */
-  Py_ssize_t exports;    /* buffer-protocol views and live mappings */
+  Py_ssize_t exports;    /* buffer-protocol views, live mappings, open
+                            accesses, DLPack tensors not deleted */
   Py_ssize_t calls;      /* calls running on b without the GIL */
   int release_requested; /* release() (or close()) was called */
+  int readonly;          /* a read-only import (from_dlpack): no writable views */
   BufferObject *prev, *next; /* the manager's list */
   PyObject *weakrefs;
 };
@@ -180,5 +185,23 @@ void pyum_event_finish_now(EventObject *self);
  * buf counts for it. On failure the mapping is ended (um_unmap). */
 PyObject *pyum_mapping_new(BufferObject *buf, um_map_mode mode, void *ptr,
                            size_t len);
+
+/* ---- dlpack.c --------------------------------------------------------- */
+
+PyObject *pyum_buffer_dlpack(BufferObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+PyObject *pyum_buffer_dlpack_device(BufferObject *self, PyObject *unused);
+/* unimem.from_dlpack(m, obj) */
+PyObject *pyum_from_dlpack(PyObject *mod, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+
+/* ---- interop.c ------------------------------------------------------- */
+
+PyObject *pyum_manager_native(ManagerObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+PyObject *pyum_manager_pyopencl_queue(ManagerObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                      PyObject *kwnames);
+PyObject *pyum_buffer_native(BufferObject *self, PyObject *unused);
+PyObject *pyum_buffer_to_pyopencl(BufferObject *self, PyObject *unused);
+/* A new Access of buf in mode (not begun: its __enter__ begins it). */
+PyObject *pyum_access_new(BufferObject *buf, um_map_mode mode);
+PyTypeObject *pyum_access_type(void);
 
 #endif /* PYUNIMEM_H */

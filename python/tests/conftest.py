@@ -15,6 +15,26 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("unimem")
 
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: needs an NVIDIA GPU (python -m pytest python/tests -m gpu); "
+                            "skips, saying why, where there is none")
+
+
+def cuda_manager():
+    """A manager with a CUDA device, or a skip saying why there is none."""
+    m = unimem.Manager(backends="cpu,cuda")
+    if not any(d.backend == "cuda" for d in m.devices):
+        m.close()
+        pytest.skip("SKIP (gpu): no CUDA device here (needs an NVIDIA GPU and its driver, libcuda.so.1)")
+    return m
+
+
+def build_dir():
+    """The build tree (PYTHONPATH's first entry is <build>/python), or None."""
+    first = os.environ.get("PYTHONPATH", "").split(os.pathsep)[0]
+    return os.path.dirname(os.path.abspath(first)) if first else None
+
 SOURCE_DIR = os.environ.get(
     "UM_SOURCE_DIR",
     os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))

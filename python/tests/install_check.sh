@@ -29,6 +29,10 @@ assert os.path.realpath(unimem.__file__).startswith(prefix), unimem.__file__
 with unimem.Manager(backends="cpu") as m, m.alloc(16, location="host") as b:
     b.copy_from(b"installed unimem")
     assert bytes(memoryview(b)) == b"installed unimem"
+import ctypes, unimem.torch, unimem.cupy, unimem.numba  # noqa: F401  (the allocators' modules)
+torch_lib = unimem.torch.library_path()
+assert os.path.realpath(torch_lib).startswith(prefix), torch_lib
+ctypes.CDLL(torch_lib).unimem_torch_live  # loads, with the installed libunimem
 libs = [line.split()[-1] for line in open("/proc/self/maps") if "libunimem.so" in line]
 assert libs and all(os.path.realpath(p).startswith(prefix) for p in libs), libs
 print("imported", unimem.__file__, "version", unimem.__version__, "with", sorted(set(libs))[0])

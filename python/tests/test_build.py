@@ -29,11 +29,18 @@ def test_everything_public_is_documented():
         obj = getattr(unimem, name)
         if name != "__version__":
             assert obj.__doc__, name
-    for cls in (unimem.Manager, unimem.Buffer, unimem.Event, unimem.Mapping):
+    for cls in (unimem.Manager, unimem.Buffer, unimem.Event, unimem.Mapping, unimem.Access):
         for attr, value in vars(cls).items():
-            if attr.startswith("__") and attr not in ("__enter__", "__exit__", "__array__"):
+            if attr.startswith("__") and attr not in ("__enter__", "__exit__", "__array__", "__dlpack__",
+                                                      "__dlpack_device__"):
                 continue
             assert value.__doc__, f"{cls.__name__}.{attr}"
             if callable(value) and attr not in ("__enter__", "__exit__"):
                 inspect.signature(value)  # a usable text signature
     assert str(inspect.signature(unimem.copy)) == "(dst, src, nbytes, dst_offset=0, src_offset=0, wait=True)"
+    assert str(inspect.signature(unimem.from_dlpack)) == "(m, obj)"
+    assert str(inspect.signature(unimem.Buffer.__dlpack__)) == \
+        "(self, /, *, stream=None, max_version=None, dl_device=None, copy=None)"
+    for mod in ("torch", "cupy", "numba"):
+        module = __import__("unimem." + mod, fromlist=["_"])
+        assert module.__doc__ and mod in module.__doc__.lower()

@@ -1,6 +1,7 @@
 """Fuzzing the binding with hypothesis.
 
-MisuseMachine: random sequences of every call with arguments of every kind
+MisuseMachine: random sequences of every call (DLPack export and import,
+access brackets and native handles included) with arguments of every kind
 (wrong types, negative and huge ints, None, released buffers, closed
 managers, buffers of closed managers, double release, views and events
 outliving everything). Nothing may crash the interpreter (the ASan build
@@ -22,9 +23,14 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invar
 
 import unimem
 
-ALLOWED = (unimem.Error, TypeError, ValueError, BufferError, OverflowError)
+ALLOWED = (unimem.Error, TypeError, ValueError, BufferError, OverflowError, ImportError)
 
 HAVE_OPENCL = None
+try:
+    import pyopencl  # noqa: F401
+    HAVE_PYOPENCL = True
+except ImportError:
+    HAVE_PYOPENCL = False
 
 
 def have_opencl():
@@ -145,6 +151,62 @@ class MisuseMachine(RuleBasedStateMachine):
         make = {"memoryview": memoryview, "numpy": numpy.asarray, "slice": lambda o: memoryview(o)[1:]}[kind]
         self.keep.append(attempt(make, b))
 
+    @rule(b=buffers, stream=st.one_of(st.sampled_from([None, -1, 0, 1, 2]), junk),
+          max_version=st.one_of(st.sampled_from([None, (1, 0), (0, 8), (2, 5), (1, 2 ** 70), (2 ** 70, 0)]), junk),
+          dl_device=st.one_of(st.sampled_from([None, (1, 0), (4, 0), (2, 0), (1, 2 ** 40)]), junk),
+          copy=st.one_of(st.sampled_from([None, True, False]), junk), consume=st.sampled_from(["keep", "unimem", "numpy"]))
+    def dlpack_export(self, b, stream, max_version, dl_device, copy, consume):
+        if b is None:
+            return
+        attempt(b.__dlpack_device__)
+        cap = attempt(b.__dlpack__, stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
+        if cap is None:
+            return
+        if consume == "unimem":
+            self.keep.append(attempt(unimem.from_dlpack, b.manager, cap))
+        elif consume == "numpy":
+            try:  # NumPy refuses device memory with RuntimeError or BufferError
+                self.keep.append(numpy.from_dlpack(b))
+            except (RuntimeError,) + ALLOWED:
+                pass
+        self.keep.append(cap)
+
+    @rule(target=buffers, m=managers, obj=st.one_of(buffers, host_objects(), junk))
+    def from_dlpack(self, m, obj):
+        return attempt(unimem.from_dlpack, m, obj)
+
+    @rule(m=st.one_of(managers, junk), obj=st.one_of(buffers, junk))
+    def from_dlpack_junk(self, m, obj):
+        self.keep.append(attempt(unimem.from_dlpack, m, obj))
+
+    @rule(b=buffers, mode=modes, done=st.one_of(st.none(), st.integers(-2, 2), junk), how=st.sampled_from(
+        ["with", "end", "open", "twice"]))
+    def access(self, b, mode, done, how):
+        if b is None:
+            return
+        ac = attempt(b.access, mode)
+        if ac is None:
+            return
+        if attempt(ac.__enter__) is None:
+            return
+        attempt(setattr, ac, "done", done)
+        if how == "end":
+            attempt(ac.end)
+        elif how == "twice":
+            attempt(ac.__enter__)
+            attempt(ac.__exit__, None, None, None)
+        elif how == "with":
+            attempt(ac.__exit__, None, None, None)
+        else:
+            self.keep.append(ac)  # ended when dropped
+        attempt(b.native)
+        if HAVE_PYOPENCL:
+            self.keep.append(attempt(b.to_pyopencl))
+
+    @rule(m=managers, device=st.one_of(st.integers(-1, 3), junk))
+    def native(self, m, device):
+        attempt(m.native, device)
+
     @rule(data=st.data())
     def use_something(self, data):
         if not self.keep:
@@ -155,6 +217,10 @@ class MisuseMachine(RuleBasedStateMachine):
             assert obj.done
         elif isinstance(obj, unimem.Mapping):
             attempt(obj.__exit__, None, None, None)
+        elif isinstance(obj, unimem.Access):
+            attempt(obj.end)
+        elif isinstance(obj, unimem.Buffer):
+            attempt(obj.fill, 1)
         elif isinstance(obj, memoryview) and not obj.readonly and obj.nbytes:
             obj[0] = obj[obj.nbytes - 1]  # the memory is still there
         elif isinstance(obj, numpy.ndarray) and obj.size and obj.flags.writeable:

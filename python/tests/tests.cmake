@@ -45,15 +45,33 @@ if(NOT _um_py_modules EQUAL 0)
   message(WARNING "${_um_py_missing}: the Python tests will skip")
   set(_um_pytest ${Python3_EXECUTABLE} -c "import sys; print('SKIP: ${_um_py_missing}'); sys.exit(77)")
 endif()
-# Everything but the hypothesis fuzzing, then the fuzzing (longer) apart.
+# Everything but the hypothesis fuzzing and the GPU tests, then the fuzzing
+# (longer) apart, then the GPU tests (label gpu: they skip, saying why,
+# where there is no NVIDIA GPU).
 add_test(NAME python_api
-         COMMAND ${_um_pytest} ${CMAKE_CURRENT_SOURCE_DIR}/tests --ignore=${CMAKE_CURRENT_SOURCE_DIR}/tests/test_fuzz.py)
+         COMMAND ${_um_pytest} -m "not gpu" ${CMAKE_CURRENT_SOURCE_DIR}/tests
+                 --ignore=${CMAKE_CURRENT_SOURCE_DIR}/tests/test_fuzz.py)
 add_test(NAME python_fuzz COMMAND ${_um_pytest} ${CMAKE_CURRENT_SOURCE_DIR}/tests/test_fuzz.py)
+add_test(NAME python_gpu COMMAND ${_um_pytest} -rs -m gpu ${CMAKE_CURRENT_SOURCE_DIR}/tests
+                 --ignore=${CMAKE_CURRENT_SOURCE_DIR}/tests/test_fuzz.py)
 add_test(NAME python_install
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/install_check.sh ${CMAKE_BINARY_DIR} ${Python3_EXECUTABLE})
-foreach(t python_api python_fuzz python_install)
+# examples/python: each runs as a test (one without what it needs prints a
+# SKIP line and exits 0).
+file(GLOB _um_py_examples CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/examples/python/*.py)
+set(_um_py_example_tests "")
+foreach(ex ${_um_py_examples})
+  get_filename_component(name ${ex} NAME_WE)
+  add_test(NAME python_example_${name} COMMAND ${Python3_EXECUTABLE} ${ex})
+  list(APPEND _um_py_example_tests python_example_${name})
+endforeach()
+foreach(t python_api python_fuzz python_gpu python_install ${_um_py_example_tests})
   # The tests' scratch files (hypothesis keeps none: see conftest.py) stay
   # in the build tree.
   set_tests_properties(${t} PROPERTIES LABELS "python" TIMEOUT 600 SKIP_RETURN_CODE 77
                        WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR} ENVIRONMENT "${_um_py_env}")
 endforeach()
+set_tests_properties(python_gpu PROPERTIES LABELS "python;gpu")
+if(TARGET fakecuda_full)
+  add_dependencies(unimem_python fakecuda_full) # test_frameworks runs the allocator against it
+endif()

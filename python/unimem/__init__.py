@@ -20,8 +20,15 @@ buffer released, or whose manager is closed, while such views live keeps its
 memory until the last view is gone. Failures raise ``unimem.Error``
 subclasses carrying the C code, its name and the library's message.
 
-Names: Manager, Buffer, Event, Mapping, Device, copy, Error and one subclass
-per C status code, stats_fields, OPTION_NAMES, __version__.
+DLPack both ways: ``numpy.from_dlpack(b)`` / ``torch.from_dlpack(b)`` share a
+buffer's memory; ``unimem.from_dlpack(m, x)`` wraps a NumPy array's or a
+tensor's. Your own kernels on a buffer: ``b.to_pyopencl()``,
+``m.pyopencl_queue(device)`` and ``with b.access("rw") as ac:`` (ac.wait_for,
+ac.done). Frameworks' allocators: unimem.torch, unimem.cupy, unimem.numba.
+
+Names: Manager, Buffer, Event, Mapping, Access, Device, copy, from_dlpack,
+Error and one subclass per C status code, stats_fields, OPTION_NAMES,
+__version__.
 """
 
 import atexit as _atexit
@@ -29,12 +36,14 @@ import atexit as _atexit
 from . import _core
 from ._core import (  # noqa: F401  (the package's API)
     OPTION_NAMES,
+    Access,
     Buffer,
     Device,
     Event,
     Manager,
     Mapping,
     copy,
+    from_dlpack,
     stats_fields,
 )
 
@@ -84,6 +93,6 @@ _ERROR_NAMES = _make_errors()
 _atexit.register(_core._shutdown)
 
 __all__ = [
-    "Manager", "Buffer", "Event", "Mapping", "Device", "copy", "Error",
+    "Manager", "Buffer", "Event", "Mapping", "Access", "Device", "copy", "from_dlpack", "Error",
     "stats_fields", "OPTION_NAMES", "__version__",
 ] + list(_ERROR_NAMES)

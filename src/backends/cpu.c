@@ -215,6 +215,7 @@ static int cpu_xfer(void *bdev, const um__xfer *x) {
     return UM_OK;
   case UM__XFER_PEER:
   case UM__XFER_MARKER:
+  case UM__XFER_QUEUE_MARK:
     break;
   }
   return um__set_error(UM_ENOTSUP, "cpu: transfer kind %d not supported", (int)x->kind);

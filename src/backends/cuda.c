@@ -11,7 +11,11 @@
  * Per device: its primary context (shared with the application and the CUDA
  * runtime, so unimem memory works with their kernels) and three non-blocking
  * streams -- h2d, d2h and local (D2D, FILL, PEER) -- so that uploads,
- * downloads and on-device work overlap. Every call makes the device's
+ * downloads and on-device work overlap; a fourth stream for the caller's
+ * own kernels (um_device_native's cu_stream), and lanes: private streams
+ * for the interop work that joins unimem's order with the caller's
+ * (markers, captured caller events, gates; see "The caller's own device
+ * work" below). Every call makes the device's
  * context current for its duration (enter_context / leave_context): calls
  * come from any thread, and the current context is per thread.
  *
@@ -43,7 +47,9 @@
 
 /* REQUIRED(symbol) / OPTIONAL(symbol), by the exact name libcuda exports.
  * A missing required one makes the backend unavailable; a missing optional
- * one disables its feature (error names, stream-ordered allocation). */
+ * one disables its feature (error names, stream-ordered allocation, gates
+ * through stream memory operations -- v2, CUDA 11.7 -- or through the gate
+ * kernel). */
 #define CUDA_ENTRY_POINTS(REQUIRED, OPTIONAL)                                  \
   REQUIRED(cuInit)                                                             \
   REQUIRED(cuDeviceGetCount)                                                   \
@@ -69,11 +75,15 @@
   REQUIRED(cuStreamCreate)                                                     \
   REQUIRED(cuStreamDestroy_v2)                                                 \
   REQUIRED(cuStreamSynchronize)                                                \
+  REQUIRED(cuStreamQuery)                                                      \
   REQUIRED(cuStreamWaitEvent)                                                  \
   REQUIRED(cuStreamAddCallback)                                                \
   REQUIRED(cuEventCreate)                                                      \
   REQUIRED(cuEventRecord)                                                      \
+  REQUIRED(cuEventQuery)                                                       \
+  REQUIRED(cuEventSynchronize)                                                 \
   REQUIRED(cuEventDestroy_v2)                                                  \
+  REQUIRED(cuMemHostGetDevicePointer_v2)                                       \
   REQUIRED(cuMemcpyHtoDAsync_v2)                                               \
   REQUIRED(cuMemcpyDtoHAsync_v2)                                               \
   REQUIRED(cuMemcpyDtoDAsync_v2)                                               \
@@ -85,7 +95,12 @@
   OPTIONAL(cuMemFreeAsync)                                                     \
   OPTIONAL(cuDeviceGetDefaultMemPool)                                          \
   OPTIONAL(cuMemPoolSetAttribute)                                              \
-  OPTIONAL(cuMemPoolTrimTo)
+  OPTIONAL(cuMemPoolTrimTo)                                                    \
+  OPTIONAL(cuStreamWaitValue32_v2)                                             \
+  OPTIONAL(cuModuleLoadData)                                                   \
+  OPTIONAL(cuModuleGetFunction)                                                \
+  OPTIONAL(cuModuleUnload)                                                     \
+  OPTIONAL(cuLaunchKernel)
 
 /* One pointer per entry point, typed by cuda.h's prototype of that symbol. */
 typedef struct cuda_driver_api {
@@ -248,6 +263,8 @@ static void load_driver(void) {
 /* Devices                                                                   */
 
 struct cuda_backend_state;
+struct cuda_gate_slab;
+struct cuda_gate_word;
 
 typedef struct cuda_device {
   struct cuda_backend_state *owner;
@@ -257,6 +274,8 @@ typedef struct cuda_device {
   CUstream h2d_stream;
   CUstream d2h_stream;
   CUstream local_stream; /* D2D, FILL, PEER, stream-ordered allocation */
+  CUstream caller_stream; /* the caller's (um_device_native): unimem queues
+                             nothing on it but caller_marker's record */
   CUmemoryPool mem_pool; /* stream-ordered allocation only */
   int managed_memory;
   int stream_ordered_alloc;
@@ -268,6 +287,18 @@ typedef struct cuda_device {
    * PINNED memory is host memory and does not count. */
   atomic_uint_fast64_t device_bytes_in_use;
   char name[128];
+  /* Interop (SPEC §8), under interop_lock: the lanes, the gates' host
+   * words, and the gate kernel where gates spin in one. */
+  pthread_mutex_t interop_lock;
+  int interop_ready; /* interop_lock initialised */
+  CUstream *lanes;
+  int lane_count, lane_cap, lane_next;
+  struct cuda_gate_slab *gate_slabs;
+  struct cuda_gate_word *free_words;
+  int gate_kernel; /* 1: gates spin in a kernel (no stream memory operations,
+                      or UNIMEM_CUDA_GATE_KERNEL=1) */
+  CUmodule gate_module;
+  CUfunction gate_function;
 } cuda_device;
 
 typedef struct cuda_backend_state {
@@ -297,14 +328,14 @@ static void leave_context(const cuda_device *d, CUcontext previous) {
     cu->cuCtxSetCurrent(previous);
 }
 
+static void release_interop(cuda_device *d);
+
 /* Undo open_device() however far it got: the one cleanup path. Waits for
  * the device's work first so that destroying the streams loses nothing. */
 static void release_device(cuda_device *d) {
   CUcontext previous = NULL;
 
-  if (d->context == NULL)
-    return;
-  if (enter_context(d, &previous) == UM_OK) {
+  if (d->context != NULL && enter_context(d, &previous) == UM_OK) {
     cu->cuCtxSynchronize();
     /* Give the memory pool's cached blocks back to the device: the primary
      * context may outlive this manager. */
@@ -316,10 +347,17 @@ static void release_device(cuda_device *d) {
       cu->cuStreamDestroy_v2(d->d2h_stream);
     if (d->local_stream != NULL)
       cu->cuStreamDestroy_v2(d->local_stream);
+    if (d->caller_stream != NULL)
+      cu->cuStreamDestroy_v2(d->caller_stream);
+    release_interop(d);
     leave_context(d, previous);
   }
-  cu->cuDevicePrimaryCtxRelease_v2(d->device);
-  d->h2d_stream = d->d2h_stream = d->local_stream = NULL;
+  if (d->context != NULL)
+    cu->cuDevicePrimaryCtxRelease_v2(d->device);
+  if (d->interop_ready)
+    pthread_mutex_destroy(&d->interop_lock);
+  d->interop_ready = 0;
+  d->h2d_stream = d->d2h_stream = d->local_stream = d->caller_stream = NULL;
   d->context = NULL;
 }
 
@@ -357,67 +395,86 @@ static int enable_stream_ordered_alloc(cuda_device *d) {
   return 1;
 }
 
+/* Name, memory and attributes of d->device; *call names a failing call. */
+static CUresult query_device(cuda_device *d, int ordinal, const char **call) {
+  size_t total = 0;
+  CUresult result;
+
+  *call = "cuDeviceGet";
+  result = cu->cuDeviceGet(&d->device, ordinal);
+  if (result != CUDA_SUCCESS)
+    return result;
+  *call = "cuDeviceGetName";
+  result = cu->cuDeviceGetName(d->name, (int)sizeof(d->name), d->device);
+  if (result != CUDA_SUCCESS)
+    return result;
+  d->name[sizeof(d->name) - 1] = '\0';
+  *call = "cuDeviceTotalMem_v2";
+  result = cu->cuDeviceTotalMem_v2(&total, d->device);
+  if (result != CUDA_SUCCESS)
+    return result;
+  d->real_total_bytes = total;
+  *call = "cuDeviceGetAttribute";
+  return cu->cuDeviceGetAttribute(&d->managed_memory, CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY, d->device);
+}
+
+/* Retain the primary context and make the streams in it, giving the thread
+ * its current context back. */
+static CUresult create_streams(cuda_device *d, const char **call) {
+  CUcontext previous = NULL;
+  CUresult result;
+
+  *call = "cuDevicePrimaryCtxRetain";
+  result = cu->cuDevicePrimaryCtxRetain(&d->context, d->device);
+  if (result != CUDA_SUCCESS) {
+    d->context = NULL;
+    return result;
+  }
+  *call = "cuCtxGetCurrent";
+  result = cu->cuCtxGetCurrent(&previous);
+  if (result != CUDA_SUCCESS)
+    return result;
+  *call = "cuCtxSetCurrent";
+  result = cu->cuCtxSetCurrent(d->context);
+  if (result != CUDA_SUCCESS)
+    return result;
+  /* Non-blocking: the legacy default stream, which the application may use,
+   * must not serialise unimem's transfers, nor the caller's stream. */
+  *call = "cuStreamCreate";
+  result = cu->cuStreamCreate(&d->h2d_stream, CU_STREAM_NON_BLOCKING);
+  if (result == CUDA_SUCCESS)
+    result = cu->cuStreamCreate(&d->d2h_stream, CU_STREAM_NON_BLOCKING);
+  if (result == CUDA_SUCCESS)
+    result = cu->cuStreamCreate(&d->local_stream, CU_STREAM_NON_BLOCKING);
+  if (result == CUDA_SUCCESS)
+    result = cu->cuStreamCreate(&d->caller_stream, CU_STREAM_NON_BLOCKING);
+  cu->cuCtxSetCurrent(previous);
+  return result;
+}
+
 static int open_device(cuda_backend_state *state, int ordinal,
                        int want_stream_ordered_alloc) {
   cuda_device *d = &state->devices[ordinal];
-  CUcontext previous = NULL;
-  const char *call;
-  size_t total = 0;
+  const char *call = NULL;
   CUresult result;
 
   d->owner = state;
   d->ordinal = ordinal;
   d->limit_bytes = state->opts.device_limit_bytes;
   atomic_init(&d->device_bytes_in_use, 0);
+  if (pthread_mutex_init(&d->interop_lock, NULL) != 0)
+    return um__set_error(UM_ENOMEM, "cuda device %d: no mutex", ordinal);
+  d->interop_ready = 1;
+  d->gate_kernel = env_flag("UNIMEM_CUDA_GATE_KERNEL");
 
-  call = "cuDeviceGet";
-  result = cu->cuDeviceGet(&d->device, ordinal);
-  if (result != CUDA_SUCCESS)
-    goto fail;
-  call = "cuDeviceGetName";
-  result = cu->cuDeviceGetName(d->name, (int)sizeof(d->name), d->device);
-  if (result != CUDA_SUCCESS)
-    goto fail;
-  d->name[sizeof(d->name) - 1] = '\0';
-  call = "cuDeviceTotalMem_v2";
-  result = cu->cuDeviceTotalMem_v2(&total, d->device);
-  if (result != CUDA_SUCCESS)
-    goto fail;
-  d->real_total_bytes = total;
-  call = "cuDeviceGetAttribute";
-  result = cu->cuDeviceGetAttribute(
-      &d->managed_memory, CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY, d->device);
-  if (result != CUDA_SUCCESS)
-    goto fail;
-
-  call = "cuDevicePrimaryCtxRetain";
-  result = cu->cuDevicePrimaryCtxRetain(&d->context, d->device);
+  result = query_device(d, ordinal, &call);
+  if (result == CUDA_SUCCESS)
+    result = create_streams(d, &call);
   if (result != CUDA_SUCCESS) {
-    d->context = NULL;
-    goto fail;
+    int status = cuda_status(result, call);
+    release_device(d);
+    return status;
   }
-  call = "cuCtxGetCurrent";
-  result = cu->cuCtxGetCurrent(&previous);
-  if (result != CUDA_SUCCESS)
-    goto fail;
-  call = "cuCtxSetCurrent";
-  result = cu->cuCtxSetCurrent(d->context);
-  if (result != CUDA_SUCCESS)
-    goto fail;
-  /* Non-blocking: the legacy default stream, which the application may use,
-   * must not serialise unimem's transfers. */
-  call = "cuStreamCreate";
-  result = cu->cuStreamCreate(&d->h2d_stream, CU_STREAM_NON_BLOCKING);
-  if (result != CUDA_SUCCESS)
-    goto fail;
-  result = cu->cuStreamCreate(&d->d2h_stream, CU_STREAM_NON_BLOCKING);
-  if (result != CUDA_SUCCESS)
-    goto fail;
-  result = cu->cuStreamCreate(&d->local_stream, CU_STREAM_NON_BLOCKING);
-  if (result != CUDA_SUCCESS)
-    goto fail;
-
-  cu->cuCtxSetCurrent(previous);
 
   if (want_stream_ordered_alloc) {
     d->stream_ordered_alloc = enable_stream_ordered_alloc(d);
@@ -433,15 +490,6 @@ static int open_device(cuda_backend_state *state, int ordinal,
     d->locations |= 1u << UM_UNIFIED;
   }
   return UM_OK;
-
-fail:
-  {
-    int status = cuda_status(result, call);
-    if (d->context != NULL)
-      cu->cuCtxSetCurrent(previous);
-    release_device(d);
-    return status;
-  }
 }
 
 static int cuda_open(const um_options *opts, void **ctx, int *count) {
@@ -852,20 +900,80 @@ static int cuda_xfer(void *bdev, const um__xfer *x) {
   return status;
 }
 
-/* The native token of an asynchronous transfer. Two owners: the core's
- * handle (until native_release) and the stream callback (until it ran);
- * either may let go first, the last one frees it. */
-typedef struct cuda_xfer_token {
-  CUevent finished; /* recorded right after the transfer; later transfers
-                       on any stream wait on it */
-  um__done_fn done;
+/* ------------------------------------------------------------------------ */
+/* Tokens                                                                    */
+
+/* A gate's host word (below): page-locked, mapped for the device. */
+typedef struct cuda_gate_word {
+  uint32_t *host;
+  CUdeviceptr device;
+  struct cuda_gate_word *next_free;
+} cuda_gate_word;
+
+/* Every token the core holds -- of a transfer, a marker, a gate, a captured
+ * caller's event, a caller marker -- is one of these, and its event was
+ * recorded before the token left the backend: cuStreamWaitEvent captures an
+ * event's state at the time of the call, and an event never recorded reads
+ * as "nothing to wait for". Owners: the core's handle (until
+ * native_release), and for transfers and markers the stream callback (until
+ * it ran), for gates the opener (until gate_open); the last one frees it. */
+typedef struct cuda_token {
+  CUevent finished;
+  um__done_fn done; /* transfers and markers */
   void *arg;
   atomic_int owners;
-} cuda_xfer_token;
+  cuda_device *gate_dev; /* gates: the device whose word it holds */
+  cuda_gate_word *gate;
+  uint32_t gate_value; /* gates: what gate_open writes into the word */
+} cuda_token;
 
-static void token_drop(cuda_xfer_token *token) {
-  if (um__atomic_sub_acq_rel(&token->owners, 1) == 1)
+static void gate_word_put(cuda_device *d, cuda_gate_word *word);
+
+static void token_drop(cuda_token *token) {
+  if (um__atomic_sub_acq_rel(&token->owners, 1) != 1)
+    return;
+  /* Never a gate in a stream callback (gates have no callback), where the
+   * lock below would be a wait on a driver thread. */
+  if (token->gate != NULL)
+    gate_word_put(token->gate_dev, token->gate);
+  free(token);
+}
+
+/* A token with a fresh event; the device's context is current. */
+static int token_create(int owners, cuda_token **out) {
+  cuda_token *token = calloc(1, sizeof(*token));
+  CUresult result;
+
+  if (token == NULL)
+    return um__set_error(UM_ENOMEM, "cuda: no memory for a token");
+  result = cu->cuEventCreate(&token->finished, CU_EVENT_DISABLE_TIMING);
+  if (result != CUDA_SUCCESS) {
     free(token);
+    return cuda_status(result, "cuEventCreate");
+  }
+  atomic_init(&token->owners, owners);
+  *out = token;
+  return UM_OK;
+}
+
+/* A token that never left the backend; the context is current. */
+static void token_discard(cuda_token *token) {
+  cu->cuEventDestroy_v2(token->finished);
+  free(token);
+}
+
+/* Make stream wait for the tokens (NULL entries skipped). */
+static int wait_tokens(CUstream stream, void *const *tokens, int n) {
+  for (int i = 0; i < n; i++) {
+    const cuda_token *before = tokens[i];
+    CUresult result;
+    if (before == NULL)
+      continue;
+    result = cu->cuStreamWaitEvent(stream, before->finished, CU_EVENT_WAIT_DEFAULT);
+    if (result != CUDA_SUCCESS)
+      return cuda_status(result, "cuStreamWaitEvent");
+  }
+  return UM_OK;
 }
 
 /* Runs on a driver thread once the transfer finished, or failed: unlike
@@ -874,66 +982,54 @@ static void token_drop(cuda_xfer_token *token) {
  * allowed here. */
 static void CUDA_CB xfer_finished(CUstream stream, CUresult result,
                                   void *user) {
-  cuda_xfer_token *token = user;
+  cuda_token *token = user;
   (void)stream;
   token->done(token->arg, cuda_status(result, NULL));
   token_drop(token);
 }
 
+/* Record token's event on stream, then have its done called after it. */
+static int record_and_watch(cuda_token *token, CUstream stream) {
+  CUresult result = cu->cuEventRecord(token->finished, stream);
+  if (result != CUDA_SUCCESS)
+    return cuda_status(result, "cuEventRecord");
+  result = cu->cuStreamAddCallback(stream, xfer_finished, token, 0);
+  return result == CUDA_SUCCESS ? UM_OK : cuda_status(result, "cuStreamAddCallback");
+}
+
+static int start_marker(cuda_device *d, const um__xfer *x, void *const *after,
+                        int nafter, um__done_fn done, void *arg, void **native);
+
 static int cuda_xfer_async(void *bdev, const um__xfer *x, void *const *after,
                            int nafter, um__done_fn done, void *arg,
                            void **native) {
   cuda_device *d = bdev;
-  CUstream stream = stream_for(d, x->kind);
-  cuda_xfer_token *token;
+  CUstream stream;
+  cuda_token *token = NULL;
   CUcontext previous = NULL;
   int issued = 0;
   int status;
-  int i;
-  CUresult result;
 
-  token = calloc(1, sizeof(*token));
-  if (token == NULL)
-    return um__set_error(UM_ENOMEM, "cuda: no memory for a transfer token");
+  if (x->kind == UM__XFER_MARKER)
+    return start_marker(d, x, after, nafter, done, arg, native);
+  stream = stream_for(d, x->kind);
   status = enter_context(d, &previous);
-  if (status != UM_OK) {
-    free(token);
+  if (status != UM_OK)
     return status;
-  }
-  for (i = 0; i < nafter; i++) {
-    const cuda_xfer_token *before = after[i];
-    result = cu->cuStreamWaitEvent(stream, before->finished,
-                                   CU_EVENT_WAIT_DEFAULT);
-    if (result != CUDA_SUCCESS) {
-      status = cuda_status(result, "cuStreamWaitEvent");
-      goto fail;
-    }
-  }
-
+  status = wait_tokens(stream, after, nafter);
+  if (status == UM_OK)
+    status = token_create(2, &token);
+  if (status != UM_OK)
+    goto fail;
   token->done = done;
   token->arg = arg;
-  atomic_init(&token->owners, 2);
-  result = cu->cuEventCreate(&token->finished, CU_EVENT_DISABLE_TIMING);
-  if (result != CUDA_SUCCESS) {
-    token->finished = NULL;
-    status = cuda_status(result, "cuEventCreate");
-    goto fail;
-  }
-
   status = issue_xfer(d, x, stream);
   if (status != UM_OK)
     goto fail;
   issued = 1;
-  result = cu->cuEventRecord(token->finished, stream);
-  if (result != CUDA_SUCCESS) {
-    status = cuda_status(result, "cuEventRecord");
+  status = record_and_watch(token, stream);
+  if (status != UM_OK)
     goto fail;
-  }
-  result = cu->cuStreamAddCallback(stream, xfer_finished, token, 0);
-  if (result != CUDA_SUCCESS) {
-    status = cuda_status(result, "cuStreamAddCallback");
-    goto fail;
-  }
   leave_context(d, previous);
   *native = token;
   return UM_OK;
@@ -944,16 +1040,15 @@ fail:
    * first failure. */
   if (issued)
     cu->cuStreamSynchronize(stream);
-  if (token->finished != NULL)
-    cu->cuEventDestroy_v2(token->finished);
+  if (token != NULL)
+    token_discard(token);
   leave_context(d, previous);
-  free(token);
   return status;
 }
 
 static void cuda_native_release(void *bdev, void *native) {
   cuda_device *d = bdev;
-  cuda_xfer_token *token = native;
+  cuda_token *token = native;
   CUcontext previous = NULL;
 
   if (token == NULL)
@@ -1001,6 +1096,423 @@ static int cuda_peer_enable(void *a, void *b) {
   return cuda_status(result, "cuCtxEnablePeerAccess");
 }
 
+/* ------------------------------------------------------------------------ */
+/* The caller's own device work (SPEC §8)                                    */
+
+static void cuda_device_native(void *bdev, um_device_native *out) {
+  const cuda_device *d = bdev;
+  out->cu_device = d->ordinal;
+  out->cu_context = d->context;
+  out->cu_stream = d->caller_stream;
+}
+
+/* DEVICE and UNIFIED blocks are CUdeviceptrs; a PINNED block is host
+ * memory mapped for the device (CU_MEMHOSTALLOC_DEVICEMAP), whose device
+ * address the driver gives (the host address itself under unified
+ * addressing, which is also what is left when the driver cannot say). */
+static void cuda_mem_native(void *bdev, const um__mem *mem, um_location loc, um_buffer_native *out) {
+  cuda_device *d = bdev;
+  CUdeviceptr address = (CUdeviceptr)mem->handle;
+  CUcontext previous = NULL;
+
+  if (loc == UM_PINNED && enter_context(d, &previous) == UM_OK) {
+    CUdeviceptr mapped = 0;
+    if (cu->cuMemHostGetDevicePointer_v2(&mapped, mem->host, 0) == CUDA_SUCCESS)
+      address = mapped;
+    leave_context(d, previous);
+  }
+  out->cu_ptr = (uint64_t)address;
+  out->offset = 0;
+}
+
+static void *cuda_token_native(void *bdev, void *token) {
+  (void)bdev;
+  return ((cuda_token *)token)->finished;
+}
+
+static int cuda_token_wait(void *bdev, void *token) {
+  cuda_device *d = bdev;
+  CUcontext previous = NULL;
+  CUresult result;
+  int status = enter_context(d, &previous);
+
+  if (status != UM_OK)
+    return status;
+  result = cu->cuEventSynchronize(((cuda_token *)token)->finished);
+  leave_context(d, previous);
+  return result == CUDA_SUCCESS ? UM_OK : cuda_status(result, "cuEventSynchronize");
+}
+
+/* Lanes: private streams for the interop work that waits on tokens --
+ * markers, captures of the caller's events, gates. One stream shared by all
+ * of them would order each item after every earlier one, and an earlier
+ * item may wait for a gate that opens only once a later item completed (a
+ * bracket whose wait is a gate behind an operation that waits for another
+ * bracket, which the caller ends later, on a stream of its own): a
+ * deadlock. So an item takes a lane on which everything queued before has
+ * completed (cuStreamQuery: CUDA_SUCCESS), and a new lane is made only when
+ * every lane is busy: an item then waits for the tokens it names and for
+ * nothing else. Lanes live until close. Called with interop_lock held (so
+ * that nobody else queues on the lane meanwhile) and the context current. */
+static int lane_take(cuda_device *d, CUstream *out) {
+  CUstream lane = NULL;
+  CUresult result;
+
+  for (int i = 0; i < d->lane_count; i++) {
+    int k = (d->lane_next + i) % d->lane_count;
+    if (cu->cuStreamQuery(d->lanes[k]) == CUDA_SUCCESS) {
+      d->lane_next = (k + 1) % d->lane_count;
+      *out = d->lanes[k];
+      return UM_OK;
+    }
+  }
+  if (d->lane_count == d->lane_cap) {
+    int cap = d->lane_cap > 0 ? 2 * d->lane_cap : 4;
+    CUstream *lanes = realloc(d->lanes, (size_t)cap * sizeof(*lanes));
+    if (lanes == NULL)
+      return um__set_error(UM_ENOMEM, "cuda: no memory for %d lanes", cap);
+    d->lanes = lanes;
+    d->lane_cap = cap;
+  }
+  result = cu->cuStreamCreate(&lane, CU_STREAM_NON_BLOCKING);
+  if (result != CUDA_SUCCESS)
+    return cuda_status(result, "cuStreamCreate");
+  d->lanes[d->lane_count++] = lane;
+  *out = lane;
+  return UM_OK;
+}
+
+/* UM__XFER_MARKER: done once the tokens of after[] and x->wait[] are. It
+ * waits for exactly those on a lane of its own: the only ordering it adds
+ * is "after its tokens", and since every token's event was recorded before
+ * the token was handed out (the core never gives a marker a token of an
+ * operation not yet queued), nothing it waits for is queued after it.
+ * unimem's copy streams are not touched: the tokens may stand for the
+ * caller's work on other streams. The core's references on x->wait[] may go
+ * as soon as this returns: cuStreamWaitEvent captured them. */
+static int start_marker(cuda_device *d, const um__xfer *x, void *const *after,
+                        int nafter, um__done_fn done, void *arg, void **native) {
+  cuda_token *token = NULL;
+  CUstream lane = NULL;
+  CUcontext previous = NULL;
+  int status = enter_context(d, &previous);
+
+  if (status != UM_OK)
+    return status;
+  status = token_create(2, &token);
+  if (status == UM_OK) {
+    token->done = done;
+    token->arg = arg;
+    pthread_mutex_lock(&d->interop_lock);
+    status = lane_take(d, &lane);
+    if (status == UM_OK)
+      status = wait_tokens(lane, after, nafter);
+    if (status == UM_OK)
+      status = wait_tokens(lane, x->wait, 2);
+    if (status == UM_OK)
+      status = record_and_watch(token, lane);
+    pthread_mutex_unlock(&d->interop_lock);
+    if (status != UM_OK)
+      token_discard(token);
+    else
+      *native = token;
+  }
+  leave_context(d, previous);
+  return status;
+}
+
+/* The caller's done event, captured: a lane waits for it and records a
+ * token's own event. CUDA events are not reference-counted, so this is how
+ * unimem stops referring to the caller's event when um_access_end returns:
+ * the caller must have recorded it before the call and keep it until the
+ * call returns, and may destroy or record it again afterwards. An event of
+ * another context or device is fine: CUDA waits across devices. A handle
+ * the driver does not know answers UM_EINVAL (cuEventQuery says neither
+ * done nor pending); one whose work is done already (or that was never
+ * recorded: an empty set of work) needs no wait. */
+static int cuda_token_adopt(void *bdev, void *native, void **token) {
+  cuda_device *d = bdev;
+  CUevent caller = native;
+  cuda_token *captured = NULL;
+  CUstream lane = NULL;
+  CUcontext previous = NULL;
+  CUresult result;
+  int pending;
+  int status = enter_context(d, &previous);
+
+  if (status != UM_OK)
+    return status;
+  result = cu->cuEventQuery(caller);
+  pending = result == CUDA_ERROR_NOT_READY;
+  if (result != CUDA_SUCCESS && !pending) {
+    cuda_status(result, "cuEventQuery");
+    status = um__set_error(UM_EINVAL, "cuda: the done event is not a live CUevent (%s)", um_last_error());
+  }
+  if (status == UM_OK)
+    status = token_create(1, &captured);
+  if (status == UM_OK) {
+    pthread_mutex_lock(&d->interop_lock);
+    status = lane_take(d, &lane);
+    if (status == UM_OK && pending &&
+        (result = cu->cuStreamWaitEvent(lane, caller, CU_EVENT_WAIT_DEFAULT)) != CUDA_SUCCESS)
+      status = cuda_status(result, "cuStreamWaitEvent");
+    if (status == UM_OK && (result = cu->cuEventRecord(captured->finished, lane)) != CUDA_SUCCESS)
+      status = cuda_status(result, "cuEventRecord");
+    pthread_mutex_unlock(&d->interop_lock);
+    if (status != UM_OK)
+      token_discard(captured);
+    else
+      *token = captured;
+  }
+  leave_context(d, previous);
+  return status;
+}
+
+/* An event recorded on the caller's stream after what the caller queued
+ * there so far. */
+static int cuda_caller_marker(void *bdev, void **token) {
+  cuda_device *d = bdev;
+  cuda_token *marker = NULL;
+  CUcontext previous = NULL;
+  CUresult result;
+  int status = enter_context(d, &previous);
+
+  if (status != UM_OK)
+    return status;
+  status = token_create(1, &marker);
+  if (status == UM_OK && (result = cu->cuEventRecord(marker->finished, d->caller_stream)) != CUDA_SUCCESS) {
+    status = cuda_status(result, "cuEventRecord");
+    token_discard(marker);
+  }
+  if (status == UM_OK)
+    *token = marker;
+  leave_context(d, previous);
+  return status;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Gates                                                                     */
+
+/* A gate is a token the host completes (gate_open), so that device work can
+ * wait for work that runs on host threads. A lane waits on a page-locked
+ * host word until it reaches the gate's value (cuStreamWaitValue32, cyclic
+ * >=), then records the gate's event; gate_open writes the value. Each
+ * gate on a word waits for the word's current value plus one, so words are
+ * reused without a reset (a late wait of an earlier gate on the same word
+ * still passes), and a word goes back to the free list only once both
+ * owners are gone, gate_open's included: after its value was written.
+ *
+ * The driver cannot see this order (cuStreamWaitValue32's warning): a lane
+ * blocked on a word must not hold up work that the word's writer waits
+ * for. Nothing is queued behind the wait on its lane but the gate's record
+ * (lanes, above); what the gate's opener waits for is on other streams.
+ * Streams share the GPU's hardware queues (CUDA_DEVICE_MAX_CONNECTIONS, 8
+ * by default); scripts/gpu_check.sh runs the interop tests again with one
+ * connection, every stream on one queue, to show whether a blocked wait
+ * holds up another stream's work there.
+ *
+ * Without stream memory operations (a driver older than their v2 entry
+ * point, or one that answers CUDA_ERROR_NOT_SUPPORTED), and with
+ * UNIMEM_CUDA_GATE_KERNEL=1, the lane runs a one-thread kernel that spins
+ * on the same word through the device's mapping of it instead: the same
+ * order, at the cost of a resident thread while the gate is closed. */
+
+#define CUDA_GATE_SLAB_WORDS 1024 /* one 4 KiB page-locked page */
+
+typedef struct cuda_gate_slab {
+  struct cuda_gate_slab *next;
+  void *host; /* cuMemHostAlloc: CUDA_GATE_SLAB_WORDS words */
+  cuda_gate_word words[CUDA_GATE_SLAB_WORDS];
+} cuda_gate_slab;
+
+/* Spins until (int)(*word - value) >= 0; volatile loads go to the host
+ * memory every time. */
+static const char gate_ptx[] =
+    ".version 6.0\n"
+    ".target sm_50\n"
+    ".address_size 64\n"
+    "\n"
+    ".visible .entry unimem_gate_wait(.param .u64 word, .param .u32 value)\n"
+    "{\n"
+    "  .reg .pred %p;\n"
+    "  .reg .b32 %r<3>;\n"
+    "  .reg .b64 %rd<2>;\n"
+    "  ld.param.u64 %rd0, [word];\n"
+    "  cvta.to.global.u64 %rd1, %rd0;\n"
+    "  ld.param.u32 %r0, [value];\n"
+    "SPIN:\n"
+    "  ld.volatile.global.u32 %r1, [%rd1];\n"
+    "  sub.s32 %r2, %r1, %r0;\n"
+    "  setp.lt.s32 %p, %r2, 0;\n"
+    "  @%p bra SPIN;\n"
+    "  ret;\n"
+    "}\n";
+
+/* A new slab of words onto the free list; interop_lock held, context
+ * current. */
+static int gate_slab_new(cuda_device *d) {
+  cuda_gate_slab *slab = calloc(1, sizeof(*slab));
+  CUdeviceptr base = 0;
+  CUresult result;
+
+  if (slab == NULL)
+    return um__set_error(UM_ENOMEM, "cuda: no memory for gate words");
+  result = cu->cuMemHostAlloc(&slab->host, CUDA_GATE_SLAB_WORDS * sizeof(uint32_t),
+                              CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP);
+  if (result != CUDA_SUCCESS) {
+    free(slab);
+    return cuda_status(result, "cuMemHostAlloc (gate words)");
+  }
+  result = cu->cuMemHostGetDevicePointer_v2(&base, slab->host, 0);
+  if (result != CUDA_SUCCESS) {
+    cu->cuMemFreeHost(slab->host);
+    free(slab);
+    return cuda_status(result, "cuMemHostGetDevicePointer");
+  }
+  for (int i = 0; i < CUDA_GATE_SLAB_WORDS; i++) {
+    slab->words[i].host = (uint32_t *)slab->host + i;
+    slab->words[i].device = base + (CUdeviceptr)i * sizeof(uint32_t);
+    slab->words[i].next_free = i + 1 < CUDA_GATE_SLAB_WORDS ? &slab->words[i + 1] : d->free_words;
+  }
+  d->free_words = &slab->words[0];
+  slab->next = d->gate_slabs;
+  d->gate_slabs = slab;
+  return UM_OK;
+}
+
+static void gate_word_put(cuda_device *d, cuda_gate_word *word) {
+  pthread_mutex_lock(&d->interop_lock);
+  word->next_free = d->free_words;
+  d->free_words = word;
+  pthread_mutex_unlock(&d->interop_lock);
+}
+
+/* Queue the gate kernel on lane; interop_lock held, context current. */
+static int gate_kernel_launch(cuda_device *d, CUstream lane, const cuda_gate_word *word, uint32_t value) {
+  CUdeviceptr address = word->device;
+  void *params[2] = {&address, &value};
+  CUresult result;
+
+  if (cu->cuModuleLoadData == NULL || cu->cuModuleGetFunction == NULL || cu->cuModuleUnload == NULL ||
+      cu->cuLaunchKernel == NULL)
+    return um__set_error(UM_ENOTSUP, "cuda device %d: the driver has neither stream memory operations nor "
+                                     "kernel launches: device work cannot wait for host work",
+                         d->ordinal);
+  if (d->gate_function == NULL) {
+    result = cu->cuModuleLoadData(&d->gate_module, gate_ptx);
+    if (result != CUDA_SUCCESS) {
+      d->gate_module = NULL;
+      return cuda_status(result, "cuModuleLoadData (gate kernel)");
+    }
+    result = cu->cuModuleGetFunction(&d->gate_function, d->gate_module, "unimem_gate_wait");
+    if (result != CUDA_SUCCESS) {
+      cu->cuModuleUnload(d->gate_module);
+      d->gate_module = NULL;
+      d->gate_function = NULL;
+      return cuda_status(result, "cuModuleGetFunction (gate kernel)");
+    }
+  }
+  result = cu->cuLaunchKernel(d->gate_function, 1, 1, 1, 1, 1, 1, 0, lane, params, NULL);
+  return result == CUDA_SUCCESS ? UM_OK : cuda_status(result, "cuLaunchKernel (gate kernel)");
+}
+
+/* Make lane wait until word reaches value; interop_lock held. */
+static int gate_wait(cuda_device *d, CUstream lane, const cuda_gate_word *word, uint32_t value) {
+  if (!d->gate_kernel && cu->cuStreamWaitValue32_v2 != NULL) {
+    CUresult result = cu->cuStreamWaitValue32_v2(lane, word->device, value, CU_STREAM_WAIT_VALUE_GEQ);
+    if (result != CUDA_ERROR_NOT_SUPPORTED)
+      return result == CUDA_SUCCESS ? UM_OK : cuda_status(result, "cuStreamWaitValue32");
+  }
+  if (!d->gate_kernel)
+    um__log(&d->owner->opts, UM_LOG_INFO,
+            "cuda device %d: no stream memory operations: gates spin in a kernel", d->ordinal);
+  d->gate_kernel = 1;
+  return gate_kernel_launch(d, lane, word, value);
+}
+
+/* Take a word and queue the gate's wait and record on a lane; interop_lock
+ * held. On failure after the wait was queued, the word is written so that
+ * the lane does not stay blocked. */
+static int gate_queue(cuda_device *d, cuda_token *gate) {
+  CUstream lane = NULL;
+  cuda_gate_word *word;
+  CUresult result;
+  int status = d->free_words != NULL ? UM_OK : gate_slab_new(d);
+
+  if (status != UM_OK)
+    return status;
+  word = d->free_words;
+  if ((status = lane_take(d, &lane)) != UM_OK)
+    return status;
+  gate->gate_value = __atomic_load_n(word->host, __ATOMIC_ACQUIRE) + 1;
+  if ((status = gate_wait(d, lane, word, gate->gate_value)) != UM_OK)
+    return status;
+  d->free_words = word->next_free;
+  result = cu->cuEventRecord(gate->finished, lane);
+  if (result != CUDA_SUCCESS) {
+    __atomic_store_n(word->host, gate->gate_value, __ATOMIC_RELEASE);
+    word->next_free = d->free_words;
+    d->free_words = word;
+    return cuda_status(result, "cuEventRecord");
+  }
+  gate->gate_dev = d;
+  gate->gate = word;
+  return UM_OK;
+}
+
+static int cuda_gate_new(void *bdev, void **token) {
+  cuda_device *d = bdev;
+  cuda_token *gate = NULL;
+  CUcontext previous = NULL;
+  int status = enter_context(d, &previous);
+
+  if (status != UM_OK)
+    return status;
+  status = token_create(2, &gate); /* the opener's and the caller's */
+  if (status == UM_OK) {
+    pthread_mutex_lock(&d->interop_lock);
+    status = gate_queue(d, gate);
+    pthread_mutex_unlock(&d->interop_lock);
+    if (status != UM_OK)
+      token_discard(gate);
+    else
+      *token = gate;
+  }
+  leave_context(d, previous);
+  return status;
+}
+
+/* A CUDA event carries no failure: a gate opened with one still opens, and
+ * the core's own event of the operation reports it. */
+static void cuda_gate_open(void *bdev, void *token, int status) {
+  cuda_token *gate = token;
+  (void)bdev;
+  (void)status;
+  __atomic_store_n(gate->gate->host, gate->gate_value, __ATOMIC_RELEASE);
+  token_drop(gate); /* the opener's */
+}
+
+/* close: every gate was opened and every lane has finished (the context was
+ * synchronised); the context is current. */
+static void release_interop(cuda_device *d) {
+  for (int i = 0; i < d->lane_count; i++)
+    cu->cuStreamDestroy_v2(d->lanes[i]);
+  free(d->lanes);
+  d->lanes = NULL;
+  d->lane_count = d->lane_cap = 0;
+  if (d->gate_module != NULL)
+    cu->cuModuleUnload(d->gate_module);
+  d->gate_module = NULL;
+  d->gate_function = NULL;
+  while (d->gate_slabs != NULL) {
+    cuda_gate_slab *slab = d->gate_slabs;
+    d->gate_slabs = slab->next;
+    cu->cuMemFreeHost(slab->host);
+    free(slab);
+  }
+  d->free_words = NULL;
+}
+
 const um__backend um__backend_cuda = {
     .name = "cuda",
     .open = cuda_open,
@@ -1019,4 +1531,15 @@ const um__backend um__backend_cuda = {
     .unmap = NULL,
     .peer_possible = cuda_peer_possible,
     .peer_enable = cuda_peer_enable,
+    .device_native = cuda_device_native,
+    .mem_native = cuda_mem_native,
+    .token_native = cuda_token_native,
+    .token_adopt = cuda_token_adopt,
+    .gate_new = cuda_gate_new,
+    .gate_open = cuda_gate_open,
+    .caller_marker = cuda_caller_marker,
+    .token_wait = cuda_token_wait,
+    .adopt = NULL, /* SPEC §8 adopts OpenCL contexts only */
+    /* No CUDA call is allowed in a stream callback. */
+    .callbacks_reenter = 0,
 };

@@ -121,14 +121,19 @@ typedef void(CL_CALLBACK *ocl_event_notify_fn)(cl_event event,
 
 /* Entry points that may be missing. Queue creation needs one of the two
  * (the 2.0 call is preferred, the 1.x one is what 1.2 drivers have); the SVM
- * pair only gates UM_UNIFIED. */
+ * pair only gates UM_UNIFIED; the memory-object pair, imports of the
+ * caller's cl_mem (DLPack). */
 #define OCL_OPTIONAL_ENTRY_POINTS(XX)                                          \
   XX(cl_command_queue, clCreateCommandQueueWithProperties,                     \
      (cl_context, cl_device_id, const cl_queue_properties *, cl_int *))        \
   XX(cl_command_queue, clCreateCommandQueue,                                   \
      (cl_context, cl_device_id, cl_command_queue_properties, cl_int *))        \
   XX(void *, clSVMAlloc, (cl_context, cl_svm_mem_flags, size_t, cl_uint))      \
-  XX(void, clSVMFree, (cl_context, void *))
+  XX(void, clSVMFree, (cl_context, void *))                                    \
+  XX(cl_int, clGetMemObjectInfo,                                               \
+     (cl_mem, cl_mem_info, size_t, void *, size_t *))                          \
+  XX(cl_mem, clCreateSubBuffer,                                                \
+     (cl_mem, cl_mem_flags, cl_buffer_create_type, const void *, cl_int *))
 
 /* The loaded library: filled once by ocl_load(), read-only afterwards. */
 static struct {
@@ -909,6 +914,8 @@ static int check_transfer_block(const um__mem *mem, const char *role) {
 
 static int check_transfer(ocl_device *dev, const um__xfer *x) {
   int status = UM_OK;
+  if (x != NULL && x->kind == UM__XFER_QUEUE_MARK)
+    return UM_OK; /* nothing moves */
   if (x == NULL || x->bytes == 0)
     return um__set_error(UM_EINVAL, "opencl: empty transfer");
   switch (x->kind) {
@@ -972,6 +979,10 @@ static int enqueue_transfer(ocl_device *dev, const um__xfer *x,
                                   &x->value, 1, x->dst_off, x->bytes,
                                   wait_count, wait_list, event);
     break;
+  case UM__XFER_QUEUE_MARK: /* an empty wait list: after everything queued */
+    call = "clEnqueueMarkerWithWaitList";
+    err = ocl.clEnqueueMarkerWithWaitList(dev->queue, 0, NULL, event);
+    break;
   default: /* D2D, and PEER: one context holds both devices' buffers */
     call = "clEnqueueCopyBuffer";
     err = ocl.clEnqueueCopyBuffer(dev->queue, (cl_mem)x->src->handle,
@@ -985,6 +996,8 @@ static int enqueue_transfer(ocl_device *dev, const um__xfer *x,
 
 static const char *transfer_call_name(um__xfer_kind kind) {
   switch (kind) {
+  case UM__XFER_QUEUE_MARK:
+    return "clEnqueueMarkerWithWaitList";
   case UM__XFER_MARKER:
     return "clEnqueueMarkerWithWaitList";
   case UM__XFER_H2D:
@@ -1167,11 +1180,22 @@ static int start_join(ocl_device *dev, const um__xfer *x, void *const *after, in
   return UM_OK;
 }
 
+/* A quiet transfer: queued with no event, no callback, no flush (the queue
+ * mark that follows flushes). */
+static int start_quiet(ocl_device *dev, const um__xfer *x) {
+  int status = check_transfer(dev, x);
+  if (status != UM_OK)
+    return status;
+  return enqueue_transfer(dev, x, CL_FALSE, 0, NULL, NULL);
+}
+
 static int ocl_xfer_async(void *bdev, const um__xfer *x, void *const *after, int nafter,
                           um__done_fn done, void *arg, void **native) {
   ocl_device *dev = bdev;
   if (x != NULL && x->kind == UM__XFER_MARKER && done != NULL && native != NULL)
     return start_join(dev, x, after, nafter, done, arg, native);
+  if (x != NULL && done == NULL && native == NULL && nafter == 0)
+    return start_quiet(dev, x);
   cl_event inline_wait_list[OCL_INLINE_WAIT_LIST];
   cl_event *wait_list = inline_wait_list;
   cl_event event = NULL;
@@ -1310,6 +1334,53 @@ static void ocl_mem_native(void *bdev, const um__mem *mem, um_location loc, um_b
     out->cl_mem = (void *)mem->handle;
 }
 
+/* A cl_mem of the caller's (a DLPack import) as a DEVICE block: a buffer of
+ * this device's context holding [offset, offset + bytes); a sub-buffer over
+ * that range when offset > 0 (priv holds it, for foreign_release). */
+static int ocl_foreign_wrap(void *bdev, um_location loc, uintptr_t handle, uint64_t offset,
+                            size_t bytes, um__mem *out) {
+  ocl_device *dev = bdev;
+  cl_mem mem = (cl_mem)handle, sub;
+  cl_mem_object_type type = 0;
+  cl_context context = NULL;
+  size_t size = 0;
+  cl_buffer_region region;
+  cl_int err;
+  if (loc != UM_DEVICE || ocl.clGetMemObjectInfo == NULL || ocl.clCreateSubBuffer == NULL)
+    return um__set_error(UM_ENOTSUP, "opencl: %s cannot wrap a cl_mem of the caller's", dev->name);
+  if ((err = ocl.clGetMemObjectInfo(mem, CL_MEM_TYPE, sizeof(type), &type, NULL)) != CL_SUCCESS ||
+      (err = ocl.clGetMemObjectInfo(mem, CL_MEM_CONTEXT, sizeof(context), &context, NULL)) != CL_SUCCESS ||
+      (err = ocl.clGetMemObjectInfo(mem, CL_MEM_SIZE, sizeof(size), &size, NULL)) != CL_SUCCESS)
+    return translate_cl_error(err, "clGetMemObjectInfo");
+  if (type != CL_MEM_OBJECT_BUFFER || context != dev->context)
+    return um__set_error(UM_EINVAL, "opencl: the cl_mem is %s of %s's context", type != CL_MEM_OBJECT_BUFFER ?
+                         "not a buffer" : "not", dev->name);
+  if (offset > size || bytes > size - offset)
+    return um__set_error(UM_ERANGE, "opencl: %llu bytes at offset %llu are past the end of the %zu-byte cl_mem",
+                         (unsigned long long)bytes, (unsigned long long)offset, size);
+  memset(out, 0, sizeof(*out));
+  out->handle = handle;
+  if (offset == 0)
+    return UM_OK;
+  region.origin = (size_t)offset;
+  region.size = bytes;
+  sub = ocl.clCreateSubBuffer(mem, 0, CL_BUFFER_CREATE_TYPE_REGION, &region, &err);
+  if (sub == NULL || err != CL_SUCCESS)
+    return err == CL_MISALIGNED_SUB_BUFFER_OFFSET
+               ? um__set_error(UM_ENOTSUP, "opencl: %s cannot start a sub-buffer at offset %llu (alignment)",
+                               dev->name, (unsigned long long)offset)
+               : translate_cl_error(err != CL_SUCCESS ? err : CL_OUT_OF_RESOURCES, "clCreateSubBuffer");
+  out->handle = (uintptr_t)sub;
+  out->priv = sub;
+  return UM_OK;
+}
+
+static void ocl_foreign_release(void *bdev, um__mem *mem) {
+  (void)bdev;
+  if (mem->priv != NULL)
+    ocl.clReleaseMemObject((cl_mem)mem->priv);
+}
+
 static void *ocl_token_native(void *bdev, void *token) {
   (void)bdev;
   return token; /* tokens are cl_events */
@@ -1443,6 +1514,8 @@ const um__backend um__backend_opencl = {
     .device_native = ocl_device_native,
     .mem_native = ocl_mem_native,
     .token_native = ocl_token_native,
+    .foreign_wrap = ocl_foreign_wrap,
+    .foreign_release = ocl_foreign_release,
     .token_adopt = ocl_token_adopt,
     .gate_new = ocl_gate_new,
     .gate_open = ocl_gate_open,
@@ -1452,4 +1525,7 @@ const um__backend um__backend_opencl = {
     /* Event callbacks may make non-blocking OpenCL calls (OpenCL 1.2,
      * 5.9 "clSetEventCallback"); native_release and mem_free are such. */
     .callbacks_reenter = 1,
+    /* One in-order queue per device carries every transfer (the caller's
+     * commands go on the caller queue). */
+    .single_queue = 1,
 };

@@ -10,16 +10,36 @@
  * mistakes show: calls without a current context, a stream used under
  * another context, device ranges outside any allocation, double frees, and
  * any driver call made from inside a stream callback (counted, answered
- * CUDA_ERROR_NOT_PERMITTED) all fail.
+ * CUDA_ERROR_NOT_PERMITTED) all fail. Events: recording one on a stream of
+ * another context fails, an unknown or destroyed event answers
+ * CUDA_ERROR_INVALID_HANDLE, and a wait on an event that was never recorded
+ * (which the real driver silently treats as done) is counted. Memory: two
+ * operations of different streams that run at the same time over the same
+ * bytes, one of them writing, and memory freed while an operation uses it,
+ * are counted as races (fake_cuda_count("races")): an ordering bug shows
+ * even where the bytes happen to come out right.
+ *
+ * Kernels: a PTX image is read for its .entry names and parameter lists,
+ * each of which must be a kernel of fake_kernels.c's registry (C functions
+ * with the same parameters), so the same PTX runs here and on a GPU.
+ *
+ * Streams run their work inside the issuing call, until an operation would
+ * have to wait (an event not complete yet, a cuStreamWaitValue32 on a word
+ * the host has not written, the gate kernel): from then on the stream has a
+ * thread of its own, as a GPU would, and runs its queue in order.
  *
  * Environment, read at cuInit unless noted:
  *   FAKE_CUDA_NO_DEVICE=1       cuInit answers CUDA_ERROR_NO_DEVICE
  *   FAKE_CUDA_DEVICE_COUNT=n    devices (1..4, default 1), peers of each other
  *   FAKE_CUDA_TOTAL_MEM=bytes   memory per device (default 256 MiB)
  *   FAKE_CUDA_NO_MANAGED=1      no managed memory
+ *   FAKE_CUDA_NO_MEMOPS=1       cuStreamWaitValue32 answers
+ *                               CUDA_ERROR_NOT_SUPPORTED, as where stream
+ *                               memory operations are off
  *   FAKE_CUDA_STREAM_THREADS=1  each stream runs its work on its own thread,
  *                               as a GPU would, instead of inside the call
- *   FAKE_CUDA_OP_DELAY_US=n     each copy or fill takes n more microseconds
+ *   FAKE_CUDA_OP_DELAY_US=n     each copy, fill or kernel takes n more
+ *                               microseconds
  *   FAKE_CUDA_FAIL=symbol       (read per call) that entry point answers
  *                               FAKE_CUDA_FAIL_CODE (default 999, UNKNOWN)
  *   FAKE_CUDA_DEVICE_FAULT=symbol (read per call) copies issued through that
@@ -41,6 +61,8 @@
 
 #include <cuda.h>
 
+#include "fake_kernels.h"
+
 #define FAKE_MAX_DEVICES 4
 
 /* ------------------------------------------------------------------------ */
@@ -53,9 +75,23 @@ struct CUctx_st {
 };
 
 struct CUevent_st {
-  uint64_t recorded;  /* generation of the last cuEventRecord */
-  uint64_t completed; /* generation the stream has reached */
-  int refs;           /* the handle, and each queued op naming it */
+  struct CUctx_st *ctx; /* the context current at cuEventCreate */
+  uint64_t recorded;    /* generation of the last cuEventRecord */
+  uint64_t completed;   /* generation the stream has reached */
+  int refs;             /* the handle, and each queued op naming it */
+  struct CUevent_st *next_live; /* live handles (not destroyed) */
+};
+
+struct CUfunc_st {
+  struct CUmod_st *module;
+  const fake_kernel *kernel;
+};
+
+struct CUmod_st {
+  struct CUctx_st *ctx;
+  int nfuncs;
+  struct CUfunc_st funcs[FAKE_MODULE_MAX_ENTRIES];
+  struct CUmod_st *next;
 };
 
 typedef enum {
@@ -63,6 +99,8 @@ typedef enum {
   OP_SET,
   OP_RECORD,
   OP_WAIT,
+  OP_WAIT_VALUE,
+  OP_KERNEL,
   OP_CALLBACK,
   OP_FREE
 } fake_op_kind;
@@ -78,15 +116,29 @@ typedef struct fake_op {
   uint64_t generation;
   CUstreamCallback callback;
   void *user;
-  CUdeviceptr address; /* OP_FREE */
+  CUdeviceptr address;  /* OP_FREE */
+  const uint32_t *word; /* OP_WAIT_VALUE: wait for word, as wait_flags say */
+  uint32_t wait_value;
+  unsigned wait_flags;
+  fake_launch launch; /* OP_KERNEL */
   struct fake_op *next;
 } fake_op;
+
+/* Memory an operation is using right now, for the race check. */
+typedef struct fake_active {
+  fake_range range;
+  const struct CUstream_st *stream;
+  const char *what;
+  struct fake_active *next;
+} fake_active;
 
 struct CUstream_st {
   struct CUctx_st *ctx;
   fake_op *head, *tail; /* queued work, head running (threaded mode) */
   CUresult error;       /* sticky, as after a device fault */
   int threaded;
+  int inline_running; /* operations running inside issuing calls: queued
+                         ones start after them, as submitted later */
   int stopping;
   pthread_t worker;
   struct CUstream_st *next;
@@ -119,14 +171,19 @@ static int stream_threads;
 static struct CUctx_st contexts[FAKE_MAX_DEVICES];
 static struct CUmemPoolHandle_st pools[FAKE_MAX_DEVICES];
 static size_t device_used[FAKE_MAX_DEVICES];
+static int memops = 1;
 static fake_alloc *allocations;
 static struct CUstream_st *streams;
+static struct CUevent_st *live_event_list;
+static struct CUmod_st *modules;
+static fake_active *active;
 
 static _Thread_local struct CUctx_st *current_context;
 static _Thread_local int in_callback;
 
 static atomic_long live_streams, live_events, stream_ordered_allocs,
-    calls_in_callbacks, callbacks_run;
+    calls_in_callbacks, callbacks_run, live_modules, kernels_run, races,
+    unrecorded_waits, host_waits, wait_values, host_allocs, kernels_waiting;
 
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                   */
@@ -226,17 +283,61 @@ static void *track(size_t bytes, fake_mem_kind kind, void *existing) {
   return memory;
 }
 
+static int overlap(const fake_range *a, const fake_range *b) {
+  return a->bytes > 0 && b->bytes > 0 && a->base < b->base + b->bytes && b->base < a->base + a->bytes;
+}
+
+/* Called locked: count a race with the operations running now. */
+static void race_locked(const char *what, const char *other) {
+  atomic_fetch_add(&races, 1);
+  fprintf(stderr, "fake_cuda: race: %s while %s runs on another stream over the same bytes\n", what,
+          other);
+}
+
+/* An operation of stream starts using ranges (nodes: its storage, one per
+ * range): a race with every running operation of another stream that uses
+ * the same bytes, either of them writing. */
+static void activate(const struct CUstream_st *stream, const fake_range *ranges, int n, const char *what,
+                     fake_active *nodes) {
+  pthread_mutex_lock(&fake_lock);
+  for (int i = 0; i < n; i++) {
+    for (const fake_active *a = active; a != NULL; a = a->next)
+      if (a->stream != stream && (a->range.write || ranges[i].write) && overlap(&a->range, &ranges[i]))
+        race_locked(what, a->what);
+    nodes[i] = (fake_active){ranges[i], stream, what, active};
+    active = &nodes[i];
+  }
+  pthread_mutex_unlock(&fake_lock);
+}
+
+static void deactivate(fake_active *nodes, int n) {
+  pthread_mutex_lock(&fake_lock);
+  for (int i = 0; i < n; i++)
+    for (fake_active **link = &active; *link != NULL; link = &(*link)->next)
+      if (*link == &nodes[i]) {
+        *link = nodes[i].next;
+        break;
+      }
+  pthread_mutex_unlock(&fake_lock);
+}
+
 /* Forget the allocation starting at base whose kind is in kinds (bit
- * mask); free its memory unless registered. 0 when there is none. */
+ * mask); free its memory unless registered. 0 when there is none. Memory
+ * that an operation is still using is a race (a use after free). */
 static int untrack(uintptr_t base, unsigned kinds) {
   fake_alloc **link, *a = NULL;
   pthread_mutex_lock(&fake_lock);
   for (link = &allocations; *link != NULL; link = &(*link)->next)
     if ((*link)->base == base && (kinds & (1u << (*link)->kind))) {
+      fake_range whole;
       a = *link;
       *link = a->next;
       if (a->kind == MEM_DEVICE || a->kind == MEM_MANAGED)
         device_used[a->ordinal] -= a->bytes;
+      whole = (fake_range){a->base, a->bytes, 1};
+      for (const fake_active *r = active; r != NULL; r = r->next)
+        if (overlap(&r->range, &whole))
+          race_locked("a free", r->what);
       break;
     }
   pthread_mutex_unlock(&fake_lock);
@@ -266,9 +367,113 @@ static void event_drop_locked(struct CUevent_st *event) {
   }
 }
 
+/* Called locked: event is a handle cuEventCreate gave and cuEventDestroy
+ * has not taken back. Only the pointer is compared: a stale or garbage
+ * handle is never read. */
+static int event_live_locked(const struct CUevent_st *event) {
+  for (const struct CUevent_st *e = live_event_list; e != NULL; e = e->next_live)
+    if (e == event)
+      return 1;
+  return 0;
+}
+
+/* Called locked: whether cuStreamWaitValue32's condition holds. */
+static int wait_value_met(const fake_op *op) {
+  uint32_t now = __atomic_load_n(op->word, __ATOMIC_ACQUIRE);
+  switch (op->wait_flags) {
+  case CU_STREAM_WAIT_VALUE_EQ:
+    return now == op->wait_value;
+  case CU_STREAM_WAIT_VALUE_AND:
+    return (now & op->wait_value) != 0;
+  default: /* CU_STREAM_WAIT_VALUE_GEQ, cyclic */
+    return (int32_t)(now - op->wait_value) >= 0;
+  }
+}
+
+/* Called locked: the operation would have to wait to run now. */
+static int would_block(const fake_op *op) {
+  switch (op->kind) {
+  case OP_WAIT:
+    return op->event->completed < op->generation;
+  case OP_WAIT_VALUE:
+    return !wait_value_met(op);
+  case OP_KERNEL:
+    return op->launch.kernel->ready != NULL && !op->launch.kernel->ready(&op->launch);
+  default:
+    return 0;
+  }
+}
+
+static void pause_us(long us) {
+  struct timespec pause = {us / 1000000, (us % 1000000) * 1000};
+  nanosleep(&pause, NULL);
+}
+
+static void op_delay(void) {
+  long delay_us = env_long("FAKE_CUDA_OP_DELAY_US", 0);
+  if (delay_us > 0)
+    pause_us(delay_us);
+}
+
+static void fault_locked(struct CUstream_st *stream, CUresult error) {
+  if (stream->error == CUDA_SUCCESS)
+    stream->error = error;
+}
+
+/* A copy or a fill: its bytes are in use for the whole (delayed) run. */
+static void run_transfer(struct CUstream_st *stream, fake_op *op, CUresult error) {
+  fake_range ranges[2] = {{(uintptr_t)op->dst, op->bytes, 1}, {(uintptr_t)op->src, op->bytes, 0}};
+  fake_active nodes[2];
+  int n = op->kind == OP_COPY ? 2 : 1;
+  activate(stream, ranges, n, op->kind == OP_COPY ? "a copy" : "a fill", nodes);
+  op_delay();
+  if (error != CUDA_SUCCESS) {
+    /* a failed stream runs nothing more */
+  } else if (op->device_fault) {
+    pthread_mutex_lock(&fake_lock);
+    fault_locked(stream, CUDA_ERROR_LAUNCH_FAILED);
+    pthread_mutex_unlock(&fake_lock);
+  } else if (op->kind == OP_COPY) {
+    memmove(op->dst, op->src, op->bytes);
+  } else {
+    memset(op->dst, op->value, op->bytes);
+  }
+  deactivate(nodes, n);
+}
+
+/* A kernel: checks that its memory is the device's (else the stream
+ * faults, as on a GPU), and uses that memory from the start, through the
+ * wait of a kernel that is not ready yet (the gate kernel, spin_fill), to
+ * the end of its run. */
+static void run_kernel(struct CUstream_st *stream, fake_op *op, CUresult error) {
+  const fake_kernel *k = op->launch.kernel;
+  fake_range ranges[FAKE_KERNEL_MAX_RANGES];
+  fake_active nodes[FAKE_KERNEL_MAX_RANGES];
+  int n = k->ranges(&op->launch, ranges);
+  for (int i = 0; i < n && error == CUDA_SUCCESS; i++)
+    if (ranges[i].bytes > 0 && !device_range(ranges[i].base, ranges[i].bytes)) {
+      fprintf(stderr, "fake_cuda: kernel %s: parameter memory outside the device's\n", k->name);
+      error = CUDA_ERROR_ILLEGAL_ADDRESS;
+      pthread_mutex_lock(&fake_lock);
+      fault_locked(stream, error);
+      pthread_mutex_unlock(&fake_lock);
+    }
+  activate(stream, ranges, n, k->name, nodes);
+  if (error == CUDA_SUCCESS && k->ready != NULL && !k->ready(&op->launch)) {
+    atomic_fetch_add(&kernels_waiting, 1);
+    while (!k->ready(&op->launch))
+      pause_us(50);
+    atomic_fetch_sub(&kernels_waiting, 1);
+  }
+  op_delay();
+  if (error == CUDA_SUCCESS)
+    k->run(&op->launch);
+  deactivate(nodes, n);
+  atomic_fetch_add(&kernels_run, 1);
+}
+
 static void run_op(struct CUstream_st *stream, fake_op *op) {
   CUresult error;
-  long delay_us;
 
   pthread_mutex_lock(&fake_lock);
   error = stream->error;
@@ -276,22 +481,10 @@ static void run_op(struct CUstream_st *stream, fake_op *op) {
   switch (op->kind) {
   case OP_COPY:
   case OP_SET:
-    delay_us = env_long("FAKE_CUDA_OP_DELAY_US", 0);
-    if (delay_us > 0) {
-      struct timespec pause = {delay_us / 1000000, (delay_us % 1000000) * 1000};
-      nanosleep(&pause, NULL);
-    }
-    if (error != CUDA_SUCCESS)
-      break;
-    if (op->device_fault) {
-      pthread_mutex_lock(&fake_lock);
-      stream->error = CUDA_ERROR_LAUNCH_FAILED;
-      pthread_mutex_unlock(&fake_lock);
-    } else if (op->kind == OP_COPY) {
-      memmove(op->dst, op->src, op->bytes);
-    } else {
-      memset(op->dst, op->value, op->bytes);
-    }
+    run_transfer(stream, op, error);
+    break;
+  case OP_KERNEL:
+    run_kernel(stream, op, error);
     break;
   case OP_RECORD:
     pthread_mutex_lock(&fake_lock);
@@ -307,6 +500,11 @@ static void run_op(struct CUstream_st *stream, fake_op *op) {
       pthread_cond_wait(&fake_changed, &fake_lock);
     event_drop_locked(op->event);
     pthread_mutex_unlock(&fake_lock);
+    break;
+  case OP_WAIT_VALUE:
+    /* The host writes the word without a driver call: poll it. */
+    while (!wait_value_met(op))
+      pause_us(50);
     break;
   case OP_CALLBACK:
     in_callback = 1;
@@ -325,7 +523,7 @@ static void *stream_worker(void *arg) {
   pthread_mutex_lock(&fake_lock);
   for (;;) {
     fake_op *op;
-    while (stream->head == NULL && !stream->stopping)
+    while ((stream->head == NULL && !stream->stopping) || stream->inline_running > 0)
       pthread_cond_wait(&fake_changed, &fake_lock);
     if (stream->head == NULL)
       break;
@@ -343,19 +541,35 @@ static void *stream_worker(void *arg) {
   return NULL;
 }
 
-/* Queue op on stream: run now, or hand it to the stream's thread. */
+/* Queue op on stream: run now, inside the call, unless the stream has a
+ * thread already or op would have to wait; then the stream gets a thread of
+ * its own (for good) and op goes to the end of its queue. */
 static CUresult enqueue(struct CUstream_st *stream, const fake_op *model) {
   fake_op *op = malloc(sizeof(*op));
   if (op == NULL)
     return CUDA_ERROR_OUT_OF_MEMORY;
   *op = *model;
   op->next = NULL;
-  if (!stream->threaded) {
+  pthread_mutex_lock(&fake_lock);
+  if (!stream->threaded && !would_block(op)) {
+    stream->inline_running++;
+    pthread_mutex_unlock(&fake_lock);
     run_op(stream, op);
     free(op);
+    pthread_mutex_lock(&fake_lock);
+    stream->inline_running--;
+    pthread_cond_broadcast(&fake_changed);
+    pthread_mutex_unlock(&fake_lock);
     return CUDA_SUCCESS;
   }
-  pthread_mutex_lock(&fake_lock);
+  if (!stream->threaded) {
+    if (pthread_create(&stream->worker, NULL, stream_worker, stream) != 0) {
+      pthread_mutex_unlock(&fake_lock);
+      free(op);
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    stream->threaded = 1;
+  }
   if (stream->tail != NULL)
     stream->tail->next = op;
   else
@@ -404,6 +618,7 @@ CUresult CUDAAPI cuInit(unsigned int Flags) {
                                                           : (int)count;
   total_memory = (size_t)env_long("FAKE_CUDA_TOTAL_MEM", (long)total_memory);
   managed_memory = !env_long("FAKE_CUDA_NO_MANAGED", 0);
+  memops = !env_long("FAKE_CUDA_NO_MEMOPS", 0);
   stream_threads = (int)env_long("FAKE_CUDA_STREAM_THREADS", 0) != 0;
   for (int i = 0; i < FAKE_MAX_DEVICES; i++) {
     contexts[i].ordinal = i;
@@ -448,6 +663,12 @@ static const struct {
     {CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED,
      "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED",
      "pointer does not correspond to a registered memory region"},
+    {CUDA_ERROR_NOT_READY, "CUDA_ERROR_NOT_READY", "device not ready"},
+    {CUDA_ERROR_INVALID_IMAGE, "CUDA_ERROR_INVALID_IMAGE", "device kernel image is invalid"},
+    {CUDA_ERROR_INVALID_PTX, "CUDA_ERROR_INVALID_PTX", "a PTX JIT compilation failed"},
+    {CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
+    {CUDA_ERROR_ILLEGAL_ADDRESS, "CUDA_ERROR_ILLEGAL_ADDRESS",
+     "an illegal memory access was encountered"},
     {CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error"},
 };
 
@@ -605,11 +826,12 @@ CUresult CUDAAPI cuCtxSynchronize(void) {
   int busy;
   ENTER("cuCtxSynchronize");
   NEED_CONTEXT();
+  atomic_fetch_add(&host_waits, 1);
   pthread_mutex_lock(&fake_lock);
   do {
     busy = 0;
     for (s = streams; s != NULL; s = s->next)
-      if (s->ctx == current_context && s->head != NULL)
+      if (s->ctx == current_context && (s->head != NULL || s->inline_running > 0))
         busy = 1;
     if (busy)
       pthread_cond_wait(&fake_changed, &fake_lock);
@@ -691,6 +913,7 @@ CUresult CUDAAPI cuMemHostAlloc(void **pp, size_t bytesize,
   memory = track(bytesize, MEM_HOST, NULL);
   if (memory == NULL)
     return CUDA_ERROR_OUT_OF_MEMORY;
+  atomic_fetch_add(&host_allocs, 1);
   *pp = memory;
   return CUDA_SUCCESS;
 }
@@ -834,6 +1057,7 @@ CUresult CUDAAPI cuStreamCreate(CUstream *phStream, unsigned int Flags) {
 CUresult CUDAAPI cuStreamDestroy_v2(CUstream hStream) {
   struct CUstream_st **link;
   CUresult result;
+  int threaded;
   ENTER("cuStreamDestroy_v2");
   result = stream_usable(hStream);
   if (result != CUDA_SUCCESS)
@@ -843,11 +1067,12 @@ CUresult CUDAAPI cuStreamDestroy_v2(CUstream hStream) {
     ;
   *link = hStream->next;
   hStream->stopping = 1;
+  threaded = hStream->threaded;
   pthread_cond_broadcast(&fake_changed);
   pthread_mutex_unlock(&fake_lock);
   /* The real driver lets queued work finish after destroy returns; the
    * worker drains the queue before it stops. */
-  if (hStream->threaded)
+  if (threaded)
     pthread_join(hStream->worker, NULL);
   free(hStream);
   atomic_fetch_sub(&live_streams, 1);
@@ -860,8 +1085,9 @@ CUresult CUDAAPI cuStreamSynchronize(CUstream hStream) {
   result = stream_usable(hStream);
   if (result != CUDA_SUCCESS)
     return result;
+  atomic_fetch_add(&host_waits, 1);
   pthread_mutex_lock(&fake_lock);
-  while (hStream->head != NULL)
+  while (hStream->head != NULL || hStream->inline_running > 0)
     pthread_cond_wait(&fake_changed, &fake_lock);
   result = hStream->error;
   pthread_mutex_unlock(&fake_lock);
@@ -872,23 +1098,66 @@ CUresult CUDAAPI cuEventCreate(CUevent *phEvent, unsigned int Flags) {
   struct CUevent_st *event;
   ENTER("cuEventCreate");
   NEED_CONTEXT();
-  if (phEvent == NULL)
+  if (phEvent == NULL ||
+      (Flags & ~(unsigned)(CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING)) != 0)
     return CUDA_ERROR_INVALID_VALUE;
-  (void)Flags;
   event = calloc(1, sizeof(*event));
   if (event == NULL)
     return CUDA_ERROR_OUT_OF_MEMORY;
   event->refs = 1;
+  event->ctx = current_context;
+  pthread_mutex_lock(&fake_lock);
+  event->next_live = live_event_list;
+  live_event_list = event;
+  pthread_mutex_unlock(&fake_lock);
   atomic_fetch_add(&live_events, 1);
   *phEvent = event;
   return CUDA_SUCCESS;
 }
 
+/* The handle is gone at once; the event itself lives on while queued
+ * operations name it, as in the real driver. */
 CUresult CUDAAPI cuEventDestroy_v2(CUevent hEvent) {
+  struct CUevent_st **link;
   ENTER("cuEventDestroy_v2");
-  if (hEvent == NULL)
-    return CUDA_ERROR_INVALID_HANDLE;
   pthread_mutex_lock(&fake_lock);
+  for (link = &live_event_list; *link != NULL && *link != hEvent; link = &(*link)->next_live)
+    ;
+  if (*link == NULL) {
+    pthread_mutex_unlock(&fake_lock);
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
+  *link = hEvent->next_live;
+  event_drop_locked(hEvent);
+  pthread_mutex_unlock(&fake_lock);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuEventQuery(CUevent hEvent) {
+  CUresult result = CUDA_SUCCESS;
+  ENTER("cuEventQuery");
+  pthread_mutex_lock(&fake_lock);
+  if (!event_live_locked(hEvent))
+    result = CUDA_ERROR_INVALID_HANDLE;
+  else if (hEvent->completed < hEvent->recorded)
+    result = CUDA_ERROR_NOT_READY;
+  pthread_mutex_unlock(&fake_lock);
+  return result;
+}
+
+CUresult CUDAAPI cuEventSynchronize(CUevent hEvent) {
+  uint64_t target;
+  ENTER("cuEventSynchronize");
+  pthread_mutex_lock(&fake_lock);
+  if (!event_live_locked(hEvent)) {
+    pthread_mutex_unlock(&fake_lock);
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
+  atomic_fetch_add(&host_waits, 1);
+  target = hEvent->recorded;
+  hEvent->refs++; /* a destroy meanwhile must not free it under us */
+  while (hEvent->completed < target)
+    pthread_cond_wait(&fake_changed, &fake_lock);
   event_drop_locked(hEvent);
   pthread_mutex_unlock(&fake_lock);
   return CUDA_SUCCESS;
@@ -901,11 +1170,13 @@ CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream) {
   result = stream_usable(hStream);
   if (result != CUDA_SUCCESS)
     return result;
-  if (hEvent == NULL)
-    return CUDA_ERROR_INVALID_HANDLE;
   op.kind = OP_RECORD;
   op.event = hEvent;
   pthread_mutex_lock(&fake_lock);
+  if (!event_live_locked(hEvent) || hEvent->ctx != hStream->ctx) {
+    pthread_mutex_unlock(&fake_lock);
+    return CUDA_ERROR_INVALID_HANDLE; /* as the driver: same context only */
+  }
   op.generation = ++hEvent->recorded;
   hEvent->refs++;
   pthread_mutex_unlock(&fake_lock);
@@ -920,13 +1191,21 @@ CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent,
   result = stream_usable(hStream);
   if (result != CUDA_SUCCESS)
     return result;
-  if (hEvent == NULL)
-    return CUDA_ERROR_INVALID_HANDLE;
   if (Flags != 0)
     return CUDA_ERROR_INVALID_VALUE;
   op.kind = OP_WAIT;
   op.event = hEvent;
   pthread_mutex_lock(&fake_lock);
+  /* An event of another context or device may be waited for. */
+  if (!event_live_locked(hEvent)) {
+    pthread_mutex_unlock(&fake_lock);
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
+  if (hEvent->recorded == 0) {
+    /* The driver takes it as an empty set of work: never what was meant. */
+    atomic_fetch_add(&unrecorded_waits, 1);
+    fprintf(stderr, "fake_cuda: cuStreamWaitEvent on an event that was never recorded\n");
+  }
   op.generation = hEvent->recorded;
   hEvent->refs++;
   pthread_mutex_unlock(&fake_lock);
@@ -947,6 +1226,184 @@ CUresult CUDAAPI cuStreamAddCallback(CUstream hStream,
   op.kind = OP_CALLBACK;
   op.callback = callback;
   op.user = userData;
+  return enqueue(hStream, &op);
+}
+
+CUresult CUDAAPI cuStreamQuery(CUstream hStream) {
+  CUresult result;
+  ENTER("cuStreamQuery");
+  result = stream_usable(hStream);
+  if (result != CUDA_SUCCESS)
+    return result;
+  pthread_mutex_lock(&fake_lock);
+  if (hStream->error != CUDA_SUCCESS)
+    result = hStream->error;
+  else if (hStream->head != NULL || hStream->inline_running > 0)
+    result = CUDA_ERROR_NOT_READY;
+  pthread_mutex_unlock(&fake_lock);
+  return result;
+}
+
+/* Page-locked host memory is mapped for the device at the same address
+ * (unified addressing), as on every 64-bit Linux GPU. */
+CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags) {
+  const fake_alloc *a;
+  uintptr_t at = (uintptr_t)p;
+  int found = 0;
+  ENTER("cuMemHostGetDevicePointer_v2");
+  NEED_CONTEXT();
+  if (pdptr == NULL || Flags != 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&fake_lock);
+  for (a = allocations; a != NULL; a = a->next)
+    if ((a->kind == MEM_HOST || a->kind == MEM_REGISTERED) && at >= a->base && at - a->base < a->bytes)
+      found = 1;
+  pthread_mutex_unlock(&fake_lock);
+  if (!found)
+    return CUDA_ERROR_INVALID_VALUE;
+  *pdptr = (CUdeviceptr)at;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuStreamWaitValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value,
+                                        unsigned int flags) {
+  fake_op op = {0};
+  const fake_alloc *a;
+  int host = 0;
+  CUresult result;
+  ENTER("cuStreamWaitValue32_v2");
+  result = stream_usable(stream);
+  if (result != CUDA_SUCCESS)
+    return result;
+  if (!memops || flags == CU_STREAM_WAIT_VALUE_NOR)
+    return CUDA_ERROR_NOT_SUPPORTED;
+  if ((flags & ~(unsigned)CU_STREAM_WAIT_VALUE_FLUSH) > CU_STREAM_WAIT_VALUE_AND || addr % 4 != 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  /* Host memory the device can reach (not managed memory, which the driver
+   * refuses), or device memory. */
+  pthread_mutex_lock(&fake_lock);
+  for (a = allocations; a != NULL; a = a->next)
+    if (a->kind != MEM_MANAGED && addr >= a->base && addr - a->base + 4 <= a->bytes)
+      host = 1;
+  pthread_mutex_unlock(&fake_lock);
+  if (!host)
+    return CUDA_ERROR_INVALID_VALUE;
+  op.kind = OP_WAIT_VALUE;
+  op.word = (const uint32_t *)(uintptr_t)addr;
+  op.wait_value = value;
+  op.wait_flags = flags & ~(unsigned)CU_STREAM_WAIT_VALUE_FLUSH;
+  atomic_fetch_add(&wait_values, 1);
+  return enqueue(stream, &op);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Modules and kernels                                                       */
+
+CUresult CUDAAPI cuModuleLoadData(CUmodule *module, const void *image) {
+  const fake_kernel *entries[FAKE_MODULE_MAX_ENTRIES];
+  struct CUmod_st *mod;
+  char why[160];
+  int n;
+  ENTER("cuModuleLoadData");
+  NEED_CONTEXT();
+  if (module == NULL || image == NULL)
+    return CUDA_ERROR_INVALID_VALUE;
+  n = fake_ptx_entries(image, entries, FAKE_MODULE_MAX_ENTRIES, why, sizeof(why));
+  if (n == 0) {
+    fprintf(stderr, "fake_cuda: cuModuleLoadData: %s\n", why);
+    return CUDA_ERROR_INVALID_PTX;
+  }
+  if ((mod = calloc(1, sizeof(*mod))) == NULL)
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  mod->ctx = current_context;
+  mod->nfuncs = n;
+  for (int i = 0; i < n; i++)
+    mod->funcs[i] = (struct CUfunc_st){mod, entries[i]};
+  pthread_mutex_lock(&fake_lock);
+  mod->next = modules;
+  modules = mod;
+  pthread_mutex_unlock(&fake_lock);
+  atomic_fetch_add(&live_modules, 1);
+  *module = mod;
+  return CUDA_SUCCESS;
+}
+
+/* Called locked: mod is a loaded module. */
+static int module_live_locked(const struct CUmod_st *mod) {
+  for (const struct CUmod_st *m = modules; m != NULL; m = m->next)
+    if (m == mod)
+      return 1;
+  return 0;
+}
+
+CUresult CUDAAPI cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name) {
+  CUresult result = CUDA_ERROR_NOT_FOUND;
+  ENTER("cuModuleGetFunction");
+  if (hfunc == NULL || name == NULL)
+    return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&fake_lock);
+  if (!module_live_locked(hmod))
+    result = CUDA_ERROR_INVALID_HANDLE;
+  else
+    for (int i = 0; i < hmod->nfuncs; i++)
+      if (strcmp(hmod->funcs[i].kernel->name, name) == 0) {
+        *hfunc = &hmod->funcs[i];
+        result = CUDA_SUCCESS;
+      }
+  pthread_mutex_unlock(&fake_lock);
+  return result;
+}
+
+CUresult CUDAAPI cuModuleUnload(CUmodule hmod) {
+  struct CUmod_st **link;
+  ENTER("cuModuleUnload");
+  pthread_mutex_lock(&fake_lock);
+  for (link = &modules; *link != NULL && *link != hmod; link = &(*link)->next)
+    ;
+  if (*link == NULL) {
+    pthread_mutex_unlock(&fake_lock);
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
+  *link = hmod->next;
+  pthread_mutex_unlock(&fake_lock);
+  free(hmod);
+  atomic_fetch_sub(&live_modules, 1);
+  return CUDA_SUCCESS;
+}
+
+/* Called locked: f is a function of a loaded module of the current
+ * context. */
+static CUresult function_usable_locked(const struct CUfunc_st *f) {
+  for (const struct CUmod_st *m = modules; m != NULL; m = m->next)
+    for (int i = 0; i < m->nfuncs; i++)
+      if (&m->funcs[i] == f)
+        return m->ctx == current_context ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+  return CUDA_ERROR_INVALID_HANDLE;
+}
+
+CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
+                                unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
+                                void **kernelParams, void **extra) {
+  fake_op op = {0};
+  CUresult result;
+  ENTER("cuLaunchKernel");
+  result = stream_usable(hStream);
+  if (result != CUDA_SUCCESS)
+    return result;
+  if (gridDimX == 0 || gridDimY == 0 || gridDimZ == 0 || blockDimX == 0 || blockDimY == 0 ||
+      blockDimZ == 0 || blockDimX * blockDimY * blockDimZ > 1024 || sharedMemBytes > 48 * 1024 ||
+      kernelParams == NULL || extra != NULL)
+    return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&fake_lock);
+  result = function_usable_locked(f);
+  pthread_mutex_unlock(&fake_lock);
+  if (result != CUDA_SUCCESS)
+    return result;
+  op.kind = OP_KERNEL;
+  op.launch.kernel = f->kernel;
+  op.launch.threads = (size_t)gridDimX * blockDimX;
+  fake_launch_args(&op.launch, kernelParams);
   return enqueue(hStream, &op);
 }
 
@@ -1088,6 +1545,22 @@ long fake_cuda_count(const char *what) {
     return atomic_load(&calls_in_callbacks);
   if (strcmp(what, "callbacks_run") == 0)
     return atomic_load(&callbacks_run);
+  if (strcmp(what, "modules") == 0)
+    return atomic_load(&live_modules);
+  if (strcmp(what, "kernels_run") == 0)
+    return atomic_load(&kernels_run);
+  if (strcmp(what, "kernels_waiting") == 0)
+    return atomic_load(&kernels_waiting);
+  if (strcmp(what, "races") == 0)
+    return atomic_load(&races);
+  if (strcmp(what, "unrecorded_waits") == 0)
+    return atomic_load(&unrecorded_waits);
+  if (strcmp(what, "host_waits") == 0)
+    return atomic_load(&host_waits);
+  if (strcmp(what, "wait_values") == 0)
+    return atomic_load(&wait_values);
+  if (strcmp(what, "host_allocs") == 0)
+    return atomic_load(&host_allocs);
   pthread_mutex_lock(&fake_lock);
   if (strcmp(what, "context_retains") == 0) {
     for (int i = 0; i < FAKE_MAX_DEVICES; i++)

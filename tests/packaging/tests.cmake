@@ -15,6 +15,25 @@ if(TARGET unimem_tool)
   set(_um_tool $<TARGET_FILE:unimem_tool>)
   set(_um_check ${_um_pkg}/check_tool.sh)
   add_test(NAME tool_info COMMAND ${_um_check} 0 "device\\(s\\)" "\\[0\\] cpu" "peer access" -- ${_um_tool} info)
+  # --verbose: each device's native handles; the cpu has none.
+  add_test(NAME tool_info_verbose COMMAND ${_um_check} 0 "^unimem [0-9.]+: 1 device\\(s\\)$"
+           "^    native: +cpu \\(no native handles\\)$" -- ${_um_tool} info --verbose)
+  set_tests_properties(tool_info_verbose PROPERTIES ENVIRONMENT "UNIMEM_BACKENDS=cpu")
+  add_test(NAME tool_info_bad_option COMMAND ${_um_check} 2 "unknown option '--nosuch'" -- ${_um_tool} info --nosuch)
+  add_test(NAME tool_info_help COMMAND ${_um_check} 0 "^SYNOPSIS" "unimem info \\[--verbose\\]" "-v, --verbose"
+           -- ${_um_tool} info --help)
+  set(_um_tool_tests tool_info_verbose tool_info_bad_option tool_info_help)
+  if(UM_HAVE_OPENCL)
+    # Two PoCL devices of one platform: the four OpenCL handles of each (the
+    # context is the same for both); skipped where no OpenCL device is found.
+    set(_um_ptr "0x[0-9a-f]+")
+    add_test(NAME tool_info_verbose_opencl COMMAND ${_um_check} 0 "^\\[1\\] opencl "
+             "^    native: +opencl platform=${_um_ptr} device=${_um_ptr} context=${_um_ptr} queue=${_um_ptr}$"
+             "^\\[2\\] opencl " -- ${_um_tool} info -v)
+    set_tests_properties(tool_info_verbose_opencl PROPERTIES SKIP_REGULAR_EXPRESSION ": 1 device\\(s\\)"
+                         ENVIRONMENT "UNIMEM_BACKENDS=cpu,opencl;POCL_DEVICES=pthread pthread")
+    list(APPEND _um_tool_tests tool_info_verbose_opencl)
+  endif()
   add_test(NAME tool_stats COMMAND ${_um_check} 0
            "^pool_hits +[0-9]+" "^hit_rate +0\\.[0-9]+" "^bytes_h2d +[1-9]" "device 0: " -- ${_um_tool} stats)
   add_test(NAME tool_stats_json COMMAND ${_um_check} 0
@@ -50,7 +69,19 @@ if(TARGET unimem_tool)
                    "^  2 allocations, 4 events; peak requested 1\\.0 MiB$" "summary: pool ok"
                    -- ${_um_tool} bench pool --quick)
   set_tests_properties(tool_bench_pool_trace_dir PROPERTIES ENVIRONMENT "UNIMEM_TRACE_DIR=${_um_trace_dir}")
-  set(_um_tool_tests tool_bench_pool_quick tool_bench_pool_trace_dir)
+  list(APPEND _um_tool_tests tool_bench_pool_quick tool_bench_pool_trace_dir)
+
+  # The kernel chains against raw OpenCL events: both sides' results are
+  # checked before timing; skipped where no OpenCL device is found.
+  set(_um_kernels_out ${CMAKE_CURRENT_BINARY_DIR}/tool_bench_kernels)
+  add_test(NAME tool_bench_kernels_quick
+           COMMAND ${_um_check} 0 "^chain +unimem +raw events +ratio +added +spread"
+                   "^local 4 KiB +[0-9.]+ us +[0-9.]+ us " "^  <= 1 us added per step, local 4 KiB: [-+][0-9.]+ us"
+                   "summary: kernels ok" "full report: "
+                   -- ${_um_tool} bench kernels --quick --json ${_um_kernels_out}/bench.json)
+  set_tests_properties(tool_bench_kernels_quick PROPERTIES FIXTURES_SETUP tool_kernels_json
+                       SKIP_REGULAR_EXPRESSION "summary: kernels skipped")
+  list(APPEND _um_tool_tests tool_bench_kernels_quick)
 
   # The merged reports are strict JSON with the keys their readers use.
   if(UM_PYTHON3)
@@ -63,7 +94,12 @@ if(TARGET unimem_tool)
                      hit:unimem_ns hit:glibc_ns touch:speedup_vs_glibc seeds:speedup threads:scaling
                      trace:hit_rate trace:peak_reserved_capped_bytes)
     set_tests_properties(tool_bench_pool_json PROPERTIES FIXTURES_REQUIRED tool_pool_json)
-    list(APPEND _um_tool_tests tool_bench_stream_json tool_bench_pool_json)
+    add_test(NAME tool_bench_kernels_json
+             COMMAND ${UM_PYTHON3} ${_um_pkg}/check_report.py ${_um_kernels_out}/bench.json kernels ok
+                     chain:unimem_ns chain:raw_ns chain:ratio chain:spread chain:unimem_issue_ns chain:raw_issue_ns)
+    set_tests_properties(tool_bench_kernels_json PROPERTIES FIXTURES_REQUIRED tool_kernels_json
+                         SKIP_REGULAR_EXPRESSION "status 'skipped'")
+    list(APPEND _um_tool_tests tool_bench_stream_json tool_bench_pool_json tool_bench_kernels_json)
   endif()
 
   add_test(NAME tool_help COMMAND ${_um_check} 0 "^NAME" "^SYNOPSIS" "^OPTIONS" "^ENVIRONMENT" "^EXIT STATUS"
@@ -79,11 +115,18 @@ add_test(NAME package_install COMMAND ${_um_pkg}/test_install.sh ${CMAKE_BINARY_
 set_tests_properties(package_symbols package_install PROPERTIES LABELS "packaging" TIMEOUT 300
                      SKIP_RETURN_CODE 77)
 
-# Every C example of docs/guide.md compiles (-Wall -Wextra -Werror) and runs.
+# Every C example of docs/guide.md compiles (-Wall -Wextra -Werror) and runs;
+# those that run kernels of their own link the OpenCL ICD loader where it is
+# found, and are left out (said) where it is not.
+find_library(UM_OPENCL_LIBRARY OpenCL)
+set(_um_guide_opencl "")
+if(UM_HAVE_OPENCL AND UM_OPENCL_LIBRARY)
+  set(_um_guide_opencl --opencl-library=${UM_OPENCL_LIBRARY} --opencl-include=${UM_OPENCL_INCLUDE_DIR})
+endif()
 if(UM_PYTHON3)
   add_test(NAME guide_examples
            COMMAND ${UM_PYTHON3} ${_um_pkg}/check_guide.py ${CMAKE_SOURCE_DIR}/docs/guide.md ${CMAKE_C_COMPILER}
                    ${CMAKE_CURRENT_BINARY_DIR} ${CMAKE_SOURCE_DIR}/include $<TARGET_FILE:unimem_static>
-                   ${_um_san_flags})
+                   ${_um_guide_opencl} ${_um_san_flags})
   set_tests_properties(guide_examples PROPERTIES LABELS "docs" TIMEOUT 300)
 endif()

@@ -1,0 +1,351 @@
+/* The caller's own device work on unimem memory from Python (SPEC §8):
+ * native handles as ints (Manager.native, Buffer.native), pyopencl objects
+ * over them (Buffer.to_pyopencl, Manager.pyopencl_queue), and the access
+ * bracket as a context manager (Buffer.access -> Access).
+ *
+ * An open Access counts as one export of its Buffer: release() and close()
+ * wait for it to end, as for a mapping. */
+#include "pyunimem.h"
+
+/* An address as an int, or None for NULL. */
+static PyObject *address(const void *p) {
+  if (p == NULL)
+    Py_RETURN_NONE;
+  return PyLong_FromVoidPtr((void *)p);
+}
+
+static int set_item(PyObject *dict, const char *key, PyObject *value) {
+  int rc = value != NULL ? PyDict_SetItemString(dict, key, value) : -1;
+  Py_XDECREF(value);
+  return rc;
+}
+
+PyObject *pyum_manager_native(ManagerObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+  static const char *const names[] = {"device"};
+  PyObject *a[1], *out;
+  um_device_native n;
+  int dev = 0, st;
+  if (pyum_parse("native", args, nargs, kwnames, names, 1, 0, a) < 0 ||
+      (a[0] != NULL && pyum_device_index(self, a[0], &dev) < 0) || pyum_manager_check(self) < 0)
+    return NULL;
+  if ((st = um_device_native_get(um_device_get(self->m, dev), &n)) != UM_OK)
+    return pyum_raise(st);
+  if ((out = PyDict_New()) == NULL)
+    return NULL;
+  if (set_item(out, "backend", PyUnicode_FromString(n.backend)) < 0 ||
+      set_item(out, "cl_platform", address(n.cl_platform)) < 0 ||
+      set_item(out, "cl_device", address(n.cl_device)) < 0 || set_item(out, "cl_context", address(n.cl_context)) < 0 ||
+      set_item(out, "cl_queue", address(n.cl_queue)) < 0 || set_item(out, "cu_device", PyLong_FromLong(n.cu_device)) < 0 ||
+      set_item(out, "cu_context", address(n.cu_context)) < 0 || set_item(out, "cu_stream", address(n.cu_stream)) < 0)
+    Py_CLEAR(out);
+  return out;
+}
+
+PyObject *pyum_buffer_native(BufferObject *self, PyObject *unused) {
+  um_buffer_native n;
+  PyObject *out;
+  int st;
+  (void)unused;
+  if (pyum_buffer_check(self) < 0)
+    return NULL;
+  if ((st = um_buffer_native_get(self->b, &n)) != UM_OK)
+    return pyum_raise(st);
+  if ((out = PyDict_New()) == NULL)
+    return NULL;
+  if (set_item(out, "host", address(n.host)) < 0 || set_item(out, "cl_mem", address(n.cl_mem)) < 0 ||
+      set_item(out, "svm", address(n.svm)) < 0 || set_item(out, "cu_ptr", PyLong_FromUnsignedLongLong(n.cu_ptr)) < 0 ||
+      set_item(out, "offset", PyLong_FromSize_t(n.offset)) < 0)
+    Py_CLEAR(out);
+  return out;
+}
+
+/* pyopencl.<cls>.from_int_ptr(ptr, retain=True): pyopencl's own reference. */
+static PyObject *pyopencl_from(const char *cls, void *ptr) {
+  PyObject *mod = PyImport_ImportModule("pyopencl"), *type, *out;
+  if (mod == NULL)
+    return NULL;
+  type = PyObject_GetAttrString(mod, cls);
+  Py_DECREF(mod);
+  if (type == NULL)
+    return NULL;
+  out = PyObject_CallMethod(type, "from_int_ptr", "(NO)", PyLong_FromVoidPtr(ptr), Py_True);
+  Py_DECREF(type);
+  return out;
+}
+
+PyObject *pyum_buffer_to_pyopencl(BufferObject *self, PyObject *unused) {
+  um_buffer_native n;
+  PyObject *buf, *sub;
+  int st;
+  (void)unused;
+  if (pyum_buffer_check(self) < 0)
+    return NULL;
+  if ((st = um_buffer_native_get(self->b, &n)) != UM_OK)
+    return pyum_raise(st);
+  if (n.cl_mem == NULL)
+    return pyum_raise_msg(UM_ENOTSUP, "to_pyopencl(): this '%s' buffer on device %d has no cl_mem",
+                          pyum_location_names[self->location], self->device);
+  /* The cl_mem itself (its size may be the block's, above the buffer's). */
+  if ((buf = pyopencl_from("Buffer", n.cl_mem)) == NULL || n.offset == 0)
+    return buf;
+  sub = PyObject_CallMethod(buf, "get_sub_region", "(nn)", (Py_ssize_t)n.offset, (Py_ssize_t)self->size);
+  Py_DECREF(buf);
+  return sub;
+}
+
+PyObject *pyum_manager_pyopencl_queue(ManagerObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                      PyObject *kwnames) {
+  static const char *const names[] = {"device"};
+  PyObject *a[1];
+  um_device_native n;
+  int dev = 0, st;
+  if (pyum_parse("pyopencl_queue", args, nargs, kwnames, names, 1, 1, a) < 0 ||
+      pyum_device_index(self, a[0], &dev) < 0 || pyum_manager_check(self) < 0)
+    return NULL;
+  if ((st = um_device_native_get(um_device_get(self->m, dev), &n)) != UM_OK)
+    return pyum_raise(st);
+  if (n.cl_queue == NULL)
+    return pyum_raise_msg(UM_ENOTSUP, "pyopencl_queue(): device %d is not an OpenCL device", dev);
+  return pyopencl_from("CommandQueue", n.cl_queue);
+}
+
+/* ---- Access ---------------------------------------------------------------- */
+
+typedef struct AccessObject {
+  PyObject_HEAD
+  BufferObject *buf;
+  um_map_mode mode;
+  int state;        /* 0 not begun, 1 open, 2 ended */
+  void *wait;       /* the native wait handle (NULL: nothing to wait for) */
+  void *done;       /* the caller's done event, given through .done */
+  PyObject *done_obj; /* the object it came from (kept until the end) */
+} AccessObject;
+
+static PyTypeObject Access_Type;
+
+PyObject *pyum_access_new(BufferObject *buf, um_map_mode mode) {
+  AccessObject *self = PyObject_GC_New(AccessObject, &Access_Type);
+  if (self == NULL)
+    return NULL;
+  Py_INCREF(buf);
+  self->buf = buf;
+  self->mode = mode;
+  self->state = 0;
+  self->wait = self->done = NULL;
+  self->done_obj = NULL;
+  PyObject_GC_Track(self);
+  return (PyObject *)self;
+}
+
+static int is_cpu(BufferObject *buf) {
+  um_device_info info;
+  return um_device_info_get(um_buffer_device(buf->b), &info) == UM_OK && strcmp(info.backend, "cpu") == 0;
+}
+
+static PyObject *Access_enter(AccessObject *self, PyObject *unused) {
+  BufferObject *buf = self->buf;
+  void *wait = NULL;
+  int st;
+  (void)unused;
+  if (self->state != 0)
+    return pyum_raise_msg(UM_ESTATE, "the access was %s already", self->state == 1 ? "begun" : "ended");
+  if (pyum_buffer_check(buf) < 0)
+    return NULL;
+  if ((st = um_access_begin(buf->b, self->mode, &wait)) != UM_OK)
+    return pyum_raise(st);
+  buf->exports++; /* until the end */
+  self->state = 1;
+  if (wait != NULL && is_cpu(buf)) {
+    /* The cpu device has no native events: its wait handle is a um_event
+     * of unimem's; wait for it here, so Python sees only native handles. */
+    buf->calls++;
+    Py_BEGIN_ALLOW_THREADS
+    um_event_wait(wait);
+    Py_END_ALLOW_THREADS
+    buf->calls--;
+    wait = NULL;
+  }
+  self->wait = wait;
+  Py_INCREF(self);
+  return (PyObject *)self;
+}
+
+/* End the bracket behind done (NULL: the caller waited for its commands). */
+static int access_end(AccessObject *self, int raise_errors) {
+  BufferObject *buf = self->buf;
+  int st;
+  if (self->state != 1)
+    return UM_OK;
+  self->state = 2;
+  self->wait = NULL;
+  st = um_access_end(buf->b, self->done);
+  if (st != UM_OK && self->done != NULL) {
+    /* A done event unimem cannot take: end the bracket all the same, after
+     * waiting for nothing (the caller's error is reported). */
+    um_access_end(buf->b, NULL);
+  }
+  self->done = NULL;
+  Py_CLEAR(self->done_obj);
+  if (st != UM_OK) {
+    if (raise_errors)
+      pyum_raise(st);
+    else {
+      PyObject *t, *v, *tb;
+      PyErr_Fetch(&t, &v, &tb);
+      pyum_raise(st);
+      PyErr_WriteUnraisable((PyObject *)self);
+      PyErr_Restore(t, v, tb);
+    }
+  }
+  pyum_buffer_unexport(buf);
+  return st;
+}
+
+static PyObject *Access_exit(AccessObject *self, PyObject *args) {
+  (void)args;
+  if (access_end(self, 1) != UM_OK)
+    return NULL;
+  Py_RETURN_FALSE;
+}
+
+PyDoc_STRVAR(end_doc,
+"end($self, done=None)\n--\n\n"
+"End the access now (the with block's exit does it otherwise): done, or\n"
+"the event set through .done, is the native event of the last command on the\n"
+"buffer. Ending twice does nothing.");
+
+static int set_done(AccessObject *self, PyObject *value, void *closure);
+
+static PyObject *Access_end(AccessObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+  static const char *const names[] = {"done"};
+  PyObject *a[1];
+  if (pyum_parse("end", args, nargs, kwnames, names, 1, 0, a) < 0 ||
+      (a[0] != NULL && a[0] != Py_None && set_done(self, a[0], NULL) < 0))
+    return NULL;
+  if (access_end(self, 1) != UM_OK)
+    return NULL;
+  Py_RETURN_NONE;
+}
+
+static PyObject *get_wait_event(AccessObject *self, void *closure) {
+  (void)closure;
+  return address(self->wait);
+}
+
+static PyObject *get_wait_for(AccessObject *self, void *closure) {
+  PyObject *list = PyList_New(0), *ev;
+  (void)closure;
+  if (list == NULL || self->wait == NULL || self->state != 1)
+    return list;
+  if ((ev = pyopencl_from("Event", self->wait)) == NULL || PyList_Append(list, ev) < 0)
+    Py_CLEAR(list);
+  Py_XDECREF(ev);
+  return list;
+}
+
+static PyObject *get_done(AccessObject *self, void *closure) {
+  (void)closure;
+  if (self->done_obj == NULL)
+    Py_RETURN_NONE;
+  Py_INCREF(self->done_obj);
+  return self->done_obj;
+}
+
+/* The native event of a pyopencl.Event (int_ptr) or a CuPy / PyTorch CUDA
+ * event (ptr / cuda_event). Plain ints are refused: an address typed by
+ * hand would reach the driver, which reads through it. */
+static int native_event(PyObject *value, void **out) {
+  static const char *const attrs[] = {"int_ptr", "ptr", "cuda_event"};
+  PyObject *n = NULL;
+  for (int i = 0; !PyLong_Check(value) && n == NULL && i < 3; i++)
+    if (PyObject_HasAttrString(value, attrs[i]) && (n = PyObject_GetAttrString(value, attrs[i])) == NULL)
+      return -1;
+  if (n == NULL || !PyLong_Check(n)) {
+    Py_XDECREF(n);
+    PyErr_Format(PyExc_TypeError, "done must be a native event object (a pyopencl.Event, a CuPy or PyTorch "
+                 "CUDA event) or None, not %.100s", Py_TYPE(value)->tp_name);
+    return -1;
+  }
+  *out = PyLong_AsVoidPtr(n);
+  Py_DECREF(n);
+  return *out == NULL && PyErr_Occurred() ? -1 : 0;
+}
+
+static int set_done(AccessObject *self, PyObject *value, void *closure) {
+  void *ev = NULL;
+  (void)closure;
+  if (self->state != 1) {
+    pyum_raise_msg(UM_ESTATE, "done can be set only while the access is open");
+    return -1;
+  }
+  if (value != NULL && value != Py_None && native_event(value, &ev) < 0)
+    return -1;
+  self->done = ev;
+  Py_XINCREF(value != Py_None ? value : NULL);
+  Py_XSETREF(self->done_obj, value != Py_None ? value : NULL);
+  return 0;
+}
+
+static PyObject *get_open(AccessObject *self, void *closure) {
+  (void)closure;
+  return PyBool_FromLong(self->state == 1);
+}
+
+static int Access_traverse(AccessObject *self, visitproc visit, void *arg) {
+  Py_VISIT(self->buf);
+  Py_VISIT(self->done_obj);
+  return 0;
+}
+
+static void Access_dealloc(AccessObject *self) {
+  PyObject_GC_UnTrack(self);
+  access_end(self, 0); /* dropped open: ends as if done were what was set */
+  Py_CLEAR(self->done_obj);
+  Py_CLEAR(self->buf);
+  PyObject_GC_Del(self);
+}
+
+static PyMethodDef Access_methods[] = {
+    {"__enter__", (PyCFunction)Access_enter, METH_NOARGS,
+     PyDoc_STR("Begin the access (um_access_begin): the Access itself.")},
+    {"__exit__", (PyCFunction)Access_exit, METH_VARARGS, PyDoc_STR("end()")},
+    {"end", (PyCFunction)(void (*)(void))Access_end, METH_FASTCALL | METH_KEYWORDS, end_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Access_getset[] = {
+    {"wait_event", (getter)get_wait_event, NULL,
+     PyDoc_STR("The native event (cl_event / CUevent, as an int) the first command on the buffer must wait "
+               "for, or None when nothing unimem issued is pending."), NULL},
+    {"wait_for", (getter)get_wait_for, NULL,
+     PyDoc_STR("wait_event as a list for pyopencl's wait_for= (empty when there is nothing to wait for)."), NULL},
+    {"done", (getter)get_done, (setter)set_done,
+     PyDoc_STR("The native event of the caller's last command on the buffer: a pyopencl.Event, or a CuPy / "
+               "PyTorch CUDA event (an object with int_ptr, ptr or cuda_event); None: the caller waited for its "
+               "commands. Read at the end."), NULL},
+    {"open", (getter)get_open, NULL, PyDoc_STR("True between the beginning and the end."), NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+PyDoc_STRVAR(Access_doc,
+"The caller's own device work on a Buffer (from Buffer.access(mode)), as a\n"
+"context manager around um_access_begin / um_access_end:\n\n"
+"    with b.access('rw') as ac:\n"
+"        ev = kernel(queue, (n,), None, b.to_pyopencl(), wait_for=ac.wait_for)\n"
+"        ac.done = ev\n\n"
+"Nothing blocks: the kernel waits for what unimem issued on b before\n"
+"(wait_event), and unimem's later operations on b wait for done. On the cpu\n"
+"device the beginning waits for those operations itself (wait_event None).");
+
+static PyTypeObject Access_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "unimem.Access",
+    .tp_basicsize = sizeof(AccessObject),
+    .tp_dealloc = (destructor)Access_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = Access_doc,
+    .tp_traverse = (traverseproc)Access_traverse,
+    .tp_methods = Access_methods,
+    .tp_getset = Access_getset,
+};
+
+PyTypeObject *pyum_access_type(void) { return &Access_Type; }

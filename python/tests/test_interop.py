@@ -1,0 +1,195 @@
+"""The caller's own kernels on unimem buffers from Python (SPEC §8): native
+handles, pyopencl objects over them, and the access bracket (Buffer.access)
+ordering a pyopencl kernel between unimem's own copies, result checked."""
+
+import gc
+
+import numpy
+import pytest
+
+import unimem
+
+try:
+    import pyopencl
+except ImportError:  # python3-pyopencl (Debian) installs it
+    pyopencl = None
+
+needs_pyopencl = pytest.mark.skipif(
+    pyopencl is None, reason="SKIP: pyopencl is not installed (apt-get install python3-pyopencl)")
+
+KERNELS = """
+__kernel void axpb(__global float *x, float a, float b) {
+  size_t i = get_global_id(0); x[i] = a * x[i] + b;
+}
+__kernel void add(__global const float *a, __global const float *b, __global float *c) {
+  size_t i = get_global_id(0); c[i] = a[i] + b[i];
+}
+"""
+
+
+def test_native_handles(cpu):
+    n = cpu.native(0)
+    assert n["backend"] == "cpu" and n["cu_device"] == -1
+    assert set(n) == {"backend", "cl_platform", "cl_device", "cl_context", "cl_queue", "cu_device", "cu_context",
+                      "cu_stream"}
+    b = cpu.alloc(64)
+    bn = b.native()
+    assert set(bn) == {"host", "cl_mem", "svm", "cu_ptr", "offset"}
+    assert bn["host"] == numpy.asarray(b).ctypes.data and bn["cl_mem"] is None and bn["cu_ptr"] == 0
+    with pytest.raises(unimem.NoDevice):
+        cpu.native(5)
+    b.release()
+    with pytest.raises(unimem.InvalidState):
+        b.native()
+
+
+def test_opencl_native_handles(ocl):
+    n = ocl.native(1)
+    assert n["backend"] == "opencl"
+    assert n["cl_context"] and n["cl_queue"] and n["cl_device"] and n["cl_platform"]
+    assert ocl.alloc(256, device=1).native()["cl_mem"]
+
+
+def test_access_on_the_cpu_device(cpu):
+    b = cpu.alloc(1 << 20)
+    ev = b.fill(1, wait=False)
+    with b.access("rw") as ac:
+        assert ac.open
+        assert ac.wait_event is None, "the cpu device's wait happens at the beginning"
+        assert ac.wait_for == []
+        numpy.asarray(b)[:] = 5  # the caller's own work, on the host
+    assert not ac.open
+    ev.wait()
+    assert int(numpy.asarray(b)[-1]) == 5
+
+
+def test_access_misuse(cpu):
+    b = cpu.alloc(64)
+    ac = b.access("r")
+    with pytest.raises(unimem.InvalidState):
+        ac.done = None  # not begun
+    with ac:
+        with pytest.raises(unimem.InvalidState):
+            b.access("rw").__enter__()  # a second bracket on b
+        with pytest.raises(unimem.InvalidState):
+            b.map("r")
+        with pytest.raises(TypeError):
+            ac.done = "event"
+        with pytest.raises(unimem.InvalidState):
+            ac.__enter__()
+    with pytest.raises(unimem.InvalidState):
+        ac.__enter__()
+    ac.end()  # ended already: nothing
+    with pytest.raises(unimem.InvalidArgument):
+        b.access("x")
+    with pytest.raises(TypeError):
+        b.access(1)
+    # A done event on the cpu device (which has none): the bracket ends, the error says why.
+    class FakeEvent:
+        int_ptr = 12345
+    with pytest.raises(unimem.InvalidArgument):
+        with b.access("rw") as ac2:
+            with pytest.raises(TypeError):
+                ac2.done = 12345  # a bare address is refused
+            ac2.done = FakeEvent()
+    assert not ac2.open
+    with b.access("rw"):
+        pass
+
+
+def test_release_inside_an_access_waits_for_its_end(cpu):
+    b = cpu.alloc(64)
+    with b.access("rw"):
+        b.release()
+        assert b.released
+        assert cpu.stats()["active_buffers"] == 1
+    assert cpu.stats()["active_buffers"] == 0
+
+
+def test_access_dropped_open_ends(cpu):
+    b = cpu.alloc(64)
+    ac = b.access("rw")
+    ac.__enter__()
+    del ac
+    gc.collect()
+    b.fill(1)  # would wait forever behind a bracket left open
+
+
+def test_pyopencl_needs_opencl_memory(cpu):
+    with pytest.raises(unimem.NotSupported):
+        cpu.alloc(64).to_pyopencl()
+    with pytest.raises(unimem.NotSupported):
+        cpu.pyopencl_queue(0)
+
+
+@needs_pyopencl
+def test_pyopencl_kernel_between_unimem_copies(ocl):
+    n = 1 << 18
+    queue = ocl.pyopencl_queue(1)
+    assert queue.context.int_ptr == ocl.native(1)["cl_context"]
+    prog = pyopencl.Program(queue.context, KERNELS).build()
+    x = numpy.arange(n, dtype=numpy.float32)
+    y = numpy.full(n, 0.5, dtype=numpy.float32)
+    a, b, c = (ocl.alloc(x.nbytes, device=1) for _ in range(3))
+    assert a.to_pyopencl().int_ptr == a.native()["cl_mem"]
+    ev_a = a.copy_from(x, wait=False)  # nothing waits on the host from here on
+    ev_b = b.copy_from(y, wait=False)
+    with a.access("rw") as ac:
+        done = prog.axpb(queue, (n,), None, a.to_pyopencl(), numpy.float32(3), numpy.float32(1),
+                         wait_for=ac.wait_for)
+        ac.done = done
+    with a.access("r") as ra, b.access("r") as rb, c.access("discard") as wc:
+        done = prog.add(queue, (n,), None, a.to_pyopencl(), b.to_pyopencl(), c.to_pyopencl(),
+                        wait_for=ra.wait_for + rb.wait_for + wc.wait_for)
+        ra.done = rb.done = wc.done = done
+    out = numpy.empty_like(x)
+    c.copy_to(out)  # ordered after the kernel by unimem
+    assert numpy.array_equal(out, 3 * x + 1 + 0.5)
+    ev_a.wait()
+    ev_b.wait()
+
+
+@needs_pyopencl
+def test_pyopencl_wait_event_of_a_pending_copy(ocl):
+    n = 1 << 22  # large enough that the copy is still queued when the access begins
+    queue = ocl.pyopencl_queue(1)
+    prog = pyopencl.Program(queue.context, KERNELS).build()
+    a = ocl.alloc(n * 4, device=1)
+    src = numpy.ones(n, dtype=numpy.float32)
+    for _ in range(3):
+        ev = a.copy_from(src, wait=False)
+        with a.access("rw") as ac:
+            if ac.wait_event is not None:
+                assert ac.wait_for[0].int_ptr == ac.wait_event
+            ac.done = prog.axpb(queue, (n,), None, a.to_pyopencl(), numpy.float32(2), numpy.float32(0),
+                                wait_for=ac.wait_for)
+        ev.wait()
+        out = numpy.empty(n, numpy.float32)
+        a.copy_to(out)
+        assert numpy.all(out == 2.0)
+    # end(done=...) instead of the with block's exit.
+    ac = a.access("rw").__enter__()
+    e = prog.axpb(queue, (n,), None, a.to_pyopencl(), numpy.float32(1), numpy.float32(1), wait_for=ac.wait_for)
+    ac.end(done=e)
+    assert not ac.open
+    a.copy_to(out)
+    assert numpy.all(out == 3.0)
+
+
+@needs_pyopencl
+def test_pyopencl_buffer_of_an_imported_tensor(ocl):
+    """A cl_mem made with pyopencl in unimem's context, imported through a
+    DLPack producer, computed on and read back."""
+    from dlpack_producer import Producer
+    queue = ocl.pyopencl_queue(1)
+    n = 1024
+    mem = pyopencl.Buffer(queue.context, pyopencl.mem_flags.READ_WRITE, size=n * 4)
+    pyopencl.enqueue_copy(queue, mem, numpy.arange(n, dtype=numpy.float32)).wait()
+    p = Producer(numpy.zeros(1, numpy.uint8), shape=[n], dtype=(2, 32, 1), device=(4, 0), data=mem.int_ptr)
+    w = unimem.from_dlpack(ocl, p.capsule())
+    assert w.device.index == 1 and w.size == n * 4
+    out = numpy.empty(n, numpy.float32)
+    w.copy_to(out)
+    assert numpy.array_equal(out, numpy.arange(n, dtype=numpy.float32))
+    w.release()
+    assert p.deleted == 1
