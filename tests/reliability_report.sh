@@ -88,6 +88,7 @@ The pieces, and how CI runs them (scripts/test.sh):
 | misuse and the debug quarantine | \`tests/test_misuse.c\`, \`src/quarantine.c\` | every build, ASan+UBSan, TSan |
 | threaded stress | \`tests/test_stress.c\` (and \`stress_standalone\`) | every build, ASan+UBSan, TSan |
 | API fuzzer with a shadow model | \`tests/fuzz/fuzz_api.c\` | corpus replay in every build (\`fuzz_corpus\`); \`tests/fuzz/run.sh 60\` |
+| model-based random programs, byte-exact model, stats invariants | \`tests/test_model.c\`, \`tests/model/\` | every build, ASan+UBSan, TSan: \`test_model_cpu\`, \`test_model_pocl_{1dev,2dev,basic}\`; soak: \`UNIMEM_MODEL_SEED=S UNIMEM_MODEL_OPS=N\` |
 | valgrind memcheck | \`tests/valgrind.sh BUILD_DIR\` | over the gcc Debug build |
 
 ## 1. Fault injection
