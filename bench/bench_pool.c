@@ -10,6 +10,8 @@
  *            Allocate+Free (100x)", without pool and with pool);
  *   threads  pool hits on two threads against one (throughput), with
  *            glibc and mimalloc beside it as the machine's own yardstick;
+ *   growth   pool hits on a thread whose live bytes keep growing, and with
+ *            the pool at its limit, against steady hits;
  *   trace    a recorded allocation trace of mixed sizes and lifetimes
  *            (bench/traces/mixed.txt, made from a fixed seed by
  *            --make-trace), replayed, every page of every block written:
@@ -31,9 +33,12 @@
  * once (UM_BENCH_POOL_REEXEC marks the second run). The sanitizers' runtimes
  * refuse RTLD_DEEPBIND: a sanitizer build leaves jemalloc out and says so.
  *
- *   bench_pool [--quick] [--json FILE] [--trace FILE] [--make-trace FILE]
+ *   bench_pool [--quick] [--only TABLE,...] [--json FILE] [--trace FILE]
+ *              [--make-trace FILE]
  *
  * --quick: fewer rounds and shorter samples (a CI smoke run of seconds).
+ * --only: run just the tables named (hit, touch, seeds, threads, growth,
+ *   trace), a comma list.
  * --trace FILE: replay another trace (default: mixed.txt in the directory
  *   UNIMEM_TRACE_DIR names, else beside this program: the installed
  *   ../share/unimem/traces, or the build tree's ../bench/traces).
@@ -130,6 +135,7 @@ typedef struct bp_env {
   int rounds;
   double sample_ns; /* target duration of one sample */
   bool failed;
+  const char *only; /* --only: the tables to run, a comma list (NULL: all) */
 } bp_env;
 
 /* glibc's own, through pointers the compiler cannot see through. */
@@ -399,6 +405,208 @@ static void print_cols(const char *name, const double *ns, const int *cols, int 
   for (int c = 0; c < ncols; c++) {
     fmt_time(t, sizeof(t), ns[cols[c]]);
     printf(" %11s", t);
+  }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Hits while a thread grows, and with the pool at its limit                 */
+
+/* Each sample: GW_WINDOWS windows of GW_PAIRS 1 KiB hit pairs, timed one
+ * window at a time; between two windows, untimed, the case's own step:
+ *   steady   nothing;
+ *   growing  the thread keeps one more 2 KiB block (a bin hit): its live
+ *            bytes pass its highest level before every window;
+ *   at limit the thread releases one more 4 KiB block into a pool at its
+ *            limit, which must make room for it.
+ * A window's time less that of an empty window, per pair. Every case runs
+ * on a fresh thread (its thread cache new, its highs at zero). */
+#define GW_PAIRS 16
+#define GW_WINDOWS 2048
+#define GW_LIMIT (2 * MiB)
+
+/* And the bin hits of a thread that grows by every allocation: windows of
+ * GW_PAIRS 2 KiB allocations kept (each one a new high of the thread),
+ * against the same allocations on a thread that was that high before. */
+#define GW_BIN_WINDOWS 256
+#define GW_BIN_BLOCKS (GW_BIN_WINDOWS * GW_PAIRS)
+
+enum { GW_STEADY, GW_GROWING, GW_FULL, GW_BIN_STEADY, GW_BIN_GROWING, GW_CASES };
+static const char *const gw_name[GW_CASES] = {"steady", "growing thread", "pool at its limit",
+                                              "bin hits, steady", "bin hits, growing"};
+
+typedef struct gw_arg {
+  um_manager *m;
+  int kind;
+  double ns_per_pair;
+  int rc;
+} gw_arg;
+
+static int gw_alloc(um_manager *m, size_t n, um_buffer **b) {
+  if (um_alloc(m, um_device_get(m, 0), n, UM_HOST, 0, b) == UM_OK)
+    return 0;
+  fprintf(stderr, "bench pool: um_alloc(%zu): %s\n", n, um_last_error());
+  return -1;
+}
+
+/* The pool at its limit: GW_WINDOWS 4 KiB blocks held live, to release one
+ * between two windows, and GW_LIMIT / 4 KiB more released idle first. */
+static int gw_fill_to_limit(gw_arg *a, um_buffer **held) {
+  int count = GW_WINDOWS + (int)(GW_LIMIT / (4 * KiB));
+  for (int i = 0; i < count; i++)
+    if (gw_alloc(a->m, 4 * KiB, &held[i]) != 0)
+      return -1;
+  for (int i = GW_WINDOWS; i < count; i++)
+    um_release(held[i]);
+  return 0;
+}
+
+/* The median of GW_WINDOWS figures (sorted in place). */
+static double gw_median(double *v) {
+  qsort(v, GW_WINDOWS, sizeof(*v), bench_cmp_double);
+  return (v[GW_WINDOWS / 2 - 1] + v[GW_WINDOWS / 2]) / 2;
+}
+
+/* The bin cases: windows of GW_PAIRS kept 2 KiB allocations. */
+static int gw_bin_body(gw_arg *a, um_buffer **held, double *w, double *empty) {
+  if (a->kind == GW_BIN_STEADY) { /* up to the high first */
+    for (int i = 0; i < GW_BIN_BLOCKS; i++)
+      if (gw_alloc(a->m, 2 * KiB, &held[i]) != 0)
+        return -1;
+    for (int i = 0; i < GW_BIN_BLOCKS; i++)
+      um_release(held[i]);
+  }
+  for (int k = 0; k < GW_BIN_WINDOWS; k++) {
+    double t0 = bench_now_ns(), t1, t2;
+    t1 = bench_now_ns();
+    for (int i = 0; i < GW_PAIRS; i++)
+      if (gw_alloc(a->m, 2 * KiB, &held[k * GW_PAIRS + i]) != 0)
+        return -1;
+    t2 = bench_now_ns();
+    empty[k] = t1 - t0;
+    w[k] = t2 - t1;
+  }
+  for (int i = 0; i < GW_BIN_BLOCKS; i++)
+    um_release(held[i]);
+  return 0;
+}
+
+static void *gw_body(void *p) {
+  gw_arg *a = p;
+  static _Thread_local um_buffer *held[GW_BIN_BLOCKS > GW_WINDOWS + GW_LIMIT / (4 * KiB)
+                                           ? GW_BIN_BLOCKS
+                                           : GW_WINDOWS + GW_LIMIT / (4 * KiB)];
+  static _Thread_local double w[GW_WINDOWS], empty[GW_WINDOWS];
+  um_buffer *b;
+  a->rc = -1;
+  if (a->kind >= GW_BIN_STEADY) {
+    if (gw_bin_body(a, held, w, empty) != 0)
+      return NULL;
+    qsort(w, GW_BIN_WINDOWS, sizeof(*w), bench_cmp_double);
+    qsort(empty, GW_BIN_WINDOWS, sizeof(*empty), bench_cmp_double);
+    a->ns_per_pair = (w[GW_BIN_WINDOWS / 2] - empty[GW_BIN_WINDOWS / 2]) / GW_PAIRS;
+    a->rc = 0;
+    return NULL;
+  }
+  if (a->kind == GW_FULL && gw_fill_to_limit(a, held) != 0)
+    return NULL;
+  for (int k = 0; k < GW_WINDOWS; k++) {
+    double t0 = bench_now_ns(), t1, t2;
+    t1 = bench_now_ns();
+    for (int i = 0; i < GW_PAIRS; i++) {
+      if (gw_alloc(a->m, 1 * KiB, &b) != 0)
+        return NULL;
+      bp_escape(b);
+      um_release(b);
+    }
+    t2 = bench_now_ns();
+    empty[k] = t1 - t0;
+    w[k] = t2 - t1;
+    if (a->kind == GW_GROWING && gw_alloc(a->m, 2 * KiB, &held[k]) != 0)
+      return NULL;
+    if (a->kind == GW_FULL)
+      um_release(held[k]);
+  }
+  if (a->kind == GW_GROWING)
+    for (int k = 0; k < GW_WINDOWS; k++)
+      um_release(held[k]);
+  a->ns_per_pair = (gw_median(w) - gw_median(empty)) / GW_PAIRS;
+  a->rc = 0;
+  return NULL;
+}
+
+/* The bins' 2 KiB blocks of the growing case, from a thread of their own
+ * (on the measuring thread they would raise its highs beforehand). */
+static void *gw_fill(void *p) {
+  gw_arg *a = p;
+  static um_buffer *held[GW_BIN_BLOCKS > GW_WINDOWS ? GW_BIN_BLOCKS : GW_WINDOWS];
+  int n = a->kind >= GW_BIN_STEADY ? GW_BIN_BLOCKS : GW_WINDOWS;
+  a->rc = 0;
+  for (int i = 0; i < n; i++)
+    if (gw_alloc(a->m, 2 * KiB, &held[i]) != 0) {
+      a->rc = -1;
+      for (int j = 0; j < i; j++)
+        um_release(held[j]);
+      return NULL;
+    }
+  for (int i = 0; i < n; i++)
+    um_release(held[i]);
+  return NULL;
+}
+
+static double gw_run(bp_env *e, int kind) {
+  um_options o;
+  um_manager *m;
+  gw_arg a = {NULL, kind, -1, 0};
+  pthread_t t;
+  um_options_init(&o);
+  snprintf(o.backends, sizeof(o.backends), "cpu");
+  o.enable_pooling = 1;
+  o.trim_interval_ms = 0;
+  if (kind == GW_FULL)
+    o.max_pool_bytes = GW_LIMIT;
+  if (um_manager_create(&o, &m) != UM_OK) {
+    fprintf(stderr, "bench pool: %s\n", um_last_error());
+    e->failed = true;
+    return -1;
+  }
+  a.m = m;
+  if (kind == GW_GROWING || kind >= GW_BIN_STEADY) {
+    pthread_create(&t, NULL, gw_fill, &a);
+    pthread_join(t, NULL);
+  }
+  if (a.rc == 0) {
+    pthread_create(&t, NULL, gw_body, &a);
+    pthread_join(t, NULL);
+  }
+  um_manager_destroy(m);
+  if (a.rc != 0)
+    e->failed = true;
+  return a.rc == 0 ? a.ns_per_pair : -1;
+}
+
+static void grow_table(bp_env *e, bench_report *rep) {
+  double ns[GW_CASES][64], med[GW_CASES];
+  printf("\nPool hits (1 KiB allocate + release, ns per pair) while the thread grows, and with the pool\n"
+         "at its limit (%d windows of %d pairs, each case on a fresh thread; target: within 1.2x of steady)\n",
+         GW_WINDOWS, GW_PAIRS);
+  for (int r = 0; r < e->rounds; r++)
+    for (int k = 0; k < GW_CASES; k++)
+      ns[k][r] = gw_run(e, k);
+  for (int k = 0; k < GW_CASES; k++) {
+    double nsr[NCOLS];
+    bench_row *row;
+    med[k] = bp_median(ns[k], e->rounds);
+    for (int c = 0; c < NCOLS; c++)
+      nsr[c] = c == COL_POOL ? med[k] : -1;
+    row = add_row(rep, "growth", gw_name[k], k >= GW_BIN_STEADY ? 2 * KiB : 1 * KiB, nsr);
+    int base = k >= GW_BIN_STEADY ? GW_BIN_STEADY : GW_STEADY;
+    if (k == base) {
+      printf("  %-18s %8.1f ns%s\n", gw_name[k], med[k], k == GW_BIN_STEADY ? " per 2 KiB allocation kept (from the bins)" : "");
+      continue;
+    }
+    bench_set(row, "ratio_to_steady", med[k] / med[base]);
+    printf("  %-18s %8.1f ns  %5.2fx steady: %s\n", gw_name[k], med[k], med[k] / med[base],
+           med[k] <= 1.2 * med[base] ? "<=1.2x met" : "<=1.2x MISSED");
   }
 }
 
@@ -1036,26 +1244,42 @@ static void print_run(const bp_env *e) {
   fflush(stdout);
 }
 
-/* Every table, after a warm-up (CPU clock, page tables, lazy binding). */
+/* Whether table name is to run (--only). */
+static bool table_on(const bp_env *e, const char *name) {
+  size_t n = strlen(name);
+  for (const char *p = e->only; p != NULL; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+    if (!strncmp(p, name, n) && (p[n] == ',' || p[n] == '\0'))
+      return true;
+  return e->only == NULL;
+}
+
+/* Every table (or those --only names), after a warm-up (CPU clock, page
+ * tables, lazy binding). */
 static void run_tables(bp_env *e, bench_report *rep, const char *trace) {
   double t0 = bench_now_ns();
   while (bench_now_ns() - t0 < (e->quick ? 20e6 : 200e6))
     for (int c = COL_POOL; c < NCOLS; c++)
       if (col_present(e, c) && c != COL_UNPOOLED_NOHUGE)
         run_op(e, c, 1 * KiB, 1000, false);
-  hit_table(e, rep);
+  if (table_on(e, "hit"))
+    hit_table(e, rep);
+  if (table_on(e, "touch"))
+    touch_table(e, rep);
+  if (table_on(e, "seeds"))
+    seeds_table(e, rep);
+  if (table_on(e, "threads"))
+    threads_table(e, rep);
+  if (table_on(e, "growth"))
+    grow_table(e, rep);
+  if (table_on(e, "trace"))
+    trace_table(e, rep, trace);
   fflush(stdout);
-  touch_table(e, rep);
-  fflush(stdout);
-  seeds_table(e, rep);
-  fflush(stdout);
-  threads_table(e, rep);
-  fflush(stdout);
-  trace_table(e, rep, trace);
 }
 
 static void usage(const char *argv0) {
-  fprintf(stderr, "usage: %s [--quick] [--json FILE] [--trace FILE] [--make-trace FILE]\n", argv0);
+  fprintf(stderr, "usage: %s [--quick] [--only TABLE[,TABLE...]] [--json FILE] [--trace FILE] [--make-trace FILE]\n"
+                  "  tables: hit, touch, seeds, threads, growth, trace\n",
+          argv0);
 }
 
 int um_bench_pool_main(int argc, char **argv, bench_report *rep) {
@@ -1063,6 +1287,7 @@ int um_bench_pool_main(int argc, char **argv, bench_report *rep) {
   char found[4096];
   bp_env *e;
   int quick = 0, rc;
+  const char *only = NULL;
   double t_start = bench_now_ns();
 
   for (int i = 1; i < argc; i++) {
@@ -1070,6 +1295,8 @@ int um_bench_pool_main(int argc, char **argv, bench_report *rep) {
       quick = 1;
     } else if (!strcmp(argv[i], "--trace") && i + 1 < argc) {
       trace = argv[++i];
+    } else if (!strcmp(argv[i], "--only") && i + 1 < argc) {
+      only = argv[++i];
     } else if (!strcmp(argv[i], "--make-trace") && i + 1 < argc) {
       return make_trace(argv[i + 1]);
     } else {
@@ -1085,6 +1312,7 @@ int um_bench_pool_main(int argc, char **argv, bench_report *rep) {
   if ((e = calloc(1, sizeof(*e))) == NULL)
     return 1;
   e->quick = quick;
+  e->only = only;
   e->rounds = quick ? 3 : 11;
   e->sample_ns = quick ? 0.5e6 : 2e6;
   describe_machine(e);

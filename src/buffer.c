@@ -89,6 +89,7 @@ static int new_block(um_device *d, size_t bytes, size_t capacity, int cls, um_lo
   b->kind = cls >= 0 ? UM__KIND_POOLED : UM__KIND_UNPOOLED;
   b->capacity = capacity;
   b->cls = cls;
+  b->slot = cls >= 0 && cls < UM__TCACHE_CLASSES ? um__tcache_slot_index(d, loc, cls) : UM__NO_SLOT;
   b->mem = mem;
   um__buffer_init_live(b, bytes, file, line);
   if ((flags & UM_ALLOC_ZERO) || d->m->opts.scrub) {
@@ -128,9 +129,10 @@ static __attribute__((noinline)) int alloc_slow(um_manager *m, um_device *d, siz
   return UM_OK;
 }
 
-static inline __attribute__((always_inline)) int check_alloc_args(um_manager *m, um_device *d, size_t bytes,
-                                                                  um_location loc, unsigned flags,
-                                                                  um_buffer **out) {
+/* The argument checks in their order, with their messages (any failure of
+ * the combined test in alloc_fast ends here). */
+static __attribute__((noinline)) int alloc_args_error(um_manager *m, um_device *d, size_t bytes, um_location loc,
+                                                      unsigned flags, um_buffer **out) {
   if (m == NULL || out == NULL || !um__device_ok(d))
     return um__set_error(UM_EINVAL, "um_alloc: NULL argument or not a device");
   if (d->m != m)
@@ -150,16 +152,23 @@ static inline __attribute__((always_inline)) int check_alloc_args(um_manager *m,
   return UM_OK;
 }
 
-int um_alloc_at(um_manager *m, um_device *d, size_t bytes, um_location loc, unsigned flags,
-                um_buffer **out, const char *file, int line) {
+/* um_alloc and um_alloc_at: every check in one test, then the hit in this
+ * thread's cached block of the class (tcache.h): no lock, counters only
+ * this thread writes. Anything else is alloc_slow's. */
+static inline __attribute__((always_inline)) int alloc_fast(um_manager *m, um_device *d, size_t bytes,
+                                                            um_location loc, unsigned flags, um_buffer **out,
+                                                            const char *file, int line) {
   um__tcache *tc;
   um_buffer *b;
   int cls, st;
-
-  if ((st = check_alloc_args(m, d, bytes, loc, flags, out)) != UM_OK)
-    return st;
-  /* Fast path: this thread's cached block of the class (tcache.h): one
-   * compare-and-swap, counters only this thread writes, no lock. */
+  /* (unsigned)loc < UM_LOCATION_COUNT is implied by the device's bit for
+   * it: locations has no bit at or above UM_LOCATION_COUNT. */
+  if (__builtin_expect(m == NULL || out == NULL || !um__device_ok(d) || d->m != m || bytes - 1 >= MAX_ALLOC_BYTES ||
+                           (unsigned)loc >= UM_LOCATION_COUNT || !(d->info.locations & (1u << loc)) ||
+                           (flags & ~(unsigned)(UM_ALLOC_UNPOOLED | UM_ALLOC_ZERO)) != 0,
+                       0))
+    return alloc_args_error(m, d, bytes, loc, flags, out);
+  UM__CHECK_PROCESS(m);
   tc = um__tcache_for(m, d);
   if (__builtin_expect(tc == NULL || (flags & UM_ALLOC_UNPOOLED) || !um__tcache_ready(tc, m), 0))
     return alloc_slow(m, d, bytes, loc, flags, out, file, line, tc);
@@ -172,9 +181,14 @@ int um_alloc_at(um_manager *m, um_device *d, size_t bytes, um_location loc, unsi
   return UM_OK;
 }
 
+int um_alloc_at(um_manager *m, um_device *d, size_t bytes, um_location loc, unsigned flags,
+                um_buffer **out, const char *file, int line) {
+  return alloc_fast(m, d, bytes, loc, flags, out, file, line);
+}
+
 int um_alloc(um_manager *m, um_device *d, size_t bytes, um_location loc, unsigned flags,
              um_buffer **out) {
-  return um_alloc_at(m, d, bytes, loc, flags, out, NULL, 0);
+  return alloc_fast(m, d, bytes, loc, flags, out, NULL, 0);
 }
 
 int um_alloc_array_at(um_manager *m, um_device *d, size_t count, size_t elem_size, um_location loc,
@@ -234,6 +248,7 @@ int um_wrap_host(um_manager *m, void *host, size_t bytes, unsigned flags, um_buf
   b->kind = UM__KIND_WRAPPED;
   b->capacity = bytes;
   b->cls = -1;
+  b->slot = UM__NO_SLOT;
   b->mem = mem;
   um__buffer_init_live(b, bytes, NULL, 0);
   b->readonly = (flags & UM_WRAP_READONLY) != 0;
@@ -255,6 +270,7 @@ int um__wrap_foreign(um_manager *m, um_device *d, um_location loc, const um__mem
   b->kind = UM__KIND_WRAPPED;
   b->capacity = bytes;
   b->cls = -1;
+  b->slot = UM__NO_SLOT;
   b->mem = *mem;
   um__buffer_init_live(b, bytes, NULL, 0);
   b->on_return = on_return;
@@ -372,8 +388,7 @@ int um_release(um_buffer *b) {
   um__tcache_count_out(tc, d, b->size);
   /* Fast path: an untouched pooled block into this thread's reserved, empty
    * slot of its class: one plain store. */
-  if (__builtin_expect(!atomic_load(&b->touched) && b->kind == UM__KIND_POOLED &&
-                           b->cls < UM__TCACHE_CLASSES && um__tcache_ready(tc, b->m) &&
+  if (__builtin_expect(!atomic_load(&b->touched) && b->slot != UM__NO_SLOT && um__tcache_ready(tc, b->m) &&
                            um__tcache_put_fast(tc, b),
                        1))
     return UM_OK;

@@ -15,6 +15,7 @@
  * completes, one by each buffer whose last operation it is, one by the
  * caller when an event was asked for, and one per waiter while it waits.
  */
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -173,9 +174,13 @@ void um__event_unref(um_event *e) {
 }
 
 /* Manager destroy: free every event object; report those the caller never
- * released (their handles die with the manager). */
+ * released (their handles die with the manager). Threads still inside
+ * um_event_wait (their operations are finished: the drain came first)
+ * leave before the objects go. */
 void um__events_free_all(um_manager *m) {
   int unreleased = 0;
+  while (atomic_load_explicit(&m->event_waiters, memory_order_acquire) != 0)
+    sched_yield();
   while (m->event_slabs != NULL) {
     um__event_slab *slab = m->event_slabs;
     m->event_slabs = slab->next;
@@ -233,7 +238,13 @@ static bool event_spin_wait(um_event *e, uint32_t ns) {
   pthread_mutex_lock(&e->lock);
   if (atomic_load_explicit(&e->state, memory_order_acquire) != UM__EV_DONE && e->native != NULL &&
       e->native_dev->be->token_query != NULL) {
-    /* borrowed as an issuer borrows a dependency's (op.c) */
+    /* Borrowed as an issuer borrows a dependency's (op.c). The borrow may
+     * outlive the operation, and its release is a backend call: the spin
+     * counts as one more operation in flight, so that no drain (a
+     * manager's destroy) finishes and closes the device before it. The
+     * operation itself is still counted here (not done), so the count is
+     * not 0. */
+    um__engine_op_begin(e->m);
     um__atomic_add_relaxed(&e->native_refs, 1);
     s.token = e->native;
     s.dev = e->native_dev;
@@ -242,8 +253,10 @@ static bool event_spin_wait(um_event *e, uint32_t ns) {
   done = um__spin_until(ns, event_spin_poll, &s) != 0;
   if (!done && s.device_done)
     done = um__spin_until(ns, event_spin_poll, &s) != 0;
-  if (s.token != NULL)
+  if (s.token != NULL) {
     um__event_token_put(e, s.dev, s.token);
+    um__engine_op_done(e->m);
+  }
   return done;
 }
 
@@ -410,11 +423,19 @@ int um_event_wait(um_event *e) {
   if (st != UM_OK)
     return st;
   /* Hold the object for the wait: another thread may release the handle
-   * meanwhile (a misuse, but not one that may reach freed memory). */
-  if (!event_ref_if_used(e))
+   * meanwhile (a misuse, but not one that may reach freed memory). And
+   * count this thread in: a destroy on another thread finishes the wait
+   * (its drain), then waits for this thread to leave before it frees the
+   * object (um__events_wait_waiters). */
+  um_manager *m = e->m;
+  um__atomic_add_relaxed(&m->event_waiters, 1);
+  if (!event_ref_if_used(e)) {
+    atomic_fetch_sub_explicit(&m->event_waiters, 1, memory_order_release);
     return um__set_error(UM_ESTATE, "event %p was released", (void *)e);
+  }
   st = um__event_wait_result(e);
   um__event_unref(e);
+  atomic_fetch_sub_explicit(&m->event_waiters, 1, memory_order_release);
   return st;
 }
 

@@ -258,16 +258,8 @@ static inline void um__buffer_init_live(um_buffer *b, size_t bytes, const char *
   atomic_store_explicit(&b->gen, atomic_load_explicit(&b->gen, memory_order_relaxed) + 1,
                         memory_order_release);
   b->size = bytes;
+  memset(&b->valid, 0, offsetof(um_buffer, access_op) + sizeof(b->access_op) - offsetof(um_buffer, valid));
   b->valid = b->mem.host ? (UM_VALID_HOST | UM_VALID_DEVICE) : UM_VALID_DEVICE;
-  b->mapped = false;
-  b->map_busy = false;
-  b->map_ptr = NULL;
-  b->map_native = false;
-  b->last = NULL;
-  b->pending = 0;
-  b->release_deferred = false;
-  b->access_state = 0;
-  b->access_op = NULL;
   atomic_store_explicit(&b->holds, 0, memory_order_relaxed);
   atomic_store_explicit(&b->dlpack_tensors, 0, memory_order_relaxed);
   b->readonly = false;

@@ -61,6 +61,7 @@ int um_map_file(um_manager *m, const char *path, um_map_mode mode, um_buffer **o
   b->kind = UM__KIND_FILE;
   b->capacity = (size_t)sb.st_size;
   b->cls = -1;
+  b->slot = UM__NO_SLOT;
   b->mem.host = p;
   b->mem.handle = (uintptr_t)p;
   b->mem.priv = NULL;

@@ -129,23 +129,25 @@ static void keep_native(um_event *op, void *native) {
 static bool start_quiet(um_event *op, int nafter);
 
 /* Start op on its device's queue behind the tokens of after; the token is
- * kept, or op completed with the failure. */
-static void start_native(um_event *op, void *const *after, int nafter) {
+ * kept. When the backend refuses it, op is not completed here: its failure's
+ * text is kept and the failure returned, for the caller to complete it in
+ * its turn (not before the operations it was to follow). */
+static int start_native(um_event *op, void *const *after, int nafter) {
   void *native = NULL;
   int st;
   if (start_quiet(op, nafter))
-    return;
+    return UM_OK;
   starting_native = op;
   st = op->path->start_native(op, after, nafter, native_done, &native);
   starting_native = NULL;
   if (st != UM_OK) {
     keep_error_text(op);
-    um__op_complete(op, st);
-    return;
+    return st;
   }
   keep_native(op, native);
   if (op->complete_deferred)
     um__op_complete(op, op->native_status);
+  return UM_OK;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -287,8 +289,11 @@ static void run_started(um_event *op) {
     /* The operation may complete (and lose the engine's reference, its
      * last one when the caller already released its event) before
      * xfer_async returns: hold it until the token is stored. */
+    int st;
     um__event_ref(op);
-    start_native(op, NULL, 0);
+    /* Refused: nothing it depends on is unfinished, it fails now. */
+    if ((st = start_native(op, NULL, 0)) != UM_OK)
+      um__op_complete(op, st);
     um__event_unref(op);
     return;
   }
@@ -307,6 +312,10 @@ static void op_task_start(um__work *w) {
   pthread_mutex_unlock(&op->lock);
   if (canceled) {
     um__op_complete(op, UM_ECANCELED);
+    return;
+  }
+  if (op->refused) { /* its operations before it finished: it fails now */
+    um__op_complete(op, op->native_status);
     return;
   }
   UM__TEST_POINT(UM__TP_WORKER_RUN, op);
@@ -408,6 +417,8 @@ static void op_publish(um_event *op, um_buffer **bufs, int nbufs) {
   um__engine_op_begin(op->m);
 }
 
+static bool op_register(um_event *op, um_event **deps, int ndeps);
+
 /* Start op on its device's queue behind deps (all on that queue), their
  * tokens in its wait list. The tokens are borrowed (token_borrow_locked),
  * so a dependency finishing meanwhile cannot release them, and no lock is
@@ -418,7 +429,7 @@ static void op_publish(um_event *op, um_buffer **bufs, int nbufs) {
 static bool op_start_after_tokens(um_event *op, um_event **deps, int ndeps) {
   void *after[2];
   um_event *owner[2];
-  int nafter = 0;
+  int nafter = 0, st = UM_OK;
   bool missing = false;
   for (int i = 0; i < ndeps; i++) {
     void *tok = NULL;
@@ -440,12 +451,23 @@ static bool op_start_after_tokens(um_event *op, um_event **deps, int ndeps) {
   if (!missing) {
     UM__TEST_POINT(UM__TP_NATIVE_START, op);
     atomic_store_explicit(&op->state, UM__EV_RUNNING, memory_order_release);
-    start_native(op, after, nafter);
+    st = start_native(op, after, nafter);
   }
   for (int i = 0; i < nafter; i++)
     um__event_token_put(owner[i], owner[i]->native_dev, after[i]);
   if (missing)
     return false;
+  if (st != UM_OK) {
+    /* Refused: op fails, but not before the operations it was queued
+     * behind finished. It is its buffers' last operation, and the next one
+     * takes its completion for theirs: completed now, a blocking write
+     * issued next would run at once and overtake a read still queued. */
+    op->refused = true;
+    op->native_status = st;
+    if (!op_register(op, deps, ndeps))
+      um__op_complete(op, st); /* they finished meanwhile */
+    return true;
+  }
   for (int i = 0; i < ndeps; i++)
     um__event_unref(deps[i]);
   return true;

@@ -3,8 +3,9 @@
  * In front of the bins sit the thread caches (tcache.h): one idle block per
  * (thread, device, location, class), reached without a lock. The two files
  * are one layer: a cache's block moves to its bin with um__pool_put_reserved,
- * and making room in a full pool moves the caches' blocks to the bins first
- * (claim_with_room), so that the oldest block goes wherever it is. Trims
+ * and making room in a full pool frees the bins' oldest blocks, and moves
+ * the caches' blocks to the bins when the bins hold none older than the
+ * block going idle (claim_with_room). Trims
  * (trim.c) sit above both.
  *
  * Verbs: put (a block goes idle in its bin), take (a block leaves its bin
@@ -250,25 +251,28 @@ static um_buffer *take_oldest(um_manager *m, um_device *only, uint64_t max_key) 
 }
 
 /* Claim budget for a block going idle with idle_key key, making room by
- * freeing idle blocks older than it, oldest first, those in thread caches
- * included (they move to the bins first, keeping their order); false when
- * only newer blocks, or empty slots of thread caches, hold the budget (the
- * owners are then asked to give theirs back). */
+ * freeing idle blocks older than it, oldest first: first those in the
+ * bins; only when the bins hold none older, the thread caches' blocks move
+ * to the bins (keeping their order) and the oldest of all goes. A cache
+ * slot holds its thread's most recent block of its class, so the caches
+ * rarely hold the oldest, and a pool at its limit does not flush every
+ * thread's cache (and send every thread down the slow path) on each
+ * release. false when only newer blocks, or empty slots of thread caches,
+ * hold the budget (the owners are then asked to give theirs back). */
 static bool claim_with_room(um_manager *m, uint64_t cap, uint64_t key) {
   bool flushed = false;
   while (!claim(m, cap)) {
-    um_buffer *old;
-    if (!flushed) {
-      flushed = true;
-      um__tcache_flush_all(m, NULL);
+    um_buffer *old = take_oldest(m, NULL, key);
+    if (old != NULL) {
+      free_unlinked(old, true);
       continue;
     }
-    old = take_oldest(m, NULL, key);
-    if (old == NULL) {
+    if (flushed) {
       um__atomic_add_relaxed(&m->flush_epoch, 1u);
       return false;
     }
-    free_unlinked(old, true);
+    flushed = true;
+    um__tcache_flush_all(m, NULL);
   }
   return true;
 }

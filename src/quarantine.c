@@ -125,6 +125,7 @@ static size_t detach_blocks_locked(um_manager *m, um_device *d, dropped_block *o
     out[n++].mem = b->mem;
     memset(&b->mem, 0, sizeof(b->mem));
     b->kind = UM__KIND_WRAPPED;
+    b->slot = UM__NO_SLOT;
     b->pinned_wrap = false;
   }
   return n;

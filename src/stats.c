@@ -6,10 +6,12 @@
  * bytes) are kept per thread in the thread caches (tcache.h) and added
  * here on read; a thread's share moves into the device's counters when it
  * exits. The peaks are brought up to date, from the exact sum over all
- * threads, whenever one thread's own bytes in use pass its highest level
- * so far: exact for one thread (and for threads that take turns); with
- * several threads allocating at the same moment, a peak that no single
- * thread's new high coincides with can be missed. */
+ * threads, when a thread whose own bytes in use passed its highest level
+ * so far turns down (its next release), after a run of new highs of a
+ * thread that keeps growing (tcache.h), and when a thread leaves; a read adds the level of
+ * the moment. Exact for one thread (and for threads that take turns); with
+ * several threads allocating at the same moment, a peak that no such
+ * moment of a single thread coincides with can be missed. */
 #include <stdio.h>
 #include <string.h>
 

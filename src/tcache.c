@@ -1,11 +1,19 @@
 /* Thread caches: lookup, creation, flushing, the end of a thread or of a
  * manager, and the statistics they hold. The fast paths are inline in
  * tcache.h and buffer.c; the protocol of a slot is described in tcache.h. */
+#include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__linux__)
+#include <linux/membarrier.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #include "tcache.h"
+#include "testhook.h"
 
 _Thread_local um__tcache *um__tcache_last __attribute__((tls_model("initial-exec")));
 /* This thread's caches, one per manager it used (owner only). */
@@ -21,8 +29,75 @@ static pthread_key_t exit_key;
 static bool exit_key_ok;
 
 static void thread_exit(void *unused);
+static void publish_locked(um__tcache *tc, um_manager *m);
 
 static void make_key(void) { exit_key_ok = pthread_key_create(&exit_key, thread_exit) == 0; }
+
+/* ------------------------------------------------------------------------ */
+/* The process-wide barrier of a flush (tcache.h, "Taking without a locked
+ * instruction"). */
+
+#if defined(__linux__) && defined(__NR_membarrier)
+static int membarrier_cmd(int cmd) { return (int)syscall(__NR_membarrier, cmd, 0, 0); }
+#else
+static int membarrier_cmd(int cmd) {
+  (void)cmd;
+  errno = ENOSYS;
+  return -1;
+}
+#define MEMBARRIER_CMD_QUERY 0
+#define MEMBARRIER_CMD_PRIVATE_EXPEDITED 0
+#define MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED 0
+#endif
+
+static pthread_once_t asym_once = PTHREAD_ONCE_INIT;
+static bool asym_ok;
+
+/* Whether this kernel gives the expedited private barrier (Linux 4.14 on),
+ * registered for the process. Seccomp profiles and valgrind may refuse it;
+ * the caches then take with a compare-and-swap. */
+static void asym_probe(void) {
+  int cmds = membarrier_cmd(MEMBARRIER_CMD_QUERY);
+  asym_ok = cmds > 0 && (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
+            membarrier_cmd(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0;
+}
+
+/* A full barrier in every running thread of the process; false when the
+ * kernel refused (a registration lost across a fork is made again). */
+static bool asym_barrier(void) {
+  if (membarrier_cmd(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0)
+    return true;
+  return errno == EPERM && membarrier_cmd(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0 &&
+         membarrier_cmd(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0;
+}
+
+/* Under m->tcache_lock: stop the owners' plain takes in every cache of m.
+ * Returns false, with nothing stopped, when the barrier failed: the caches
+ * with plain takes must then be left alone (their owners flush themselves
+ * when the epoch moves). */
+static bool steal_begin(um_manager *m) {
+  bool any = false;
+  for (um__tcache *tc = m->tcaches; tc != NULL; tc = tc->m_next) {
+    atomic_store_explicit(&tc->steal, 1, memory_order_relaxed);
+    any |= tc->asym;
+  }
+  if (any && !asym_barrier()) {
+    for (um__tcache *tc = m->tcaches; tc != NULL; tc = tc->m_next)
+      atomic_store_explicit(&tc->steal, 0, memory_order_relaxed);
+    return false;
+  }
+  for (um__tcache *tc = m->tcaches; tc != NULL; tc = tc->m_next)
+    while (atomic_load_explicit(&tc->busy, memory_order_acquire) != 0)
+      sched_yield(); /* a take of a few instructions, or its thread preempted */
+  return true;
+}
+
+static void steal_end(um_manager *m) {
+  for (um__tcache *tc = m->tcaches; tc != NULL; tc = tc->m_next)
+    atomic_store_explicit(&tc->steal, 0, memory_order_release);
+}
+
+/* ------------------------------------------------------------------------ */
 
 static size_t slot_count(int ndevices) {
   return (size_t)ndevices * UM_LOCATION_COUNT * UM__TCACHE_CLASSES;
@@ -65,18 +140,20 @@ void um__tcache_flush_own(um__tcache *tc, um_manager *m) {
 
 uint64_t um__tcache_flush_all(um_manager *m, um_device *only) {
   uint64_t moved = 0;
+  bool stopped;
   pthread_mutex_lock(&m->tcache_lock);
+  stopped = steal_begin(m);
   for (um__tcache *tc = m->tcaches; tc != NULL; tc = tc->m_next) {
-    if (only != NULL && only->index >= tc->ndevices) {
-      continue; /* adopted after the cache was made: it has no slots */
-    } else if (only != NULL) {
-      size_t per_dev = (size_t)UM_LOCATION_COUNT * UM__TCACHE_CLASSES;
-      size_t lo = (size_t)only->index * per_dev;
-      moved += flush_slots(tc, m, lo, lo + per_dev, false);
-    } else {
+    size_t per_dev = (size_t)UM_LOCATION_COUNT * UM__TCACHE_CLASSES;
+    if ((only != NULL && only->index >= tc->ndevices) || (tc->asym && !stopped))
+      continue; /* adopted after the cache was made: no slots; or see steal_begin */
+    if (only != NULL)
+      moved += flush_slots(tc, m, (size_t)only->index * per_dev, ((size_t)only->index + 1) * per_dev, false);
+    else
       moved += flush_slots(tc, m, 0, slot_count(tc->ndevices), false);
-    }
   }
+  if (stopped)
+    steal_end(m);
   pthread_mutex_unlock(&m->tcache_lock);
   /* Owners give back their empty slots' budget at their next call. */
   um__atomic_add_relaxed(&m->flush_epoch, 1u);
@@ -124,6 +201,8 @@ static void thread_exit(void *unused) {
       flush_slots(tc, m, 0, slot_count(tc->ndevices), true);
       um__events_stash_flush(m, tc);
       pthread_mutex_lock(&m->tcache_lock);
+      if (tc->high_pending != 0)
+        publish_locked(tc, m);
       merge_and_unlink(tc, m);
       pthread_mutex_unlock(&m->tcache_lock);
     }
@@ -141,6 +220,8 @@ void um__tcache_manager_gone(um_manager *m) {
     /* No thread uses a manager being destroyed, so the empty slots'
      * budget can be taken back here, in the owner's place. */
     flush_slots(tc, m, 0, slot_count(tc->ndevices), true);
+    if (tc->high_pending != 0)
+      publish_locked(tc, m);
     merge_and_unlink(tc, m);
     atomic_store_explicit(&tc->m, NULL, memory_order_release);
   }
@@ -188,6 +269,9 @@ static um__tcache *create_cache(um_manager *m) {
   memset(tc->slots, 0, slot_count(ndevices) * sizeof(*tc->slots));
   tc->ndevices = ndevices;
   tc->slots_on = m->opts.enable_pooling && !m->opts.debug;
+  pthread_once(&asym_once, asym_probe);
+  tc->asym = asym_ok;
+  UM__TEST_POINT(UM__TP_TCACHE_NEW, tc);
   tc->epoch = atomic_load_explicit(&m->flush_epoch, memory_order_relaxed);
   atomic_init(&tc->m, m);
   pthread_mutex_lock(&m->tcache_lock);
@@ -251,34 +335,58 @@ void um__tcache_put(um__tcache *tc, um_buffer *b) {
   um__pool_put(p, b); /* no budget for a slot */
 }
 
-void um__tcache_note_high(um__tcache *tc, um_device *d) {
+/* The exact sum of d's bytes_in_use over every thread. Called with
+ * m->tcache_lock held: a thread's exit moves its share into the device's
+ * counters under it too, so the sum sees it exactly once. */
+static int64_t device_sum(um_manager *m, um_device *d) {
+  int64_t total = (int64_t)um__atomic_load_relaxed(&d->stats.bytes_in_use);
+  for (um__tcache *t = m->tcaches; t != NULL; t = t->m_next)
+    if (d->index < t->ndevices) /* a cache made before d was adopted has none */
+      total += (int64_t)um__atomic_load_relaxed(&t->ctr[d->index].bytes_in_use);
+  return total;
+}
+
+/* The same for the manager's bytes_in_use over all devices. */
+static int64_t manager_sum(um_manager *m) {
+  int64_t total = (int64_t)um__atomic_load_relaxed(&m->bytes_in_use);
+  for (um__tcache *t = m->tcaches; t != NULL; t = t->m_next)
+    total += (int64_t)um__atomic_load_relaxed(t->ndevices > 1 ? &t->in_use_total : &t->ctr[0].bytes_in_use);
+  return total;
+}
+
+static void peak_up(atomic_uint_fast64_t *peak, int64_t total) {
+  if (total > 0)
+    um__atomic_max_relaxed(peak, (uint64_t)total);
+}
+
+void um__tcache_note_high(um_device *d) {
   um_manager *m = d->m;
-  int64_t dev_total, all_total;
-  /* Under the lock: a thread's exit moves its share into the device's
-   * counters under it too, so the sums below see it exactly once. */
   pthread_mutex_lock(&m->tcache_lock);
-  dev_total = (int64_t)um__atomic_load_relaxed(&d->stats.bytes_in_use);
-  all_total = (int64_t)um__atomic_load_relaxed(&m->bytes_in_use);
-  for (um__tcache *t = m->tcaches; t != NULL; t = t->m_next) {
-    /* a cache made before d was adopted has no counters for it */
-    if (d->index < t->ndevices)
-      dev_total += (int64_t)um__atomic_load_relaxed(&t->ctr[d->index].bytes_in_use);
-    all_total += (int64_t)um__atomic_load_relaxed(t->ndevices > 1 ? &t->in_use_total : &t->ctr[0].bytes_in_use);
-  }
+  peak_up(&d->stats.peak_bytes_in_use, device_sum(m, d));
+  peak_up(&m->peak_bytes_in_use, manager_sum(m));
   pthread_mutex_unlock(&m->tcache_lock);
-  if (dev_total > 0)
-    um__atomic_max_relaxed(&d->stats.peak_bytes_in_use, (uint64_t)dev_total);
-  if (all_total > 0)
-    um__atomic_max_relaxed(&m->peak_bytes_in_use, (uint64_t)all_total);
-  if (tc != NULL) {
-    um__tcounters *c = &tc->ctr[d->index];
-    int64_t own = (int64_t)um__atomic_load_relaxed(&c->bytes_in_use);
-    int64_t own_total = (int64_t)um__atomic_load_relaxed(tc->ndevices > 1 ? &tc->in_use_total : &c->bytes_in_use);
-    if (own > c->in_use_high)
-      c->in_use_high = own;
-    if (own_total > tc->in_use_total_high)
-      tc->in_use_total_high = own_total;
+}
+
+/* Called with m->tcache_lock held, or by a cache's owner. */
+static void publish_locked(um__tcache *tc, um_manager *m) {
+  for (int i = 0; i < tc->ndevices; i++) {
+    if (tc->ctr[i].high_pending) {
+      tc->ctr[i].high_pending = false;
+      peak_up(&m->devices[i]->stats.peak_bytes_in_use, device_sum(m, m->devices[i]));
+    }
   }
+  peak_up(&m->peak_bytes_in_use, manager_sum(m));
+  tc->high_pending = 0;
+  tc->high_grew = 0;
+}
+
+void um__tcache_publish_high(um__tcache *tc) {
+  um_manager *m = atomic_load_explicit(&tc->m, memory_order_relaxed);
+  if (m == NULL)
+    return;
+  pthread_mutex_lock(&m->tcache_lock);
+  publish_locked(tc, m);
+  pthread_mutex_unlock(&m->tcache_lock);
 }
 
 void um__tcache_stats_add(um_manager *m, um_device *d, um_stats *s) {
@@ -331,7 +439,7 @@ void um__stat_in_use_add(um_device *d, uint64_t bytes) {
   }
   um__atomic_add_relaxed(&d->stats.bytes_in_use, bytes);
   um__atomic_add_relaxed(&m->bytes_in_use, bytes);
-  um__tcache_note_high(NULL, d);
+  um__tcache_note_high(d);
 }
 
 void um__stat_in_use_sub(um_device *d, uint64_t bytes) {

@@ -5,9 +5,11 @@
  * holding at most one idle block, plus the thread's own share of the hot
  * statistics counters. An allocation that finds its slot full, and a
  * release that finds its slot empty, touch nothing another thread writes:
- * no lock, one compare-and-swap (taking from a slot) or one plain store
- * (putting into one), and counters that only their thread writes (summed
- * on read, as mimalloc's stats are). The structures are in types.h.
+ * no lock, plain loads and stores on the slot (taking: inside a section
+ * that flushes force into view, see "Taking without a locked instruction";
+ * putting: one store), and counters that only their thread writes (summed
+ * on read, as mimalloc's stats are). The release's one locked instruction
+ * is the buffer's state change, which refuses a second release. The structures are in types.h.
  *
  * A slot is a word in one of three states:
  *   0         empty, and holding none of the pool's budget;
@@ -16,10 +18,10 @@
  *   pointer   an idle block (state UM__BUF_IDLE), which holds the budget.
  * Transitions: 0 -> RESERVED (owner, after um__pool_reserve), RESERVED ->
  * pointer (owner; a plain store, since only the owner ever moves a slot out
- * of RESERVED), pointer -> RESERVED (owner takes the block: CAS), pointer ->
- * pointer (owner puts a newer block in and the older one goes to the bin:
- * CAS), pointer -> 0 (anyone: CAS; takes the block and gives up the
- * budget), RESERVED -> 0 (owner only). A slot thus holds its thread's most
+ * of RESERVED), pointer -> RESERVED (owner takes the block: see below),
+ * pointer -> pointer (owner puts a newer block in and the older one goes to
+ * the bin: CAS), pointer -> 0 (anyone: CAS; takes the block and gives up
+ * the budget), RESERVED -> 0 (owner only). A slot thus holds its thread's most
  * recently released block of the class, which keeps oldest-first exact
  * for one thread. So another thread (a trim, pressure, the trim timer, the
  * manager's destroy) can always take every idle block out of every cache;
@@ -54,9 +56,13 @@ um__tcache *um__tcache_find(um_manager *m);
 /* The manager's flush epoch moved: give this thread's idle blocks back to
  * the bins and drop the budget of its empty slots. */
 void um__tcache_flush_own(um__tcache *tc, um_manager *m);
-/* A new high of this thread's bytes_in_use on d: bring the peaks up to
- * date with the exact sum over every thread. */
-void um__tcache_note_high(um__tcache *tc, um_device *d);
+/* bytes_in_use of d moved up outside any thread's cache: bring d's and the
+ * manager's peaks up to date with the exact sum over every thread. */
+void um__tcache_note_high(um_device *d);
+/* This thread's new highs (tc->high_pending): bring the peaks of the
+ * devices where they happened, and the manager's, up to date with the
+ * exact sums over every thread. */
+void um__tcache_publish_high(um__tcache *tc);
 /* A released block into this thread's slot of its class, the slow way:
  * the slot was empty without budget (reserve it), or held an older block
  * (which goes to its bin); into the bin when no budget is left. */
@@ -93,10 +99,14 @@ static inline um__tcache *um__tcache_for(um_manager *m, const um_device *d) {
   return tc != NULL && __builtin_expect(d->index < tc->ndevices, 1) ? tc : NULL;
 }
 
+/* The index of the slot of (d, loc, cls) in every cache that has d. */
+static inline uint32_t um__tcache_slot_index(const um_device *d, um_location loc, int cls) {
+  return ((uint32_t)d->index * UM_LOCATION_COUNT + (uint32_t)loc) * UM__TCACHE_CLASSES + (uint32_t)cls;
+}
+
 static inline _Atomic(uintptr_t) *um__tcache_slot(um__tcache *tc, const um_device *d,
                                                  um_location loc, int cls) {
-  return &tc->slots[((size_t)d->index * UM_LOCATION_COUNT + (size_t)loc) * UM__TCACHE_CLASSES +
-                    (size_t)cls];
+  return &tc->slots[um__tcache_slot_index(d, loc, cls)];
 }
 
 /* The idle_key of a block going idle on tc's thread. A Lamport clock: the
@@ -120,38 +130,85 @@ static inline void um__tcounter_add(atomic_uint_fast64_t *c, uint64_t v) {
                         memory_order_relaxed);
 }
 
+/* A new high is carried into the device's and the manager's peaks at
+ * once only when this thread's highs grew by a sixteenth since they were
+ * last carried, or after this many new highs; otherwise at the thread's
+ * next release, when its level turns down. So a thread that keeps growing
+ * takes the manager's cache lock once per UM__TCACHE_HIGH_BATCH
+ * allocations at most, not on every one, and its own peak is never missed:
+ * until its next release its level is its high, which a stats read sums
+ * anyway. Where other threads release what a thread allocates, a peak can
+ * be short by what it allocated since its highs were last carried: less
+ * than a sixteenth of its high and than UM__TCACHE_HIGH_BATCH blocks. */
+#define UM__TCACHE_HIGH_BATCH 64
+
 /* A buffer of bytes went live (in) or was released (out) on this thread. */
 static inline void um__tcache_count_in(um__tcache *tc, um_device *d, uint64_t bytes) {
   um__tcounters *c = &tc->ctr[d->index];
   uint64_t dev_now = (uint64_t)atomic_load_explicit(&c->bytes_in_use, memory_order_relaxed) + bytes;
+  int64_t grew = 0, high = 0;
   atomic_store_explicit(&c->bytes_in_use, dev_now, memory_order_relaxed);
   /* The peaks move only when this thread passes its own highest level. */
   if (__builtin_expect(tc->ndevices > 1, 0)) {
     uint64_t all_now = (uint64_t)atomic_load_explicit(&tc->in_use_total, memory_order_relaxed) + bytes;
     atomic_store_explicit(&tc->in_use_total, all_now, memory_order_relaxed);
     if ((int64_t)all_now > tc->in_use_total_high) {
-      um__tcache_note_high(tc, d);
-      return;
+      grew = (int64_t)all_now - tc->in_use_total_high;
+      high = tc->in_use_total_high = (int64_t)all_now;
     }
   }
-  if (__builtin_expect((int64_t)dev_now > c->in_use_high, 0))
-    um__tcache_note_high(tc, d);
+  if (__builtin_expect((int64_t)dev_now > c->in_use_high, 0)) {
+    if (grew == 0) {
+      grew = (int64_t)dev_now - c->in_use_high;
+      high = (int64_t)dev_now;
+    }
+    c->in_use_high = (int64_t)dev_now;
+    c->high_pending = true;
+  }
+  if (__builtin_expect(grew != 0, 0)) {
+    tc->high_grew += grew;
+    if (++tc->high_pending >= UM__TCACHE_HIGH_BATCH || tc->high_grew * 16 >= high)
+      um__tcache_publish_high(tc);
+  }
 }
 
 static inline void um__tcache_count_out(um__tcache *tc, um_device *d, uint64_t bytes) {
   um__tcounters *c = &tc->ctr[d->index];
+  if (__builtin_expect(tc->high_pending != 0, 0))
+    um__tcache_publish_high(tc); /* the level turns down: it was a peak */
   um__tcounter_add(&c->bytes_in_use, (uint64_t)0 - bytes);
   if (__builtin_expect(tc->ndevices > 1, 0))
     um__tcounter_add(&tc->in_use_total, (uint64_t)0 - bytes);
 }
 
-
-/* The allocation's hit: the block idle in this thread's slot of the class,
- * taken with one compare-and-swap (another thread may be moving it to the
- * bins), or NULL. */
-static inline um_buffer *um__tcache_take(um__tcache *tc, um_device *d, um_location loc, int cls) {
-  _Atomic(uintptr_t) *slot = um__tcache_slot(tc, d, loc, cls);
-  uintptr_t cur = atomic_load_explicit(slot, memory_order_relaxed);
+/* Taking without a locked instruction. The owner's take is the one slot
+ * move that races with other threads (a flush moving the block to the
+ * bins), and a compare-and-swap there would be the hit's largest cost. So
+ * the owner takes with a plain load and store, inside a section it marks
+ * with busy, and a thread that moves blocks out of caches (flush_slots,
+ * under m->tcache_lock) first sets steal, then runs membarrier(PRIVATE_
+ * EXPEDITED), which puts a full barrier into every running thread of the
+ * process, then waits for busy to read 0. Either the owner's load of steal
+ * comes after that barrier, and sees steal (it takes with a CAS instead),
+ * or its store of busy comes before it, and the flush sees busy and waits
+ * until the section ended (and with it the owner's slot store). This is
+ * the asymmetric Dekker pattern of user-space RCU; where membarrier is not
+ * to be had (tc->asym false), the owner always takes with the CAS. */
+static inline um_buffer *um__tcache_take_at(um__tcache *tc, _Atomic(uintptr_t) *slot) {
+  uintptr_t cur;
+  if (__builtin_expect(tc->asym, 1)) {
+    atomic_store_explicit(&tc->busy, 1, memory_order_relaxed);
+    atomic_signal_fence(memory_order_seq_cst);
+    if (__builtin_expect(!atomic_load_explicit(&tc->steal, memory_order_acquire), 1)) {
+      cur = atomic_load_explicit(slot, memory_order_relaxed);
+      if (cur > UM__TSLOT_RESERVED)
+        atomic_store_explicit(slot, UM__TSLOT_RESERVED, memory_order_relaxed);
+      atomic_store_explicit(&tc->busy, 0, memory_order_release);
+      return cur > UM__TSLOT_RESERVED ? (um_buffer *)cur : NULL;
+    }
+    atomic_store_explicit(&tc->busy, 0, memory_order_release);
+  }
+  cur = atomic_load_explicit(slot, memory_order_relaxed);
   if (cur > UM__TSLOT_RESERVED &&
       atomic_compare_exchange_strong_explicit(slot, &cur, UM__TSLOT_RESERVED, memory_order_acquire,
                                               memory_order_relaxed))
@@ -159,11 +216,17 @@ static inline um_buffer *um__tcache_take(um__tcache *tc, um_device *d, um_locati
   return NULL;
 }
 
+/* The allocation's hit: the block idle in this thread's slot of the class,
+ * or NULL. */
+static inline um_buffer *um__tcache_take(um__tcache *tc, um_device *d, um_location loc, int cls) {
+  return um__tcache_take_at(tc, um__tcache_slot(tc, d, loc, cls));
+}
+
 /* The release's hit: an untouched pooled block into this thread's reserved,
  * empty slot of its class, with one plain store (only the owner moves a
  * slot out of RESERVED). false: the slow path must run. */
 static inline bool um__tcache_put_fast(um__tcache *tc, um_buffer *b) {
-  _Atomic(uintptr_t) *slot = um__tcache_slot(tc, b->dev, b->loc, b->cls);
+  _Atomic(uintptr_t) *slot = &tc->slots[b->slot];
   if (__builtin_expect(atomic_load_explicit(slot, memory_order_relaxed) != UM__TSLOT_RESERVED, 0))
     return false;
   b->idle_key = um__tcache_key_fast(tc);

@@ -31,6 +31,9 @@ typedef enum um__test_point {
   /* An idle block was put in its bin, and the bin's lock dropped (pool.c).
    * arg: the buffer (descriptor of the block). */
   UM__TP_POOL_PUT,
+  /* A thread cache was made, before its thread uses it (tcache.c). arg:
+   * the cache (a test may turn its asym off, to run the CAS take). */
+  UM__TP_TCACHE_NEW,
   /* A waiter's spin (um_options.wait_spin_ns, spin.c) polls once, before
    * the poll. arg: the poll's argument. */
   UM__TP_WAIT_POLL,

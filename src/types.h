@@ -31,6 +31,8 @@
  * * 4 locations * 8 bytes is 5 KiB of slots per device and thread. */
 #define UM__TCACHE_CLASSES 160
 #define UM__TSLOT_RESERVED ((uintptr_t)1)
+/* um_buffer.slot of a block that no thread-cache slot takes. */
+#define UM__NO_SLOT UINT32_MAX
 
 /* ------------------------------------------------------------------------ */
 /* Statistics counters, one set per device. Gauges move both ways; counters
@@ -150,6 +152,9 @@ struct um_buffer {
   size_t size;     /* bytes requested */
   size_t capacity; /* bytes of the block */
   int cls;         /* size class of capacity, -1 when not pooled */
+  /* Index of the block's slot in a thread cache (tcache.h), for a pooled
+   * block of a class with slots; else UM__NO_SLOT. */
+  uint32_t slot;
   um__mem mem;
   /* Moves each time the descriptor goes live: an operation checked against
    * one owner's buffer is refused, under the lock, if the descriptor went
@@ -179,7 +184,11 @@ struct um_buffer {
   pthread_mutex_t lock;     /* guards everything below */
   pthread_cond_t idle_cond; /* signalled when pending drops to 0, and when
                                a mapping stops being busy */
-  unsigned valid;           /* UM_VALID_* */
+  void *shadow;             /* host copy of a buffer with no host view (map.c) */
+  /* From valid to access_op: the state of a live buffer's operations,
+   * zero when it goes live (um__buffer_init_live clears the range in one
+   * go; keep these fields together and zero their initial values). */
+  unsigned valid; /* UM_VALID_* */
   bool mapped;
   um_map_mode map_mode;
   size_t map_off, map_len;
@@ -188,7 +197,6 @@ struct um_buffer {
   /* um_map / um_unmap is calling the backend with the lock dropped; the
    * mapping is neither made nor ended yet (waiters use idle_cond). */
   bool map_busy;
-  void *shadow;     /* host copy of a buffer with no host view (map.c) */
   um_event *last;   /* last operation issued on the buffer (a reference) */
   unsigned pending; /* operations issued and not yet finished */
   bool release_deferred;
@@ -271,6 +279,9 @@ struct um_event {
   atomic_int state;         /* um__ev_state */
   int status;
   bool canceled;
+  /* The backend refused to queue it behind earlier operations: it fails
+   * with native_status once they finished (op.c's op_start_after_tokens). */
+  bool refused;
 
   /* what to do */
   um__op_kind kind;
@@ -365,12 +376,21 @@ typedef struct um__tcounters {
   /* Highest bytes_in_use of this thread since the device's peak was last
    * brought up to date from here (owner only). */
   int64_t in_use_high;
+  bool high_pending; /* in_use_high rose since the peak was last brought up */
 } um__tcounters;
 
 typedef struct um__tcache {
   _Atomic(um_manager *) m; /* NULL once the manager is gone */
   int ndevices;
   bool slots_on;  /* pooling on and debug off: the slots are used */
+  /* The owner takes from its slots with plain loads and stores inside a
+   * section marked by busy, which a thread moving blocks out of the cache
+   * (steal set) forces into view with a process-wide barrier (tcache.h,
+   * "Taking without a locked instruction"). false where that barrier is not
+   * to be had: the owner then takes with a compare-and-swap. */
+  bool asym;
+  atomic_int busy;  /* owner: inside a take */
+  atomic_int steal; /* another thread is moving blocks out (tcache_lock) */
   unsigned epoch; /* the manager's flush_epoch when last seen (owner) */
   uint64_t clock; /* this thread's idle_key clock (owner) */
   um__tcounters *ctr; /* [ndevices] */
@@ -378,6 +398,12 @@ typedef struct um__tcache {
    * kept only when the manager has several devices (else it is ctr[0]'s). */
   atomic_uint_fast64_t in_use_total;
   int64_t in_use_total_high;
+  /* New highs of this thread not yet carried into the peaks (owner): the
+   * peaks are brought up to date at the thread's next release (when its
+   * level turns down), after a run of new highs, and when the thread
+   * leaves the manager (tcache.h, um__tcache_count_in). */
+  unsigned high_pending;
+  int64_t high_grew; /* how far those new highs rose (owner) */
   _Atomic(uintptr_t) *slots; /* [ndevices][UM_LOCATION_COUNT][UM__TCACHE_CLASSES] */
   struct um__tcache *m_prev, *m_next; /* manager's list (m->tcache_lock) */
   struct um__tcache *t_next;          /* thread's list (owner) */
@@ -418,6 +444,9 @@ struct um_manager {
 
   /* event objects (event.c): slabs, freed at destroy, and the free list */
   pthread_mutex_t event_lock;
+  /* Threads inside um_event_wait: destroy frees the event objects only
+   * once they have all left (after its drain has finished their waits). */
+  atomic_int event_waiters;
   um_event *event_free;
   um__event_slab *event_slabs;
 

@@ -10,6 +10,27 @@ foreach(src ${UM_TEST_SOURCES})
   endif()
 endforeach()
 
+# The model-based randomized test (tests/test_model.c, its model in
+# tests/model/): once per device configuration, each with a few fixed
+# seeds. UNIMEM_MODEL_SEED / UNIMEM_MODEL_OPS turn any of them into a
+# replay or a soak run. The OpenCL runs skip (code 77) where there is no
+# OpenCL device, and fail when PoCL gives fewer devices than they asked for.
+file(GLOB UM_MODEL_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/model/*.c)
+target_sources(test_model PRIVATE ${UM_MODEL_SOURCES})
+target_include_directories(test_model PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+target_link_libraries(test_model PRIVATE m)
+add_test(NAME test_model_cpu COMMAND test_model --jobs=1 --filter "model/*cpu*")
+set_tests_properties(test_model_cpu PROPERTIES LABELS "core" TIMEOUT 300 SKIP_RETURN_CODE 77)
+foreach(cfg "pocl_1dev|pthread|1" "pocl_2dev|pthread pthread|2" "pocl_basic|basic|1")
+  string(REPLACE "|" ";" cfg "${cfg}")
+  list(GET cfg 0 cfg_name)
+  list(GET cfg 1 cfg_devices)
+  list(GET cfg 2 cfg_count)
+  add_test(NAME test_model_${cfg_name} COMMAND test_model --jobs=1 --filter "model/*opencl*")
+  set_tests_properties(test_model_${cfg_name} PROPERTIES LABELS "opencl" TIMEOUT 300 SKIP_RETURN_CODE 77
+                       ENVIRONMENT "POCL_DEVICES=${cfg_devices};UNIMEM_MODEL_EXPECT_OPENCL=${cfg_count}")
+endforeach()
+
 # The fuzz target without libFuzzer: replays the kept corpus as a plain
 # test, so every build (ASan, TSan, valgrind) runs it.
 add_executable(fuzz_api_replay ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_api.c

@@ -58,6 +58,7 @@ struct fault_dev {
   pthread_cond_t idle;
   fault_job *head, *tail;
   bool busy, stopping, has_thread;
+  bool held; /* fault_hold: the queue starts nothing */
   uint64_t next_seq;
   pthread_t thread;
 };
@@ -256,7 +257,7 @@ static void *queue_main(void *arg) {
   for (;;) {
     fault_job *j;
     int st;
-    while (d->head == NULL && !d->stopping)
+    while ((d->head == NULL || d->held) && !d->stopping)
       pthread_cond_wait(&d->cond, &d->lock);
     if (d->head == NULL)
       break;
@@ -601,6 +602,25 @@ int fault_lose(um_device *d) {
   if (!fault_is_device(d))
     return UM_EINVAL;
   atomic_store(&((fault_dev *)d->bdev)->lost, true);
+  return UM_OK;
+}
+
+int fault_restore(um_device *d) {
+  if (!fault_is_device(d))
+    return UM_EINVAL;
+  atomic_store(&((fault_dev *)d->bdev)->lost, false);
+  return UM_OK;
+}
+
+int fault_hold(um_device *d, bool held) {
+  fault_dev *fd;
+  if (!fault_is_device(d) || !((fault_dev *)d->bdev)->has_thread)
+    return UM_EINVAL;
+  fd = d->bdev;
+  pthread_mutex_lock(&fd->lock);
+  fd->held = held;
+  pthread_cond_signal(&fd->cond);
+  pthread_mutex_unlock(&fd->lock);
   return UM_OK;
 }
 

@@ -70,6 +70,19 @@ void fault_pause(bool paused);
  * device. */
 int fault_lose(um_device *d);
 
+/* The lost device d works again (for a harness that keeps its manager
+ * from one test input to the next). Nothing else about d changes: its
+ * blocks, data and queue are as they were. UM_EINVAL when d is not a fault
+ * device. */
+int fault_restore(um_device *d);
+
+/* Hold d's queue (asynchronous flavour): while held, transfers queued on
+ * it wait and none starts, so a test can issue more behind them; the
+ * queued ones run, in order, once it is let go (held false). A device
+ * being closed runs its queue, held or not; um_device_synchronize waits
+ * for it. UM_EINVAL when d is not a device of the asynchronous flavour. */
+int fault_hold(um_device *d, bool held);
+
 /* Whether d is a device of one of the fault backends. */
 bool fault_is_device(const um_device *d);
 

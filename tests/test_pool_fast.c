@@ -8,6 +8,7 @@
  * exact on one thread. Pressure runs on a test-only backend ("tiny") whose
  * one device has 1 MiB of memory. */
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,7 @@
 
 #include "test_util.h" /* Criterion, or its stand-in under TSan */
 #include "tcache.h"
+#include "testhook.h"
 
 #define KiB ((size_t)1024)
 #define MiB (1024 * KiB)
@@ -297,6 +299,87 @@ Test(fast, thread_exit_gives_the_cache_back) {
   cr_assert_eq(um_manager_destroy(m), UM_OK);
 }
 
+/* Peaks of a thread that keeps growing (tcache.h, um__tcache_count_in):
+ * its new highs reach the peaks in runs, at its next release, or when it
+ * leaves; never a lock per allocation, and never a missed peak of its own. */
+#define GROW_BLOCKS 200
+#define GROW_BYTES 1000
+
+typedef struct grower {
+  um_manager *m;
+  um_buffer *b[GROW_BLOCKS];
+  int turn_down; /* release one block before handing the rest over */
+  gate g;
+} grower;
+
+static void *grow_and_hand_over(void *arg) {
+  grower *w = arg;
+  for (int i = 0; i < GROW_BLOCKS; i++)
+    w->b[i] = alloc(w->m, GROW_BYTES);
+  if (w->turn_down) {
+    cr_assert_eq(um_release(w->b[GROW_BLOCKS - 1]), UM_OK);
+    w->b[GROW_BLOCKS - 1] = NULL;
+  }
+  gate_set(&w->g, 1);
+  gate_wait(&w->g, 2); /* stays alive while another thread releases */
+  return NULL;
+}
+
+/* The main thread releases every block the grower allocated, while the
+ * grower is still alive, then the grower exits; returns the peak. */
+static uint64_t grow_elsewhere(int turn_down) {
+  grower w = {.m = make(NULL), .turn_down = turn_down};
+  pthread_t t;
+  um_stats s;
+  gate_init(&w.g);
+  cr_assert_eq(pthread_create(&t, NULL, grow_and_hand_over, &w), 0);
+  gate_wait(&w.g, 1);
+  for (int i = 0; i < GROW_BLOCKS; i++)
+    if (w.b[i] != NULL)
+      cr_assert_eq(um_release(w.b[i]), UM_OK);
+  gate_set(&w.g, 2);
+  cr_assert_eq(pthread_join(t, NULL), 0);
+  s = stats(w.m, NULL);
+  cr_assert_eq(s.bytes_in_use, 0);
+  cr_assert_eq(s.active_buffers, 0);
+  cr_assert_eq(um_manager_destroy(w.m), UM_OK);
+  return s.peak_bytes_in_use;
+}
+
+/* The grower turned down once (its own release) before another thread
+ * released the rest: the peak is exact. */
+Test(fast, peak_of_a_growing_thread_at_its_turn) {
+  cr_assert_eq(grow_elsewhere(1), (uint64_t)GROW_BLOCKS * GROW_BYTES);
+}
+
+/* Every block is released by another thread: the peak may be short by
+ * what the grower allocated since its highs were last carried, less than a
+ * sixteenth of its high and than UM__TCACHE_HIGH_BATCH blocks. */
+Test(fast, peak_of_a_growing_thread_released_elsewhere) {
+  uint64_t high = (uint64_t)GROW_BLOCKS * GROW_BYTES, peak = grow_elsewhere(0);
+  cr_assert_leq(peak, high);
+  cr_assert_gt(peak, high - high / 16, "peak %llu of %llu", (unsigned long long)peak,
+               (unsigned long long)high);
+  cr_assert_gt(peak, high - (uint64_t)UM__TCACHE_HIGH_BATCH * GROW_BYTES);
+}
+
+/* A growing thread's level is its high until it turns down: a stats read
+ * in between shows it, on one thread exactly. */
+Test(fast, peak_read_while_a_thread_grows) {
+  um_manager *m = make(NULL);
+  um_buffer *b[GROW_BLOCKS];
+  for (int i = 0; i < GROW_BLOCKS; i++) {
+    b[i] = alloc(m, GROW_BYTES);
+    if (i % 37 == 0)
+      cr_assert_eq(stats(m, um_device_get(m, 0)).peak_bytes_in_use, (uint64_t)(i + 1) * GROW_BYTES);
+  }
+  for (int i = 0; i < GROW_BLOCKS; i++)
+    cr_assert_eq(um_release(b[i]), UM_OK);
+  cr_assert_eq(stats(m, NULL).peak_bytes_in_use, (uint64_t)GROW_BLOCKS * GROW_BYTES);
+  cr_assert_eq(stats(m, um_device_get(m, 0)).peak_bytes_in_use, (uint64_t)GROW_BLOCKS * GROW_BYTES);
+  cr_assert_eq(um_manager_destroy(m), UM_OK);
+}
+
 /* The manager goes while another thread still has blocks cached for it;
  * that thread then uses a new manager (perhaps at the same address) and
  * exits. Under ASan this also shows that nothing leaks. */
@@ -494,6 +577,139 @@ static void *churn(void *arg) {
     if (live[k])
       cr_assert_eq(um_release(live[k]), UM_OK);
   return NULL;
+}
+
+/* Takes racing flushes (tcache.h, "Taking without a locked instruction"):
+ * two threads take and put their slots' blocks as fast as they can, each
+ * block signed by its taker and checked on the way back, while this thread
+ * flushes every cache (um_pool_trim) again and again. A block taken twice
+ * shows as a signature overwritten by the other thread, or as a state
+ * other than live; under TSan, a missing order shows as a race. Run with
+ * the membarrier take where the kernel has it, and with the CAS take. */
+#define RACE_TAKES 200000
+#define RACE_TRIMS 50000
+
+typedef struct racer {
+  um_manager *m;
+  unsigned char sig;
+  atomic_int *stop;
+  atomic_long taken;
+  long bad;
+} racer;
+
+static void *race_takes(void *arg) {
+  racer *r = arg;
+  while (!atomic_load(r->stop)) {
+    for (int i = 0; i < 64; i++) {
+      um_buffer *b = NULL;
+      unsigned char *p;
+      if (um_alloc(r->m, um_device_get(r->m, 0), 1000, UM_HOST, 0, &b) != UM_OK) {
+        r->bad++;
+        continue;
+      }
+      p = um_buffer_host_ptr(b);
+      memset(p, r->sig, 1000);
+      for (int k = 0; k < 1000; k += 97)
+        r->bad += p[k] != r->sig;
+      r->bad += atomic_load(&b->state) != UM__BUF_LIVE;
+      atomic_fetch_add(&r->taken, 1);
+      r->bad += um_release(b) != UM_OK;
+    }
+  }
+  return NULL;
+}
+
+static void no_asym(um__test_point point, void *arg) {
+  if (point == UM__TP_TCACHE_NEW)
+    ((um__tcache *)arg)->asym = false;
+}
+
+static void takes_race_flushes(bool cas_only) {
+  um_manager *m = make(NULL);
+  atomic_int stop = 0;
+  racer r[2] = {{m, 0x5A, &stop, 0, 0}, {m, 0xA5, &stop, 0, 0}};
+  atomic_init(&r[0].taken, 0);
+  atomic_init(&r[1].taken, 0);
+  pthread_t t[2];
+  um_stats s;
+  if (cas_only)
+    atomic_store(&um__test_hook, no_asym);
+  for (int i = 0; i < 2; i++)
+    cr_assert_eq(pthread_create(&t[i], NULL, race_takes, &r[i]), 0);
+  /* until each taker took RACE_TAKES blocks, and at least RACE_TRIMS
+   * trims ran (a minute at most: the check below then says which). */
+  for (long i = 0, t0 = (long)time(NULL);
+       (atomic_load(&r[0].taken) < RACE_TAKES || atomic_load(&r[1].taken) < RACE_TAKES || i < RACE_TRIMS) &&
+       (long)time(NULL) - t0 < 60;
+       i++) {
+    cr_assert_eq(um_pool_trim(m, i % 3 == 0 ? 0 : 1024), UM_OK);
+    if (i % 64 == 0)
+      sched_yield(); /* on two CPUs, let the takers run */
+  }
+  atomic_store(&stop, 1);
+  for (int i = 0; i < 2; i++)
+    cr_assert_eq(pthread_join(t[i], NULL), 0);
+  atomic_store(&um__test_hook, NULL);
+  for (int i = 0; i < 2; i++) {
+    cr_assert_eq(r[i].bad, 0, "thread %d: %ld bad checks", i, r[i].bad);
+    cr_assert_geq(atomic_load(&r[i].taken), RACE_TAKES);
+  }
+  s = stats(m, NULL);
+  cr_assert_eq(s.active_buffers, 0);
+  cr_assert_eq(s.allocations, (uint64_t)(atomic_load(&r[0].taken) + atomic_load(&r[1].taken)));
+  cr_assert_eq(s.bytes_in_use, 0);
+  cr_assert_eq(um_pool_trim(m, 0), UM_OK);
+  s = stats(m, NULL);
+  cr_assert_eq(s.bytes_pooled, 0);
+  cr_assert_eq(s.device_allocs, s.device_frees);
+  cr_assert_eq(um_manager_destroy(m), UM_OK);
+}
+
+Test(fast, takes_race_flushes, .timeout = 120) { takes_race_flushes(false); }
+
+Test(fast, cas_takes_race_flushes, .timeout = 120) { takes_race_flushes(true); }
+
+static void total_8k(um_options *o) { o->max_pool_bytes = 8 * KiB; }
+
+/* Whether b sits in a slot of one of m's thread caches. */
+static bool in_a_slot(um_manager *m, um_buffer *b) {
+  bool found = false;
+  pthread_mutex_lock(&m->tcache_lock);
+  for (um__tcache *tc = m->tcaches; tc != NULL; tc = tc->m_next)
+    for (size_t i = 0; i < (size_t)tc->ndevices * UM_LOCATION_COUNT * UM__TCACHE_CLASSES; i++)
+      found |= atomic_load(&tc->slots[i]) == (uintptr_t)b;
+  pthread_mutex_unlock(&m->tcache_lock);
+  return found;
+}
+
+/* A release into a pool at its limit makes room from the bins' oldest
+ * blocks while they are older than it: another thread's cached block stays
+ * in its slot, and no flush is asked of every thread (which would send
+ * them all down the slow path on every such release). */
+Test(fast, full_pool_evicts_from_the_bins_before_the_caches) {
+  um_manager *m = make(total_8k);
+  holder h = {.m = m, .n = 1000, .loc = UM_HOST};
+  pthread_t t;
+  um_buffer *a1 = alloc(m, 2000), *a2 = alloc(m, 2000), *a3 = alloc(m, 2000), *d = alloc(m, 4000);
+  unsigned epoch;
+  um_stats s;
+  start_holder(&h, &t); /* h's 1 KiB block: idle first, in h's slot */
+  cr_assert_eq(um_release(a1), UM_OK); /* this thread's 2 KiB slot */
+  cr_assert_eq(um_release(a2), UM_OK); /* slot; a1 to the bin */
+  cr_assert_eq(um_release(a3), UM_OK); /* slot; a2 to the bin */
+  s = stats(m, NULL);
+  cr_assert_eq(s.bytes_pooled, 1 * KiB + 6 * KiB);
+  epoch = atomic_load(&m->flush_epoch);
+  /* 4 KiB more: 11 KiB > 8 KiB; a1 and a2 (oldest in the bins) go. */
+  cr_assert_eq(um_release(d), UM_OK);
+  s = stats(m, NULL);
+  cr_assert_eq(atomic_load(&m->flush_epoch), epoch, "a flush of every cache was asked");
+  cr_assert_eq(s.bytes_pooled, 1 * KiB + 2 * KiB + 4 * KiB);
+  cr_assert_eq(s.device_frees, 2);
+  cr_assert_eq(atomic_load(&m->pool_claimed), 7 * KiB);
+  cr_assert(in_a_slot(m, h.buf), "the other thread's cached block left its slot");
+  stop_holder(&h, t);
+  cr_assert_eq(um_manager_destroy(m), UM_OK);
 }
 
 Test(fast, limits_count_cached_blocks) {

@@ -172,7 +172,9 @@ static int cmp_ptr(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-/* Every invariant, with no other thread running. */
+/* Every invariant, with no other thread running: the trim timer's ticks
+ * (which move blocks between caches, bins and devices) wait on the
+ * manager's trimming lock meanwhile. */
 static void check_invariants(stress *s) {
   um_manager *m = s->m;
   const um_options *o = &m->opts;
@@ -180,6 +182,7 @@ static void check_invariants(stress *s) {
   uint64_t idle_sum = 0, claimed = 0, nidle = 0, ndesc_idle = 0, cap = 4096, n = 0;
   uintptr_t *seen = malloc(cap * sizeof(*seen));
   cr_assert_not_null(seen);
+  pthread_mutex_lock(&m->trimming);
   cr_assert_eq(um_stats_get(m, NULL, &st), UM_OK);
 
   for (int di = 0; di < m->ndevices; di++) {
@@ -255,6 +258,7 @@ static void check_invariants(stress *s) {
   cr_assert_eq(st.allocations, atomic_load(&s->all_allocs));
   cr_assert_eq(st.releases, st.allocations);
   cr_assert_eq(st.pool_hits + st.pool_misses, atomic_load(&s->pooled_allocs));
+  pthread_mutex_unlock(&m->trimming);
 }
 
 static void run(um_options *o, uint64_t seed) {

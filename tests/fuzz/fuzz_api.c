@@ -6,8 +6,9 @@
  *
  * Input layout: byte 0 and 1 configure the manager (debug quarantine,
  * pooling, scrub, staging, worker count, fault devices, device memory);
- * then each operation is one byte (its kind) and its arguments. Reading
- * past the end gives zeros, so every input is a valid program.
+ * then each operation is one byte (its kind) and its arguments. Reading past the end gives zeros, so
+ * every input is a valid program. The manager of a configuration is kept
+ * from one input to the next and reset between them (see "Managers").
  *
  * What the model allows: a call whose arguments and state are valid must
  * answer UM_OK, unless a fault was planned or a device lost in this input
@@ -16,7 +17,10 @@
  * (UM_ENOMEM for allocations). A call with bad arguments must answer one of
  * the codes its faults call for, and change nothing. Asynchronous results
  * are checked in issue order: when one fails or is canceled, the bytes
- * written by it and by everything issued after it become unknown.
+ * written by it and by everything issued after it become unknown. The
+ * statistics (live buffers, bytes in use) must match the model after every
+ * call that makes, refuses or releases a buffer (on that buffer's device)
+ * and, for every device and in total, at the end of the program.
  *
  * Built two ways: with libFuzzer (tests/fuzz/CMakeLists.txt, clang,
  * -DUNIMEM_FUZZ_LIBFUZZER), and as a plain program that replays the files
@@ -93,7 +97,10 @@ typedef struct state {
   int nlog;
   uint64_t seq;
   um_buffer *stale[NSTALE];
+  int stale_dev[NSTALE]; /* the device each was on */
   int nstale;
+  um_event *stale_ev[NSTALE]; /* events the program released */
+  int nstale_ev;
   void **keep; /* host memory an operation may still touch: freed after destroy */
   int nkeep, capkeep;
   bool faults;   /* a fault was planned or a device lost: failures may happen */
@@ -102,11 +109,17 @@ typedef struct state {
 } state;
 
 static unsigned char pattern[MAX_BUF + 256];
+/* The model's bytes of each slot, and a whole buffer read back: made once
+ * (a calloc and a free of up to 64 KiB each per allocation cost more than
+ * the allocation under test). */
+static unsigned char slot_expect[NSLOTS][MAX_BUF], slot_known[NSLOTS][MAX_BUF];
+static unsigned char readback[MAX_BUF];
 
 #define FAIL(...) fail_at(__LINE__, __VA_ARGS__)
 
 /* FUZZ_TRACE=1 prints every call with its arguments and answer. */
 static bool trace;
+
 #define TRACE(...)                                                             \
   do {                                                                         \
     if (trace)                                                                 \
@@ -155,9 +168,26 @@ static void model_copy(state *st, int d, size_t doff, int s, size_t soff, size_t
   memmove(st->s[d].known + doff, st->s[s].known + soff, len);
 }
 
+/* Known bytes must match. Eight bytes at a time (a known flag is 0 or 1,
+ * so flag * 0xFF masks its byte), 64 to a comparison: a byte-wise loop
+ * here, with the fuzzer's callback on each comparison, cost a third of
+ * every input. The byte-wise loop finds the byte to report. */
 static void model_check(int i, size_t off, const unsigned char *got, const unsigned char *want,
                         const unsigned char *known, size_t len, const char *what) {
-  for (size_t k = 0; k < len; k++)
+  size_t k = 0;
+  for (; len - k >= 64; k += 64) {
+    uint64_t diff = 0;
+    for (size_t w = k; w < k + 64; w += 8) {
+      uint64_t g, e, f;
+      memcpy(&g, got + w, 8);
+      memcpy(&e, want + w, 8);
+      memcpy(&f, known + w, 8);
+      diff |= (g ^ e) & (f * 0xFFu);
+    }
+    if (diff != 0)
+      break;
+  }
+  for (; k < len; k++)
     if (known[k] && got[k] != want[k])
       FAIL("%s: slot %d byte %zu is 0x%02x, the model says 0x%02x", what, i, off + k, got[k], want[k]);
 }
@@ -214,10 +244,19 @@ static void event_forget(state *st, int k) {
   st->ev[k] = st->ev[--st->nev];
 }
 
+/* Release the pending event k's handle, which must answer UM_ESTATE from
+ * then on (op_stale). */
+static void event_release(state *st, int k) {
+  um_event *e = st->ev[k].e;
+  expect(st, um_event_release(e), 0, 0, "um_event_release");
+  st->stale_ev[st->nstale_ev < NSTALE ? st->nstale_ev++ : (int)(st->seq % NSTALE)] = e;
+}
+
 /* Wait for the pending event k and check its outcome. */
 static void event_finish(state *st, int k, bool release) {
   pending *p = &st->ev[k];
   int got = um_event_wait(p->e);
+  TRACE("  event of seq %llu -> %s\n", (unsigned long long)p->seq, um_err_name(got));
   if (p->canceled) {
     if (got != UM_ECANCELED)
       FAIL("a canceled operation answered %s", um_err_name(got));
@@ -231,12 +270,16 @@ static void event_finish(state *st, int k, bool release) {
   if (um_event_query(p->e) != got)
     FAIL("query after wait disagrees");
   if (release)
-    um_event_release(p->e);
+    event_release(st, k);
   event_forget(st, k);
 }
 
-/* Finish every pending event, oldest first. */
+/* Finish every pending event, oldest first. The writes logged for them
+ * can no longer be tainted; those of the operation being issued (seq, when
+ * add_event drains to make room for its event) still can: a cancel of it
+ * must make them unknown. */
 static void drain(state *st) {
+  int kept = 0;
   while (st->nev > 0) {
     int oldest = 0;
     for (int k = 1; k < st->nev; k++)
@@ -244,7 +287,10 @@ static void drain(state *st) {
         oldest = k;
     event_finish(st, oldest, true);
   }
-  st->nlog = 0;
+  for (int k = 0; k < st->nlog; k++)
+    if (st->log[k].seq == st->seq)
+      st->log[kept++] = st->log[k];
+  st->nlog = kept;
 }
 
 /* Finish events issued before seq, oldest first, then the one wanted. */
@@ -282,18 +328,20 @@ static void add_event(state *st, um_event *e, bool batch, unsigned char *out, si
   }
 }
 
-static void check_stats(state *st) {
+/* The statistics of device dev (all devices: dev < 0) must count the
+ * model's live buffers and their bytes. */
+static void check_stats(state *st, int dev) {
   um_stats s;
   uint64_t n = 0, bytes = 0;
   for (int i = 0; i < NSLOTS; i++)
-    if (live(st, i)) {
+    if (live(st, i) && (dev < 0 || st->s[i].dev == dev)) {
       n++;
       bytes += st->s[i].size;
     }
-  if (um_stats_get(st->m, NULL, &s) != UM_OK)
+  if (um_stats_get(st->m, dev < 0 ? NULL : st->devs[dev], &s) != UM_OK)
     FAIL("um_stats_get");
   if (s.active_buffers != n || s.bytes_in_use != bytes)
-    FAIL("stats: %llu buffers, %llu bytes in use; the model holds %llu, %llu",
+    FAIL("stats of device %d: %llu buffers, %llu bytes in use; the model holds %llu, %llu", dev,
          (unsigned long long)s.active_buffers, (unsigned long long)s.bytes_in_use, (unsigned long long)n,
          (unsigned long long)bytes);
 }
@@ -373,20 +421,16 @@ static void give_slot(state *st, int i, um_buffer *b, size_t size, int dev, um_l
   s->loc = loc;
   s->readonly = ro;
   s->mapped = false;
-  s->expect = calloc(size, 1);
-  s->known = calloc(size, 1);
-  if (s->expect == NULL || s->known == NULL)
-    abort();
+  s->expect = slot_expect[i]; /* what it holds counts only where known */
+  s->known = slot_known[i];
+  memset(s->known, 0, size);
 }
 
 static void drop_slot(state *st, int i) {
   slot *s = &st->s[i];
-  if (st->nstale < NSTALE)
-    st->stale[st->nstale++] = s->b;
-  else
-    st->stale[st->s[i].gen % NSTALE] = s->b;
-  free(s->expect);
-  free(s->known);
+  int k = st->nstale < NSTALE ? st->nstale++ : (int)(s->gen % NSTALE);
+  st->stale[k] = s->b;
+  st->stale_dev[k] = s->dev;
   s->expect = s->known = NULL;
   s->b = NULL;
   s->mapped = false;
@@ -425,14 +469,17 @@ static void op_alloc(state *st, input *in) {
   if (got != UM_OK) {
     if (b != NULL)
       FAIL("um_alloc failed but wrote *out");
+    check_stats(st, dev);
     return;
   }
   if (um_buffer_size(b) != size || um_buffer_device(b) != st->devs[dev] || um_buffer_location(b) != loc)
     FAIL("getters of a new buffer");
   give_slot(st, i, b, size, dev, loc, false);
   if ((flags & UM_ALLOC_ZERO) || st->scrub) {
-    memset(st->s[i].known, 1, size); /* expect is calloc'ed: zeros */
+    memset(st->s[i].expect, 0, size);
+    memset(st->s[i].known, 1, size);
   }
+  check_stats(st, dev);
 }
 
 static void op_wrap(state *st, input *in) {
@@ -448,12 +495,13 @@ static void op_wrap(state *st, input *in) {
   if (mem == NULL)
     abort();
   memcpy(mem, pattern + (size_t)pick(in, 200), size);
-  keep(st, mem); /* released operations may still read it: freed after destroy */
+  keep(st, mem); /* released operations may still read it: freed at the reset */
   TRACE("wrap slot %d size %zu ro %d\n", i, size, ro);
   got = um_wrap_host(st->m, mem, size, ro ? UM_WRAP_READONLY : 0, &b);
   expect(st, got, 0, 0, "um_wrap_host");
   give_slot(st, i, b, size, 0, UM_HOST, ro);
   model_set(st, i, 0, mem, size);
+  check_stats(st, 0);
 }
 
 static void op_release(state *st, input *in) {
@@ -463,6 +511,7 @@ static void op_release(state *st, input *in) {
   TRACE("release slot %d\n", i);
   expect(st, um_release(st->s[i].b), 0, 0, "um_release");
   drop_slot(st, i);
+  check_stats(st, st->s[i].dev);
 }
 
 /* The shared checks of copies and fills on a live destination. */
@@ -498,7 +547,8 @@ static void op_h2d(state *st, input *in) {
   async = pick(in, 2) != 0;
   errors = dst_errors(st, i, off, len);
   st->seq++;
-  TRACE("h2d slot %d off %zu len %zu async %d seq %llu\n", i, off, len, async, (unsigned long long)st->seq);
+  TRACE("h2d slot %d off %zu len %zu from pattern+%zu async %d seq %llu\n", i, off, len, poff, async,
+        (unsigned long long)st->seq);
   got = um_copy_from_host(st->s[i].b, off, pattern + poff, len, async ? &e : NULL);
   expect(st, got, errors, 0, "um_copy_from_host");
   if (got != UM_OK) {
@@ -788,6 +838,7 @@ static void op_event(state *st, input *in) {
   }
   case 2: { /* cancel */
     int got = um_event_cancel(st->ev[k].e);
+    TRACE("  um_event_cancel -> %s\n", um_err_name(got));
     if (got == UM_OK) {
       if (st->ev[k].canceled || st->ev[k].is_batch)
         FAIL("canceled twice, or a batch canceled");
@@ -802,7 +853,7 @@ static void op_event(state *st, input *in) {
   }
   default: /* release without waiting: the outcome stays unknown */
     taint_from(st, st->ev[k].seq);
-    um_event_release(st->ev[k].e);
+    event_release(st, k);
     if (st->ev[k].out != NULL) {
       keep(st, st->ev[k].out);
       st->ev[k].out = NULL;
@@ -812,20 +863,26 @@ static void op_event(state *st, input *in) {
   }
 }
 
-/* A released handle answers UM_ESTATE to everything. Without the debug
- * quarantine a handle is reused by later allocations: skip those. */
-static void op_stale(state *st, input *in) {
+/* A released handle answers UM_ESTATE to everything, until the library
+ * gives its object to a later allocation (without the debug quarantine)
+ * or operation: handles the program holds again are skipped. */
+static void stale_buffer(state *st, input *in) {
   um_buffer *b;
+  int k;
   char tmp[16];
   void *p = NULL;
   if (st->nstale == 0)
     return;
-  b = st->stale[pick(in, (unsigned)st->nstale)];
+  k = (int)pick(in, (unsigned)st->nstale);
+  b = st->stale[k];
   for (int i = 0; i < NSLOTS; i++)
     if (st->s[i].b == b)
       return;
   switch (pick(in, 6)) {
-  case 0: expect(st, um_release(b), BIT(UM_ESTATE), 0, "stale um_release"); break;
+  case 0:
+    expect(st, um_release(b), BIT(UM_ESTATE), 0, "stale um_release");
+    check_stats(st, st->stale_dev[k]);
+    break;
   case 1: expect(st, um_copy_from_host(b, 0, pattern, 1, NULL), BIT(UM_ESTATE), 0, "stale copy"); break;
   case 2: expect(st, um_copy_to_host(b, 0, tmp, 1, NULL), BIT(UM_ESTATE), 0, "stale read"); break;
   case 3: expect(st, um_fill(b, 0, 0, 1, NULL), BIT(UM_ESTATE), 0, "stale fill"); break;
@@ -837,28 +894,47 @@ static void op_stale(state *st, input *in) {
   }
 }
 
+static void stale_event(state *st, input *in) {
+  um_event *e;
+  if (st->nstale_ev == 0)
+    return;
+  e = st->stale_ev[pick(in, (unsigned)st->nstale_ev)];
+  for (int k = 0; k < st->nev; k++)
+    if (st->ev[k].e == e)
+      return;
+  TRACE("stale event %p\n", (void *)e);
+  switch (pick(in, 4)) {
+  case 0: expect(st, um_event_wait(e), BIT(UM_ESTATE), 0, "stale um_event_wait"); break;
+  case 1: expect(st, um_event_query(e), BIT(UM_ESTATE), 0, "stale um_event_query"); break;
+  case 2: expect(st, um_event_cancel(e), BIT(UM_ESTATE), 0, "stale um_event_cancel"); break;
+  default: expect(st, um_event_release(e), BIT(UM_ESTATE), 0, "stale um_event_release"); break;
+  }
+}
+
+static void op_stale(state *st, input *in) {
+  if (pick(in, 4) == 3)
+    stale_event(st, in);
+  else
+    stale_buffer(st, in);
+}
+
 static void op_verify(state *st, input *in) {
   int i = live_slot(st, in);
-  unsigned char *out;
   int got;
   if (i < 0 || !readable_whole(st, i))
     return;
   if (st->faults)
     drain(st);
-  out = malloc(st->s[i].size);
-  if (out == NULL)
-    abort();
   TRACE("verify slot %d\n", i);
-  got = um_copy_to_host(st->s[i].b, 0, out, st->s[i].size, NULL);
+  got = um_copy_to_host(st->s[i].b, 0, readback, st->s[i].size, NULL);
   expect(st, got, 0, 0, "read back");
   if (got == UM_OK)
-    model_check(i, 0, out, st->s[i].expect, st->s[i].known, st->s[i].size, "read back");
-  free(out);
+    model_check(i, 0, readback, st->s[i].expect, st->s[i].known, st->s[i].size, "read back");
 }
 
 static void op_fault(state *st, input *in) {
   unsigned what = pick(in, 8);
-  uint64_t nth;
+  uint64_t nth = 0;
   fault_counts c;
   fault_counts_get(&c);
   if (what < 3) {
@@ -871,7 +947,8 @@ static void op_fault(state *st, input *in) {
     int dev = 1 + (int)pick(in, (unsigned)(st->ndev - 1));
     fault_lose(st->devs[dev]);
   }
-  TRACE("fault plan %u\n", what);
+  TRACE("fault plan %u: %s %llu\n", what, what < 3 ? "allocation" : what < 7 ? "transfer" : "device lost",
+        (unsigned long long)nth);
   st->faults = true;
 }
 
@@ -902,87 +979,138 @@ static void op_misc(state *st, input *in) {
     expect(st, um_event_wait(NULL), BIT(UM_EINVAL), 0, "NULL event");
     if (b != NULL)
       FAIL("a refused allocation wrote *out");
+    check_stats(st, 0);
     break;
   }
   }
 }
 
 /* ------------------------------------------------------------------------ */
+/* Managers, kept from one input to the next.
+ *
+ * Creating a manager (its devices' pools, its transfer workers, the fault
+ * devices' queue threads) costs about 1.3 ms in the fuzzing build and
+ * destroying it 0.8 ms, several times a whole input. So each
+ * configuration (the input's first two bytes) gets one manager, kept for
+ * later inputs, at most NMANAGERS of them (the least recently used is
+ * destroyed to make room). Between inputs a kept manager goes back to what
+ * a new one looks like from outside: nothing live or pending, no idle
+ * block in the pool or the debug quarantine, no pinned staging chunk,
+ * every fault device working, no fault planned. reset_manager does it and
+ * checks it, so that one input cannot change the next and a leak across
+ * inputs stops the fuzzer at the input that made it.
+ *
+ * Configuration: c0 bit 0 debug quarantine, 1 pooling off, 2 scrub, 3 no
+ * pinned staging, 4-5 workers - 1, 6 two devices per fault backend; c1 bit
+ * 0 small pool, 1 small pool classes, 2 small fault devices.
+ *
+ * One input in 256 (by a hash of all its bytes) ends by destroying its
+ * manager instead of the reset: the destroy path with the pool, the thread
+ * caches, the quarantine and the staging chunks still full, and
+ * operations whose events were released unwaited still running. It pays
+ * for the destroy and the next creation, about 2 ms, ten inputs' time. A
+ * hash, not a configuration bit: a mutant almost never keeps it, so the
+ * share stays 1/256 (with "bit 7 of c0 and of c1" the inputs that had it
+ * bred, and took from 0.1% to 6% of the executions of a run).
+ *
+ * Staging chunks of 16 KiB, two of them kept: transfers of more than
+ * 16 KiB to and from the fault devices are pipelined, those above 32 KiB
+ * reuse a chunk (wait for its previous DMA), and a second pipelined
+ * transfer at the same time allocates chunks beyond the pool's bound. Each
+ * chunk is two thread hand-offs (the device's queue thread, then the
+ * waiter): with 4 KiB chunks, reading a 64 KiB buffer back cost 16 of
+ * them, and read-backs were a third of the fuzzer's time. */
+
+#define NMANAGERS 128
+
+typedef struct kept_manager {
+  um_manager *m;
+  unsigned config;
+  uint64_t last_use;
+} kept_manager;
+
+static kept_manager kept[NMANAGERS];
+static uint64_t inputs_run, managers_made, managers_evicted, managers_ended;
+
+/* How often an input found its manager kept (libFuzzer: at exit). */
+static void print_summary(FILE *to, const char *what) {
+  fprintf(to, "fuzz_api: %llu inputs %s, %llu managers made (%llu evicted, %llu destroyed by inputs)\n",
+          (unsigned long long)inputs_run, what, (unsigned long long)managers_made,
+          (unsigned long long)managers_evicted, (unsigned long long)managers_ended);
+}
+
+#ifdef UNIMEM_FUZZ_LIBFUZZER
+static void print_summary_at_exit(void) { print_summary(stderr, "run"); }
+#endif
 
 static void quiet(void *ctx, um_log_level level, const char *msg) { (void)ctx, (void)level, (void)msg; }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+static unsigned config_of(uint8_t c0, uint8_t c1) { return (c0 & 0x7Fu) | (unsigned)(c1 & 7u) << 7; }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  static bool init;
-  input in = {data, size, 0};
-  state *st;
+static um_manager *manager_create(unsigned config) {
   um_options o;
-  uint8_t c0, c1;
-  fault_counts fc;
-  int ops = 0, got;
-
-  if (!init) {
-    for (size_t i = 0; i < sizeof(pattern); i++)
-      pattern[i] = (unsigned char)(i * 131u + (i >> 9) * 7u + 1u);
-    trace = getenv("FUZZ_TRACE") != NULL;
-    init = true;
-  }
-  st = calloc(1, sizeof(*st));
-  if (st == NULL)
-    abort();
-  c0 = u8(&in);
-  c1 = u8(&in);
+  um_manager *m = NULL;
   um_options_init(&o);
   snprintf(o.backends, sizeof(o.backends), "cpu");
-  o.debug = c0 & 1;
-  o.enable_pooling = !(c0 & 2);
-  o.scrub = (c0 & 4) != 0;
-  o.use_pinned_staging = !(c0 & 8);
-  o.max_concurrent_transfers = 1 + ((c0 >> 4) & 3);
+  o.debug = config & 1;
+  o.enable_pooling = !(config & 2);
+  o.scrub = (config & 4) != 0;
+  o.use_pinned_staging = !(config & 8);
+  o.max_concurrent_transfers = 1 + (int)((config >> 4) & 3);
   o.trim_interval_ms = 0;
-  o.staging_chunk_bytes = 4096;
-  o.pinned_pool_bytes = 16384;
-  o.max_pool_bytes = (c1 & 1) ? 64 * 1024 : 8u << 20;
-  o.max_pool_bytes_per_class = (c1 & 2) ? 16 * 1024 : 4u << 20;
+  o.staging_chunk_bytes = 16384;
+  o.pinned_pool_bytes = 32768;
+  o.max_pool_bytes = (config & 0x80) ? 64 * 1024 : 8u << 20;
+  o.max_pool_bytes_per_class = (config & 0x100) ? 16 * 1024 : 4u << 20;
   o.log = quiet;
-  st->scrub = o.scrub;
-  fault_configure((c0 & 64) ? 2 : 1, (c1 & 4) ? 128u * 1024u : 1u << 20);
-  fault_reset();
-  if (fault_manager_create(&o, &st->m) != UM_OK)
+  fault_configure((config & 64) ? 2 : 1, (config & 0x200) ? 128u * 1024u : 1u << 20);
+  if (fault_manager_create(&o, &m) != UM_OK)
     FAIL("manager");
-  st->ndev = um_device_count(st->m);
-  for (int i = 0; i < st->ndev; i++)
-    st->devs[i] = um_device_get(st->m, i);
+  return m;
+}
 
-  while (in.at < in.n && ops++ < MAX_OPS) {
-    switch (pick(&in, 20)) {
-    case 0:
-    case 1:
-    case 2: op_alloc(st, &in); break;
-    case 3: op_wrap(st, &in); break;
-    case 4:
-    case 5: op_release(st, &in); break;
-    case 6:
-    case 7: op_h2d(st, &in); break;
-    case 8: op_d2h(st, &in); break;
-    case 9:
-    case 10: op_copy(st, &in); break;
-    case 11: op_fill(st, &in); break;
-    case 12: op_map(st, &in); break;
-    case 13: op_unmap(st, &in); break;
-    case 14: op_batch(st, &in); break;
-    case 15: op_event(st, &in); break;
-    case 16: op_stale(st, &in); break;
-    case 17: op_verify(st, &in); break;
-    case 18: op_fault(st, &in); break;
-    default: op_misc(st, &in); break;
+/* Destroy a manager that holds nothing: it must find no leak, and no
+ * fault device block may be left (every other kept manager holds none
+ * between inputs). */
+static void manager_destroy(kept_manager *k) {
+  fault_counts fc;
+  int got = um_manager_destroy(k->m);
+  if (got != UM_OK)
+    FAIL("um_manager_destroy answered %s", um_err_name(got));
+  fault_counts_get(&fc);
+  if (fc.live_blocks != 0 || fc.leaked_at_close != 0)
+    FAIL("%llu device blocks left after destroy, %llu leaked at close", (unsigned long long)fc.live_blocks,
+         (unsigned long long)fc.leaked_at_close);
+  k->m = NULL;
+}
+
+/* The kept manager of this configuration, made when there is none. */
+static kept_manager *manager_for(unsigned config) {
+  kept_manager *lru = &kept[0];
+  for (int i = 0; i < NMANAGERS; i++) {
+    if (kept[i].m != NULL && kept[i].config == config) {
+      kept[i].last_use = inputs_run;
+      return &kept[i];
     }
-    check_stats(st);
+    if (kept[i].m == NULL || (lru->m != NULL && kept[i].last_use < lru->last_use))
+      lru = &kept[i];
   }
+  if (lru->m != NULL) {
+    manager_destroy(lru);
+    managers_evicted++;
+  }
+  lru->m = manager_create(config);
+  managers_made++;
+  lru->config = config;
+  lru->last_use = inputs_run;
+  return lru;
+}
 
-  /* Wind down: every event, every mapping, every buffer; then nothing may
-   * be in use, and the manager must find nothing leaked. */
+/* Everything the program holds goes back: events (in issue order),
+ * mappings, buffers. Then the model holds nothing, and neither may the
+ * manager's statistics. */
+static void wind_down(state *st) {
+  int got;
   drain(st);
   fault_disarm();
   for (int i = 0; i < NSLOTS; i++) {
@@ -996,24 +1124,133 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     expect(st, um_release(st->s[i].b), 0, 0, "final release");
     drop_slot(st, i);
   }
-  check_stats(st);
-  got = um_manager_destroy(st->m);
-  if (got != UM_OK)
-    FAIL("um_manager_destroy answered %s", um_err_name(got));
+  check_stats(st, -1);
+}
+
+/* Back to a new manager's state, and check that it is: no buffer, no
+ * byte in use, pooled or held from a device, and no fault device block
+ * anywhere. Operations whose events the program released unwaited may
+ * still run, and so may their deferred releases: wait for them first. */
+static void reset_manager(state *st) {
+  um_stats s;
+  fault_counts fc;
+  if (um_device_synchronize(st->devs[0]) != UM_OK)
+    FAIL("um_device_synchronize of the cpu");
+  for (int i = 1; i < st->ndev; i++) {
+    if (fault_restore(st->devs[i]) != UM_OK)
+      FAIL("device %d is not a fault device", i);
+    expect(st, um_device_synchronize(st->devs[i]), 0, 0, "um_device_synchronize");
+  }
+  um__quarantine_flush(st->m);
+  for (int i = 0; i < st->ndev; i++)
+    um__staging_free_all(st->devs[i]);
+  expect(st, um_pool_trim(st->m, 0), 0, 0, "um_pool_trim");
+  if (um_stats_get(st->m, NULL, &s) != UM_OK)
+    FAIL("um_stats_get");
+  if (s.active_buffers != 0 || s.bytes_in_use != 0 || s.bytes_pooled != 0 || s.bytes_reserved != 0)
+    FAIL("after the reset: %llu buffers, %llu bytes in use, %llu pooled, %llu reserved",
+         (unsigned long long)s.active_buffers, (unsigned long long)s.bytes_in_use,
+         (unsigned long long)s.bytes_pooled, (unsigned long long)s.bytes_reserved);
   fault_counts_get(&fc);
-  if (fc.live_blocks != 0 || fc.leaked_at_close != 0)
-    FAIL("%llu device blocks leaked", (unsigned long long)fc.live_blocks);
-  for (int k = 0; k < st->nkeep; k++)
-    free(st->keep[k]);
+  if (fc.live_blocks != 0)
+    FAIL("%llu device blocks left after the reset", (unsigned long long)fc.live_blocks);
+}
+
+/* Whether the input ends by destroying its manager: FNV-1a of its bytes,
+ * top byte 0. */
+static bool ends_by_destroy(const uint8_t *data, size_t size) {
+  uint32_t h = 2166136261u;
+  for (size_t i = 0; i < size; i++)
+    h = (h ^ data[i]) * 16777619u;
+  return (h >> 24) == 0;
+}
+
+/* The manager's reset, or its destroy. Without coverage, as are the
+ * library's paths that make and destroy managers (coverage_ignore.txt). */
+static void end_input(state *st, kept_manager *k, bool destroy) {
+  if (destroy) {
+    manager_destroy(k);
+    managers_ended++;
+  } else {
+    reset_manager(st);
+  }
+}
+
+static void run_program(state *st, input *in) {
+  int ops = 0;
+  while (in->at < in->n && ops++ < MAX_OPS) {
+    switch (pick(in, 20)) {
+    case 0:
+    case 1:
+    case 2: op_alloc(st, in); break;
+    case 3: op_wrap(st, in); break;
+    case 4:
+    case 5: op_release(st, in); break;
+    case 6:
+    case 7: op_h2d(st, in); break;
+    case 8: op_d2h(st, in); break;
+    case 9:
+    case 10: op_copy(st, in); break;
+    case 11: op_fill(st, in); break;
+    case 12: op_map(st, in); break;
+    case 13: op_unmap(st, in); break;
+    case 14: op_batch(st, in); break;
+    case 15: op_event(st, in); break;
+    case 16: op_stale(st, in); break;
+    case 17: op_verify(st, in); break;
+    case 18: op_fault(st, in); break;
+    default: op_misc(st, in); break;
+    }
+  }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  static bool init;
+  input in = {data, size, 0};
+  state *st;
+  kept_manager *k;
+  uint8_t c0, c1;
+
+  if (!init) {
+    for (size_t i = 0; i < sizeof(pattern); i++)
+      pattern[i] = (unsigned char)(i * 131u + (i >> 9) * 7u + 1u);
+    trace = getenv("FUZZ_TRACE") != NULL;
+#ifdef UNIMEM_FUZZ_LIBFUZZER
+    atexit(print_summary_at_exit);
+#endif
+    init = true;
+  }
+  inputs_run++;
+  st = calloc(1, sizeof(*st));
+  if (st == NULL)
+    abort();
+  c0 = u8(&in);
+  c1 = u8(&in);
+  st->scrub = (c0 & 4) != 0;
+  fault_reset();
+  k = manager_for(config_of(c0, c1));
+  st->m = k->m;
+  st->ndev = um_device_count(st->m);
+  for (int i = 0; i < st->ndev; i++)
+    st->devs[i] = um_device_get(st->m, i);
+
+  run_program(st, &in);
+  wind_down(st);
+  end_input(st, k, ends_by_destroy(data, size));
+  /* Nothing runs any more: memory an operation could write is free. */
+  for (int i = 0; i < st->nkeep; i++)
+    free(st->keep[i]);
   free(st->keep);
   free(st);
   return 0;
 }
 
 #ifndef UNIMEM_FUZZ_LIBFUZZER
-/* Replay: run each file named on the command line. */
+/* Replay: run each file named on the command line, then destroy the kept
+ * managers (each must find nothing leaked). */
 int main(int argc, char **argv) {
-  int n = 0;
   for (int i = 1; i < argc; i++) {
     FILE *f = fopen(argv[i], "rb");
     static uint8_t buf[1 << 16];
@@ -1025,9 +1262,11 @@ int main(int argc, char **argv) {
     len = fread(buf, 1, sizeof(buf), f);
     fclose(f);
     LLVMFuzzerTestOneInput(buf, len);
-    n++;
   }
-  printf("fuzz_api: %d inputs replayed, no mismatch\n", n);
+  for (int i = 0; i < NMANAGERS; i++)
+    if (kept[i].m != NULL)
+      manager_destroy(&kept[i]);
+  print_summary(stdout, "replayed, no mismatch");
   return 0;
 }
 #endif

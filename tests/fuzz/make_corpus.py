@@ -8,7 +8,9 @@ harness reads as many as the operation needs; any byte string is valid).
 The seeds cover every configuration bit (debug quarantine, pooling off,
 scrub, no pinned staging, worker counts, two fault devices, small device
 memory) and lean on allocations first so that later operations find
-buffers to work on. Scenario seeds at the end aim at one feature each.
+buffers to work on. Scenario seeds at the end aim at one feature each;
+the "destroy" ones end with two bytes chosen so that the harness ends
+them by destroying the manager (a hash of the input, see fuzz_api.c).
 
     python3 tests/fuzz/make_corpus.py [OUT_DIR]
 """
@@ -38,6 +40,24 @@ def program(rng, c0, c1, nops, faults=True):
     return bytes(out)
 
 
+def fnv1a(data):
+    h = 2166136261
+    for b in data:
+        h = ((h ^ b) * 16777619) & 0xFFFFFFFF
+    return h
+
+
+def ending_by_destroy(data):
+    """data and two more bytes, so that fuzz_api.c ends it by destroying
+    its manager (FNV-1a of the input with top byte 0)."""
+    for b1 in range(256):
+        for b2 in range(256):
+            out = data + bytes([b1, b2])
+            if fnv1a(out) >> 24 == 0:
+                return out
+    raise AssertionError("no two-byte ending found")
+
+
 def scenarios(rng):
     """A few programs aimed at one feature each."""
     yield "quarantine", program(rng, 0x01, 0x00, 40, faults=False)
@@ -61,6 +81,19 @@ def scenarios(rng):
     for _ in range(50):
         out += op(rng, rng.choice([H2D, D2H, COPY, FILL, MAP, UNMAP, BATCH, EVENT, VERIFY, FAULT]))
     yield "faults", bytes(out)
+    # fills queued on a fault device whose events are released unwaited,
+    # then the manager destroyed with them possibly still running. Written
+    # byte by byte, as the harness reads them: ALLOC slot, device 1 (fault),
+    # DEVICE, size selector 2 and 4000 (4001 bytes), no flags; FILL slot,
+    # range [0, 4000), value 0x55, asynchronous; EVENT release unwaited.
+    out = bytearray([0x30, 0x00])
+    for i in range(5):
+        out += bytes([ALLOC, i, 1, 1, 2, 0xA0, 0x0F, 0])
+    for i in range(30):
+        out += bytes([FILL, i % 5, 0, 0, 0, 0xFF, 0x0F, 0x55, 1, 1])
+        out += bytes([EVENT, 3, 0])
+    yield "destroy_in_flight", ending_by_destroy(bytes(out))
+    yield "destroy_quarantine", ending_by_destroy(program(rng, 0x01, 0x00, 40, faults=False))
 
 
 def main():

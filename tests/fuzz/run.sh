@@ -21,7 +21,11 @@ cmake -S "$root" -B "$build" -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWith
   -DUNIMEM_ENABLE_OPENCL=OFF -DUNIMEM_ENABLE_CUDA=OFF >/dev/null
 cmake --build "$build" --target fuzz_api -j"${JOBS:-2}"
 
-scratch=$(mktemp -d)
+# New inputs are files: on tmpfs where there is one (creating a thousand
+# files a minute on ext4 took 7% of the run).
+tmp=${TMPDIR:-/tmp}
+[ -d /dev/shm ] && [ -w /dev/shm ] && tmp=/dev/shm
+scratch=$(mktemp -d "$tmp/unimem-fuzz.XXXXXX")
 trap 'rm -rf "$scratch"' EXIT
 echo "fuzzing for ${secs}s from $(ls "$root/tests/fuzz/corpus" | wc -l) corpus inputs"
 # shellcheck disable=SC2086
