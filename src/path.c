@@ -113,7 +113,12 @@ static um_device *xfer_peer(const um_event *op, um__xfer *x) {
 /* ------------------------------------------------------------------------ */
 /* Fills */
 
-static void account_fill(const um_event *op) { UM__STAT_ADD(op->dst->dev, fills, 1); }
+static void tally_fill(um_device *d, uint64_t n, uint64_t bytes) {
+  (void)bytes;
+  UM__STAT_ADD(d, fills, n);
+}
+
+static void account_fill(const um_event *op) { tally_fill(op->dst->dev, 1, op->bytes); }
 
 static bool plan_fill_host(um_event *op) { return op->kind == UM__OP_FILL && op->dst->mem.host != NULL; }
 
@@ -130,7 +135,7 @@ const um__path um__path_fill_host = {.name = "fill-host", .plan = plan_fill_host
                                      .account = account_fill, .inline_bytes = INLINE_HOST_BYTES};
 const um__path um__path_fill_device = {.name = "fill-device", .plan = plan_fill_device, .run = run_single,
                                        .start_native = start_single, .account = account_fill,
-                                       .xfer = xfer_fill, .queued = true};
+                                       .account_queued = tally_fill, .xfer = xfer_fill, .queued = true};
 
 /* ------------------------------------------------------------------------ */
 /* memcpy: both ends host-addressable */
@@ -175,25 +180,33 @@ const um__path um__path_memcpy = {.name = "memcpy", .plan = plan_memcpy, .run = 
 /* ------------------------------------------------------------------------ */
 /* Direct host <-> device, device-local and peer copies */
 
-static void account_h2d(const um_event *op) {
-  UM__STAT_ADD(op->dst->dev, bytes_h2d, op->bytes);
-  UM__STAT_ADD(op->dst->dev, xfer_direct, 1);
+/* Each counts n transfers of bytes in all on d, the device whose queue ran
+ * them (a batch's run counts its copies at once, op.c); the account of one
+ * operation is the same with n = 1. */
+static void tally_h2d(um_device *d, uint64_t n, uint64_t bytes) {
+  UM__STAT_ADD(d, bytes_h2d, bytes);
+  UM__STAT_ADD(d, xfer_direct, n);
 }
 
-static void account_d2h(const um_event *op) {
-  UM__STAT_ADD(op->src->dev, bytes_d2h, op->bytes);
-  UM__STAT_ADD(op->src->dev, xfer_direct, 1);
+static void tally_d2h(um_device *d, uint64_t n, uint64_t bytes) {
+  UM__STAT_ADD(d, bytes_d2h, bytes);
+  UM__STAT_ADD(d, xfer_direct, n);
 }
 
-static void account_local(const um_event *op) {
-  UM__STAT_ADD(op->dst->dev, bytes_d2d, op->bytes);
-  UM__STAT_ADD(op->dst->dev, xfer_local, 1);
+static void tally_local(um_device *d, uint64_t n, uint64_t bytes) {
+  UM__STAT_ADD(d, bytes_d2d, bytes);
+  UM__STAT_ADD(d, xfer_local, n);
 }
 
-static void account_peer(const um_event *op) {
-  UM__STAT_ADD(op->dst->dev, bytes_peer, op->bytes);
-  UM__STAT_ADD(op->dst->dev, xfer_peer, 1);
+static void tally_peer(um_device *d, uint64_t n, uint64_t bytes) {
+  UM__STAT_ADD(d, bytes_peer, bytes);
+  UM__STAT_ADD(d, xfer_peer, n);
 }
+
+static void account_h2d(const um_event *op) { tally_h2d(op->dst->dev, 1, op->bytes); }
+static void account_d2h(const um_event *op) { tally_d2h(op->src->dev, 1, op->bytes); }
+static void account_local(const um_event *op) { tally_local(op->dst->dev, 1, op->bytes); }
+static void account_peer(const um_event *op) { tally_peer(op->dst->dev, 1, op->bytes); }
 
 /* Called after memcpy and the pipelined paths declined: one end is a
  * device block. */
@@ -211,13 +224,13 @@ static bool plan_peer(um_event *op) {
 }
 
 /* One backend call each: queued on the device's queue when it has one. */
-#define SINGLE_CALL(n, p, a, x)                                                                    \
-  {.name = n, .plan = p, .run = run_single, .start_native = start_single, .account = a, .xfer = x,  \
-   .queued = true}
-const um__path um__path_h2d = SINGLE_CALL("h2d", plan_h2d, account_h2d, xfer_h2d);
-const um__path um__path_d2h = SINGLE_CALL("d2h", plan_d2h, account_d2h, xfer_d2h);
-const um__path um__path_local = SINGLE_CALL("local", plan_local, account_local, xfer_local);
-const um__path um__path_peer = SINGLE_CALL("peer", plan_peer, account_peer, xfer_peer);
+#define SINGLE_CALL(n, p, a, t, x)                                                                 \
+  {.name = n, .plan = p, .run = run_single, .start_native = start_single, .account = a,             \
+   .account_queued = t, .xfer = x, .queued = true}
+const um__path um__path_h2d = SINGLE_CALL("h2d", plan_h2d, account_h2d, tally_h2d, xfer_h2d);
+const um__path um__path_d2h = SINGLE_CALL("d2h", plan_d2h, account_d2h, tally_d2h, xfer_d2h);
+const um__path um__path_local = SINGLE_CALL("local", plan_local, account_local, tally_local, xfer_local);
+const um__path um__path_peer = SINGLE_CALL("peer", plan_peer, account_peer, tally_peer, xfer_peer);
 
 /* ------------------------------------------------------------------------ */
 /* The table and the plan */
