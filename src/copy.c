@@ -20,11 +20,12 @@ static int check_writable(const um_buffer *b) {
   return UM_OK;
 }
 
-/* Check one copy and describe it in op (kind, buffers with their gen,
- * offsets, host pointers, bytes); exactly one of src/host_src and one of
- * dst/host_dst is set. */
-static int copy_describe(um_manager *m, um_buffer *dst, size_t dst_off, um_buffer *src, size_t src_off,
-                         const void *host_src, void *host_dst, size_t bytes, um_event *op) {
+/* Build and issue one copy; exactly one of src/host_src and one of
+ * dst/host_dst is set. Checks everything first. */
+static int copy_common(um_buffer *dst, size_t dst_off, um_buffer *src, size_t src_off, const void *host_src,
+                       void *host_dst, size_t bytes, um_event **done) {
+  um_manager *m;
+  um_event *op;
   uint32_t dst_gen = 0, src_gen = 0;
   int st;
   if (dst && (st = um__buffer_check_owner(dst, &dst_gen)) != UM_OK)
@@ -37,8 +38,7 @@ static int copy_describe(um_manager *m, um_buffer *dst, size_t dst_off, um_buffe
     return um__set_error(UM_EINVAL, "copy between two host pointers: use memcpy");
   if (bytes == 0)
     return um__set_error(UM_EINVAL, "copy of zero bytes");
-  if (m == NULL)
-    m = dst ? dst->m : src->m;
+  m = dst ? dst->m : src->m;
   if ((dst && dst->m != m) || (src && src->m != m))
     return um__set_error(UM_EINVAL, "buffers belong to different managers");
   UM__CHECK_PROCESS(m);
@@ -48,28 +48,11 @@ static int copy_describe(um_manager *m, um_buffer *dst, size_t dst_off, um_buffe
     return st;
   if (dst && (st = check_writable(dst)) != UM_OK)
     return st;
-  op->kind = UM__OP_COPY;
-  op->m = m;
-  op->dst = dst, op->dst_off = dst_off, op->dst_gen = dst_gen;
-  op->src = src, op->src_off = src_off, op->src_gen = src_gen;
-  op->host_src = host_src, op->host_dst = host_dst;
-  op->bytes = bytes;
-  return UM_OK;
-}
-
-/* Check, build and issue one copy. */
-static int copy_common(um_buffer *dst, size_t dst_off, um_buffer *src, size_t src_off, const void *host_src,
-                       void *host_dst, size_t bytes, um_event **done) {
-  um_event desc, *op;
-  int st;
-  desc.m = NULL, desc.dst_gen = desc.src_gen = 0; /* set by a successful describe */
-  if ((st = copy_describe(NULL, dst, dst_off, src, src_off, host_src, host_dst, bytes, &desc)) != UM_OK)
-    return st;
-  op = um__event_new(desc.m, UM__OP_COPY);
+  op = um__event_new(m, UM__OP_COPY);
   if (op == NULL)
     return um__set_error(UM_ENOMEM, "out of memory for an operation");
-  op->dst = dst, op->dst_off = dst_off, op->dst_gen = desc.dst_gen;
-  op->src = src, op->src_off = src_off, op->src_gen = desc.src_gen;
+  op->dst = dst, op->dst_off = dst_off, op->dst_gen = dst_gen;
+  op->src = src, op->src_off = src_off, op->src_gen = src_gen;
   op->host_src = host_src, op->host_dst = host_dst;
   op->bytes = bytes;
   return um__op_issue(op, done);
@@ -167,7 +150,7 @@ static int check_op(um_manager *m, const um_copy_op *o) {
 }
 
 int um_copy_batch(um_manager *m, const um_copy_op *ops, size_t n, um_event **done) {
-  um_event *group, member;
+  um_event *group;
   int st;
   if (m == NULL || (ops == NULL && n > 0))
     return um__set_error(UM_EINVAL, "um_copy_batch: NULL argument");
@@ -185,16 +168,6 @@ int um_copy_batch(um_manager *m, const um_copy_op *ops, size_t n, um_event **don
   }
   if ((group = um__op_group_begin(m)) == NULL)
     return um__set_error(UM_ENOMEM, "out of memory for a batch");
-  /* Each member is described on the stack: the operation layer queues it
-   * in its device's run without an object of its own where it can. */
-  memset(&member, 0, sizeof(member));
-  for (size_t i = 0; i < n; i++) {
-    const um_copy_op *o = &ops[i];
-    st = copy_describe(m, o->dst, o->dst_off, o->src, o->src_off, o->host_src, o->host_dst, o->bytes, &member);
-    if (st == UM_OK)
-      um__op_group_copy(group, &member);
-    else /* a buffer released meanwhile: recorded, go on */
-      um__op_group_copy_failed(group, st);
-  }
+  um__op_group_copies(group, ops, n);
   return um__op_group_end(group, done);
 }

@@ -136,14 +136,12 @@ int um__manager_create_ex(const um_options *opts, const um__backend *const *extr
 int um__op_issue(um_event *op, um_event **done);
 /* op finished with status (on any thread): buffers, waiters, followers. */
 void um__op_complete(um_event *op, int status);
-/* A group (um_copy_batch): begin it, issue its members one by one, end the
- * issuing (done as for um__op_issue). A member is described by an
- * operation the caller keeps (on its stack: kind, buffers with their gen,
- * offsets, host pointers, bytes), which group_copy neither keeps nor frees;
- * a member that cannot be issued counts as a failure of the group. */
+/* A group (um_copy_batch): begin it, issue its copies (checked, every
+ * buffer of the group's manager; a copy that cannot be issued any more, its
+ * buffer released meanwhile, counts as a failure of the group), end the
+ * issuing (done as for um__op_issue). */
 um_event *um__op_group_begin(um_manager *m);
-void um__op_group_copy(um_event *group, um_event *member);
-void um__op_group_copy_failed(um_event *group, int status);
+void um__op_group_copies(um_event *group, const um_copy_op *ops, size_t n);
 int um__op_group_end(um_event *group, um_event **done);
 /* A held operation (a bracket): published on its buffers like any other
  * (later operations wait for it) but not started; *dep is the unfinished

@@ -739,16 +739,16 @@ static bool run_can_tally(um__run *r, const um__path *path) {
   return r->ntally < RUN_PATHS;
 }
 
-static void run_tally(um__run *r, const um_event *member) {
+static void run_tally(um__run *r, const um__path *path, uint64_t n, uint64_t bytes) {
   int i = 0;
-  while (i < r->ntally && r->tally[i].path != member->path)
+  while (i < r->ntally && r->tally[i].path != path)
     i++;
   if (i == r->ntally) {
-    r->tally[i].path = member->path;
+    r->tally[i].path = path;
     r->ntally++;
   }
-  r->tally[i].n++;
-  r->tally[i].bytes += member->bytes;
+  r->tally[i].n += n;
+  r->tally[i].bytes += bytes;
 }
 
 /* Under the member's buffers' locks, planned: whether it may go in a run of
@@ -775,18 +775,57 @@ static um__run *open_run_on(um_event *group, const um_device *d) {
   return NULL;
 }
 
-/* Issue member (a stack operation) as a copy of its device's run: true
- * when it was (queued, or failed and counted as the group's failure),
- * false when it must be an operation of its own. */
-static bool member_in_run(um_event *group, um_event *member) {
+/* An op of a checked batch as member (a stack operation), with its
+ * buffers' generations. They are read after the batch's check, so the
+ * ranges are checked again: a buffer released since and handed to a new
+ * (maybe smaller) owner is refused under its lock by its generation, and
+ * must not be written past its end before that. */
+static bool in_range(const um_buffer *b, size_t off, size_t bytes) {
+  return b == NULL || (off <= b->size && bytes <= b->size - off);
+}
+
+static int member_describe(const um_copy_op *o, um_event *member) {
+  int st;
+  if ((o->dst && (st = um__buffer_check_owner(o->dst, &member->dst_gen)) != UM_OK) ||
+      (o->src && (st = um__buffer_check_owner(o->src, &member->src_gen)) != UM_OK))
+    return st;
+  if (!in_range(o->dst, o->dst_off, o->bytes) || !in_range(o->src, o->src_off, o->bytes))
+    return um__set_error(UM_ERANGE, "batch op outside a buffer released and reused since the check");
+  member->kind = UM__OP_COPY;
+  member->dst = o->dst, member->dst_off = o->dst_off;
+  member->src = o->src, member->src_off = o->src_off;
+  member->host_src = o->host_src, member->host_dst = o->host_dst;
+  member->bytes = o->bytes;
+  return UM_OK;
+}
+
+/* Whether p goes the way o does: the same buffers and host sides and the
+ * same size, which is all a plan reads (but the offsets, when one buffer is
+ * both ends: the ranges may overlap), and p's ranges hold (checked under
+ * the buffers' locks, o's generations). */
+static bool same_way(const um_copy_op *o, const um_copy_op *p) {
+  return p->dst == o->dst && p->src == o->src && o->dst != o->src && p->bytes == o->bytes &&
+         (p->host_src == NULL) == (o->host_src == NULL) && (p->host_dst == NULL) == (o->host_dst == NULL) &&
+         in_range(p->dst, p->dst_off, p->bytes) && in_range(p->src, p->src_off, p->bytes);
+}
+
+/* Issue member, the first of ops[0..n) (checked), and the ops after it that
+ * go the same way, as copies of their device's run: true when they were
+ * (queued, or failed and counted as the group's failure), *taken of them;
+ * false when member must be an operation of its own. The buffers are
+ * checked and the run published on them once for all of them, under their
+ * locks; the copies are queued with no lock held. */
+static bool segment_in_run(um_event *group, um_event *member, const um_copy_op *ops, size_t n, size_t *taken) {
   um_buffer *bufs[2];
   um_event *old_last[2] = {NULL, NULL};
   int nbufs = op_buffers(member, bufs), st;
+  size_t k = 1, queued = 0;
   um__run *r;
   lock_buffers(bufs, nbufs);
   if ((st = op_check_locked(member, bufs, nbufs)) != UM_OK) {
     unlock_buffers(bufs, nbufs);
     group_record_failure(group, st, um_last_error());
+    *taken = 1;
     return true;
   }
   um__path_plan(member);
@@ -809,15 +848,25 @@ static bool member_in_run(um_event *group, um_event *member) {
    * data on the device only. */
   if (member->dst != NULL && member->dst->mem.host == NULL)
     member->dst->valid = UM_VALID_DEVICE;
+  while (k < n && same_way(&ops[0], &ops[k]))
+    k++;
   unlock_buffers(bufs, nbufs);
   for (int i = 0; i < nbufs; i++)
     if (old_last[i] != NULL)
       um__event_unref(old_last[i]);
-  /* Quiet: no token, no report (backend.h); the run's mark reports it. */
-  if ((st = member->path->start_native(member, NULL, 0, NULL, NULL)) != UM_OK)
-    group_record_failure(group, st, um_last_error());
-  else
-    run_tally(r, member);
+  /* Quiet: no token, no report (backend.h); the run's mark reports them. */
+  for (size_t j = 0; j < k; j++) {
+    if (j > 0) {
+      member->dst_off = ops[j].dst_off, member->src_off = ops[j].src_off;
+      member->host_src = ops[j].host_src, member->host_dst = ops[j].host_dst;
+    }
+    if ((st = member->path->start_native(member, NULL, 0, NULL, NULL)) != UM_OK)
+      group_record_failure(group, st, um_last_error());
+    else
+      queued++;
+  }
+  run_tally(r, member->path, queued, queued * member->bytes);
+  *taken = k;
   return true;
 }
 
@@ -918,16 +967,20 @@ static void member_issue(um_event *group, const um_event *member) {
     group_member_done(group, st, um_last_error()); /* a buffer released meanwhile */
 }
 
-void um__op_group_copy(um_event *group, um_event *member) {
-  member->m = group->m;
-  member->group = group;
-  member->detached = true;
-  if (!member_in_run(group, member))
-    member_issue(group, member);
-}
-
-void um__op_group_copy_failed(um_event *group, int status) {
-  group_record_failure(group, status, um_last_error());
+void um__op_group_copies(um_event *group, const um_copy_op *ops, size_t n) {
+  um_event member; /* never published: a description */
+  memset(&member, 0, sizeof(member));
+  member.m = group->m;
+  member.group = group;
+  member.detached = true;
+  for (size_t i = 0, taken; i < n; i += taken) {
+    int st = member_describe(&ops[i], &member);
+    taken = 1;
+    if (st != UM_OK) /* a buffer released meanwhile: recorded, go on */
+      group_record_failure(group, st, um_last_error());
+    else if (!segment_in_run(group, &member, ops + i, n - i, &taken))
+      member_issue(group, &member);
+  }
 }
 
 um_event *um__op_group_begin(um_manager *m) {
