@@ -319,15 +319,18 @@ static void run_host(um_event *op) {
 }
 
 /* Run an operation whose dependencies are all satisfied and whose state is
- * already RUNNING: on its device's queue, or on host threads. */
-static void run_started(um_event *op) {
+ * already RUNNING: on its device's queue, or on host threads. held: the
+ * caller holds a reference to op (the issuing thread's). */
+static void run_started(um_event *op, bool held) {
   if (op->native_dev != NULL) {
     /* The operation may complete (and lose the engine's reference, its
      * last one when the caller already released its event) before
      * xfer_async returns: hold it until the token is stored. */
-    um__event_ref(op);
+    if (!held)
+      um__event_ref(op);
     start_native(op, NULL, 0);
-    um__event_unref(op);
+    if (!held)
+      um__event_unref(op);
     return;
   }
   run_host(op);
@@ -348,17 +351,18 @@ static void op_task_start(um__work *w) {
     return;
   }
   UM__TEST_POINT(UM__TP_WORKER_RUN, op);
-  run_started(op);
+  run_started(op, false);
   UM__TEST_POINT(UM__TP_WORKER_DONE, op);
 }
 
 /* Nothing to wait for: start op now, on its device's queue, on this thread
- * (blocking, small enough, or an asynchronous start), or on a worker. */
-static void op_start_now(um_event *op) {
+ * (blocking, small enough, or an asynchronous start), or on a worker.
+ * held: as for run_started. */
+static void op_start_now(um_event *op, bool held) {
   if (op->native_dev != NULL || op->blocking || op->path->start_async != NULL ||
       um__path_runs_inline(op)) {
     atomic_store_explicit(&op->state, UM__EV_RUNNING, memory_order_release);
-    run_started(op);
+    run_started(op, held);
   } else {
     engine_push_op(op, op_task_start, false);
   }
@@ -545,13 +549,13 @@ static void op_start_ordered(um_event *op, um_event **deps, int ndeps, bool all_
       um__event_wait_internal(deps[i]);
       um__event_unref(deps[i]);
     }
-    op_start_now(op);
+    op_start_now(op, true);
   } else if (ndeps > 0 && all_native && op_start_after_tokens(op, deps, ndeps)) {
     /* started on the device queue, behind its dependencies */
   } else if (ndeps > 0 && op_register(op, deps, ndeps)) {
     /* the last dependency to finish starts it */
   } else {
-    op_start_now(op);
+    op_start_now(op, true);
   }
 }
 
@@ -623,7 +627,7 @@ int um__op_hold(um_event *op, um_event **dep) {
 void um__op_start_held(um_event *op, um_event *after) {
   if (after != NULL && op_register(op, &after, 1))
     return; /* it starts when after finishes */
-  op_start_now(op);
+  op_start_now(op, false);
 }
 
 void um__op_issue_after(um_event *op, um_event *after) {

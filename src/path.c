@@ -69,6 +69,8 @@ static int run_single(um_event *op) {
 static int start_single(um_event *op, void *const *after, int nafter, um__done_fn done, void **native) {
   um__xfer x;
   um_device *d = xfer_of(op, &x);
+  if (done != NULL)
+    x.done_space = op->done_space; /* op lives until its completion */
   return d->be->xfer_async(d->bdev, &x, after, nafter, done, op, native);
 }
 
@@ -235,19 +237,27 @@ const um__path um__path_peer = SINGLE_CALL("peer", plan_peer, account_peer, tall
 /* ------------------------------------------------------------------------ */
 /* The table and the plan */
 
-static const um__path *const paths[] = {
+/* Copies are offered to the copy entries, every other kind to the others
+ * (each of which takes its one kind), so that a small copy's plan does not
+ * ask six entries that never take it. */
+static const um__path *const other_paths[] = {
     &um__path_access, &um__path_gate, &um__path_net_put, &um__path_net_get,
-    &um__path_fill_host, &um__path_fill_device, &um__path_memcpy,
-    &um__path_h2d_pipelined, &um__path_h2d, &um__path_d2h_pipelined,
+    &um__path_fill_host, &um__path_fill_device,
+};
+static const um__path *const copy_paths[] = {
+    &um__path_memcpy, &um__path_h2d_pipelined, &um__path_h2d, &um__path_d2h_pipelined,
     &um__path_d2h, &um__path_overlap, &um__path_local,
     &um__path_peer, &um__path_staged, /* takes every copy left */
 };
 
 void um__path_plan(um_event *op) {
+  const um__path *const *table = op->kind == UM__OP_COPY ? copy_paths : other_paths;
+  size_t n = op->kind == UM__OP_COPY ? sizeof(copy_paths) / sizeof(copy_paths[0])
+                                     : sizeof(other_paths) / sizeof(other_paths[0]);
   op->native_dev = NULL;
-  for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
-    if (paths[i]->plan(op)) {
-      op->path = paths[i];
+  for (size_t i = 0; i < n; i++) {
+    if (table[i]->plan(op)) {
+      op->path = table[i];
       return;
     }
   }

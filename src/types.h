@@ -267,6 +267,9 @@ struct um_event {
    * waiters once it is done. Only its first byte is reset for a new
    * operation (um__event_new), so it stays out of the region below. */
   char error_text[UM__EVENT_TEXT];
+  /* The backend's room for a native transfer's completion (backend.h:
+   * um__xfer.done_space), so that it allocates nothing per operation. */
+  void *done_space[UM__DONE_SPACE / sizeof(void *)];
 
   /* Reset for each operation: everything from here on. */
   atomic_int refs;          /* 0: on the free list */
