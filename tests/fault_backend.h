@@ -36,10 +36,20 @@
 
 extern const um__backend fault_backend;
 extern const um__backend fault_backend_mapped;
+/* "fault-queue": the asynchronous flavour as a single in-order queue per
+ * device whose callbacks may re-enter (single_queue, callbacks_reenter:
+ * the contract OpenCL gives), so that a batch's copies go in runs, queued
+ * quietly; a queue mark reports the first failure of the quiet transfers
+ * queued since the previous mark. Marks are not counted as transfers. */
+extern const um__backend fault_backend_queue;
 
 /* um__manager_create_ex with both fault backends: device 0 is the cpu, then
  * the "fault" devices, then the "fault-map" devices. */
 int fault_manager_create(const um_options *opts, um_manager **out);
+
+/* um__manager_create_ex with the "fault-queue" backend only: device 0 is
+ * the cpu, then its devices. */
+int fault_manager_create_queue(const um_options *opts, um_manager **out);
 
 /* Devices each fault backend opens per manager (default 1, at most 4) and
  * the memory of each (default 256 MiB; allocations beyond it answer
