@@ -98,14 +98,19 @@ int um_fill(um_buffer *dst, size_t off, int byte, size_t bytes, um_event **done)
 }
 
 /* A mapped buffer refuses operations (um__op_issue says so too); checked
- * here as well so that a batch is refused before any of its ops is issued. */
-static int check_unmapped(um_buffer *b) {
-  bool mapped;
+ * here as well so that a batch is refused before any of its ops is issued.
+ * A blocking batch also refuses a buffer inside an open bracket, which it
+ * would wait for without end on the thread that is to close it. */
+static int check_unmapped(um_buffer *b, bool blocking) {
+  bool mapped, bracket;
   pthread_mutex_lock(&b->lock);
   mapped = b->mapped;
+  bracket = b->access_state != 0;
   pthread_mutex_unlock(&b->lock);
   if (mapped)
     return um__set_error(UM_ESTATE, "buffer %p is mapped: unmap it first", (void *)b);
+  if (blocking && bracket)
+    return um__op_bracket_error(b);
   return UM_OK;
 }
 
@@ -122,7 +127,7 @@ static int check_op_range(const um_copy_op *o) {
   return UM_OK;
 }
 
-static int check_op(um_manager *m, const um_copy_op *o) {
+static int check_op(um_manager *m, const um_copy_op *o, bool blocking) {
   int st;
   if ((o->dst == NULL) == (o->host_dst == NULL) || (o->src == NULL) == (o->host_src == NULL))
     return um__set_error(UM_EINVAL, "batch op needs exactly one source and one destination");
@@ -142,9 +147,9 @@ static int check_op(um_manager *m, const um_copy_op *o) {
     return st;
   if (o->dst && (st = check_writable(o->dst)) != UM_OK)
     return st;
-  if (o->dst && (st = check_unmapped(o->dst)) != UM_OK)
+  if (o->dst && (st = check_unmapped(o->dst, blocking)) != UM_OK)
     return st;
-  if (o->src && (st = check_unmapped(o->src)) != UM_OK)
+  if (o->src && (st = check_unmapped(o->src, blocking)) != UM_OK)
     return st;
   return UM_OK;
 }
@@ -163,7 +168,7 @@ int um_copy_batch(um_manager *m, const um_copy_op *ops, size_t n, um_event **don
     if (i > 0 && ops[i].dst == ops[i - 1].dst && ops[i].src == ops[i - 1].src &&
         (st = check_op_range(&ops[i])) == UM_OK)
       continue;
-    if ((st = check_op(m, &ops[i])) != UM_OK)
+    if ((st = check_op(m, &ops[i], done == NULL)) != UM_OK)
       return st;
   }
   if ((group = um__op_group_begin(m)) == NULL)

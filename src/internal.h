@@ -137,6 +137,9 @@ int um__manager_create_ex(const um_options *opts, const um__backend *const *extr
  * runs to completion and returns its status; else *done is the caller's
  * event. Takes over the caller's reference to op, issued or not. */
 int um__op_issue(um_event *op, um_event **done);
+/* UM_ESTATE for a blocking call on b inside an open bracket (it would wait
+ * for um_access_end without end), with the reason. */
+int um__op_bracket_error(const um_buffer *b);
 /* op finished with status (on any thread): buffers, waiters, followers. */
 void um__op_complete(um_event *op, int status);
 /* A group (um_copy_batch): begin it, issue its copies (checked, every

@@ -397,8 +397,17 @@ static int op_check_locked(um_event *op, um_buffer **bufs, int nbufs) {
       return um__set_error(UM_ESTATE, "buffer %p was released", (void *)b);
     if (b->mapped)
       return um__set_error(UM_ESTATE, "buffer %p is mapped: unmap it first", (void *)b);
+    if (op->blocking && b->access_state != 0)
+      return um__op_bracket_error(b);
   }
   return UM_OK;
+}
+
+int um__op_bracket_error(const um_buffer *b) {
+  return um__set_error(UM_ESTATE,
+                       "buffer %p is inside an open um_access_begin bracket: a blocking call would wait for "
+                       "um_access_end; pass an event, or end the bracket first",
+                       (const void *)b);
 }
 
 /* Under the locks: op's dependencies are the buffers' unfinished last
