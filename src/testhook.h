@@ -34,6 +34,10 @@ typedef enum um__test_point {
   /* A thread cache was made, before its thread uses it (tcache.c). arg:
    * the cache (a test may turn its asym off, to run the CAS take). */
   UM__TP_TCACHE_NEW,
+  /* On a device that runs commands inside the submitting call (PoCL's
+   * basic device), a call that submits is about to take the backend's
+   * submit lock (opencl.c). arg: the backend's device. */
+  UM__TP_SUBMIT_INLINE,
   UM__TP_COUNT
 } um__test_point;
 
