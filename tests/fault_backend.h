@@ -12,7 +12,13 @@
  *                                      shadow), peer copies between its
  *                                      devices;
  *   fault_backend_mapped  "fault-map": xfer only (the core runs transfers
- *                                      on its own threads), map/unmap.
+ *                                      on its own threads), map/unmap;
+ *   fault_backend_queue   "fault-queue": as "fault", but single_queue: every
+ *                                      transfer of a device, synchronous
+ *                                      ones included, runs on its one
+ *                                      in-order queue, with quiet transfers
+ *                                      and queue marks (as OpenCL's), so
+ *                                      the core's single-queue paths run.
  *
  * Give them to a manager with um__manager_create_ex(opts, extra, n, &m).
  *
@@ -36,10 +42,15 @@
 
 extern const um__backend fault_backend;
 extern const um__backend fault_backend_mapped;
+extern const um__backend fault_backend_queue;
 
 /* um__manager_create_ex with both fault backends: device 0 is the cpu, then
  * the "fault" devices, then the "fault-map" devices. */
 int fault_manager_create(const um_options *opts, um_manager **out);
+
+/* The same with the single-queue flavour only: device 0 is the cpu, then
+ * the "fault-queue" devices. */
+int fault_manager_create_single_queue(const um_options *opts, um_manager **out);
 
 /* Devices each fault backend opens per manager (default 1, at most 4) and
  * the memory of each (default 256 MiB; allocations beyond it answer
@@ -94,6 +105,7 @@ typedef struct fault_counts {
   uint64_t live_blocks;     /* blocks allocated and not freed, all devices */
   uint64_t live_bytes;
   uint64_t leaked_at_close; /* blocks still live when a backend was closed */
+  uint64_t synchronizes;    /* synchronize calls, all devices, never reset */
 } fault_counts;
 
 void fault_counts_get(fault_counts *out);
