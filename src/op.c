@@ -267,7 +267,7 @@ static int queue_mark(um_device *d, um__done_fn done, void *arg) {
   x.kind = UM__XFER_QUEUE_MARK;
   st = d->be->xfer_async(d->bdev, &x, NULL, 0, done, arg, &token);
   if (st == UM_OK && d->be->native_release != NULL)
-    d->be->native_release(d->bdev, token); /* done may have run: r or op gone */
+    d->be->native_release(d->bdev, token); /* done may have run already */
   return st;
 }
 

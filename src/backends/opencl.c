@@ -350,18 +350,18 @@ static int wait_for_command(cl_event event, const char *call) {
   return translate_cl_error(err, call);
 }
 
-/* A string device property, truncated to fit out (the query itself fails
- * with CL_INVALID_VALUE on a too-small buffer, so ask for the size first). */
 /* Submitting on a device that runs commands inline.
  *
  * PoCL's basic device ("cpu-minimal" from PoCL 5) has no thread of its own:
  * a command runs inside the clEnqueue* call that submits it, on the
  * caller's thread, or, when it must wait for a command still running on
- * another thread, inside the call that finishes that one. PoCL 3.1 makes
- * that second case deadlock: pocl_broadcast holds the waiting command's
+ * another thread, inside the call that finishes that one. PoCL 3.1 gets
+ * that second case wrong twice: pocl_broadcast holds the waiting command's
  * event lock while pocl_basic_notify runs it, and running it takes that
- * lock again (one thread blocked on a mutex it owns, found by the model
- * test: tests/test_model.c; 4 threads, one device, 2 runs in 6 hung). On
+ * lock again (one thread blocked on a mutex it owns); and a blocking read
+ * or write so submitted returns before its command ran (pocl_basic_join
+ * runs only what is ready). The model test found both (tests/test_model.c,
+ * 4 threads on one device: 2 runs in 6 hung, others read stale bytes). On
  * such a device every call that may submit or run commands is made under
  * submit_lock: the command before it then always finished inside an earlier
  * call, and each one runs at once, in its own call. It costs no
@@ -388,6 +388,8 @@ static void submit_end(const ocl_device *dev) {
     pthread_mutex_unlock(&submit_lock);
 }
 
+/* A string device property, truncated to fit out (the query itself fails
+ * with CL_INVALID_VALUE on a too-small buffer, so ask for the size first). */
 static int query_device_string(cl_device_id id, cl_device_info param,
                                char *out, size_t cap) {
   size_t size = 0;
