@@ -294,6 +294,51 @@ static void op_task_complete(um__work *w) {
   um__op_complete(op, op->native_status);
 }
 
+/* Queue a UM__XFER_QUEUE_MARK on single-queue device d: done(arg, status)
+ * once everything queued there before it has run. The mark's token is not
+ * kept. */
+static int queue_mark(um_device *d, um__done_fn done, void *arg) {
+  um__xfer x;
+  void *token = NULL;
+  int st;
+  memset(&x, 0, sizeof(x));
+  x.kind = UM__XFER_QUEUE_MARK;
+  st = d->be->xfer_async(d->bdev, &x, NULL, 0, done, arg, &token);
+  if (st == UM_OK && d->be->native_release != NULL)
+    d->be->native_release(d->bdev, token); /* done may have run already */
+  return st;
+}
+
+/* The mark behind a refused operation ran: it fails now, with its refusal
+ * (op->native_status), whatever the mark says. */
+static void refused_marked(void *arg, int status) {
+  um_event *op = arg;
+  (void)status;
+  if (op->native_dev->be->callbacks_reenter)
+    um__op_complete(op, op->native_status);
+  else
+    engine_push_op(op, op_task_complete, true);
+}
+
+/* op was refused by its device's queue (status st) and whatever it was
+ * ordered after by registration has finished: it fails. On a single-queue
+ * device, operations it follows may still be queued there with nothing
+ * recorded (queued_before: the queue was to order them): completed now, it
+ * would let a later operation that the queue does not order (a peer copy
+ * run by another device, a host path) overtake them. So it fails behind a
+ * queue mark; when the mark is refused too, after the backend's
+ * synchronize (which waits for everything queued on the device). */
+static void complete_refused(um_event *op, int st) {
+  um_device *d = op->native_dev;
+  op->native_status = st;
+  if (d != NULL && d->be->single_queue) {
+    if (queue_mark(d, refused_marked, op) == UM_OK)
+      return;
+    (void)d->be->synchronize(d->bdev);
+  }
+  um__op_complete(op, st);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Starting */
 
@@ -331,9 +376,10 @@ static void run_started(um_event *op, bool held) {
     int st;
     if (!held)
       um__event_ref(op);
-    /* Refused: nothing it depends on is unfinished, it fails now. */
+    /* Refused: nothing it depends on is unfinished, it fails (behind what
+     * its queue still holds). */
     if ((st = start_native(op, NULL, 0)) != UM_OK)
-      um__op_complete(op, st);
+      complete_refused(op, st);
     if (!held)
       um__event_unref(op);
     return;
@@ -355,8 +401,8 @@ static void op_task_start(um__work *w) {
     um__op_complete(op, UM_ECANCELED);
     return;
   }
-  if (op->refused) { /* its operations before it finished: it fails now */
-    um__op_complete(op, op->native_status);
+  if (op->refused) { /* its operations before it finished: it fails */
+    complete_refused(op, op->native_status);
     return;
   }
   UM__TEST_POINT(UM__TP_WORKER_RUN, op);
@@ -524,7 +570,7 @@ static bool op_start_after_tokens(um_event *op, um_event **deps, int ndeps) {
     op->refused = true;
     op->native_status = st;
     if (!op_register(op, deps, ndeps))
-      um__op_complete(op, st); /* they finished meanwhile */
+      complete_refused(op, st); /* they finished meanwhile */
     return true;
   }
   for (int i = 0; i < ndeps; i++)
@@ -965,30 +1011,23 @@ static void run_marked(void *arg, int status) {
   }
 }
 
-/* The end of the batch's issuing: every copy of each run is queued; one
- * queue mark per run reports them. */
+/* The end of the batch's issuing: one queue mark per run. A refused mark
+ * fails the run's members, but only once their transfers are done (the
+ * backend's synchronize): they may still be reading or writing the
+ * caller's host memory, which a blocking batch hands back when it
+ * returns. */
 static void close_runs(um_event *group) {
   while (group->runs != NULL) {
     um__run *r = group->runs;
     um_device *d = r->dev; /* r may be gone once the mark is queued */
-    um__xfer x;
-    void *token = NULL;
     int st;
     group->runs = r->next;
     atomic_store_explicit(&r->op->queued_on, d, memory_order_release);
-    memset(&x, 0, sizeof(x));
-    x.kind = UM__XFER_QUEUE_MARK;
-    st = d->be->xfer_async(d->bdev, &x, NULL, 0, run_marked, r, &token);
-    if (st != UM_OK) {
+    if ((st = queue_mark(d, run_marked, r)) != UM_OK) {
+      (void)d->be->synchronize(d->bdev);
       r->status = st;
       keep_error_text(r->op);
-      /* The run's copies are on the queue ahead of the refused mark, and
-       * may still read or write the caller's memory: they end before the
-       * run is reported done (a blocking batch returns after that). */
-      d->be->synchronize(d->bdev);
       run_complete(r);
-    } else if (d->be->native_release != NULL) {
-      d->be->native_release(d->bdev, token);
     }
   }
 }

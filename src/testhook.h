@@ -37,6 +37,10 @@ typedef enum um__test_point {
   /* A waiter's spin (um_options.wait_spin_ns, spin.c) polls once, before
    * the poll. arg: the poll's argument. */
   UM__TP_WAIT_POLL,
+  /* On a device that runs commands inside the submitting call (PoCL's
+   * basic device), a call that submits is about to take the backend's
+   * submit lock (opencl.c). arg: the backend's device. */
+  UM__TP_SUBMIT_INLINE,
   UM__TP_COUNT
 } um__test_point;
 

@@ -37,11 +37,11 @@ typedef struct fault_block {
 typedef struct fault_job {
   fault_dev *dev;
   um__xfer x;
-  um__done_fn done;
+  um__done_fn done; /* NULL: a quiet transfer (single-queue flavour) */
   void *arg;
   int inject; /* status to fail with when it runs; UM_OK: none */
   uint64_t seq;
-  atomic_int refs; /* the token's (native_release) and the queue's */
+  atomic_int refs; /* the token's (native_release), if any, and the queue's */
   struct fault_job *next;
 } fault_job;
 
@@ -89,7 +89,7 @@ static struct {
   bool paused;
 } plan = {.lock = PTHREAD_MUTEX_INITIALIZER, .devices = 1, .total = 256u << 20};
 
-static atomic_uint_fast64_t all_live_blocks, all_live_bytes, all_leaked_at_close;
+static atomic_uint_fast64_t all_live_blocks, all_live_bytes, all_leaked_at_close, all_synchronizes;
 static atomic_bool refuse_mark; /* fault_refuse_next_mark */
 
 void fault_configure(int devices_per_backend, uint64_t total_bytes) {
@@ -149,6 +149,7 @@ void fault_counts_get(fault_counts *out) {
   out->live_blocks = atomic_load(&all_live_blocks);
   out->live_bytes = atomic_load(&all_live_bytes);
   out->leaked_at_close = atomic_load(&all_leaked_at_close);
+  out->synchronizes = atomic_load(&all_synchronizes);
 }
 
 static bool planned(uint64_t count, uint64_t at, bool sticky) {
@@ -241,8 +242,11 @@ static int run_xfer(fault_dev *d, const um__xfer *x) {
     memmove(range(x->dst, x->dst_off, x->bytes), range(x->src, x->src_off, x->bytes), x->bytes);
     return UM_OK;
   }
+  case UM__XFER_QUEUE_MARK: /* its place in the queue is the whole job */
+    if (d->ctx->be->single_queue)
+      return UM_OK;
+    break;
   case UM__XFER_MARKER:
-  case UM__XFER_QUEUE_MARK:
     break;
   }
   return um__set_error(UM_ENOTSUP, "fault: transfer kind %d", (int)x->kind);
@@ -272,8 +276,8 @@ static void *queue_main(void *arg) {
       d->tail = NULL;
     d->busy = true;
     pthread_mutex_unlock(&d->lock);
-    if (j->x.kind == UM__XFER_QUEUE_MARK) {
-      st = d->quiet_failure;
+    if (j->x.kind == UM__XFER_QUEUE_MARK && j->inject == UM_OK) {
+      st = d->quiet_failure; /* the mark reports the quiet ones before it */
       d->quiet_failure = UM_OK;
     } else {
       st = j->inject != UM_OK ? j->inject : run_xfer(d, &j->x);
@@ -335,12 +339,12 @@ static int fault_open(const um_options *opts, void **ctx, int *count) {
   return open_common(&fault_backend, opts, ctx, count);
 }
 
-static int fault_queue_open(const um_options *opts, void **ctx, int *count) {
-  return open_common(&fault_backend_queue, opts, ctx, count);
-}
-
 static int fault_map_open(const um_options *opts, void **ctx, int *count) {
   return open_common(&fault_backend_mapped, opts, ctx, count);
+}
+
+static int fault_queue_open(const um_options *opts, void **ctx, int *count) {
+  return open_common(&fault_backend_queue, opts, ctx, count);
 }
 
 static int fault_describe(void *ctx, int i, um__bdev_desc *out) {
@@ -440,6 +444,7 @@ static int fault_memory(void *bdev, uint64_t *free_bytes, uint64_t *total_bytes)
 
 static int fault_synchronize(void *bdev) {
   fault_dev *d = bdev;
+  atomic_fetch_add(&all_synchronizes, 1);
   if (d->has_thread) {
     pthread_mutex_lock(&d->lock);
     while (d->head != NULL || d->busy)
@@ -457,41 +462,20 @@ static int fault_xfer(void *bdev, const um__xfer *x) {
   return run_xfer(bdev, x);
 }
 
-static int fault_xfer_async(void *bdev, const um__xfer *x, void *const *after, int nafter,
-                            um__done_fn done, void *arg, void **native) {
-  fault_dev *d = bdev;
-  fault_job *j;
-  bool at_submit = false, quiet = done == NULL && native == NULL;
-  int st = UM_OK;
-  for (int i = 0; i < nafter; i++) {
-    fault_job *a = after[i];
-    if (a == NULL || a->dev != d || atomic_load(&a->refs) < 1)
-      core_bug("a wait-list token of another device, or one already released");
-  }
-  if (x->kind == UM__XFER_QUEUE_MARK || quiet) {
-    if (d->ctx->be != &fault_backend_queue)
-      core_bug("a quiet transfer or queue mark on a backend without a single queue");
-    if (quiet && nafter != 0)
-      core_bug("a quiet transfer with a wait list");
-  }
-  if (x->kind == UM__XFER_QUEUE_MARK && atomic_exchange(&refuse_mark, false))
-    return um__set_error(UM_EBACKEND, "fault: queue mark refused");
-  if (x->kind != UM__XFER_QUEUE_MARK) /* a mark moves nothing: not counted */
-    st = count_xfer(&at_submit);
-  if (st != UM_OK && at_submit)
-    return st;
-  if (atomic_load(&d->lost))
-    return lost_error(d);
-  j = calloc(1, sizeof(*j));
+/* Queue a transfer on d (inject: the status it fails with when it runs).
+ * A token (*native) when native is not NULL. */
+static int queue_push(fault_dev *d, const um__xfer *x, void *const *after, int nafter,
+                      um__done_fn done, void *arg, void **native, int inject) {
+  fault_job *j = calloc(1, sizeof(*j));
   if (j == NULL)
     return um__set_error(UM_ENOMEM, "fault: out of memory for a transfer");
   j->dev = d;
   j->x = *x;
   j->done = done;
   j->arg = arg;
-  j->inject = st;
-  atomic_init(&j->refs, quiet ? 1 : 2); /* a quiet job has no token */
-  if (!quiet)
+  j->inject = inject;
+  atomic_init(&j->refs, native != NULL ? 2 : 1);
+  if (native != NULL)
     *native = j;
   pthread_mutex_lock(&d->lock);
   j->seq = d->next_seq++;
@@ -506,6 +490,74 @@ static int fault_xfer_async(void *bdev, const um__xfer *x, void *const *after, i
   pthread_cond_signal(&d->cond);
   pthread_mutex_unlock(&d->lock);
   return UM_OK;
+}
+
+static int fault_xfer_async(void *bdev, const um__xfer *x, void *const *after, int nafter,
+                            um__done_fn done, void *arg, void **native) {
+  fault_dev *d = bdev;
+  bool quiet = done == NULL && native == NULL;
+  bool at_submit;
+  int st;
+  for (int i = 0; i < nafter; i++) {
+    fault_job *a = after[i];
+    if (a == NULL || a->dev != d || atomic_load(&a->refs) < 1)
+      core_bug("a wait-list token of another device, or one already released");
+  }
+  if ((quiet || x->kind == UM__XFER_QUEUE_MARK) && !d->ctx->be->single_queue)
+    core_bug("a quiet transfer or a queue mark on a backend that is not single-queue");
+  if (quiet && (nafter != 0 || x->kind == UM__XFER_QUEUE_MARK))
+    core_bug("a quiet transfer with a wait list, or a quiet queue mark");
+  if (!quiet && (done == NULL || native == NULL))
+    core_bug("an asynchronous transfer without done or token");
+  if (x->kind == UM__XFER_QUEUE_MARK && atomic_exchange(&refuse_mark, false))
+    return um__set_error(UM_EBACKEND, "fault: queue mark refused");
+  st = count_xfer(&at_submit);
+  if (st != UM_OK && at_submit)
+    return st;
+  if (atomic_load(&d->lost))
+    return lost_error(d);
+  return queue_push(d, x, after, nafter, done, arg, native, st);
+}
+
+/* One transfer in flight through the queue, for the synchronous xfer of
+ * the single-queue flavour. */
+typedef struct sync_job {
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  bool done;
+  int st;
+} sync_job;
+
+static void sync_job_done(void *arg, int st) {
+  sync_job *s = arg;
+  pthread_mutex_lock(&s->lock);
+  s->done = true;
+  s->st = st;
+  pthread_cond_signal(&s->cond);
+  pthread_mutex_unlock(&s->lock);
+}
+
+/* A synchronous transfer runs through the device's queue, behind what is
+ * queued there, as a blocking call does on an in-order OpenCL queue. */
+static int fault_queue_xfer(void *bdev, const um__xfer *x) {
+  fault_dev *d = bdev;
+  sync_job s = {.done = false, .st = UM_OK};
+  bool at_submit;
+  int st = count_xfer(&at_submit);
+  if (st != UM_OK)
+    return st;
+  if (atomic_load(&d->lost))
+    return lost_error(d);
+  pthread_mutex_init(&s.lock, NULL);
+  pthread_cond_init(&s.cond, NULL);
+  st = queue_push(d, x, NULL, 0, sync_job_done, &s, NULL, UM_OK);
+  pthread_mutex_lock(&s.lock);
+  while (st == UM_OK && !s.done)
+    pthread_cond_wait(&s.cond, &s.lock);
+  pthread_mutex_unlock(&s.lock);
+  pthread_mutex_destroy(&s.lock);
+  pthread_cond_destroy(&s.cond);
+  return st != UM_OK ? st : s.st;
 }
 
 static void fault_native_release(void *bdev, void *native) {
@@ -602,27 +654,6 @@ const um__backend fault_backend = {
     .peer_enable = fault_peer_enable,
 };
 
-/* The asynchronous flavour as a single in-order queue per device whose
- * callbacks may re-enter (OpenCL's contract): quiet transfers and queue
- * marks, so that batches run as runs (op.c). */
-const um__backend fault_backend_queue = {
-    .name = "fault-queue",
-    .open = fault_queue_open,
-    .describe = fault_describe,
-    .close = fault_close,
-    .mem_alloc = fault_mem_alloc,
-    .mem_free = fault_mem_free,
-    .memory = fault_memory,
-    .synchronize = fault_synchronize,
-    .xfer = fault_xfer,
-    .xfer_async = fault_xfer_async,
-    .native_release = fault_native_release,
-    .peer_possible = fault_peer_possible,
-    .peer_enable = fault_peer_enable,
-    .callbacks_reenter = 1,
-    .single_queue = 1,
-};
-
 const um__backend fault_backend_mapped = {
     .name = "fault-map",
     .open = fault_map_open,
@@ -639,11 +670,34 @@ const um__backend fault_backend_mapped = {
     .peer_enable = fault_peer_enable,
 };
 
+/* One in-order queue per device, as OpenCL's: asynchronous transfers, quiet
+ * ones and queue marks run on it in the order of the calls, and so do the
+ * synchronous ones. Its callbacks may not re-enter (as the "fault"
+ * flavour's), so the core completes on its workers. */
+const um__backend fault_backend_queue = {
+    .name = "fault-queue",
+    .open = fault_queue_open,
+    .describe = fault_describe,
+    .close = fault_close,
+    .mem_alloc = fault_mem_alloc,
+    .mem_free = fault_mem_free,
+    .memory = fault_memory,
+    .synchronize = fault_synchronize,
+    .xfer = fault_queue_xfer,
+    .xfer_async = fault_xfer_async,
+    .native_release = fault_native_release,
+    .peer_possible = fault_peer_possible,
+    .peer_enable = fault_peer_enable,
+    .callbacks_reenter = 1,
+    .single_queue = 1,
+};
+
 /* ------------------------------------------------------------------------ */
 /* Test controls on devices */
 
 bool fault_is_device(const um_device *d) {
-  return d != NULL && (d->be == &fault_backend || d->be == &fault_backend_mapped || d->be == &fault_backend_queue);
+  return d != NULL &&
+         (d->be == &fault_backend || d->be == &fault_backend_mapped || d->be == &fault_backend_queue);
 }
 
 int fault_lose(um_device *d) {
@@ -680,12 +734,12 @@ uint64_t fault_device_live_bytes(const um_device *d) {
   return fault_is_device(d) ? atomic_load(&((fault_dev *)d->bdev)->live_bytes) : 0;
 }
 
-int fault_manager_create_queue(const um_options *opts, um_manager **out) {
-  static const um__backend *const queue[] = {&fault_backend_queue};
-  return um__manager_create_ex(opts, queue, 1, out);
-}
-
 int fault_manager_create(const um_options *opts, um_manager **out) {
   static const um__backend *const both[] = {&fault_backend, &fault_backend_mapped};
   return um__manager_create_ex(opts, both, 2, out);
+}
+
+int fault_manager_create_queue(const um_options *opts, um_manager **out) {
+  static const um__backend *const one[] = {&fault_backend_queue};
+  return um__manager_create_ex(opts, one, 1, out);
 }

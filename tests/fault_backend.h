@@ -12,7 +12,13 @@
  *                                      shadow), peer copies between its
  *                                      devices;
  *   fault_backend_mapped  "fault-map": xfer only (the core runs transfers
- *                                      on its own threads), map/unmap.
+ *                                      on its own threads), map/unmap;
+ *   fault_backend_queue   "fault-queue": as "fault", but single_queue: every
+ *                                      transfer of a device, synchronous
+ *                                      ones included, runs on its one
+ *                                      in-order queue, with quiet transfers
+ *                                      and queue marks (as OpenCL's), so
+ *                                      the core's single-queue paths run.
  *
  * Give them to a manager with um__manager_create_ex(opts, extra, n, &m).
  *
@@ -38,9 +44,10 @@ extern const um__backend fault_backend;
 extern const um__backend fault_backend_mapped;
 /* "fault-queue": the asynchronous flavour as a single in-order queue per
  * device whose callbacks may re-enter (single_queue, callbacks_reenter:
- * the contract OpenCL gives), so that a batch's copies go in runs, queued
- * quietly; a queue mark reports the first failure of the quiet transfers
- * queued since the previous mark. Marks are not counted as transfers. */
+ * the contract OpenCL gives): a batch's copies go in runs, queued quietly,
+ * and a queue mark reports the first failure of the quiet transfers queued
+ * since the previous mark; synchronous transfers run through the queue,
+ * behind what is queued, as blocking calls do on an in-order queue. */
 extern const um__backend fault_backend_queue;
 
 /* um__manager_create_ex with both fault backends: device 0 is the cpu, then
@@ -111,6 +118,7 @@ typedef struct fault_counts {
   uint64_t live_blocks;     /* blocks allocated and not freed, all devices */
   uint64_t live_bytes;
   uint64_t leaked_at_close; /* blocks still live when a backend was closed */
+  uint64_t synchronizes;    /* synchronize calls, all devices, never reset */
 } fault_counts;
 
 void fault_counts_get(fault_counts *out);

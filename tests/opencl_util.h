@@ -65,15 +65,6 @@ static UT_UNUSED void ou_want_devices(int n) {
 }
 static UT_UNUSED void ou_want_two_devices(void) { ou_want_devices(2); }
 
-/* Tests whose own threads submit to one device at once skip on PoCL's basic
- * device: PoCL 3.1 deadlocks there on its own locks (every thread blocked
- * inside clEnqueue* on PoCL's mutexes, none in unimem). */
-static UT_UNUSED void ou_skip_on_basic_with_threads(void) {
-  const char *kind = getenv("UNIMEM_TEST_POCL_DEVICE");
-  if (kind != NULL && strcmp(kind, "basic") == 0)
-    cr_skip_test("SKIP: several threads submitting to PoCL's basic device deadlock inside PoCL 3.1");
-}
-
 /* A test whose body runs once with one PoCL device (name_1dev) and once
  * with two (name_2dev), each in its own process. */
 #define OU_TEST_1_AND_2(suite, name)                                           \

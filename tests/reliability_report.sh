@@ -84,6 +84,8 @@ The pieces, and how CI runs them (scripts/test.sh):
 | what | where | CI |
 | --- | --- | --- |
 | fault-injecting backend (test only) | \`tests/fault_backend.c\`, \`.h\` | built into the tests that include it (\`tests/extra.cmake\`) |
+| ordering when a single-queue device refuses an operation (\`fault-queue\` flavour) | \`tests/test_fault_queue.c\` | every build, ASan+UBSan, TSan |
+| PoCL's basic device: commands run inside the submitting call | \`tests/test_opencl_inline.c\` | \`test_opencl_inline_basic\`, every build |
 | fault sweep, device loss, exhaustion | \`tests/test_faults.c\` | every build, ASan+UBSan, TSan |
 | misuse and the debug quarantine | \`tests/test_misuse.c\`, \`src/quarantine.c\` | every build, ASan+UBSan, TSan |
 | threaded stress | \`tests/test_stress.c\` (and \`stress_standalone\`) | every build, ASan+UBSan, TSan |

@@ -36,11 +36,10 @@ static void mixed(ou_env *e, uint64_t seed, bool with_event) {
 }
 
 /* Copies that wait for another device's run or a host copy are started by
- * workers while this thread still queues runs: several threads submit. */
+ * workers while this thread still queues runs: several threads submit
+ * (on PoCL's basic device too: the backend's submit lock). */
 OU_TEST_1_AND_2(opencl_batch, mixed_batches) {
-  ou_env e;
-  ou_skip_on_basic_with_threads();
-  e = ou_open(NULL, 1);
+  ou_env e = ou_open(NULL, 1);
   for (uint64_t seed = 1; seed <= 6; seed++)
     mixed(&e, seed, seed % 2 == 1);
   ou_close(&e);

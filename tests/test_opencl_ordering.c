@@ -284,7 +284,6 @@ out:
 
 OU_TEST_1_AND_2(opencl_ordering, threads_on_their_own_buffers) {
   ou_env e;
-  ou_skip_on_basic_with_threads();
   e = ou_open(NULL, 1);
   pthread_t t[3];
   worker_arg w[3];

@@ -42,6 +42,7 @@
 
 #include "atomic.h"
 #include "backend.h"
+#include "testhook.h"
 
 /* cl_khr_icd's "no platform installed" answer, from cl_ext.h. */
 #ifndef CL_PLATFORM_NOT_FOUND_KHR
@@ -317,6 +318,9 @@ typedef struct ocl_device {
    * are host memory (that is what CL_MEM_ALLOC_HOST_PTR asks for) and are
    * not counted. */
   atomic_uint_fast64_t bytes_held;
+  /* The driver runs each command inside the call that submits it (PoCL's
+   * basic device): calls that submit take submit_lock (below). */
+  int runs_inline;
   char name[128];
 } ocl_device;
 
@@ -347,6 +351,44 @@ static int wait_for_command(cl_event event, const char *call) {
   return translate_cl_error(err, call);
 }
 
+/* Submitting on a device that runs commands inline.
+ *
+ * PoCL's basic device ("cpu-minimal" from PoCL 5) has no thread of its own:
+ * a command runs inside the clEnqueue* call that submits it, on the
+ * caller's thread, or, when it must wait for a command still running on
+ * another thread, inside the call that finishes that one. PoCL 3.1 gets
+ * that second case wrong twice: pocl_broadcast holds the waiting command's
+ * event lock while pocl_basic_notify runs it, and running it takes that
+ * lock again (one thread blocked on a mutex it owns); and a blocking read
+ * or write so submitted returns before its command ran (pocl_basic_join
+ * runs only what is ready). The model test found both (tests/test_model.c,
+ * 4 threads on one device: 2 runs in 6 hung, others read stale bytes). On
+ * such a device every call that may submit or run commands is made under
+ * submit_lock: the command before it then always finished inside an earlier
+ * call, and each one runs at once, in its own call. It costs no
+ * parallelism the device had: it ran one command at a time anyway.
+ *
+ * One lock for every such device of the process: managers and adopted
+ * devices may share a cl_device_id (PoCL runs a device's commands from one
+ * list), and a peer copy's wait list names the other device's command.
+ * Recursive: a command's completion callback runs inside the call that
+ * submitted it, and callbacks may submit (callbacks_reenter). A command
+ * that waits for a user event (a gate) is not covered: opening the gate
+ * runs it inside clSetUserEventStatus, which still deadlocks on PoCL 3.1. */
+static pthread_mutex_t submit_lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+
+static void submit_begin(const ocl_device *dev) {
+  if (dev->runs_inline) {
+    UM__TEST_POINT(UM__TP_SUBMIT_INLINE, dev);
+    pthread_mutex_lock(&submit_lock);
+  }
+}
+
+static void submit_end(const ocl_device *dev) {
+  if (dev->runs_inline)
+    pthread_mutex_unlock(&submit_lock);
+}
+
 /* Whether a command has left the queue's hands: complete, or failed (a
  * negative status). A failed query counts as ended too: the wait that
  * follows reports the error. */
@@ -366,7 +408,9 @@ static int command_ended(void *event) {
  * start, and only clWaitForEvents flushes by itself. */
 static int wait_for_own_command(ocl_device *dev, cl_event event, const char *call) {
   if (dev->spin_ns != 0) {
+    submit_begin(dev);
     ocl.clFlush(dev->queue);
+    submit_end(dev);
     um__spin_until(dev->spin_ns, command_ended, event);
   }
   return wait_for_command(event, call);
@@ -474,6 +518,17 @@ static void destroy_device(ocl_device *dev) {
   free(dev);
 }
 
+/* Whether dev is PoCL's basic device (submit_lock). PoCL names it after its
+ * driver: "basic-<cpu>" up to PoCL 4, "cpu-minimal-<cpu>" from PoCL 5. */
+static int runs_commands_inline(const ocl_device *dev) {
+  char platform[128];
+  if (ocl.clGetPlatformInfo(dev->platform, CL_PLATFORM_NAME, sizeof(platform), platform, NULL) !=
+          CL_SUCCESS ||
+      strstr(platform, "Portable Computing Language") == NULL)
+    return 0;
+  return strncmp(dev->name, "basic", 5) == 0 || strncmp(dev->name, "cpu-minimal", 11) == 0;
+}
+
 /* dev's properties: name, memory, whether its memory is host memory, SVM. */
 static int query_device(ocl_device *dev, int platform_major, const um_options *opts) {
   cl_ulong global_mem = 0, max_alloc = 0;
@@ -508,6 +563,7 @@ static int query_device(ocl_device *dev, int platform_major, const um_options *o
       CL_SUCCESS)
     unified = CL_FALSE;
   dev->host_memory = (type & CL_DEVICE_TYPE_CPU) != 0 || unified == CL_TRUE;
+  dev->runs_inline = runs_commands_inline(dev);
   /* Devices before 2.0 reject the query (CL_INVALID_VALUE): no SVM. */
   if (platform_major >= 2 && ocl.clSVMAlloc != NULL &&
       ocl.clGetDeviceInfo(dev->id, CL_DEVICE_SVM_CAPABILITIES, sizeof(svm), &svm, NULL) == CL_SUCCESS)
@@ -768,9 +824,11 @@ static int alloc_device_block(ocl_device *dev, size_t bytes, um__mem *out) {
    * (undefined) contents to this device commits the memory now, where the
    * core can still answer UM_ENOMEM by trimming its pool and retrying. In a
    * context of several devices it also places the buffer on this one. */
+  submit_begin(dev);
   err = ocl.clEnqueueMigrateMemObjects(dev->queue, 1, &mem,
                                        CL_MIGRATE_MEM_OBJECT_CONTENT_UNDEFINED,
                                        0, NULL, &migrated);
+  submit_end(dev);
   if (err != CL_SUCCESS) {
     status = translate_cl_error(err, "clEnqueueMigrateMemObjects");
     goto fail;
@@ -800,9 +858,11 @@ static int alloc_pinned_block(ocl_device *dev, size_t bytes, um__mem *out) {
   /* Mapped for the block's whole life: the mapping is the page-locked host
    * view that the core reads and writes, and hands to other buffers'
    * transfers as their DMA-able host pointer. */
+  submit_begin(dev);
   host = ocl.clEnqueueMapBuffer(dev->queue, mem, CL_TRUE,
                                 CL_MAP_READ | CL_MAP_WRITE, 0, bytes, 0, NULL,
                                 NULL, &err);
+  submit_end(dev);
   if (host == NULL || err != CL_SUCCESS) {
     status = translate_cl_error(err != CL_SUCCESS ? err : CL_MAP_FAILURE,
                                 "clEnqueueMapBuffer");
@@ -889,8 +949,10 @@ static void ocl_mem_free(void *bdev, um_location loc, size_t bytes,
   case UM_PINNED:
     /* The release waits for the unmap: OpenCL deletes a memory object only
      * once the commands that use it have finished. */
+    submit_begin(dev);
     ocl.clEnqueueUnmapMemObject(dev->queue, (cl_mem)mem->handle, mem->host, 0,
                                 NULL, NULL);
+    submit_end(dev);
     ocl.clReleaseMemObject((cl_mem)mem->handle);
     break;
   case UM_UNIFIED:
@@ -926,7 +988,10 @@ static int ocl_synchronize(void *bdev) {
     return translate_cl_error(ocl.clFinish(dev->queue), "clFinish");
   /* A marker with an empty wait list completes after everything queued
    * before it (clFinish's meaning), and can be polled. */
-  if ((err = ocl.clEnqueueMarkerWithWaitList(dev->queue, 0, NULL, &marker)) != CL_SUCCESS)
+  submit_begin(dev);
+  err = ocl.clEnqueueMarkerWithWaitList(dev->queue, 0, NULL, &marker);
+  submit_end(dev);
+  if (err != CL_SUCCESS)
     return translate_cl_error(err, "clEnqueueMarkerWithWaitList");
   status = wait_for_own_command(dev, marker, "clFinish");
   ocl.clReleaseEvent(marker);
@@ -998,6 +1063,7 @@ static int enqueue_transfer(ocl_device *dev, const um__xfer *x,
                             const cl_event *wait_list, cl_event *event) {
   cl_int err;
   const char *call;
+  submit_begin(dev);
   switch (x->kind) {
   case UM__XFER_H2D:
     call = "clEnqueueWriteBuffer";
@@ -1029,6 +1095,7 @@ static int enqueue_transfer(ocl_device *dev, const um__xfer *x,
                                   event);
     break;
   }
+  submit_end(dev);
   return translate_cl_error(err, call);
 }
 
@@ -1163,7 +1230,9 @@ static void watch_completion(ocl_device *dev, cl_event event, transfer_completio
   /* Commands may sit in the queue until flushed; nobody may ever wait on
    * this one, so submit it now. A failing flush leaves the command queued,
    * and its callback still runs when the queue is finished. */
+  submit_begin(dev);
   ocl.clFlush(dev->queue);
+  submit_end(dev);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1328,8 +1397,10 @@ static int ocl_map(void *bdev, um__mem *mem, um_location loc, size_t off,
     return um__set_error(UM_EINVAL, "opencl: unknown map mode %d", (int)mode);
   }
   /* Blocking unless the caller asked to spin (wait_for_own_command). */
+  submit_begin(dev);
   mapped = ocl.clEnqueueMapBuffer(dev->queue, (cl_mem)mem->handle, dev->spin_ns == 0 ? CL_TRUE : CL_FALSE,
                                   flags, off, len, 0, NULL, dev->spin_ns == 0 ? NULL : &done, &err);
+  submit_end(dev);
   if (err != CL_SUCCESS || mapped == NULL)
     return translate_cl_error(err != CL_SUCCESS ? err : CL_MAP_FAILURE,
                               "clEnqueueMapBuffer");
@@ -1338,7 +1409,9 @@ static int ocl_map(void *bdev, um__mem *mem, um_location loc, size_t off,
     ocl.clReleaseEvent(done);
     if (status != UM_OK) {
       /* The pointer was handed out all the same: give it back. */
+      submit_begin(dev);
       ocl.clEnqueueUnmapMemObject(dev->queue, (cl_mem)mem->handle, mapped, 0, NULL, NULL);
+      submit_end(dev);
       return status;
     }
   }
@@ -1355,8 +1428,10 @@ static int ocl_unmap(void *bdev, um__mem *mem, um_location loc, void *host) {
   if (loc != UM_DEVICE || mem == NULL || host == NULL)
     return um__set_error(UM_EINVAL, "opencl: unmap of a block that was not "
                                     "mapped by map()");
+  submit_begin(dev);
   err = ocl.clEnqueueUnmapMemObject(dev->queue, (cl_mem)mem->handle, host, 0,
                                     NULL, &unmapped);
+  submit_end(dev);
   if (err != CL_SUCCESS)
     return translate_cl_error(err, "clEnqueueUnmapMemObject");
   /* Written data reaches the device only when the unmap has run. */
@@ -1493,10 +1568,14 @@ static void ocl_gate_open(void *bdev, void *token, int status) {
 static int ocl_caller_marker(void *bdev, void **token) {
   ocl_device *dev = bdev;
   cl_event marker = NULL;
-  cl_int err = ocl.clEnqueueMarkerWithWaitList(dev->caller_queue, 0, NULL, &marker);
+  cl_int err;
+  submit_begin(dev);
+  err = ocl.clEnqueueMarkerWithWaitList(dev->caller_queue, 0, NULL, &marker);
+  if (err == CL_SUCCESS)
+    ocl.clFlush(dev->caller_queue);
+  submit_end(dev);
   if (err != CL_SUCCESS)
     return translate_cl_error(err, "clEnqueueMarkerWithWaitList");
-  ocl.clFlush(dev->caller_queue);
   *token = marker;
   return UM_OK;
 }
