@@ -197,6 +197,14 @@ struct um__path {
    * no thread waits for the work itself. */
   int (*start_async)(um_event *op, um__done_fn done);
 };
+/* A path's account function that counts op->bytes in stats field
+ * bytes_field and one transfer in xfer_field, on the device at one end of
+ * the copy (src or dst). */
+#define UM__PATH_ACCOUNT(name, end, bytes_field, xfer_field)                                      \
+  static void name(const um_event *op) {                                                          \
+    UM__STAT_ADD(op->end->dev, bytes_field, op->bytes);                                           \
+    UM__STAT_ADD(op->end->dev, xfer_field, 1);                                                    \
+  }
 void um__path_plan(um_event *op);
 bool um__path_runs_inline(const um_event *op);
 /* The host side of a copy: its pointer, or the buffer's host view at the
@@ -362,5 +370,50 @@ void um__descriptors_free_all(um_manager *m);
 int um__staging_get(um_device *d, um__mem *out);
 void um__staging_put(um_device *d, um__mem *mem);
 void um__staging_free_all(um_device *d);
+
+/* One staging chunk's transfer in flight, waited for by the thread that
+ * started it (staged.c's pipelined copies, net_staging.c's network
+ * chunks): the starter sets busy, the transfer's done callback
+ * (um__chunk_latch_done, a um__done_fn) clears it and keeps the status. */
+typedef struct um__chunk_latch {
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  bool busy;
+  int status;
+} um__chunk_latch;
+
+static inline void um__chunk_latch_init(um__chunk_latch *l) {
+  pthread_mutex_init(&l->lock, NULL);
+  pthread_cond_init(&l->cond, NULL);
+  l->busy = false;
+  l->status = UM_OK;
+}
+
+static inline void um__chunk_latch_destroy(um__chunk_latch *l) {
+  pthread_mutex_destroy(&l->lock);
+  pthread_cond_destroy(&l->cond);
+}
+
+static inline void um__chunk_latch_done(void *arg, int status) {
+  um__chunk_latch *l = arg;
+  pthread_mutex_lock(&l->lock);
+  l->busy = false;
+  l->status = status;
+  pthread_cond_signal(&l->cond);
+  pthread_mutex_unlock(&l->lock);
+}
+
+/* Wait until the transfer (if any) finished; its status, reset to UM_OK
+ * for the chunk's next transfer. */
+static inline int um__chunk_latch_wait(um__chunk_latch *l) {
+  int st;
+  pthread_mutex_lock(&l->lock);
+  while (l->busy)
+    pthread_cond_wait(&l->cond, &l->lock);
+  st = l->status;
+  l->status = UM_OK;
+  pthread_mutex_unlock(&l->lock);
+  return st;
+}
 
 #endif /* UNIMEM_INTERNAL_H */

@@ -175,25 +175,10 @@ const um__path um__path_memcpy = {.name = "memcpy", .plan = plan_memcpy, .run = 
 /* ------------------------------------------------------------------------ */
 /* Direct host <-> device, device-local and peer copies */
 
-static void account_h2d(const um_event *op) {
-  UM__STAT_ADD(op->dst->dev, bytes_h2d, op->bytes);
-  UM__STAT_ADD(op->dst->dev, xfer_direct, 1);
-}
-
-static void account_d2h(const um_event *op) {
-  UM__STAT_ADD(op->src->dev, bytes_d2h, op->bytes);
-  UM__STAT_ADD(op->src->dev, xfer_direct, 1);
-}
-
-static void account_local(const um_event *op) {
-  UM__STAT_ADD(op->dst->dev, bytes_d2d, op->bytes);
-  UM__STAT_ADD(op->dst->dev, xfer_local, 1);
-}
-
-static void account_peer(const um_event *op) {
-  UM__STAT_ADD(op->dst->dev, bytes_peer, op->bytes);
-  UM__STAT_ADD(op->dst->dev, xfer_peer, 1);
-}
+UM__PATH_ACCOUNT(account_h2d, dst, bytes_h2d, xfer_direct)
+UM__PATH_ACCOUNT(account_d2h, src, bytes_d2h, xfer_direct)
+UM__PATH_ACCOUNT(account_local, dst, bytes_d2d, xfer_local)
+UM__PATH_ACCOUNT(account_peer, dst, bytes_peer, xfer_peer)
 
 /* Called after memcpy and the pipelined paths declined: one end is a
  * device block. */

@@ -32,6 +32,7 @@
  * and never while calling the backend (a device free can be slow). */
 #include <string.h>
 
+#include "list.h"
 #include "tcache.h"
 #include "testhook.h"
 
@@ -139,14 +140,9 @@ static void bin_insert(um__pool *p, um__bin *bin, um_buffer *b) {
 }
 
 static void bin_unlink(um__pool *p, um__bin *bin, um_buffer *b) {
-  if (b->pool_prev)
-    b->pool_prev->pool_next = b->pool_next;
-  else
-    bin->head = b->pool_next;
-  if (b->pool_next)
-    b->pool_next->pool_prev = b->pool_prev;
-  else
+  if (b->pool_next == NULL)
     bin->tail = b->pool_prev;
+  UM__LIST_UNLINK(bin->head, b, pool_prev, pool_next);
   b->pool_prev = b->pool_next = NULL;
   bin->idle_bytes -= b->capacity;
   if (bin->idle_bytes == 0)
