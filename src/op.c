@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "list.h"
 #include "testhook.h"
 
 static void op_task_start(um__work *w);
@@ -419,17 +420,12 @@ static void op_publish(um_event *op, um_buffer **bufs, int nbufs) {
 
 static bool op_register(um_event *op, um_event **deps, int ndeps);
 
-/* Start op on its device's queue behind deps (all on that queue), their
- * tokens in its wait list. The tokens are borrowed (token_borrow_locked),
- * so a dependency finishing meanwhile cannot release them, and no lock is
- * held across the backend's call. Returns false, doing nothing, when a
- * dependency has no token yet (its own start is in flight on another
- * thread): op is then ordered by registration. Consumes the references in
- * deps when it returns true. */
-static bool op_start_after_tokens(um_event *op, um_event **deps, int ndeps) {
-  void *after[2];
-  um_event *owner[2];
-  int nafter = 0, st = UM_OK;
+/* Borrow the tokens op must wait for: deps queued before op on its queue
+ * need none (the queue orders them), finished ones none either. Returns
+ * false when a dependency has no token yet; what was borrowed is in
+ * after[]/owner[] either way. */
+static bool borrow_dep_tokens(um_event *op, um_event **deps, int ndeps, void **after, um_event **owner,
+                              int *nafter) {
   bool missing = false;
   for (int i = 0; i < ndeps; i++) {
     void *tok = NULL;
@@ -441,31 +437,50 @@ static bool op_start_after_tokens(um_event *op, um_event **deps, int ndeps) {
     if (in_queue) {
       /* the queue orders them */
     } else if (tok != NULL) {
-      after[nafter] = tok;
-      owner[nafter++] = deps[i];
+      after[*nafter] = tok;
+      owner[(*nafter)++] = deps[i];
     } else if (atomic_load_explicit(&deps[i]->state, memory_order_acquire) != UM__EV_DONE) {
       missing = true;
     }
     pthread_mutex_unlock(&deps[i]->lock);
   }
-  if (!missing) {
+  return !missing;
+}
+
+/* The queue refused op (st): op fails, but not before the operations it
+ * was queued behind finished. It is its buffers' last operation, and the
+ * next one takes its completion for theirs: completed now, a blocking
+ * write issued next would run at once and overtake a read still queued. */
+static void op_refused_after(um_event *op, um_event **deps, int ndeps, int st) {
+  op->refused = true;
+  op->native_status = st;
+  if (!op_register(op, deps, ndeps))
+    um__op_complete(op, st); /* they finished meanwhile */
+}
+
+/* Start op on its device's queue behind deps (all on that queue), their
+ * tokens in its wait list. The tokens are borrowed (token_borrow_locked),
+ * so a dependency finishing meanwhile cannot release them, and no lock is
+ * held across the backend's call. Returns false, doing nothing, when a
+ * dependency has no token yet (its own start is in flight on another
+ * thread): op is then ordered by registration. Consumes the references in
+ * deps when it returns true. */
+static bool op_start_after_tokens(um_event *op, um_event **deps, int ndeps) {
+  void *after[2];
+  um_event *owner[2];
+  int nafter = 0, st = UM_OK;
+  bool ready = borrow_dep_tokens(op, deps, ndeps, after, owner, &nafter);
+  if (ready) {
     UM__TEST_POINT(UM__TP_NATIVE_START, op);
     atomic_store_explicit(&op->state, UM__EV_RUNNING, memory_order_release);
     st = start_native(op, after, nafter);
   }
   for (int i = 0; i < nafter; i++)
     um__event_token_put(owner[i], owner[i]->native_dev, after[i]);
-  if (missing)
+  if (!ready)
     return false;
   if (st != UM_OK) {
-    /* Refused: op fails, but not before the operations it was queued
-     * behind finished. It is its buffers' last operation, and the next one
-     * takes its completion for theirs: completed now, a blocking write
-     * issued next would run at once and overtake a read still queued. */
-    op->refused = true;
-    op->native_status = st;
-    if (!op_register(op, deps, ndeps))
-      um__op_complete(op, st); /* they finished meanwhile */
+    op_refused_after(op, deps, ndeps, st);
     return true;
   }
   for (int i = 0; i < ndeps; i++)
@@ -656,11 +671,7 @@ static bool start_quiet(um_event *op, int nafter) {
   }
   op->quiet = true;
   atomic_store_explicit(&op->queued_on, d, memory_order_release);
-  if (r->tail != NULL)
-    r->tail->run_next = op;
-  else
-    r->head = op;
-  r->tail = op;
+  UM__QUEUE_APPEND(r->head, r->tail, op, run_next);
   return true;
 }
 
