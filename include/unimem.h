@@ -517,7 +517,9 @@ UM_EXTERN int um_buffer_native_get(um_buffer *b, um_buffer_native *out);
  * is a um_event * instead (wait with um_event_wait; do not release it).
  * Until um_access_end, unimem issues nothing that would race with the
  * caller on b: operations issued on b meanwhile wait for the bracket; um_map
- * of b answers UM_ESTATE.
+ * of b answers UM_ESTATE, and so does a blocking call on b (a copy, fill or
+ * batch without an event: it would wait for um_access_end, which the
+ * caller has yet to call). Issue those with an event instead.
  *
  * um_access_end takes the native event of the caller's last command on b
  * (NULL when the caller has waited for its commands; always NULL on the cpu

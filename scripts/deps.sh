@@ -12,6 +12,9 @@ packages=(
   libclang-rt-14-dev                     # sanitizer and fuzzer runtimes for clang
   valgrind doxygen gnuplot-nox           # memcheck, API docs, charts
   python3-dev python3-numpy python3-pytest python3-hypothesis  # the Python package and its tests
+  python3-pyopencl python3-torch         # the Python interop tests and examples (CPU torch)
+  libucx-dev ucx-utils                   # um_net over UCX, and ucx_perftest as its peer
+  libstarpu-dev                          # StarPU, the peer of the low-latency wait benchmark
 )
 
 missing=()

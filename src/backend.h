@@ -66,7 +66,15 @@ typedef struct um__xfer {
   void *src_bdev;        /* PEER: the device owning src */
   void *wait[2];         /* MARKER: tokens of this device's backend (a gate,
                             an adopted caller's event), or NULL */
+  void *done_space;      /* xfer_async: NULL, or UM__DONE_SPACE bytes of the
+                            caller's, aligned for pointers and untouched by
+                            it until done has been called: the backend may
+                            keep there what its completion needs instead of
+                            allocating it (done may free the space: read
+                            it before calling done) */
 } um__xfer;
+
+#define UM__DONE_SPACE 32
 
 /* UM_HOST blocks never reach a backend except the cpu's: the core serves
  * UM_HOST on every device with device 0's memory (ordinary pageable host

@@ -1,7 +1,8 @@
 /* The copy and fill API: argument checks, then one operation each, issued
  * through the operation layer (op.c), which orders it and runs it on the
  * path (path.c) it plans. um_copy_batch issues a group whose event completes
- * with its members. */
+ * with its members (op.c: most go in a run per device, with no operation
+ * object of their own). */
 #include <string.h>
 
 #include "internal.h"
@@ -21,9 +22,9 @@ static int check_writable(const um_buffer *b) {
 
 /* Build and issue one copy; exactly one of src/host_src and one of
  * dst/host_dst is set. Checks everything first. */
-static int copy_common(um_manager *m, um_buffer *dst, size_t dst_off, um_buffer *src, size_t src_off,
-                       const void *host_src, void *host_dst, size_t bytes, um_event *group,
-                       um_event **done) {
+static int copy_common(um_buffer *dst, size_t dst_off, um_buffer *src, size_t src_off, const void *host_src,
+                       void *host_dst, size_t bytes, um_event **done) {
+  um_manager *m;
   um_event *op;
   uint32_t dst_gen = 0, src_gen = 0;
   int st;
@@ -37,8 +38,7 @@ static int copy_common(um_manager *m, um_buffer *dst, size_t dst_off, um_buffer 
     return um__set_error(UM_EINVAL, "copy between two host pointers: use memcpy");
   if (bytes == 0)
     return um__set_error(UM_EINVAL, "copy of zero bytes");
-  if (m == NULL)
-    m = dst ? dst->m : src->m;
+  m = dst ? dst->m : src->m;
   if ((dst && dst->m != m) || (src && src->m != m))
     return um__set_error(UM_EINVAL, "buffers belong to different managers");
   UM__CHECK_PROCESS(m);
@@ -55,27 +55,25 @@ static int copy_common(um_manager *m, um_buffer *dst, size_t dst_off, um_buffer 
   op->src = src, op->src_off = src_off, op->src_gen = src_gen;
   op->host_src = host_src, op->host_dst = host_dst;
   op->bytes = bytes;
-  op->group = group;
-  op->detached = group != NULL; /* a member: no event of its own, no wait */
   return um__op_issue(op, done);
 }
 
 int um_copy_from_host(um_buffer *dst, size_t dst_off, const void *src, size_t bytes, um_event **done) {
   if (dst == NULL || src == NULL)
     return um__set_error(UM_EINVAL, "um_copy_from_host: NULL argument");
-  return copy_common(NULL, dst, dst_off, NULL, 0, src, NULL, bytes, NULL, done);
+  return copy_common(dst, dst_off, NULL, 0, src, NULL, bytes, done);
 }
 
 int um_copy_to_host(um_buffer *src, size_t src_off, void *dst, size_t bytes, um_event **done) {
   if (dst == NULL || src == NULL)
     return um__set_error(UM_EINVAL, "um_copy_to_host: NULL argument");
-  return copy_common(NULL, NULL, 0, src, src_off, NULL, dst, bytes, NULL, done);
+  return copy_common(NULL, 0, src, src_off, NULL, dst, bytes, done);
 }
 
 int um_copy(um_buffer *dst, size_t dst_off, um_buffer *src, size_t src_off, size_t bytes, um_event **done) {
   if (dst == NULL || src == NULL)
     return um__set_error(UM_EINVAL, "um_copy: NULL argument");
-  return copy_common(NULL, dst, dst_off, src, src_off, NULL, NULL, bytes, NULL, done);
+  return copy_common(dst, dst_off, src, src_off, NULL, NULL, bytes, done);
 }
 
 int um_fill(um_buffer *dst, size_t off, int byte, size_t bytes, um_event **done) {
@@ -100,14 +98,19 @@ int um_fill(um_buffer *dst, size_t off, int byte, size_t bytes, um_event **done)
 }
 
 /* A mapped buffer refuses operations (um__op_issue says so too); checked
- * here as well so that a batch is refused before any of its ops is issued. */
-static int check_unmapped(um_buffer *b) {
-  bool mapped;
+ * here as well so that a batch is refused before any of its ops is issued.
+ * A blocking batch also refuses a buffer inside an open bracket, which it
+ * would wait for without end on the thread that is to close it. */
+static int check_unmapped(um_buffer *b, bool blocking) {
+  bool mapped, bracket;
   pthread_mutex_lock(&b->lock);
   mapped = b->mapped;
+  bracket = b->access_state != 0;
   pthread_mutex_unlock(&b->lock);
   if (mapped)
     return um__set_error(UM_ESTATE, "buffer %p is mapped: unmap it first", (void *)b);
+  if (blocking && bracket)
+    return um__op_bracket_error(b);
   return UM_OK;
 }
 
@@ -124,7 +127,7 @@ static int check_op_range(const um_copy_op *o) {
   return UM_OK;
 }
 
-static int check_op(um_manager *m, const um_copy_op *o) {
+static int check_op(um_manager *m, const um_copy_op *o, bool blocking) {
   int st;
   if ((o->dst == NULL) == (o->host_dst == NULL) || (o->src == NULL) == (o->host_src == NULL))
     return um__set_error(UM_EINVAL, "batch op needs exactly one source and one destination");
@@ -144,9 +147,9 @@ static int check_op(um_manager *m, const um_copy_op *o) {
     return st;
   if (o->dst && (st = check_writable(o->dst)) != UM_OK)
     return st;
-  if (o->dst && (st = check_unmapped(o->dst)) != UM_OK)
+  if (o->dst && (st = check_unmapped(o->dst, blocking)) != UM_OK)
     return st;
-  if (o->src && (st = check_unmapped(o->src)) != UM_OK)
+  if (o->src && (st = check_unmapped(o->src, blocking)) != UM_OK)
     return st;
   return UM_OK;
 }
@@ -165,18 +168,11 @@ int um_copy_batch(um_manager *m, const um_copy_op *ops, size_t n, um_event **don
     if (i > 0 && ops[i].dst == ops[i - 1].dst && ops[i].src == ops[i - 1].src &&
         (st = check_op_range(&ops[i])) == UM_OK)
       continue;
-    if ((st = check_op(m, &ops[i])) != UM_OK)
+    if ((st = check_op(m, &ops[i], done == NULL)) != UM_OK)
       return st;
   }
   if ((group = um__op_group_begin(m)) == NULL)
     return um__set_error(UM_ENOMEM, "out of memory for a batch");
-  for (size_t i = 0; i < n; i++) {
-    const um_copy_op *o = &ops[i];
-    um__op_group_expect(group);
-    st = copy_common(m, o->dst, o->dst_off, o->src, o->src_off, o->host_src, o->host_dst, o->bytes,
-                     group, NULL);
-    if (st != UM_OK)
-      um__op_group_not_issued(group, st); /* a buffer released meanwhile: recorded, go on */
-  }
+  um__op_group_copies(group, ops, n);
   return um__op_group_end(group, done);
 }

@@ -263,7 +263,13 @@ static bool event_spin_wait(um_event *e, uint32_t ns) {
 
 int um__event_wait_internal(um_event *e) {
   int st;
-  uint32_t spin_ns = e->m->opts.wait_spin_ns;
+  uint32_t spin_ns;
+  /* Done already: the status was written before the state (release), and
+   * the completing thread's wake-up on e->cond comes before it drops its
+   * reference, so the object cannot be reused under it. */
+  if (atomic_load_explicit(&e->state, memory_order_acquire) == UM__EV_DONE)
+    return e->status;
+  spin_ns = e->m->opts.wait_spin_ns;
   if (spin_ns != 0 && atomic_load_explicit(&e->state, memory_order_acquire) != UM__EV_DONE)
     event_spin_wait(e, spin_ns);
   pthread_mutex_lock(&e->lock);

@@ -137,14 +137,17 @@ int um__manager_create_ex(const um_options *opts, const um__backend *const *extr
  * runs to completion and returns its status; else *done is the caller's
  * event. Takes over the caller's reference to op, issued or not. */
 int um__op_issue(um_event *op, um_event **done);
+/* UM_ESTATE for a blocking call on b inside an open bracket (it would wait
+ * for um_access_end without end), with the reason. */
+int um__op_bracket_error(const um_buffer *b);
 /* op finished with status (on any thread): buffers, waiters, followers. */
 void um__op_complete(um_event *op, int status);
-/* A group (um_copy_batch): begin it, expect one more member before issuing
- * it (with member->group set), record a member that was not issued, and
- * end the issuing (done as for um__op_issue). */
+/* A group (um_copy_batch): begin it, issue its copies (checked, every
+ * buffer of the group's manager; a copy that cannot be issued any more, its
+ * buffer released meanwhile, counts as a failure of the group), end the
+ * issuing (done as for um__op_issue). */
 um_event *um__op_group_begin(um_manager *m);
-void um__op_group_expect(um_event *group);
-void um__op_group_not_issued(um_event *group, int status);
+void um__op_group_copies(um_event *group, const um_copy_op *ops, size_t n);
 int um__op_group_end(um_event *group, um_event **done);
 /* A held operation (a bracket): published on its buffers like any other
  * (later operations wait for it) but not started; *dep is the unfinished
@@ -180,6 +183,10 @@ struct um__path {
   int (*start_native)(um_event *op, void *const *after, int nafter, um__done_fn done, void **native);
   /* Count a finished operation's bytes and way in the statistics. */
   void (*account)(const um_event *op);
+  /* Queued single-call paths: count n finished transfers of bytes in all
+   * on d, the device whose queue ran them, as account counts one (a
+   * batch's run, op.c). */
+  void (*account_queued)(um_device *d, uint64_t n, uint64_t bytes);
   /* Single backend call paths: the transfer, and the device it runs on. */
   um_device *(*xfer)(const um_event *op, um__xfer *x);
   /* Operations of at most this many bytes run on the issuing thread even

@@ -32,7 +32,6 @@
 #include <string.h>
 
 #include "internal.h"
-#include "list.h"
 #include "testhook.h"
 
 static void op_task_start(um__work *w);
@@ -127,8 +126,6 @@ static void keep_native(um_event *op, void *native) {
     op->native_dev->be->native_release(op->native_dev->bdev, native);
 }
 
-static bool start_quiet(um_event *op, int nafter);
-
 /* Start op on its device's queue behind the tokens of after; the token is
  * kept. When the backend refuses it, op is not completed here: its failure's
  * text is kept and the failure returned, for the caller to complete it in
@@ -136,8 +133,6 @@ static bool start_quiet(um_event *op, int nafter);
 static int start_native(um_event *op, void *const *after, int nafter) {
   void *native = NULL;
   int st;
-  if (start_quiet(op, nafter))
-    return UM_OK;
   starting_native = op;
   st = op->path->start_native(op, after, nafter, native_done, &native);
   starting_native = NULL;
@@ -182,53 +177,97 @@ static void unlock_buffers(um_buffer **bufs, int n) {
 /* ------------------------------------------------------------------------ */
 /* Completion */
 
+/* The operations registered to follow op (op_register), taken under
+ * op->lock as it finishes, started once no lock is held. */
+typedef struct followers {
+  um_event *first[UM__MAX_DEPENDENTS];
+  int n;
+  um_event **more;
+  int nmore;
+} followers;
+
+static void followers_take_locked(um_event *op, followers *f) {
+  f->n = op->ndependents;
+  memcpy(f->first, op->dependents, sizeof(f->first));
+  f->more = op->more_dependents;
+  f->nmore = op->nmore_dependents;
+  op->ndependents = 0;
+  op->more_dependents = NULL;
+  op->nmore_dependents = 0;
+}
+
+static void follower_ready(um_event *f) {
+  if (um__atomic_sub_acq_rel(&f->deps_pending, 1) == 1)
+    engine_push_op(f, op_task_start, false);
+}
+
+static void followers_start(followers *f) {
+  for (int i = 0; i < f->n; i++)
+    follower_ready(f->first[i]);
+  for (int i = 0; i < f->nmore; i++)
+    follower_ready(f->more[i]);
+  free(f->more);
+}
+
+/* Under op->lock: op finished with status; its followers go to f. Returns
+ * its token. */
+static void *finish_op_locked(um_event *op, int status, followers *f) {
+  void *native = op->native;
+  op->status = status;
+  followers_take_locked(op, f);
+  op->native = NULL;
+  atomic_store_explicit(&op->state, UM__EV_DONE, memory_order_release);
+  return native;
+}
+
 /* The buffers' bookkeeping and the operation's state change together,
  * under the buffers' locks: a caller woken by a wait sees the buffer idle
  * (a release pools its block at once), and um_map, which waits for the
- * buffer to be idle, sees every earlier event done. Returns the operations
- * that were waiting for op (*ndeps of them) and op's token. */
+ * buffer to be idle, sees every earlier event done. Returns op's token;
+ * its followers go to f. */
 static void *finish_locked(um_event *op, int status, um_buffer **bufs, int nbufs, bool *drop_last,
-                           bool *retire, um_event **deps, int *ndeps) {
+                           bool *retire, followers *f) {
   void *native;
   for (int i = 0; i < nbufs; i++)
     um__buffer_op_finish_locked(bufs[i], op, &drop_last[i], &retire[i]);
   pthread_mutex_lock(&op->lock);
-  op->status = status;
-  *ndeps = op->ndependents;
-  memcpy(deps, op->dependents, sizeof(op->dependents));
-  op->ndependents = 0;
-  native = op->native;
-  op->native = NULL;
-  atomic_store_explicit(&op->state, UM__EV_DONE, memory_order_release);
+  native = finish_op_locked(op, status, f);
   pthread_mutex_unlock(&op->lock);
   return native;
 }
 
+/* A member of group failed: the group carries the first failure, with its
+ * text (written before the member counts as done, read once the group is). */
+static void group_record_failure(um_event *group, int status, const char *text) {
+  int expected = UM_OK;
+  if (atomic_compare_exchange_strong(&group->group_first_error, &expected, status))
+    snprintf(group->error_text, sizeof(group->error_text), "%s", text != NULL ? text : "");
+}
+
 /* A batch member finished: the batch completes with its last member,
  * carrying the first failure. */
-static void group_member_done(um_event *group, int status) {
-  if (status != UM_OK) {
-    int expected = UM_OK;
-    atomic_compare_exchange_strong(&group->group_first_error, &expected, status);
-  }
+static void group_member_done(um_event *group, int status, const char *text) {
+  if (status != UM_OK)
+    group_record_failure(group, status, text);
   if (um__atomic_sub_acq_rel(&group->deps_pending, 1) == 1)
     um__op_complete(group, atomic_load(&group->group_first_error));
 }
 
 void um__op_complete(um_event *op, int status) {
   um_buffer *bufs[2];
-  int nbufs = op_buffers(op, bufs), ndeps;
+  int nbufs = op_buffers(op, bufs);
   bool drop_last[2] = {false, false}, retire[2] = {false, false};
-  um_event *deps[UM__MAX_DEPENDENTS], *group = op->group;
+  um_event *group = op->group;
   um_device *ndev = op->native_dev;
   um_manager *m = op->m;
+  followers f;
   void *native;
 
   if (status == UM_OK && op->path != NULL)
     op->path->account(op);
   drop_attached(op);
   lock_buffers(bufs, nbufs);
-  native = finish_locked(op, status, bufs, nbufs, drop_last, retire, deps, &ndeps);
+  native = finish_locked(op, status, bufs, nbufs, drop_last, retire, &f);
   unlock_buffers(bufs, nbufs);
   for (int i = 0; i < nbufs; i++) {
     if (drop_last[i])
@@ -242,10 +281,8 @@ void um__op_complete(um_event *op, int status) {
   if (native != NULL)
     um__event_token_put(op, ndev, native);
   if (group != NULL)
-    group_member_done(group, status);
-  for (int i = 0; i < ndeps; i++)
-    if (um__atomic_sub_acq_rel(&deps[i]->deps_pending, 1) == 1)
-      engine_push_op(deps[i], op_task_start, false);
+    group_member_done(group, status, op->error_text[0] != '\0' ? op->error_text : NULL);
+  followers_start(&f);
   /* The engine's reference goes first: dropping the last one puts the
    * object on the manager's free list, which must not outlive the count. */
   um__event_unref(op);
@@ -284,18 +321,21 @@ static void run_host(um_event *op) {
 }
 
 /* Run an operation whose dependencies are all satisfied and whose state is
- * already RUNNING: on its device's queue, or on host threads. */
-static void run_started(um_event *op) {
+ * already RUNNING: on its device's queue, or on host threads. held: the
+ * caller holds a reference to op (the issuing thread's). */
+static void run_started(um_event *op, bool held) {
   if (op->native_dev != NULL) {
     /* The operation may complete (and lose the engine's reference, its
      * last one when the caller already released its event) before
      * xfer_async returns: hold it until the token is stored. */
     int st;
-    um__event_ref(op);
+    if (!held)
+      um__event_ref(op);
     /* Refused: nothing it depends on is unfinished, it fails now. */
     if ((st = start_native(op, NULL, 0)) != UM_OK)
       um__op_complete(op, st);
-    um__event_unref(op);
+    if (!held)
+      um__event_unref(op);
     return;
   }
   run_host(op);
@@ -320,17 +360,18 @@ static void op_task_start(um__work *w) {
     return;
   }
   UM__TEST_POINT(UM__TP_WORKER_RUN, op);
-  run_started(op);
+  run_started(op, false);
   UM__TEST_POINT(UM__TP_WORKER_DONE, op);
 }
 
 /* Nothing to wait for: start op now, on its device's queue, on this thread
- * (blocking, small enough, or an asynchronous start), or on a worker. */
-static void op_start_now(um_event *op) {
+ * (blocking, small enough, or an asynchronous start), or on a worker.
+ * held: as for run_started. */
+static void op_start_now(um_event *op, bool held) {
   if (op->native_dev != NULL || op->blocking || op->path->start_async != NULL ||
       um__path_runs_inline(op)) {
     atomic_store_explicit(&op->state, UM__EV_RUNNING, memory_order_release);
-    run_started(op);
+    run_started(op, held);
   } else {
     engine_push_op(op, op_task_start, false);
   }
@@ -356,8 +397,17 @@ static int op_check_locked(um_event *op, um_buffer **bufs, int nbufs) {
       return um__set_error(UM_ESTATE, "buffer %p was released", (void *)b);
     if (b->mapped)
       return um__set_error(UM_ESTATE, "buffer %p is mapped: unmap it first", (void *)b);
+    if (op->blocking && b->access_state != 0)
+      return um__op_bracket_error(b);
   }
   return UM_OK;
+}
+
+int um__op_bracket_error(const um_buffer *b) {
+  return um__set_error(UM_ESTATE,
+                       "buffer %p is inside an open um_access_begin bracket: a blocking call would wait for "
+                       "um_access_end; pass an event, or end the bracket first",
+                       (const void *)b);
 }
 
 /* Under the locks: op's dependencies are the buffers' unfinished last
@@ -488,6 +538,20 @@ static bool op_start_after_tokens(um_event *op, um_event **deps, int ndeps) {
   return true;
 }
 
+/* Under d->lock: op follows d, in d's heap array of followers. */
+static bool add_more_dependent(um_event *d, um_event *op) {
+  int n = d->nmore_dependents;
+  /* room for 4, 8, 16...: grown when n is 0 or a power of two from 4 on */
+  if (n == 0 || (n >= 4 && (n & (n - 1)) == 0)) {
+    um_event **more = realloc(d->more_dependents, (size_t)(n == 0 ? 4 : 2 * n) * sizeof(*more));
+    if (more == NULL)
+      return false;
+    d->more_dependents = more;
+  }
+  d->more_dependents[d->nmore_dependents++] = op;
+  return true;
+}
+
 /* Register op with every unfinished dependency; the last one to complete
  * hands it to a worker. Returns true when a dependency will start it, false
  * when all had finished (the caller starts it). Consumes deps' references. */
@@ -500,11 +564,14 @@ static bool op_register(um_event *op, um_event **deps, int ndeps) {
     bool full = false;
     pthread_mutex_lock(&d->lock);
     if (atomic_load_explicit(&d->state, memory_order_acquire) != UM__EV_DONE) {
-      /* At most one follower per buffer the operation is last on (two
-       * buffers), so the array cannot fill; if it ever did, waiting here
-       * keeps the order at the cost of blocking. */
+      /* Mostly one follower per buffer the operation is last on: the
+       * array, and a heap array beyond it (a batch's run is last on many
+       * buffers). Out of memory, waiting here keeps the order at the cost
+       * of blocking. */
       if (d->ndependents < UM__MAX_DEPENDENTS) {
         d->dependents[d->ndependents++] = op;
+        um__atomic_add_relaxed(&op->deps_pending, 1);
+      } else if (add_more_dependent(d, op)) {
         um__atomic_add_relaxed(&op->deps_pending, 1);
       } else {
         full = true;
@@ -527,13 +594,13 @@ static void op_start_ordered(um_event *op, um_event **deps, int ndeps, bool all_
       um__event_wait_internal(deps[i]);
       um__event_unref(deps[i]);
     }
-    op_start_now(op);
+    op_start_now(op, true);
   } else if (ndeps > 0 && all_native && op_start_after_tokens(op, deps, ndeps)) {
     /* started on the device queue, behind its dependencies */
   } else if (ndeps > 0 && op_register(op, deps, ndeps)) {
     /* the last dependency to finish starts it */
   } else {
-    op_start_now(op);
+    op_start_now(op, true);
   }
 }
 
@@ -605,7 +672,7 @@ int um__op_hold(um_event *op, um_event **dep) {
 void um__op_start_held(um_event *op, um_event *after) {
   if (after != NULL && op_register(op, &after, 1))
     return; /* it starts when after finishes */
-  op_start_now(op);
+  op_start_now(op, false);
 }
 
 void um__op_issue_after(um_event *op, um_event *after) {
@@ -625,72 +692,292 @@ void *um__op_token_borrow(um_event *dep, um_device *d) {
 /* ------------------------------------------------------------------------ */
 /* Groups (um_copy_batch): an operation that completes with its members */
 
-/* Quiet members: a batch's members that go on a single-queue device are
- * queued with no token and no completion report of their own (no retain,
- * callback and flush per member: on PoCL those cost more than the 4 KiB
- * write itself); they are strung on their device's run, and one queue mark
- * at the end of the batch reports them all, in order. */
+/* Runs. A batch's copies that go to a single-queue device, with nothing to
+ * wait for but what that queue orders anyway, are queued there with no
+ * event, no callback and no flush of their own (on PoCL those cost more
+ * than a 4 KiB write), and with no operation object either: the device's
+ * run, one operation of kind RUN, stands for all of them. It becomes the
+ * last operation of every buffer they touch (one pending count per buffer,
+ * however many copies), and completes when a queue mark behind them does:
+ * the end of the group's issuing queues one mark per run. Completing 1000
+ * copies is then one pass over a few buffers, not 1000 completions.
+ *
+ * A copy whose buffer's last operation is anything else (running on host
+ * threads or another device, or another thread's open run) is issued as an
+ * operation of its own, ordered as any other.
+ *
+ * Until its mark is queued, a run is not queued_on its device: another
+ * thread's operation on one of its buffers follows it by registration, as
+ * the run's copies are still being queued. Then queued_on says that every
+ * copy of the run is on the queue, and a later transfer of that queue
+ * follows it with no token. */
+#define RUN_INLINE_BUFFERS 4
+#define RUN_PATHS 4
+
 typedef struct um__run {
   um_device *dev;
-  um_event *head, *tail;
+  um_event *op; /* kind RUN: the last operation of bufs */
+  /* The buffers op is last on, one pending count each. */
+  um_buffer **bufs;
+  int nbufs, capbufs;
+  um_buffer *inline_bufs[RUN_INLINE_BUFFERS];
+  /* The copies queued, by path, for the statistics. */
+  struct {
+    const um__path *path;
+    uint64_t n, bytes;
+  } tally[RUN_PATHS];
+  int ntally;
   int status;
   um__work work; /* completing on a worker, for backends whose callbacks
                     may not re-enter */
   struct um__run *next;
 } um__run;
 
-/* The group this thread is issuing (um_copy_batch), NULL outside. */
-static _Thread_local um_event *issuing_group;
-
-static um__run *run_of(um_event *group, um_device *d) {
-  um__run *r;
-  for (r = group->runs; r != NULL; r = r->next)
-    if (r->dev == d)
-      return r;
-  if ((r = calloc(1, sizeof(*r))) == NULL)
+static um__run *run_new(um_event *group, um_device *d) {
+  um__run *r = calloc(1, sizeof(*r));
+  if (r == NULL)
     return NULL;
+  if ((r->op = um__event_new(group->m, UM__OP_RUN)) == NULL) {
+    free(r);
+    return NULL;
+  }
   r->dev = d;
+  r->bufs = r->inline_bufs;
+  r->capbufs = RUN_INLINE_BUFFERS;
+  r->op->native_dev = d;
+  r->op->group = group;
+  r->op->detached = true;
+  atomic_store_explicit(&r->op->state, UM__EV_RUNNING, memory_order_release);
+  um__atomic_add_relaxed(&group->deps_pending, 1); /* the run is a member */
+  um__engine_op_begin(group->m);
   r->next = group->runs;
   group->runs = r;
   return r;
 }
 
-/* A detached member of the group this thread issues, on a single-queue
- * device, its dependencies on that queue: queued quietly on its run. */
-static bool start_quiet(um_event *op, int nafter) {
-  um_device *d = op->native_dev;
-  um__run *r;
-  int st;
-  if (nafter != 0 || !op->detached || op->group == NULL || op->group != issuing_group ||
-      !d->be->single_queue || !op->path->queued || (r = run_of(op->group, d)) == NULL)
-    return false;
-  st = op->path->start_native(op, NULL, 0, NULL, NULL);
-  if (st != UM_OK) {
-    um__op_complete(op, st);
+/* The open run of group on d, made on first use; NULL when out of memory. */
+static um__run *run_of(um_event *group, um_device *d) {
+  for (um__run *r = group->runs; r != NULL; r = r->next)
+    if (r->dev == d)
+      return r;
+  return run_new(group, d);
+}
+
+/* Room for two more buffers in r->bufs. */
+static bool run_reserve(um__run *r) {
+  um_buffer **bufs;
+  if (r->nbufs + 2 <= r->capbufs)
     return true;
-  }
-  op->quiet = true;
-  atomic_store_explicit(&op->queued_on, d, memory_order_release);
-  UM__QUEUE_APPEND(r->head, r->tail, op, run_next);
+  bufs = malloc((size_t)r->capbufs * 2 * sizeof(*bufs));
+  if (bufs == NULL)
+    return false;
+  memcpy(bufs, r->bufs, (size_t)r->nbufs * sizeof(*bufs));
+  if (r->bufs != r->inline_bufs)
+    free(r->bufs);
+  r->bufs = bufs;
+  r->capbufs *= 2;
   return true;
 }
 
-/* Complete a run's members, in queue order, with the mark's status. */
-static void run_complete(um__run *r) {
-  for (um_event *op = r->head, *next; op != NULL; op = next) {
-    next = op->run_next;
-    um__op_complete(op, r->status);
+/* The tally of member's path in r, or NULL when r counts RUN_PATHS others
+ * (the copy paths are fewer). */
+static bool run_can_tally(um__run *r, const um__path *path) {
+  for (int i = 0; i < r->ntally; i++)
+    if (r->tally[i].path == path)
+      return true;
+  return r->ntally < RUN_PATHS;
+}
+
+static void run_tally(um__run *r, const um__path *path, uint64_t n, uint64_t bytes) {
+  int i = 0;
+  while (i < r->ntally && r->tally[i].path != path)
+    i++;
+  if (i == r->ntally) {
+    r->tally[i].path = path;
+    r->ntally++;
   }
+  r->tally[i].n += n;
+  r->tally[i].bytes += bytes;
+}
+
+/* Under the member's buffers' locks, planned: whether it may go in a run of
+ * its device: a single backend call on a single-queue device, every buffer
+ * idle, or its last operation done, queued on that queue, or the run
+ * itself. */
+static bool run_takes(const um_event *member, um_buffer **bufs, int nbufs, const um__run *open) {
+  const um_device *d = member->native_dev;
+  if (d == NULL || !d->be->single_queue || !member->path->queued || member->path->account_queued == NULL)
+    return false;
+  for (int i = 0; i < nbufs; i++) {
+    um_event *last = bufs[i]->last;
+    if (last != NULL && (open == NULL || last != open->op) &&
+        atomic_load_explicit(&last->state, memory_order_acquire) != UM__EV_DONE && !queued_before(last, member))
+      return false;
+  }
+  return true;
+}
+
+static um__run *open_run_on(um_event *group, const um_device *d) {
+  for (um__run *r = group->runs; r != NULL; r = r->next)
+    if (r->dev == d)
+      return r;
+  return NULL;
+}
+
+/* An op of a checked batch as member (a stack operation), with its
+ * buffers' generations. They are read after the batch's check, so the
+ * ranges are checked again: a buffer released since and handed to a new
+ * (maybe smaller) owner is refused under its lock by its generation, and
+ * must not be written past its end before that. */
+static bool in_range(const um_buffer *b, size_t off, size_t bytes) {
+  return b == NULL || (off <= b->size && bytes <= b->size - off);
+}
+
+static int member_describe(const um_copy_op *o, um_event *member) {
+  int st;
+  if ((o->dst && (st = um__buffer_check_owner(o->dst, &member->dst_gen)) != UM_OK) ||
+      (o->src && (st = um__buffer_check_owner(o->src, &member->src_gen)) != UM_OK))
+    return st;
+  if (!in_range(o->dst, o->dst_off, o->bytes) || !in_range(o->src, o->src_off, o->bytes))
+    return um__set_error(UM_ERANGE, "batch op outside a buffer released and reused since the check");
+  member->kind = UM__OP_COPY;
+  member->dst = o->dst, member->dst_off = o->dst_off;
+  member->src = o->src, member->src_off = o->src_off;
+  member->host_src = o->host_src, member->host_dst = o->host_dst;
+  member->bytes = o->bytes;
+  return UM_OK;
+}
+
+/* Whether p goes the way o does: the same buffers and host sides and the
+ * same size, which is all a plan reads (but the offsets, when one buffer is
+ * both ends: the ranges may overlap), and p's ranges hold (checked under
+ * the buffers' locks, o's generations). */
+static bool same_way(const um_copy_op *o, const um_copy_op *p) {
+  return p->dst == o->dst && p->src == o->src && o->dst != o->src && p->bytes == o->bytes &&
+         (p->host_src == NULL) == (o->host_src == NULL) && (p->host_dst == NULL) == (o->host_dst == NULL) &&
+         in_range(p->dst, p->dst_off, p->bytes) && in_range(p->src, p->src_off, p->bytes);
+}
+
+/* Under the member's buffers' locks: the run's operation becomes their
+ * last one (the references on the ones it replaces go to old_last[], to
+ * be dropped once the locks are). */
+static void run_join_locked(um__run *r, um_event *member, um_buffer **bufs, int nbufs, um_event **old_last) {
+  for (int i = 0; i < nbufs; i++) {
+    if (bufs[i]->last == r->op)
+      continue;
+    old_last[i] = bufs[i]->last;
+    um__event_ref(r->op);
+    bufs[i]->last = r->op;
+    bufs[i]->pending++;
+    r->bufs[r->nbufs++] = bufs[i];
+  }
+  /* As op_collect_deps: a destination without a host view has its current
+   * data on the device only. */
+  if (member->dst != NULL && member->dst->mem.host == NULL)
+    member->dst->valid = UM_VALID_DEVICE;
+}
+
+/* Queue ops[0..k) through member, quietly: no token, no report
+ * (backend.h); the run's mark reports them. How many were queued. */
+static size_t run_queue_quiet(um_event *group, um_event *member, const um_copy_op *ops, size_t k) {
+  size_t queued = 0;
+  int st;
+  for (size_t j = 0; j < k; j++) {
+    if (j > 0) {
+      member->dst_off = ops[j].dst_off, member->src_off = ops[j].src_off;
+      member->host_src = ops[j].host_src, member->host_dst = ops[j].host_dst;
+    }
+    if ((st = member->path->start_native(member, NULL, 0, NULL, NULL)) != UM_OK)
+      group_record_failure(group, st, um_last_error());
+    else
+      queued++;
+  }
+  return queued;
+}
+
+/* Issue member, the first of ops[0..n) (checked), and the ops after it that
+ * go the same way, as copies of their device's run: true when they were
+ * (queued, or failed and counted as the group's failure), *taken of them;
+ * false when member must be an operation of its own. The buffers are
+ * checked and the run published on them once for all of them, under their
+ * locks; the copies are queued with no lock held. */
+static bool segment_in_run(um_event *group, um_event *member, const um_copy_op *ops, size_t n, size_t *taken) {
+  um_buffer *bufs[2];
+  um_event *old_last[2] = {NULL, NULL};
+  int nbufs = op_buffers(member, bufs), st;
+  size_t k = 1, queued;
+  um__run *r;
+  lock_buffers(bufs, nbufs);
+  if ((st = op_check_locked(member, bufs, nbufs)) != UM_OK) {
+    unlock_buffers(bufs, nbufs);
+    group_record_failure(group, st, um_last_error());
+    *taken = 1;
+    return true;
+  }
+  um__path_plan(member);
+  if (!run_takes(member, bufs, nbufs, open_run_on(group, member->native_dev)) ||
+      (r = run_of(group, member->native_dev)) == NULL || !run_reserve(r) ||
+      !run_can_tally(r, member->path)) {
+    unlock_buffers(bufs, nbufs);
+    return false;
+  }
+  run_join_locked(r, member, bufs, nbufs, old_last);
+  while (k < n && same_way(&ops[0], &ops[k]))
+    k++;
+  unlock_buffers(bufs, nbufs);
+  for (int i = 0; i < nbufs; i++)
+    if (old_last[i] != NULL)
+      um__event_unref(old_last[i]);
+  queued = run_queue_quiet(group, member, ops, k);
+  run_tally(r, member->path, queued, queued * member->bytes);
+  *taken = k;
+  return true;
+}
+
+/* The run finished with r->status (its mark's): the copies' statistics,
+ * then its buffers, its state and followers, then the group. */
+static void run_complete(um__run *r) {
+  um_event *op = r->op, *group = op->group;
+  um_manager *m = op->m;
+  followers f;
+  if (r->status == UM_OK)
+    for (int i = 0; i < r->ntally; i++)
+      r->tally[i].path->account_queued(r->dev, r->tally[i].n, r->tally[i].bytes);
+  for (int i = 0; i < r->nbufs; i++) {
+    um_buffer *b = r->bufs[i];
+    bool drop_last, retire;
+    pthread_mutex_lock(&b->lock);
+    um__buffer_op_finish_locked(b, op, &drop_last, &retire);
+    pthread_mutex_unlock(&b->lock);
+    if (drop_last)
+      um__event_unref(op); /* not the last reference: the engine holds one */
+    if (retire)
+      um__buffer_retire(b, NULL);
+  }
+  pthread_mutex_lock(&op->lock);
+  finish_op_locked(op, r->status, &f);
+  pthread_mutex_unlock(&op->lock);
+  pthread_cond_broadcast(&op->cond);
+  if (r->bufs != r->inline_bufs)
+    free(r->bufs);
+  group_member_done(group, r->status, op->error_text[0] != '\0' ? op->error_text : NULL);
   free(r);
+  followers_start(&f);
+  um__event_unref(op);
+  um__engine_op_done(m);
 }
 
 static void run_task(um__work *w) {
   run_complete((um__run *)(void *)((char *)w - offsetof(um__run, work)));
 }
 
+/* The run's mark finished (a driver's thread, or the issuing thread inside
+ * close_runs). A failure's text is this thread's. */
 static void run_marked(void *arg, int status) {
   um__run *r = arg;
   r->status = status;
+  if (status != UM_OK)
+    keep_error_text(r->op);
   if (r->dev->be->callbacks_reenter) {
     run_complete(r);
   } else {
@@ -699,7 +986,8 @@ static void run_marked(void *arg, int status) {
   }
 }
 
-/* The end of the batch's issuing: one queue mark per run. */
+/* The end of the batch's issuing: every copy of each run is queued; one
+ * queue mark per run reports them. */
 static void close_runs(um_event *group) {
   while (group->runs != NULL) {
     um__run *r = group->runs;
@@ -708,11 +996,17 @@ static void close_runs(um_event *group) {
     void *token = NULL;
     int st;
     group->runs = r->next;
+    atomic_store_explicit(&r->op->queued_on, d, memory_order_release);
     memset(&x, 0, sizeof(x));
     x.kind = UM__XFER_QUEUE_MARK;
     st = d->be->xfer_async(d->bdev, &x, NULL, 0, run_marked, r, &token);
     if (st != UM_OK) {
       r->status = st;
+      keep_error_text(r->op);
+      /* The run's copies are on the queue ahead of the refused mark, and
+       * may still read or write the caller's memory: they end before the
+       * run is reported done (a blocking batch returns after that). */
+      d->be->synchronize(d->bdev);
       run_complete(r);
     } else if (d->be->native_release != NULL) {
       d->be->native_release(d->bdev, token);
@@ -720,11 +1014,47 @@ static void close_runs(um_event *group) {
   }
 }
 
+/* A member as an operation of its own, issued as any other (detached: no
+ * caller event, no wait). */
+static void member_issue(um_event *group, const um_event *member) {
+  um_event *op = um__event_new(group->m, member->kind);
+  int st;
+  if (op == NULL) {
+    group_record_failure(group, UM_ENOMEM, "out of memory for an operation");
+    return;
+  }
+  op->dst = member->dst, op->dst_off = member->dst_off, op->dst_gen = member->dst_gen;
+  op->src = member->src, op->src_off = member->src_off, op->src_gen = member->src_gen;
+  op->host_src = member->host_src, op->host_dst = member->host_dst;
+  op->bytes = member->bytes;
+  op->value = member->value;
+  op->group = group;
+  op->detached = true;
+  um__atomic_add_relaxed(&group->deps_pending, 1);
+  if ((st = um__op_issue(op, NULL)) != UM_OK)
+    group_member_done(group, st, um_last_error()); /* a buffer released meanwhile */
+}
+
+void um__op_group_copies(um_event *group, const um_copy_op *ops, size_t n) {
+  um_event member; /* never published: a description */
+  memset(&member, 0, sizeof(member));
+  member.m = group->m;
+  member.group = group;
+  member.detached = true;
+  for (size_t i = 0, taken; i < n; i += taken) {
+    int st = member_describe(&ops[i], &member);
+    taken = 1;
+    if (st != UM_OK) /* a buffer released meanwhile: recorded, go on */
+      group_record_failure(group, st, um_last_error());
+    else if (!segment_in_run(group, &member, ops + i, n - i, &taken))
+      member_issue(group, &member);
+  }
+}
+
 um_event *um__op_group_begin(um_manager *m) {
   um_event *group = um__event_new(m, UM__OP_GROUP);
   if (group == NULL)
     return NULL;
-  issuing_group = group;
   atomic_store(&group->deps_pending, 1); /* guard until every member is issued */
   atomic_store_explicit(&group->state, UM__EV_RUNNING, memory_order_release);
   um__engine_op_begin(m);
@@ -732,15 +1062,10 @@ um_event *um__op_group_begin(um_manager *m) {
   return group;
 }
 
-void um__op_group_expect(um_event *group) { um__atomic_add_relaxed(&group->deps_pending, 1); }
-
-void um__op_group_not_issued(um_event *group, int status) { group_member_done(group, status); }
-
 int um__op_group_end(um_event *group, um_event **done) {
   int st;
-  issuing_group = NULL;
   close_runs(group);
-  group_member_done(group, UM_OK); /* the guard */
+  group_member_done(group, UM_OK, NULL); /* the guard */
   if (done == NULL) {
     st = um__event_wait_result(group);
     um__event_unref(group);

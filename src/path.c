@@ -69,6 +69,8 @@ static int run_single(um_event *op) {
 static int start_single(um_event *op, void *const *after, int nafter, um__done_fn done, void **native) {
   um__xfer x;
   um_device *d = xfer_of(op, &x);
+  if (done != NULL)
+    x.done_space = op->done_space; /* op lives until its completion */
   return d->be->xfer_async(d->bdev, &x, after, nafter, done, op, native);
 }
 
@@ -113,7 +115,12 @@ static um_device *xfer_peer(const um_event *op, um__xfer *x) {
 /* ------------------------------------------------------------------------ */
 /* Fills */
 
-static void account_fill(const um_event *op) { UM__STAT_ADD(op->dst->dev, fills, 1); }
+static void tally_fill(um_device *d, uint64_t n, uint64_t bytes) {
+  (void)bytes;
+  UM__STAT_ADD(d, fills, n);
+}
+
+static void account_fill(const um_event *op) { tally_fill(op->dst->dev, 1, op->bytes); }
 
 static bool plan_fill_host(um_event *op) { return op->kind == UM__OP_FILL && op->dst->mem.host != NULL; }
 
@@ -130,7 +137,7 @@ const um__path um__path_fill_host = {.name = "fill-host", .plan = plan_fill_host
                                      .account = account_fill, .inline_bytes = INLINE_HOST_BYTES};
 const um__path um__path_fill_device = {.name = "fill-device", .plan = plan_fill_device, .run = run_single,
                                        .start_native = start_single, .account = account_fill,
-                                       .xfer = xfer_fill, .queued = true};
+                                       .account_queued = tally_fill, .xfer = xfer_fill, .queued = true};
 
 /* ------------------------------------------------------------------------ */
 /* memcpy: both ends host-addressable */
@@ -175,10 +182,23 @@ const um__path um__path_memcpy = {.name = "memcpy", .plan = plan_memcpy, .run = 
 /* ------------------------------------------------------------------------ */
 /* Direct host <-> device, device-local and peer copies */
 
-UM__PATH_ACCOUNT(account_h2d, dst, bytes_h2d, xfer_direct)
-UM__PATH_ACCOUNT(account_d2h, src, bytes_d2h, xfer_direct)
-UM__PATH_ACCOUNT(account_local, dst, bytes_d2d, xfer_local)
-UM__PATH_ACCOUNT(account_peer, dst, bytes_peer, xfer_peer)
+/* Each counts n transfers of bytes in all on d, the device whose queue ran
+ * them (a batch's run counts its copies at once, op.c); the account of one
+ * operation is the same with n = 1. */
+#define TALLY(name, bytes_field, xfer_field)                                                      \
+  static void name(um_device *d, uint64_t n, uint64_t bytes) {                                    \
+    UM__STAT_ADD(d, bytes_field, bytes);                                                          \
+    UM__STAT_ADD(d, xfer_field, n);                                                               \
+  }
+TALLY(tally_h2d, bytes_h2d, xfer_direct)
+TALLY(tally_d2h, bytes_d2h, xfer_direct)
+TALLY(tally_local, bytes_d2d, xfer_local)
+TALLY(tally_peer, bytes_peer, xfer_peer)
+
+static void account_h2d(const um_event *op) { tally_h2d(op->dst->dev, 1, op->bytes); }
+static void account_d2h(const um_event *op) { tally_d2h(op->src->dev, 1, op->bytes); }
+static void account_local(const um_event *op) { tally_local(op->dst->dev, 1, op->bytes); }
+static void account_peer(const um_event *op) { tally_peer(op->dst->dev, 1, op->bytes); }
 
 /* Called after memcpy and the pipelined paths declined: one end is a
  * device block. */
@@ -196,30 +216,38 @@ static bool plan_peer(um_event *op) {
 }
 
 /* One backend call each: queued on the device's queue when it has one. */
-#define SINGLE_CALL(n, p, a, x)                                                                    \
-  {.name = n, .plan = p, .run = run_single, .start_native = start_single, .account = a, .xfer = x,  \
-   .queued = true}
-const um__path um__path_h2d = SINGLE_CALL("h2d", plan_h2d, account_h2d, xfer_h2d);
-const um__path um__path_d2h = SINGLE_CALL("d2h", plan_d2h, account_d2h, xfer_d2h);
-const um__path um__path_local = SINGLE_CALL("local", plan_local, account_local, xfer_local);
-const um__path um__path_peer = SINGLE_CALL("peer", plan_peer, account_peer, xfer_peer);
+#define SINGLE_CALL(n, p, a, t, x)                                                                 \
+  {.name = n, .plan = p, .run = run_single, .start_native = start_single, .account = a,             \
+   .account_queued = t, .xfer = x, .queued = true}
+const um__path um__path_h2d = SINGLE_CALL("h2d", plan_h2d, account_h2d, tally_h2d, xfer_h2d);
+const um__path um__path_d2h = SINGLE_CALL("d2h", plan_d2h, account_d2h, tally_d2h, xfer_d2h);
+const um__path um__path_local = SINGLE_CALL("local", plan_local, account_local, tally_local, xfer_local);
+const um__path um__path_peer = SINGLE_CALL("peer", plan_peer, account_peer, tally_peer, xfer_peer);
 
 /* ------------------------------------------------------------------------ */
 /* The table and the plan */
 
-static const um__path *const paths[] = {
+/* Copies are offered to the copy entries, every other kind to the others
+ * (each of which takes its one kind), so that a small copy's plan does not
+ * ask six entries that never take it. */
+static const um__path *const other_paths[] = {
     &um__path_access, &um__path_gate, &um__path_net_put, &um__path_net_get,
-    &um__path_fill_host, &um__path_fill_device, &um__path_memcpy,
-    &um__path_h2d_pipelined, &um__path_h2d, &um__path_d2h_pipelined,
+    &um__path_fill_host, &um__path_fill_device,
+};
+static const um__path *const copy_paths[] = {
+    &um__path_memcpy, &um__path_h2d_pipelined, &um__path_h2d, &um__path_d2h_pipelined,
     &um__path_d2h, &um__path_overlap, &um__path_local,
     &um__path_peer, &um__path_staged, /* takes every copy left */
 };
 
 void um__path_plan(um_event *op) {
+  const um__path *const *table = op->kind == UM__OP_COPY ? copy_paths : other_paths;
+  size_t n = op->kind == UM__OP_COPY ? sizeof(copy_paths) / sizeof(copy_paths[0])
+                                     : sizeof(other_paths) / sizeof(other_paths[0]);
   op->native_dev = NULL;
-  for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
-    if (paths[i]->plan(op)) {
-      op->path = paths[i];
+  for (size_t i = 0; i < n; i++) {
+    if (table[i]->plan(op)) {
+      op->path = table[i];
       return;
     }
   }

@@ -231,8 +231,11 @@ typedef enum {
   UM__OP_ACCESS = 3, /* the caller's bracket (access.c) */
   UM__OP_GATE = 4,   /* opens a gate, or stands for one, once an earlier
                         operation finished (access.c) */
-  UM__OP_NET = 5     /* um_net_put (src set) or um_net_get (dst set): the
+  UM__OP_NET = 5,    /* um_net_put (src set) or um_net_get (dst set): the
                         transfer is attached (net_op.c) */
+  UM__OP_RUN = 6     /* a batch's copies queued on one single-queue device
+                        (op.c): the last operation of every buffer they
+                        touch, done when the queue mark behind them is */
 } um__op_kind;
 
 typedef enum {
@@ -272,6 +275,9 @@ struct um_event {
    * waiters once it is done. Only its first byte is reset for a new
    * operation (um__event_new), so it stays out of the region below. */
   char error_text[UM__EVENT_TEXT];
+  /* The backend's room for a native transfer's completion (backend.h:
+   * um__xfer.done_space), so that it allocates nothing per operation. */
+  void *done_space[UM__DONE_SPACE / sizeof(void *)];
 
   /* Reset for each operation: everything from here on. */
   atomic_int refs;          /* 0: on the free list */
@@ -292,10 +298,14 @@ struct um_event {
   void *host_dst;
   unsigned char value;
 
-  /* ordering: operations that wait for this one */
+  /* ordering: operations that wait for this one; beyond the array (a
+   * batch's run is the last operation of many buffers, each of which may
+   * get a follower), a heap array of nmore_dependents, freed at completion */
   atomic_int deps_pending;
   um_event *dependents[UM__MAX_DEPENDENTS];
   int ndependents;
+  um_event **more_dependents;
+  int nmore_dependents;
   um_event *group; /* batch this operation belongs to */
   atomic_int group_first_error;
 
@@ -329,11 +339,8 @@ struct um_event {
   /* The device whose single in-order queue holds it (stored, release, once
    * queued): a later transfer of that device needs no token to follow it. */
   _Atomic(um_device *) queued_on;
-  /* No caller event and no wait (a batch member, op.c); queued quietly,
-   * reported with the rest of its batch's run by one queue mark. */
+  /* No caller event and no wait (a batch member, op.c). */
   bool detached;
-  bool quiet;
-  um_event *run_next;
 
   /* A bracket (access.c): its mode, the token its wait handle stands on
    * (borrowed from wait_owner, or a gate) and the caller's last command
@@ -348,7 +355,8 @@ struct um_event {
    * operation itself is the wait). */
   void *gate_token;
   um_device *gate_dev;
-  /* A group (um_copy_batch): the runs of quiet members, one per device. */
+  /* A group (um_copy_batch): its open runs, one per single-queue device
+   * (op.c), while the group is being issued. */
   struct um__run *runs;
 
   um__work work; /* the engine's queue: start it, or complete it */

@@ -60,6 +60,9 @@ struct fault_dev {
   bool busy, stopping, has_thread;
   bool held; /* fault_hold: the queue starts nothing */
   uint64_t next_seq;
+  /* fault-queue: the first failure of a quiet transfer since the last
+   * queue mark, which reports it (queue thread only) */
+  int quiet_failure;
   pthread_t thread;
 };
 
@@ -87,6 +90,7 @@ static struct {
 } plan = {.lock = PTHREAD_MUTEX_INITIALIZER, .devices = 1, .total = 256u << 20};
 
 static atomic_uint_fast64_t all_live_blocks, all_live_bytes, all_leaked_at_close;
+static atomic_bool refuse_mark; /* fault_refuse_next_mark */
 
 void fault_configure(int devices_per_backend, uint64_t total_bytes) {
   pthread_mutex_lock(&plan.lock);
@@ -104,6 +108,7 @@ void fault_reset(void) {
   plan.alloc_sticky = plan.xfer_sticky = plan.xfer_at_submit = plan.paused = false;
   plan.xfer_status = UM_OK;
   pthread_mutex_unlock(&plan.lock);
+  atomic_store(&refuse_mark, false);
 }
 
 void fault_fail_alloc(uint64_t nth, bool sticky) {
@@ -267,8 +272,16 @@ static void *queue_main(void *arg) {
       d->tail = NULL;
     d->busy = true;
     pthread_mutex_unlock(&d->lock);
-    st = j->inject != UM_OK ? j->inject : run_xfer(d, &j->x);
-    j->done(j->arg, st);
+    if (j->x.kind == UM__XFER_QUEUE_MARK) {
+      st = d->quiet_failure;
+      d->quiet_failure = UM_OK;
+    } else {
+      st = j->inject != UM_OK ? j->inject : run_xfer(d, &j->x);
+    }
+    if (j->done != NULL)
+      j->done(j->arg, st);
+    else if (st != UM_OK && d->quiet_failure == UM_OK)
+      d->quiet_failure = st; /* a quiet transfer: its mark reports it */
     job_unref(j);
     pthread_mutex_lock(&d->lock);
     d->busy = false;
@@ -320,6 +333,10 @@ static int open_common(const um__backend *be, const um_options *opts, void **ctx
 
 static int fault_open(const um_options *opts, void **ctx, int *count) {
   return open_common(&fault_backend, opts, ctx, count);
+}
+
+static int fault_queue_open(const um_options *opts, void **ctx, int *count) {
+  return open_common(&fault_backend_queue, opts, ctx, count);
 }
 
 static int fault_map_open(const um_options *opts, void **ctx, int *count) {
@@ -444,14 +461,23 @@ static int fault_xfer_async(void *bdev, const um__xfer *x, void *const *after, i
                             um__done_fn done, void *arg, void **native) {
   fault_dev *d = bdev;
   fault_job *j;
-  bool at_submit;
-  int st;
+  bool at_submit = false, quiet = done == NULL && native == NULL;
+  int st = UM_OK;
   for (int i = 0; i < nafter; i++) {
     fault_job *a = after[i];
     if (a == NULL || a->dev != d || atomic_load(&a->refs) < 1)
       core_bug("a wait-list token of another device, or one already released");
   }
-  st = count_xfer(&at_submit);
+  if (x->kind == UM__XFER_QUEUE_MARK || quiet) {
+    if (d->ctx->be != &fault_backend_queue)
+      core_bug("a quiet transfer or queue mark on a backend without a single queue");
+    if (quiet && nafter != 0)
+      core_bug("a quiet transfer with a wait list");
+  }
+  if (x->kind == UM__XFER_QUEUE_MARK && atomic_exchange(&refuse_mark, false))
+    return um__set_error(UM_EBACKEND, "fault: queue mark refused");
+  if (x->kind != UM__XFER_QUEUE_MARK) /* a mark moves nothing: not counted */
+    st = count_xfer(&at_submit);
   if (st != UM_OK && at_submit)
     return st;
   if (atomic_load(&d->lost))
@@ -464,8 +490,9 @@ static int fault_xfer_async(void *bdev, const um__xfer *x, void *const *after, i
   j->done = done;
   j->arg = arg;
   j->inject = st;
-  atomic_init(&j->refs, 2);
-  *native = j;
+  atomic_init(&j->refs, quiet ? 1 : 2); /* a quiet job has no token */
+  if (!quiet)
+    *native = j;
   pthread_mutex_lock(&d->lock);
   j->seq = d->next_seq++;
   for (int i = 0; i < nafter; i++)
@@ -575,6 +602,27 @@ const um__backend fault_backend = {
     .peer_enable = fault_peer_enable,
 };
 
+/* The asynchronous flavour as a single in-order queue per device whose
+ * callbacks may re-enter (OpenCL's contract): quiet transfers and queue
+ * marks, so that batches run as runs (op.c). */
+const um__backend fault_backend_queue = {
+    .name = "fault-queue",
+    .open = fault_queue_open,
+    .describe = fault_describe,
+    .close = fault_close,
+    .mem_alloc = fault_mem_alloc,
+    .mem_free = fault_mem_free,
+    .memory = fault_memory,
+    .synchronize = fault_synchronize,
+    .xfer = fault_xfer,
+    .xfer_async = fault_xfer_async,
+    .native_release = fault_native_release,
+    .peer_possible = fault_peer_possible,
+    .peer_enable = fault_peer_enable,
+    .callbacks_reenter = 1,
+    .single_queue = 1,
+};
+
 const um__backend fault_backend_mapped = {
     .name = "fault-map",
     .open = fault_map_open,
@@ -595,7 +643,7 @@ const um__backend fault_backend_mapped = {
 /* Test controls on devices */
 
 bool fault_is_device(const um_device *d) {
-  return d != NULL && (d->be == &fault_backend || d->be == &fault_backend_mapped);
+  return d != NULL && (d->be == &fault_backend || d->be == &fault_backend_mapped || d->be == &fault_backend_queue);
 }
 
 int fault_lose(um_device *d) {
@@ -612,6 +660,10 @@ int fault_restore(um_device *d) {
   return UM_OK;
 }
 
+void fault_refuse_next_mark(void) { atomic_store(&refuse_mark, true); }
+
+bool fault_mark_refused(void) { return !atomic_load(&refuse_mark); }
+
 int fault_hold(um_device *d, bool held) {
   fault_dev *fd;
   if (!fault_is_device(d) || !((fault_dev *)d->bdev)->has_thread)
@@ -626,6 +678,11 @@ int fault_hold(um_device *d, bool held) {
 
 uint64_t fault_device_live_bytes(const um_device *d) {
   return fault_is_device(d) ? atomic_load(&((fault_dev *)d->bdev)->live_bytes) : 0;
+}
+
+int fault_manager_create_queue(const um_options *opts, um_manager **out) {
+  static const um__backend *const queue[] = {&fault_backend_queue};
+  return um__manager_create_ex(opts, queue, 1, out);
 }
 
 int fault_manager_create(const um_options *opts, um_manager **out) {

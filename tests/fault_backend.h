@@ -36,10 +36,20 @@
 
 extern const um__backend fault_backend;
 extern const um__backend fault_backend_mapped;
+/* "fault-queue": the asynchronous flavour as a single in-order queue per
+ * device whose callbacks may re-enter (single_queue, callbacks_reenter:
+ * the contract OpenCL gives), so that a batch's copies go in runs, queued
+ * quietly; a queue mark reports the first failure of the quiet transfers
+ * queued since the previous mark. Marks are not counted as transfers. */
+extern const um__backend fault_backend_queue;
 
 /* um__manager_create_ex with both fault backends: device 0 is the cpu, then
  * the "fault" devices, then the "fault-map" devices. */
 int fault_manager_create(const um_options *opts, um_manager **out);
+
+/* um__manager_create_ex with the "fault-queue" backend only: device 0 is
+ * the cpu, then its devices. */
+int fault_manager_create_queue(const um_options *opts, um_manager **out);
 
 /* Devices each fault backend opens per manager (default 1, at most 4) and
  * the memory of each (default 256 MiB; allocations beyond it answer
@@ -82,6 +92,13 @@ int fault_restore(um_device *d);
  * being closed runs its queue, held or not; um_device_synchronize waits
  * for it. UM_EINVAL when d is not a device of the asynchronous flavour. */
 int fault_hold(um_device *d, bool held);
+
+/* The next queue mark submitted to a fault-queue device is refused
+ * (UM_EBACKEND, "fault: queue mark refused"), the transfers queued ahead
+ * of it untouched. fault_reset disarms it. */
+void fault_refuse_next_mark(void);
+/* Whether the refusal fault_refuse_next_mark armed has happened. */
+bool fault_mark_refused(void);
 
 /* Whether d is a device of one of the fault backends. */
 bool fault_is_device(const um_device *d);

@@ -112,3 +112,39 @@ Test(access, destroy_with_an_open_bracket) {
   cr_assert_eq(um_access_begin(b, UM_MAP_READ, &wait), UM_OK);
   cr_assert_eq(um_manager_destroy(m2), UM_ELEAK, "the buffer itself leaked");
 }
+
+/* A blocking call on a buffer inside an open bracket would wait for the
+ * bracket's end, which the same thread is to call: refused with
+ * UM_ESTATE (copies, fills, batches, maps), while calls with an event are
+ * ordered after the bracket; after the end, blocking calls work again. */
+Test(access, blocking_calls_inside_a_bracket_are_refused) {
+  um_buffer *b, *other;
+  um_event *e;
+  unsigned char in[128], back[128];
+  void *wait = NULL, *p;
+  um_copy_op op;
+  memset(in, 0x3C, sizeof(in));
+  cr_assert_eq(um_alloc(m, cpu, sizeof(in), UM_HOST, UM_ALLOC_ZERO, &b), UM_OK);
+  cr_assert_eq(um_alloc(m, cpu, sizeof(in), UM_HOST, UM_ALLOC_ZERO, &other), UM_OK);
+  cr_assert_eq(um_access_begin(b, UM_MAP_READ_WRITE, &wait), UM_OK);
+  cr_assert_eq(um_copy_to_host(b, 0, back, sizeof(back), NULL), UM_ESTATE);
+  cr_assert(strstr(um_last_error(), "open um_access_begin bracket") != NULL, "%s", um_last_error());
+  cr_assert_eq(um_copy_from_host(b, 0, in, sizeof(in), NULL), UM_ESTATE);
+  cr_assert_eq(um_fill(b, 0, 1, sizeof(in), NULL), UM_ESTATE);
+  cr_assert_eq(um_copy(other, 0, b, 0, sizeof(in), NULL), UM_ESTATE, "the source in a bracket");
+  op = (um_copy_op){.dst = other, .src = b, .bytes = sizeof(in)};
+  cr_assert_eq(um_copy_batch(m, &op, 1, NULL), UM_ESTATE);
+  cr_assert_eq(um_map(b, UM_MAP_READ, 0, sizeof(in), &p), UM_ESTATE);
+  /* With an event: issued, ordered after the bracket. */
+  cr_assert_eq(um_copy_from_host(b, 0, in, sizeof(in), &e), UM_OK);
+  cr_assert_eq(um_event_query(e), UM_EAGAIN, "ran inside the bracket");
+  memset(um_buffer_host_ptr(b), 0x11, sizeof(in)); /* the caller's "kernel" */
+  cr_assert_eq(um_access_end(b, NULL), UM_OK);
+  cr_assert_eq(um_event_wait(e), UM_OK);
+  cr_assert_eq(um_event_release(e), UM_OK);
+  cr_assert_eq(um_copy_to_host(b, 0, back, sizeof(back), NULL), UM_OK);
+  cr_assert_arr_eq(back, in, sizeof(in), "the copy ran after the caller's work");
+  cr_assert_eq(um_copy_batch(m, &op, 1, NULL), UM_OK);
+  cr_assert_eq(um_release(other), UM_OK);
+  cr_assert_eq(um_release(b), UM_OK);
+}

@@ -1067,12 +1067,32 @@ static int ocl_xfer(void *bdev, const um__xfer *x) {
   return status;
 }
 
-/* What the completion callback needs; freed by it. */
+/* What the completion callback needs: in the caller's done_space where it
+ * gives one, else allocated (and freed by the callback). */
 typedef struct transfer_completion {
   um__done_fn done;
   void *arg;
   const char *call;
+  int allocated;
 } transfer_completion;
+
+_Static_assert(sizeof(transfer_completion) <= UM__DONE_SPACE, "a completion fits the core's done_space");
+
+static transfer_completion *completion_new(const um__xfer *x, um__done_fn done, void *arg) {
+  transfer_completion *c = x->done_space;
+  if (c == NULL && (c = malloc(sizeof(*c))) == NULL)
+    return NULL;
+  c->done = done;
+  c->arg = arg;
+  c->call = transfer_call_name(x->kind);
+  c->allocated = x->done_space == NULL;
+  return c;
+}
+
+static void completion_free(transfer_completion *c) {
+  if (c->allocated)
+    free(c);
+}
 
 /* Runs once, when the command completes or fails, on whichever thread the
  * driver picks (PoCL: one of its worker threads, or the issuing thread
@@ -1089,7 +1109,7 @@ static void CL_CALLBACK on_transfer_complete(cl_event event,
   int status = execution_status < 0
                    ? translate_cl_error(execution_status, completion->call)
                    : UM_OK;
-  free(completion);
+  completion_free(completion); /* the core's space may go with done */
   ocl.clReleaseEvent(event);
   done(arg, status);
 }
@@ -1132,7 +1152,7 @@ static void watch_completion(ocl_device *dev, cl_event event, transfer_completio
     um__done_fn done = completion->done;
     void *arg = completion->arg;
     ocl.clReleaseEvent(event);
-    free(completion);
+    completion_free(completion);
     done(arg, status);
     return;
   }
@@ -1242,16 +1262,13 @@ static int ocl_xfer_async(void *bdev, const um__xfer *x, void *const *after, int
     return um__set_error(UM_EINVAL, "opencl: bad asynchronous transfer");
   if ((status = check_transfer(dev, x)) != UM_OK)
     return status;
-  completion = malloc(sizeof(*completion));
+  completion = completion_new(x, done, arg);
   if (nafter + 2 > OCL_INLINE_WAIT_LIST)
     wait_list = malloc((size_t)(nafter + 2) * sizeof(*wait_list));
   if (completion == NULL || wait_list == NULL) {
     status = um__set_error(UM_ENOMEM, "opencl: out of host memory");
     goto fail;
   }
-  completion->done = done;
-  completion->arg = arg;
-  completion->call = transfer_call_name(x->kind);
   waits = build_wait_list(dev, x, after, nafter, wait_list);
   status = enqueue_transfer(dev, x, CL_FALSE, waits, waits > 0 ? wait_list : NULL, &event);
   if (status != UM_OK)
@@ -1265,7 +1282,8 @@ static int ocl_xfer_async(void *bdev, const um__xfer *x, void *const *after, int
 fail:
   if (wait_list != inline_wait_list)
     free(wait_list);
-  free(completion);
+  if (completion != NULL)
+    completion_free(completion);
   return status;
 }
 

@@ -83,6 +83,18 @@ if(TARGET unimem_tool)
                        SKIP_REGULAR_EXPRESSION "summary: kernels skipped")
   list(APPEND _um_tool_tests tool_bench_kernels_quick)
 
+  # The low-latency wait benchmark (issue 13): every contender present
+  # printed, the CPU-time table, its summary; skipped without an OpenCL
+  # device.
+  set(_um_wait_out ${CMAKE_CURRENT_BINARY_DIR}/tool_bench_wait)
+  add_test(NAME tool_bench_wait_quick
+           COMMAND ${_um_check} 0 "^unimem spin 0 +[0-9.]+ +\\[" "^unimem spin +[0-9.]+ +\\[" "^raw blocking +[0-9.]+"
+                   "^CPU seconds per second" "^unimem spin 0 +[0-9.]+ +[0-9.]+$" "summary: wait ok"
+                   -- ${_um_tool} bench wait --quick --json ${_um_wait_out}/bench.json)
+  set_tests_properties(tool_bench_wait_quick PROPERTIES ENVIRONMENT "POCL_DEVICES=pthread"
+                       SKIP_REGULAR_EXPRESSION "summary: wait skipped")
+  list(APPEND _um_tool_tests tool_bench_wait_quick)
+
   # The merged reports are strict JSON with the keys their readers use.
   if(UM_PYTHON3)
     add_test(NAME tool_bench_stream_json
