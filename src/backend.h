@@ -165,6 +165,13 @@ typedef struct um__backend {
   int (*peer_possible)(void *a, void *b);
   int (*peer_enable)(void *a, void *b);
 
+  /* Optional (NULL: a device's after[] lists hold its own tokens only).
+   * Whether device a's xfer_async may wait for tokens of device b (another
+   * device of this backend), so that an operation on a that follows one on
+   * b starts on a's queue behind it, with no host thread in between: 1 or
+   * 0. The token is still released through b (native_release). */
+  int (*tokens_shared)(void *a, void *b);
+
   /* The caller's own device work (SPEC §8). All optional: a device without
    * them answers the interop calls with what the core can say itself.
    *

@@ -413,6 +413,14 @@ int um__op_bracket_error(const um_buffer *b) {
 /* Under the locks: op's dependencies are the buffers' unfinished last
  * operations (one reference each into deps). *all_native stays true when
  * every one of them runs on op's device queue. */
+/* Whether an operation on device a can wait for one on device b on a's
+ * queue: b is a, or the backend lets a's wait lists hold b's tokens (an
+ * OpenCL context's devices; CUDA devices). */
+static bool tokens_reach(um_device *a, um_device *b) {
+  return b == a || (b != NULL && a->be == b->be && a->be->tokens_shared != NULL &&
+                    a->be->tokens_shared(a->bdev, b->bdev) == 1);
+}
+
 static int op_collect_deps(um_event *op, um_buffer **bufs, int nbufs, um_event **deps,
                            bool *all_native) {
   int ndeps = 0;
@@ -425,7 +433,7 @@ static int op_collect_deps(um_event *op, um_buffer **bufs, int nbufs, um_event *
         !queued_before(last, op) && (ndeps == 0 || deps[0] != last)) {
       um__event_ref(last);
       deps[ndeps++] = last;
-      if (op->native_dev == NULL || last->native_dev != op->native_dev)
+      if (op->native_dev == NULL || !tokens_reach(op->native_dev, last->native_dev))
         *all_native = false;
     }
     bufs[i]->pending++;

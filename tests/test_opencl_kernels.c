@@ -181,13 +181,29 @@ static void chain(ou_env *e, kdev *k0, kdev *k1) {
   free(in), free(out);
 }
 
+static atomic_int worker_runs;
+
+static void count_worker_runs(um__test_point point, void *arg) {
+  (void)arg;
+  if (point == UM__TP_WORKER_RUN)
+    atomic_fetch_add(&worker_runs, 1);
+}
+
+/* ... and no host thread of unimem's in between: every step waits for the
+ * one before on the device queues (wait lists across the context's
+ * queues), so no worker runs an operation of the chain. */
 OU_TEST_1_AND_2(opencl_kernels, chain_across_devices_without_waiting) {
   ou_env e = ou_open(NULL, 1);
   kdev k0, k1;
   um_stats before = ut_stats(e.m, NULL), after;
   build(&k0, e.dev[0]);
   build(&k1, e.dev[e.ndev - 1]);
+  atomic_store(&worker_runs, 0);
+  atomic_store(&um__test_hook, count_worker_runs);
   chain(&e, &k0, &k1);
+  atomic_store(&um__test_hook, NULL);
+  cr_assert_eq(atomic_load(&worker_runs), 0, "%d operations of the chain went through a worker",
+               atomic_load(&worker_runs));
   after = ut_stats(e.m, NULL);
   if (e.ndev > 1)
     cr_assert_eq(after.xfer_peer - before.xfer_peer, 2, "the two copies between devices went peer to peer");

@@ -1075,6 +1075,12 @@ static void cuda_native_release(void *bdev, void *native) {
 /* ------------------------------------------------------------------------ */
 /* Peers                                                                     */
 
+/* cuStreamWaitEvent takes an event of any device or context. */
+static int cuda_tokens_shared(void *a, void *b) {
+  (void)a, (void)b;
+  return 1;
+}
+
 static int cuda_peer_possible(void *a, void *b) {
   const cuda_device *from = a, *to = b;
   int can_access = 0;
@@ -1575,6 +1581,7 @@ const um__backend um__backend_cuda = {
     .unmap = NULL,
     .peer_possible = cuda_peer_possible,
     .peer_enable = cuda_peer_enable,
+    .tokens_shared = cuda_tokens_shared,
     .device_native = cuda_device_native,
     .mem_native = cuda_mem_native,
     .token_native = cuda_token_native,

@@ -1371,6 +1371,9 @@ static int ocl_peer_possible(void *a, void *b) {
   return da != NULL && db != NULL && da->context == db->context;
 }
 
+/* Events of one context may stand in any of its queues' wait lists. */
+static int ocl_tokens_shared(void *a, void *b) { return ocl_peer_possible(a, b); }
+
 static int ocl_peer_enable(void *a, void *b) {
   if (ocl_peer_possible(a, b))
     return UM_OK;
@@ -1584,6 +1587,7 @@ const um__backend um__backend_opencl = {
     .unmap = ocl_unmap,
     .peer_possible = ocl_peer_possible,
     .peer_enable = ocl_peer_enable,
+    .tokens_shared = ocl_tokens_shared,
     .device_native = ocl_device_native,
     .mem_native = ocl_mem_native,
     .token_native = ocl_token_native,
