@@ -83,7 +83,7 @@ The pieces, and how CI runs them (scripts/test.sh):
 
 | what | where | CI |
 | --- | --- | --- |
-| fault-injecting backend (test only) | \`tests/common/fault_backend.c\`, \`.h\` | built into the tests that include it (\`tests/extra.cmake\`) |
+| fault-injecting backend (test only) | \`tests/common/fault_backend.c\`, \`.h\` | built into the tests listed in UM_FAULT_BACKEND_TESTS (\`tests/extra.cmake\`) |
 | fault sweep, device loss, exhaustion | \`tests/reliability/test_faults.c\` | every build, ASan+UBSan, TSan |
 | misuse and the debug quarantine | \`tests/unit/test_misuse.c\`, \`src/quarantine.c\` | every build, ASan+UBSan, TSan |
 | threaded stress | \`tests/reliability/test_stress.c\` (and \`stress_standalone\`) | every build, ASan+UBSan, TSan |
