@@ -1,26 +1,28 @@
 /* The core's functions, grouped by the file that defines them (as
  * mimalloc's internal.h); the structures are in types.h.
  *
- * Layers, top to bottom; a file calls only files below it (docs/design.md
- * draws them with the path of one allocation and of one copy):
+ * Layers, top to bottom, from the call graph; a file calls only files
+ * below it, but for three pairs that are one concern in two files
+ * (tcache.c <-> pool.c, event.c <-> tcache.c for the event stashes,
+ * net.c <-> net_staging.c). docs/design.md draws them, with the path of one
+ * allocation and of one copy:
  *
- *   API        buffer.c map.c copy.c stream.c mapfile.c device.c peer.c
- *              stats.c manager.c access.c dlpack.c net.c (um_net_*:
- *              handles, blobs, exposures; net.h)
- *   operations op.c -> path.c, staged.c, access.c, net_op.c (how each kind
- *              runs: table entries)
+ *   entry      manager.c dlpack.c stream.c
+ *   API        buffer.c, then copy.c access.c net_op.c map.c net.c
+ *              mapfile.c device.c peer.c stats.c
+ *   operations op.c -> the path table (path.c; entries in path.c,
+ *              staged.c, access.c, net_op.c, called only through it)
  *              event.c (event objects, the worker engine)
- *   net        net.c's seam -> net_staging.c (device buffers) -> the
- *              transport table (net.h): net_ucx.c -> net_ucx_lib.c
- *              (dlopen libucp.so.0); beside the backends, not under them
  *   buffers    handle.c (checks, going live, an operation's end, retire)
  *              trim.c (on request, under pressure, the timer)
  *              quarantine.c (debug) -> owner.c (a block back to its owner)
  *   pool       tcache.c/tcache.h (thread caches) <-> pool.c (bins, budget)
  *   blocks     block.c (device blocks, descriptors, staging chunks)
- *   backends   backend.h: backends/cpu.c, opencl.c, cuda.c
- *   everywhere errors.c options.c fork.c sizeclass.c pagelock.c (a service
- *              of backend.h), testhook.h (test builds)
+ *   backends   backend.h: backends/cpu.c (pagelock.c), opencl.c, cuda.c;
+ *              beside them the net transport table (net.h): net_ucx.c ->
+ *              net_ucx_lib.c (dlopen libucp.so.0), net_staging.c
+ *   everywhere errors.c options.c fork.c sizeclass.c spin.c atomic.h
+ *              list.h, testhook.h (test builds)
  */
 #ifndef UNIMEM_INTERNAL_H
 #define UNIMEM_INTERNAL_H
