@@ -763,12 +763,18 @@ static um__run *run_new(um_event *group, um_device *d) {
   return r;
 }
 
-/* The open run of group on d, made on first use; NULL when out of memory. */
-static um__run *run_of(um_event *group, um_device *d) {
+/* The open run of group on d, or NULL. */
+static um__run *open_run_on(um_event *group, const um_device *d) {
   for (um__run *r = group->runs; r != NULL; r = r->next)
     if (r->dev == d)
       return r;
-  return run_new(group, d);
+  return NULL;
+}
+
+/* The open run of group on d, made on first use; NULL when out of memory. */
+static um__run *run_of(um_event *group, um_device *d) {
+  um__run *r = open_run_on(group, d);
+  return r != NULL ? r : run_new(group, d);
 }
 
 /* Room for two more buffers in r->bufs. */
@@ -823,13 +829,6 @@ static bool run_takes(const um_event *member, um_buffer **bufs, int nbufs, const
       return false;
   }
   return true;
-}
-
-static um__run *open_run_on(um_event *group, const um_device *d) {
-  for (um__run *r = group->runs; r != NULL; r = r->next)
-    if (r->dev == d)
-      return r;
-  return NULL;
 }
 
 /* An op of a checked batch as member (a stack operation), with its
