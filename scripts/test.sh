@@ -75,7 +75,7 @@ if [ $fast -eq 0 ]; then
   stage "TSan (clang)" build-ci/tsan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang -DUNIMEM_SANITIZE=thread
 
   echo; echo "=== libFuzzer, ${fuzz_seconds} s ==="
-  if tests/fuzz/run.sh "$fuzz_seconds" >build-ci/fuzz.log 2>&1; then
+  if tests/reliability/fuzz/run.sh "$fuzz_seconds" >build-ci/fuzz.log 2>&1; then
     grep -E "^Done|number_of_executed_units|average_exec_per_sec" build-ci/fuzz.log | sed 's/^/  /'
     total_pass=$((total_pass + 1))
   else
@@ -83,7 +83,7 @@ if [ $fast -eq 0 ]; then
   fi
 
   echo; echo "=== valgrind memcheck ==="
-  if tests/valgrind.sh build-ci/gcc; then total_pass=$((total_pass + 1)); else total_fail=$((total_fail + 1)); failed_stages+=("valgrind"); fi
+  if tests/reliability/valgrind.sh build-ci/gcc; then total_pass=$((total_pass + 1)); else total_fail=$((total_fail + 1)); failed_stages+=("valgrind"); fi
 
   echo; echo "=== API reference (doxygen, warnings are errors) ==="
   if (cd "$root" && doxygen docs/Doxyfile >build-ci/doxygen.log 2>&1); then

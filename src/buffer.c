@@ -223,6 +223,19 @@ static int wrap_mem(um_device *d, void *host, size_t bytes, unsigned flags, um__
   return d->be->host_register(d->bdev, host, bytes, mem);
 }
 
+/* A descriptor for memory unimem does not own (a wrap, a foreign block):
+ * no size class, no cache slot. */
+static void wrapped_init(um_buffer *b, um_device *d, um_location loc, const um__mem *mem, size_t bytes) {
+  b->dev = d;
+  b->loc = loc;
+  b->kind = UM__KIND_WRAPPED;
+  b->capacity = bytes;
+  b->cls = -1;
+  b->slot = UM__NO_SLOT;
+  b->mem = *mem;
+  um__buffer_init_live(b, bytes, NULL, 0);
+}
+
 int um_wrap_host(um_manager *m, void *host, size_t bytes, unsigned flags, um_buffer **out) {
   um_device *d;
   um_buffer *b;
@@ -243,14 +256,7 @@ int um_wrap_host(um_manager *m, void *host, size_t bytes, unsigned flags, um_buf
       d->be->host_unregister(d->bdev, &mem);
     return um__set_error(UM_ENOMEM, "um_wrap_host: out of memory for a descriptor");
   }
-  b->dev = d;
-  b->loc = UM_HOST;
-  b->kind = UM__KIND_WRAPPED;
-  b->capacity = bytes;
-  b->cls = -1;
-  b->slot = UM__NO_SLOT;
-  b->mem = mem;
-  um__buffer_init_live(b, bytes, NULL, 0);
+  wrapped_init(b, d, UM_HOST, &mem, bytes);
   b->readonly = (flags & UM_WRAP_READONLY) != 0;
   b->pinned_wrap = (flags & UM_WRAP_PIN) != 0;
   if (b->pinned_wrap)
@@ -265,14 +271,7 @@ int um__wrap_foreign(um_manager *m, um_device *d, um_location loc, const um__mem
   UM__CHECK_PROCESS(m);
   if ((b = um__descriptor_get(m)) == NULL)
     return um__set_error(UM_ENOMEM, "out of memory for a descriptor");
-  b->dev = d;
-  b->loc = loc;
-  b->kind = UM__KIND_WRAPPED;
-  b->capacity = bytes;
-  b->cls = -1;
-  b->slot = UM__NO_SLOT;
-  b->mem = *mem;
-  um__buffer_init_live(b, bytes, NULL, 0);
+  wrapped_init(b, d, loc, mem, bytes);
   b->on_return = on_return;
   b->on_return_ctx = ctx;
   go_live(d, NULL, b, bytes, false, out);

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "list.h"
 #include "tcache.h"
 #include "testhook.h"
 
@@ -302,11 +303,7 @@ void um__engine_push(um_manager *m, um__work *w, bool first) {
     if (en->tail == NULL)
       en->tail = w;
   } else {
-    if (en->tail)
-      en->tail->next = w;
-    else
-      en->head = w;
-    en->tail = w;
+    UM__QUEUE_APPEND(en->head, en->tail, w, next);
   }
   pthread_cond_signal(&en->cond);
   pthread_mutex_unlock(&en->lock);
@@ -322,10 +319,7 @@ static void *worker_main(void *arg) {
       pthread_cond_wait(&en->cond, &en->lock);
     if (en->head == NULL)
       break; /* stopping and nothing left */
-    w = en->head;
-    en->head = w->next;
-    if (en->head == NULL)
-      en->tail = NULL;
+    UM__QUEUE_POP(en->head, en->tail, w, next);
     pthread_mutex_unlock(&en->lock);
     w->fn(w);
     pthread_mutex_lock(&en->lock);
@@ -424,6 +418,14 @@ static int check_event(const um_event *e) {
   return UM_OK;
 }
 
+/* check_event, then e's lock taken when it answers UM_OK. */
+static int lock_event(um_event *e) {
+  int st = check_event(e);
+  if (st == UM_OK)
+    pthread_mutex_lock(&e->lock);
+  return st;
+}
+
 int um_event_wait(um_event *e) {
   int st = check_event(e);
   if (st != UM_OK)
@@ -446,10 +448,9 @@ int um_event_wait(um_event *e) {
 }
 
 int um_event_query(um_event *e) {
-  int st = check_event(e);
+  int st = lock_event(e);
   if (st != UM_OK)
     return st;
-  pthread_mutex_lock(&e->lock);
   st = atomic_load_explicit(&e->state, memory_order_acquire) != UM__EV_DONE ? UM_EAGAIN : e->status;
   pthread_mutex_unlock(&e->lock);
   if (st != UM_OK && st != UM_EAGAIN)
@@ -458,10 +459,9 @@ int um_event_query(um_event *e) {
 }
 
 int um_event_cancel(um_event *e) {
-  int st = check_event(e);
+  int st = lock_event(e);
   if (st != UM_OK)
     return st;
-  pthread_mutex_lock(&e->lock);
   if (e->kind != UM__OP_GROUP && !e->canceled &&
       atomic_load_explicit(&e->state, memory_order_acquire) == UM__EV_QUEUED) {
     e->canceled = true;

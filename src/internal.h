@@ -1,26 +1,28 @@
 /* The core's functions, grouped by the file that defines them (as
  * mimalloc's internal.h); the structures are in types.h.
  *
- * Layers, top to bottom; a file calls only files below it (docs/design.md
- * draws them with the path of one allocation and of one copy):
+ * Layers, top to bottom, from the call graph; a file calls only files
+ * below it, but for three pairs that are one concern in two files
+ * (tcache.c <-> pool.c, event.c <-> tcache.c for the event stashes,
+ * net.c <-> net_staging.c). docs/design.md draws them, with the path of one
+ * allocation and of one copy:
  *
- *   API        buffer.c map.c copy.c stream.c mapfile.c device.c peer.c
- *              stats.c manager.c access.c dlpack.c net.c (um_net_*:
- *              handles, blobs, exposures; net.h)
- *   operations op.c -> path.c, staged.c, access.c, net_op.c (how each kind
- *              runs: table entries)
+ *   entry      manager.c dlpack.c stream.c
+ *   API        buffer.c, then copy.c access.c net_op.c map.c net.c
+ *              mapfile.c device.c peer.c stats.c
+ *   operations op.c -> the path table (path.c; entries in path.c,
+ *              staged.c, access.c, net_op.c, called only through it)
  *              event.c (event objects, the worker engine)
- *   net        net.c's seam -> net_staging.c (device buffers) -> the
- *              transport table (net.h): net_ucx.c -> net_ucx_lib.c
- *              (dlopen libucp.so.0); beside the backends, not under them
  *   buffers    handle.c (checks, going live, an operation's end, retire)
  *              trim.c (on request, under pressure, the timer)
  *              quarantine.c (debug) -> owner.c (a block back to its owner)
  *   pool       tcache.c/tcache.h (thread caches) <-> pool.c (bins, budget)
  *   blocks     block.c (device blocks, descriptors, staging chunks)
- *   backends   backend.h: backends/cpu.c, opencl.c, cuda.c
- *   everywhere errors.c options.c fork.c sizeclass.c pagelock.c (a service
- *              of backend.h), testhook.h (test builds)
+ *   backends   backend.h: backends/cpu.c (pagelock.c), opencl.c, cuda.c;
+ *              beside them the net transport table (net.h): net_ucx.c ->
+ *              net_ucx_lib.c (dlopen libucp.so.0), net_staging.c
+ *   everywhere errors.c options.c fork.c sizeclass.c spin.c atomic.h
+ *              list.h, testhook.h (test builds)
  */
 #ifndef UNIMEM_INTERNAL_H
 #define UNIMEM_INTERNAL_H
@@ -204,6 +206,14 @@ struct um__path {
    * no thread waits for the work itself. */
   int (*start_async)(um_event *op, um__done_fn done);
 };
+/* A path's account function that counts op->bytes in stats field
+ * bytes_field and one transfer in xfer_field, on the device at one end of
+ * the copy (src or dst). */
+#define UM__PATH_ACCOUNT(name, end, bytes_field, xfer_field)                                      \
+  static void name(const um_event *op) {                                                          \
+    UM__STAT_ADD(op->end->dev, bytes_field, op->bytes);                                           \
+    UM__STAT_ADD(op->end->dev, xfer_field, 1);                                                    \
+  }
 void um__path_plan(um_event *op);
 bool um__path_runs_inline(const um_event *op);
 /* The host side of a copy: its pointer, or the buffer's host view at the
@@ -369,5 +379,50 @@ void um__descriptors_free_all(um_manager *m);
 int um__staging_get(um_device *d, um__mem *out);
 void um__staging_put(um_device *d, um__mem *mem);
 void um__staging_free_all(um_device *d);
+
+/* One staging chunk's transfer in flight, waited for by the thread that
+ * started it (staged.c's pipelined copies, net_staging.c's network
+ * chunks): the starter sets busy, the transfer's done callback
+ * (um__chunk_latch_done, a um__done_fn) clears it and keeps the status. */
+typedef struct um__chunk_latch {
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  bool busy;
+  int status;
+} um__chunk_latch;
+
+static inline void um__chunk_latch_init(um__chunk_latch *l) {
+  pthread_mutex_init(&l->lock, NULL);
+  pthread_cond_init(&l->cond, NULL);
+  l->busy = false;
+  l->status = UM_OK;
+}
+
+static inline void um__chunk_latch_destroy(um__chunk_latch *l) {
+  pthread_mutex_destroy(&l->lock);
+  pthread_cond_destroy(&l->cond);
+}
+
+static inline void um__chunk_latch_done(void *arg, int status) {
+  um__chunk_latch *l = arg;
+  pthread_mutex_lock(&l->lock);
+  l->busy = false;
+  l->status = status;
+  pthread_cond_signal(&l->cond);
+  pthread_mutex_unlock(&l->lock);
+}
+
+/* Wait until the transfer (if any) finished; its status, reset to UM_OK
+ * for the chunk's next transfer. */
+static inline int um__chunk_latch_wait(um__chunk_latch *l) {
+  int st;
+  pthread_mutex_lock(&l->lock);
+  while (l->busy)
+    pthread_cond_wait(&l->cond, &l->lock);
+  st = l->status;
+  l->status = UM_OK;
+  pthread_mutex_unlock(&l->lock);
+  return st;
+}
 
 #endif /* UNIMEM_INTERNAL_H */

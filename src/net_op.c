@@ -44,15 +44,8 @@ static int start_net(um_event *op, um__done_fn done) {
   return um__net_xfer_start(&p->x, done, op);
 }
 
-static void account_net_put(const um_event *op) {
-  UM__STAT_ADD(op->src->dev, bytes_net_out, op->bytes);
-  UM__STAT_ADD(op->src->dev, xfer_net, 1);
-}
-
-static void account_net_get(const um_event *op) {
-  UM__STAT_ADD(op->dst->dev, bytes_net_in, op->bytes);
-  UM__STAT_ADD(op->dst->dev, xfer_net, 1);
-}
+UM__PATH_ACCOUNT(account_net_put, src, bytes_net_out, xfer_net)
+UM__PATH_ACCOUNT(account_net_get, dst, bytes_net_in, xfer_net)
 
 /* run is never called: start_async is set. */
 const um__path um__path_net_put = {.name = "net-put",

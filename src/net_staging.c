@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "list.h"
 #include "net.h"
 
 #define STAGER_DEVICES 16
@@ -49,33 +50,12 @@ struct um__net_stager {
 
 /* One chunk's network transfer. */
 typedef struct chunk_net {
-  pthread_mutex_t lock;
-  pthread_cond_t cond;
-  bool busy;
-  int status;
+  um__chunk_latch latch;
   char detail[256];
 } chunk_net;
 
-static void chunk_done(void *arg, int status) {
-  chunk_net *c = arg;
-  pthread_mutex_lock(&c->lock);
-  c->busy = false;
-  c->status = status;
-  pthread_cond_signal(&c->cond);
-  pthread_mutex_unlock(&c->lock);
-}
-
 /* Wait for the chunk's transfer, if one is in flight. */
-static int chunk_wait(chunk_net *c) {
-  int st;
-  pthread_mutex_lock(&c->lock);
-  while (c->busy)
-    pthread_cond_wait(&c->cond, &c->lock);
-  st = c->status;
-  c->status = UM_OK;
-  pthread_mutex_unlock(&c->lock);
-  return st;
-}
+static int chunk_wait(chunk_net *c) { return um__chunk_latch_wait(&c->latch); }
 
 static int chunk_send(const stage_job *j, chunk_net *c, void *host, size_t off, size_t n) {
   um__net_rma r;
@@ -88,14 +68,14 @@ static int chunk_send(const stage_job *j, chunk_net *c, void *host, size_t off, 
   r.key_len = j->x.remote.key_len;
   r.detail = c->detail;
   r.detail_cap = sizeof(c->detail);
-  pthread_mutex_lock(&c->lock);
-  c->busy = true;
-  pthread_mutex_unlock(&c->lock);
-  st = um__net_rma_start(j->x.ep, &r, chunk_done, c);
+  pthread_mutex_lock(&c->latch.lock);
+  c->latch.busy = true;
+  pthread_mutex_unlock(&c->latch.lock);
+  st = um__net_rma_start(j->x.ep, &r, um__chunk_latch_done, &c->latch);
   if (st != UM_OK) {
-    pthread_mutex_lock(&c->lock);
-    c->busy = false;
-    pthread_mutex_unlock(&c->lock);
+    pthread_mutex_lock(&c->latch.lock);
+    c->latch.busy = false;
+    pthread_mutex_unlock(&c->latch.lock);
     snprintf(c->detail, sizeof(c->detail), "%s", um_last_error());
   }
   return st;
@@ -227,10 +207,7 @@ static void job_run(um__net_stager *s, stage_job *j) {
     return;
   }
   for (int i = 0; i < 2; i++) {
-    pthread_mutex_init(&c[i].lock, NULL);
-    pthread_cond_init(&c[i].cond, NULL);
-    c[i].busy = false;
-    c[i].status = UM_OK;
+    um__chunk_latch_init(&c[i].latch);
     c[i].detail[0] = '\0';
   }
   st = j->x.dir == UM__NET_PUT ? run_put(j, p, c) : run_get(j, p, c);
@@ -245,8 +222,7 @@ static void job_run(um__net_stager *s, stage_job *j) {
     snprintf(j->x.detail, j->x.detail_cap, "%s",
              c[0].detail[0] ? c[0].detail : c[1].detail[0] ? c[1].detail : um_last_error());
   for (int i = 0; i < 2; i++) {
-    pthread_mutex_destroy(&c[i].lock);
-    pthread_cond_destroy(&c[i].cond);
+    um__chunk_latch_destroy(&c[i].latch);
   }
   j->done(j->arg, st);
 }
@@ -260,10 +236,7 @@ static void *stager_main(void *arg) {
       pthread_cond_wait(&s->cond, &s->lock);
     if (s->head == NULL)
       break;
-    j = s->head;
-    s->head = j->next;
-    if (s->head == NULL)
-      s->tail = NULL;
+    UM__QUEUE_POP(s->head, s->tail, j, next);
     pthread_mutex_unlock(&s->lock);
     job_run(s, j);
     free(j);
@@ -312,11 +285,7 @@ int um__net_stager_submit(um__net_stager *s, const um__net_xfer *x, um__done_fn 
   j->done = done;
   j->arg = arg;
   pthread_mutex_lock(&s->lock);
-  if (s->tail)
-    s->tail->next = j;
-  else
-    s->head = j;
-  s->tail = j;
+  UM__QUEUE_APPEND(s->head, s->tail, j, next);
   pthread_cond_signal(&s->cond);
   pthread_mutex_unlock(&s->lock);
   return UM_OK;

@@ -47,6 +47,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "list.h"
 #include "net.h"
 #include "net_ucx_lib.h"
 
@@ -211,21 +212,12 @@ static void set_detail(ucx_rma *r, const char *fmt, const char *a, const char *b
 static void rma_finish(ucx_rma *r, int status) {
   ucx_net *n = r->ep->n;
   r->status = status;
-  if (r->prev)
-    r->prev->next = r->next;
-  else
-    n->inflight = r->next;
-  if (r->next)
-    r->next->prev = r->prev;
+  UM__LIST_UNLINK(n->inflight, r, prev, next);
   r->ep->inflight--;
   if (r->rk != NULL)
     r->rk->users--;
   r->done_next = NULL;
-  if (n->done_tail)
-    n->done_tail->done_next = r;
-  else
-    n->done_head = r;
-  n->done_tail = r;
+  UM__QUEUE_APPEND(n->done_head, n->done_tail, r, done_next);
 }
 
 /* A UCX request failed: the endpoint's own failure explains a cancellation
@@ -277,29 +269,32 @@ static void rma_admitted(ucx_rma *r) {
   set_detail(r, "%s%s", "the remote range is no longer exposed (unexposed or released)", "");
 }
 
-static void admit_cb(void *req, ucs_status_t st, void *user) {
-  ucx_rma *r = user;
+/* The start every request callback of an operation shares: the request
+ * is freed; whether the operation goes on (false: it was reported already,
+ * its endpoint abandoned, or it failed now, as `what`). */
+static bool rma_cb_ok(ucx_rma *r, void *req, ucs_status_t st, const char *what) {
   um__ucx.ucp_request_free(req);
   if (r->keep)
-    return; /* reported already: its endpoint was abandoned */
+    return false;
   if (st != UCS_OK) {
-    rma_fail(r, st, "atomic (admission)");
-    return;
+    rma_fail(r, st, what);
+    return false;
   }
+  return true;
+}
+
+static void admit_cb(void *req, ucs_status_t st, void *user) {
+  ucx_rma *r = user;
+  if (!rma_cb_ok(r, req, st, "atomic (admission)"))
+    return;
   rma_admitted(r);
   rma_advance(r);
 }
 
 static void flush_cb(void *req, ucs_status_t st, void *user) {
   ucx_rma *r = user;
-  um__ucx.ucp_request_free(req);
-  if (r->keep)
-    return; /* reported already: its endpoint was abandoned */
-  if (st != UCS_OK) {
-    rma_fail(r, st, r->dir == UM__NET_PUT ? "put" : "get");
-    return;
-  }
-  rma_advance(r);
+  if (rma_cb_ok(r, req, st, r->dir == UM__NET_PUT ? "put" : "get"))
+    rma_advance(r);
 }
 
 /* A request that needs no callback: freed at once (UCX releases it when it

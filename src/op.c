@@ -524,17 +524,12 @@ static void op_publish(um_event *op, um_buffer **bufs, int nbufs) {
 
 static bool op_register(um_event *op, um_event **deps, int ndeps);
 
-/* Start op on its device's queue behind deps (all on that queue), their
- * tokens in its wait list. The tokens are borrowed (token_borrow_locked),
- * so a dependency finishing meanwhile cannot release them, and no lock is
- * held across the backend's call. Returns false, doing nothing, when a
- * dependency has no token yet (its own start is in flight on another
- * thread): op is then ordered by registration. Consumes the references in
- * deps when it returns true. */
-static bool op_start_after_tokens(um_event *op, um_event **deps, int ndeps) {
-  void *after[2];
-  um_event *owner[2];
-  int nafter = 0, st = UM_OK;
+/* Borrow the tokens op must wait for: deps queued before op on its queue
+ * need none (the queue orders them), finished ones none either. Returns
+ * false when a dependency has no token yet; what was borrowed is in
+ * after[]/owner[] either way. */
+static bool borrow_dep_tokens(um_event *op, um_event **deps, int ndeps, void **after, um_event **owner,
+                              int *nafter) {
   bool missing = false;
   for (int i = 0; i < ndeps; i++) {
     void *tok = NULL;
@@ -546,31 +541,50 @@ static bool op_start_after_tokens(um_event *op, um_event **deps, int ndeps) {
     if (in_queue) {
       /* the queue orders them */
     } else if (tok != NULL) {
-      after[nafter] = tok;
-      owner[nafter++] = deps[i];
+      after[*nafter] = tok;
+      owner[(*nafter)++] = deps[i];
     } else if (atomic_load_explicit(&deps[i]->state, memory_order_acquire) != UM__EV_DONE) {
       missing = true;
     }
     pthread_mutex_unlock(&deps[i]->lock);
   }
-  if (!missing) {
+  return !missing;
+}
+
+/* The queue refused op (st): op fails, but not before the operations it
+ * was queued behind finished. It is its buffers' last operation, and the
+ * next one takes its completion for theirs: completed now, a blocking
+ * write issued next would run at once and overtake a read still queued. */
+static void op_refused_after(um_event *op, um_event **deps, int ndeps, int st) {
+  op->refused = true;
+  op->native_status = st;
+  if (!op_register(op, deps, ndeps))
+    complete_refused(op, st); /* they finished meanwhile */
+}
+
+/* Start op on its device's queue behind deps (all on that queue), their
+ * tokens in its wait list. The tokens are borrowed (token_borrow_locked),
+ * so a dependency finishing meanwhile cannot release them, and no lock is
+ * held across the backend's call. Returns false, doing nothing, when a
+ * dependency has no token yet (its own start is in flight on another
+ * thread): op is then ordered by registration. Consumes the references in
+ * deps when it returns true. */
+static bool op_start_after_tokens(um_event *op, um_event **deps, int ndeps) {
+  void *after[2];
+  um_event *owner[2];
+  int nafter = 0, st = UM_OK;
+  bool ready = borrow_dep_tokens(op, deps, ndeps, after, owner, &nafter);
+  if (ready) {
     UM__TEST_POINT(UM__TP_NATIVE_START, op);
     atomic_store_explicit(&op->state, UM__EV_RUNNING, memory_order_release);
     st = start_native(op, after, nafter);
   }
   for (int i = 0; i < nafter; i++)
     um__event_token_put(owner[i], owner[i]->native_dev, after[i]);
-  if (missing)
+  if (!ready)
     return false;
   if (st != UM_OK) {
-    /* Refused: op fails, but not before the operations it was queued
-     * behind finished. It is its buffers' last operation, and the next one
-     * takes its completion for theirs: completed now, a blocking write
-     * issued next would run at once and overtake a read still queued. */
-    op->refused = true;
-    op->native_status = st;
-    if (!op_register(op, deps, ndeps))
-      complete_refused(op, st); /* they finished meanwhile */
+    op_refused_after(op, deps, ndeps, st);
     return true;
   }
   for (int i = 0; i < ndeps; i++)
@@ -795,12 +809,18 @@ static um__run *run_new(um_event *group, um_device *d) {
   return r;
 }
 
-/* The open run of group on d, made on first use; NULL when out of memory. */
-static um__run *run_of(um_event *group, um_device *d) {
+/* The open run of group on d, or NULL. */
+static um__run *open_run_on(um_event *group, const um_device *d) {
   for (um__run *r = group->runs; r != NULL; r = r->next)
     if (r->dev == d)
       return r;
-  return run_new(group, d);
+  return NULL;
+}
+
+/* The open run of group on d, made on first use; NULL when out of memory. */
+static um__run *run_of(um_event *group, um_device *d) {
+  um__run *r = open_run_on(group, d);
+  return r != NULL ? r : run_new(group, d);
 }
 
 /* Room for two more buffers in r->bufs. */
@@ -857,13 +877,6 @@ static bool run_takes(const um_event *member, um_buffer **bufs, int nbufs, const
   return true;
 }
 
-static um__run *open_run_on(um_event *group, const um_device *d) {
-  for (um__run *r = group->runs; r != NULL; r = r->next)
-    if (r->dev == d)
-      return r;
-  return NULL;
-}
-
 /* An op of a checked batch as member (a stack operation), with its
  * buffers' generations. They are read after the batch's check, so the
  * ranges are checked again: a buffer released since and handed to a new
@@ -898,6 +911,43 @@ static bool same_way(const um_copy_op *o, const um_copy_op *p) {
          in_range(p->dst, p->dst_off, p->bytes) && in_range(p->src, p->src_off, p->bytes);
 }
 
+/* Under the member's buffers' locks: the run's operation becomes their
+ * last one (the references on the ones it replaces go to old_last[], to
+ * be dropped once the locks are). */
+static void run_join_locked(um__run *r, um_event *member, um_buffer **bufs, int nbufs, um_event **old_last) {
+  for (int i = 0; i < nbufs; i++) {
+    if (bufs[i]->last == r->op)
+      continue;
+    old_last[i] = bufs[i]->last;
+    um__event_ref(r->op);
+    bufs[i]->last = r->op;
+    bufs[i]->pending++;
+    r->bufs[r->nbufs++] = bufs[i];
+  }
+  /* As op_collect_deps: a destination without a host view has its current
+   * data on the device only. */
+  if (member->dst != NULL && member->dst->mem.host == NULL)
+    member->dst->valid = UM_VALID_DEVICE;
+}
+
+/* Queue ops[0..k) through member, quietly: no token, no report
+ * (backend.h); the run's mark reports them. How many were queued. */
+static size_t run_queue_quiet(um_event *group, um_event *member, const um_copy_op *ops, size_t k) {
+  size_t queued = 0;
+  int st;
+  for (size_t j = 0; j < k; j++) {
+    if (j > 0) {
+      member->dst_off = ops[j].dst_off, member->src_off = ops[j].src_off;
+      member->host_src = ops[j].host_src, member->host_dst = ops[j].host_dst;
+    }
+    if ((st = member->path->start_native(member, NULL, 0, NULL, NULL)) != UM_OK)
+      group_record_failure(group, st, um_last_error());
+    else
+      queued++;
+  }
+  return queued;
+}
+
 /* Issue member, the first of ops[0..n) (checked), and the ops after it that
  * go the same way, as copies of their device's run: true when they were
  * (queued, or failed and counted as the group's failure), *taken of them;
@@ -908,7 +958,7 @@ static bool segment_in_run(um_event *group, um_event *member, const um_copy_op *
   um_buffer *bufs[2];
   um_event *old_last[2] = {NULL, NULL};
   int nbufs = op_buffers(member, bufs), st;
-  size_t k = 1, queued = 0;
+  size_t k = 1, queued;
   um__run *r;
   lock_buffers(bufs, nbufs);
   if ((st = op_check_locked(member, bufs, nbufs)) != UM_OK) {
@@ -924,36 +974,14 @@ static bool segment_in_run(um_event *group, um_event *member, const um_copy_op *
     unlock_buffers(bufs, nbufs);
     return false;
   }
-  for (int i = 0; i < nbufs; i++) {
-    if (bufs[i]->last == r->op)
-      continue;
-    old_last[i] = bufs[i]->last;
-    um__event_ref(r->op);
-    bufs[i]->last = r->op;
-    bufs[i]->pending++;
-    r->bufs[r->nbufs++] = bufs[i];
-  }
-  /* As op_collect_deps: a destination without a host view has its current
-   * data on the device only. */
-  if (member->dst != NULL && member->dst->mem.host == NULL)
-    member->dst->valid = UM_VALID_DEVICE;
+  run_join_locked(r, member, bufs, nbufs, old_last);
   while (k < n && same_way(&ops[0], &ops[k]))
     k++;
   unlock_buffers(bufs, nbufs);
   for (int i = 0; i < nbufs; i++)
     if (old_last[i] != NULL)
       um__event_unref(old_last[i]);
-  /* Quiet: no token, no report (backend.h); the run's mark reports them. */
-  for (size_t j = 0; j < k; j++) {
-    if (j > 0) {
-      member->dst_off = ops[j].dst_off, member->src_off = ops[j].src_off;
-      member->host_src = ops[j].host_src, member->host_dst = ops[j].host_dst;
-    }
-    if ((st = member->path->start_native(member, NULL, 0, NULL, NULL)) != UM_OK)
-      group_record_failure(group, st, um_last_error());
-    else
-      queued++;
-  }
+  queued = run_queue_quiet(group, member, ops, k);
   run_tally(r, member->path, queued, queued * member->bytes);
   *taken = k;
   return true;

@@ -185,25 +185,15 @@ const um__path um__path_memcpy = {.name = "memcpy", .plan = plan_memcpy, .run = 
 /* Each counts n transfers of bytes in all on d, the device whose queue ran
  * them (a batch's run counts its copies at once, op.c); the account of one
  * operation is the same with n = 1. */
-static void tally_h2d(um_device *d, uint64_t n, uint64_t bytes) {
-  UM__STAT_ADD(d, bytes_h2d, bytes);
-  UM__STAT_ADD(d, xfer_direct, n);
-}
-
-static void tally_d2h(um_device *d, uint64_t n, uint64_t bytes) {
-  UM__STAT_ADD(d, bytes_d2h, bytes);
-  UM__STAT_ADD(d, xfer_direct, n);
-}
-
-static void tally_local(um_device *d, uint64_t n, uint64_t bytes) {
-  UM__STAT_ADD(d, bytes_d2d, bytes);
-  UM__STAT_ADD(d, xfer_local, n);
-}
-
-static void tally_peer(um_device *d, uint64_t n, uint64_t bytes) {
-  UM__STAT_ADD(d, bytes_peer, bytes);
-  UM__STAT_ADD(d, xfer_peer, n);
-}
+#define TALLY(name, bytes_field, xfer_field)                                                      \
+  static void name(um_device *d, uint64_t n, uint64_t bytes) {                                    \
+    UM__STAT_ADD(d, bytes_field, bytes);                                                          \
+    UM__STAT_ADD(d, xfer_field, n);                                                               \
+  }
+TALLY(tally_h2d, bytes_h2d, xfer_direct)
+TALLY(tally_d2h, bytes_d2h, xfer_direct)
+TALLY(tally_local, bytes_d2d, xfer_local)
+TALLY(tally_peer, bytes_peer, xfer_peer)
 
 static void account_h2d(const um_event *op) { tally_h2d(op->dst->dev, 1, op->bytes); }
 static void account_d2h(const um_event *op) { tally_d2h(op->src->dev, 1, op->bytes); }

@@ -12,7 +12,7 @@
  * for a new owner), free (an idle block goes back to its device and its
  * descriptor to the husks).
  *
- * Invariants (checked by tests/test_pool_basic.c, test_pool_fast.c and
+ * Invariants (checked by tests/unit/test_pool_basic.c, test_pool_fast.c and
  * the stress test, test_pool_stress.c):
  * - a block is in at most one bin or one cache slot, and only while its
  *   descriptor is IDLE;
@@ -32,6 +32,7 @@
  * and never while calling the backend (a device free can be slow). */
 #include <string.h>
 
+#include "list.h"
 #include "tcache.h"
 #include "testhook.h"
 
@@ -139,14 +140,9 @@ static void bin_insert(um__pool *p, um__bin *bin, um_buffer *b) {
 }
 
 static void bin_unlink(um__pool *p, um__bin *bin, um_buffer *b) {
-  if (b->pool_prev)
-    b->pool_prev->pool_next = b->pool_next;
-  else
-    bin->head = b->pool_next;
-  if (b->pool_next)
-    b->pool_next->pool_prev = b->pool_prev;
-  else
+  if (b->pool_next == NULL)
     bin->tail = b->pool_prev;
+  UM__LIST_UNLINK(bin->head, b, pool_prev, pool_next);
   b->pool_prev = b->pool_next = NULL;
   bin->idle_bytes -= b->capacity;
   if (bin->idle_bytes == 0)

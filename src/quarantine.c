@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "list.h"
 
 /* Bytes a quarantined buffer holds from its device (wraps and files hold
  * none: their memory went back at release). */
@@ -80,11 +81,7 @@ void um__quarantine_put(um_buffer *b) {
 
   pthread_mutex_lock(&m->registry_lock);
   b->quarantine_next = NULL;
-  if (m->quarantine_tail)
-    m->quarantine_tail->quarantine_next = b;
-  else
-    m->quarantine_head = b;
-  m->quarantine_tail = b;
+  UM__QUEUE_APPEND(m->quarantine_head, m->quarantine_tail, b, quarantine_next);
   m->quarantine_count++;
   m->quarantine_bytes += held_bytes(b);
   evicted = take_excess(m);

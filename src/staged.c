@@ -21,32 +21,16 @@ static bool can_pipeline(const um_device *d, size_t bytes) {
 /* One chunk's DMA in flight */
 
 typedef struct chunk_wait {
-  pthread_mutex_t lock;
-  pthread_cond_t cond;
-  bool busy;
-  int status;
+  um__chunk_latch latch;
   void *token;
 } chunk_wait;
-
-static void chunk_done(void *arg, int status) {
-  chunk_wait *w = arg;
-  pthread_mutex_lock(&w->lock);
-  w->busy = false;
-  w->status = status;
-  pthread_cond_signal(&w->cond);
-  pthread_mutex_unlock(&w->lock);
-}
 
 /* Wait for the chunk's DMA, if one was started; its status. */
 static int chunk_finish(um_device *d, chunk_wait *w) {
   int st;
-  if (w->token == NULL && !w->busy)
+  if (w->token == NULL && !w->latch.busy)
     return UM_OK;
-  pthread_mutex_lock(&w->lock);
-  while (w->busy)
-    pthread_cond_wait(&w->cond, &w->lock);
-  st = w->status;
-  pthread_mutex_unlock(&w->lock);
+  st = um__chunk_latch_wait(&w->latch);
   if (w->token != NULL && d->be->native_release)
     d->be->native_release(d->bdev, w->token);
   w->token = NULL;
@@ -55,11 +39,11 @@ static int chunk_finish(um_device *d, chunk_wait *w) {
 
 static int chunk_start(um_device *d, chunk_wait *w, const um__xfer *x) {
   int st;
-  w->busy = true;
-  w->status = UM_OK;
-  st = d->be->xfer_async(d->bdev, x, NULL, 0, chunk_done, w, &w->token);
+  w->latch.busy = true;
+  w->latch.status = UM_OK;
+  st = d->be->xfer_async(d->bdev, x, NULL, 0, um__chunk_latch_done, &w->latch, &w->token);
   if (st != UM_OK) {
-    w->busy = false;
+    w->latch.busy = false;
     w->token = NULL;
   }
   return st;
@@ -91,10 +75,7 @@ static bool pipe_open(pipe *p) {
     return false;
   }
   for (int i = 0; i < 2; i++) {
-    pthread_mutex_init(&p->w[i].lock, NULL);
-    pthread_cond_init(&p->w[i].cond, NULL);
-    p->w[i].busy = false;
-    p->w[i].status = UM_OK;
+    um__chunk_latch_init(&p->w[i].latch);
     p->w[i].token = NULL;
   }
   return true;
@@ -108,8 +89,7 @@ static int pipe_close(pipe *p, int st) {
       st = fst;
   }
   for (int i = 0; i < 2; i++) {
-    pthread_mutex_destroy(&p->w[i].lock);
-    pthread_cond_destroy(&p->w[i].cond);
+    um__chunk_latch_destroy(&p->w[i].latch);
     um__staging_put(p->d, &p->stage[i]);
   }
   return st;
@@ -190,15 +170,8 @@ static bool plan_d2h_pipelined(um_event *op) {
          !um__path_dma_ready(op->dst, op->src->dev) && can_pipeline(op->src->dev, op->bytes);
 }
 
-static void account_h2d_pipelined(const um_event *op) {
-  UM__STAT_ADD(op->dst->dev, bytes_h2d, op->bytes);
-  UM__STAT_ADD(op->dst->dev, xfer_pipelined, 1);
-}
-
-static void account_d2h_pipelined(const um_event *op) {
-  UM__STAT_ADD(op->src->dev, bytes_d2h, op->bytes);
-  UM__STAT_ADD(op->src->dev, xfer_pipelined, 1);
-}
+UM__PATH_ACCOUNT(account_h2d_pipelined, dst, bytes_h2d, xfer_pipelined)
+UM__PATH_ACCOUNT(account_d2h_pipelined, src, bytes_d2h, xfer_pipelined)
 
 const um__path um__path_h2d_pipelined = {.name = "h2d-pipelined", .plan = plan_h2d_pipelined,
                                          .run = run_h2d_pipelined, .account = account_h2d_pipelined};
@@ -239,10 +212,7 @@ static int run_staged(um_event *op) {
 
 static bool plan_staged(um_event *op) { return op->kind == UM__OP_COPY; }
 
-static void account_staged(const um_event *op) {
-  UM__STAT_ADD(op->dst->dev, bytes_peer, op->bytes);
-  UM__STAT_ADD(op->dst->dev, xfer_staged, 1);
-}
+UM__PATH_ACCOUNT(account_staged, dst, bytes_peer, xfer_staged)
 
 const um__path um__path_staged = {.name = "staged", .plan = plan_staged, .run = run_staged,
                                   .account = account_staged};
@@ -275,10 +245,7 @@ static bool plan_overlap(um_event *op) {
          op->dst_off < op->src_off + op->bytes;
 }
 
-static void account_overlap(const um_event *op) {
-  UM__STAT_ADD(op->dst->dev, bytes_d2d, op->bytes);
-  UM__STAT_ADD(op->dst->dev, xfer_staged, 1);
-}
+UM__PATH_ACCOUNT(account_overlap, dst, bytes_d2d, xfer_staged)
 
 const um__path um__path_overlap = {.name = "overlap", .plan = plan_overlap, .run = run_overlap,
                                    .account = account_overlap};

@@ -12,6 +12,7 @@
 #include <unistd.h>
 #endif
 
+#include "list.h"
 #include "tcache.h"
 #include "testhook.h"
 
@@ -174,12 +175,7 @@ static void merge_and_unlink(um__tcache *tc, um_manager *m) {
   um__atomic_add_relaxed(&m->bytes_in_use, um__atomic_load_relaxed(&tc->in_use_total));
   if (tc->ndevices == 1)
     um__atomic_add_relaxed(&m->bytes_in_use, um__atomic_load_relaxed(&tc->ctr[0].bytes_in_use));
-  if (tc->m_prev)
-    tc->m_prev->m_next = tc->m_next;
-  else
-    m->tcaches = tc->m_next;
-  if (tc->m_next)
-    tc->m_next->m_prev = tc->m_prev;
+  UM__LIST_UNLINK(m->tcaches, tc, m_prev, m_next);
   tc->m_prev = tc->m_next = NULL;
 }
 

@@ -1,23 +1,24 @@
 # Included by tests/CMakeLists.txt after the test_*.c executables exist.
 
-# The fault-injecting backend (tests/fault_backend.c) is built into every
-# test that includes its header, never into the library.
-foreach(src ${UM_TEST_SOURCES})
-  get_filename_component(name ${src} NAME_WE)
-  file(STRINGS ${src} _um_fault_include REGEX "#include \"fault_backend.h\"")
-  if(_um_fault_include)
-    target_sources(${name} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/fault_backend.c)
-  endif()
+# The fault-injecting backend (common/fault_backend.c) is built into the
+# tests that use it, never into the library. A test that includes
+# fault_backend.h goes in this list (a missing one fails to link).
+set(UM_FAULT_BACKEND_TESTS
+    test_batch test_fault_order test_fault_queue test_lifecycle test_wait
+    test_misuse test_misuse_buffers test_misuse_caller_memory test_misuse_handles test_misuse_owners
+    test_faults test_model test_stress)
+foreach(name ${UM_FAULT_BACKEND_TESTS})
+  target_sources(${name} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/common/fault_backend.c)
 endforeach()
 
-# The model-based randomized test (tests/test_model.c, its model in
-# tests/model/): once per device configuration, each with a few fixed
+# The model-based randomized test (tests/reliability/test_model.c, its
+# model in tests/reliability/model/): once per device configuration, each with a few fixed
 # seeds. UNIMEM_MODEL_SEED / UNIMEM_MODEL_OPS turn any of them into a
 # replay or a soak run. The OpenCL runs skip (code 77) where there is no
 # OpenCL device, and fail when PoCL gives fewer devices than they asked for.
-file(GLOB UM_MODEL_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/model/*.c)
+file(GLOB UM_MODEL_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/reliability/model/*.c)
 target_sources(test_model PRIVATE ${UM_MODEL_SOURCES})
-target_include_directories(test_model PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+target_include_directories(test_model PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/reliability)
 target_link_libraries(test_model PRIVATE m)
 add_test(NAME test_model_cpu COMMAND test_model --jobs=1 --filter "model/*cpu*")
 set_tests_properties(test_model_cpu PROPERTIES LABELS "core" TIMEOUT 300 SKIP_RETURN_CODE 77)
@@ -33,22 +34,22 @@ endforeach()
 
 # The fuzz target without libFuzzer: replays the kept corpus as a plain
 # test, so every build (ASan, TSan, valgrind) runs it.
-add_executable(fuzz_api_replay ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_api.c
-                               ${CMAKE_CURRENT_SOURCE_DIR}/fault_backend.c)
-target_include_directories(fuzz_api_replay PRIVATE ${CMAKE_SOURCE_DIR}/src ${CMAKE_CURRENT_SOURCE_DIR})
+add_executable(fuzz_api_replay ${CMAKE_CURRENT_SOURCE_DIR}/reliability/fuzz/fuzz_api.c
+                               ${CMAKE_CURRENT_SOURCE_DIR}/common/fault_backend.c)
+target_include_directories(fuzz_api_replay PRIVATE ${CMAKE_SOURCE_DIR}/src ${CMAKE_CURRENT_SOURCE_DIR}/common)
 target_compile_definitions(fuzz_api_replay PRIVATE _GNU_SOURCE)
 target_compile_options(fuzz_api_replay PRIVATE ${UM_WARNINGS})
 target_link_libraries(fuzz_api_replay PRIVATE unimem_static)
-file(GLOB UM_FUZZ_CORPUS CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/corpus/*)
+file(GLOB UM_FUZZ_CORPUS CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/reliability/fuzz/corpus/*)
 add_test(NAME fuzz_corpus COMMAND fuzz_api_replay ${UM_FUZZ_CORPUS})
 set_tests_properties(fuzz_corpus PROPERTIES TIMEOUT 300 LABELS "core")
 
 # The stress test again, without Criterion: Criterion cannot start under
 # TSan (its arena collides with the sanitizer's memory layout), so this is
 # the test that the TSan build relies on.
-add_executable(stress_standalone ${CMAKE_CURRENT_SOURCE_DIR}/test_stress.c
-                                 ${CMAKE_CURRENT_SOURCE_DIR}/fault_backend.c)
-target_include_directories(stress_standalone PRIVATE ${CMAKE_SOURCE_DIR}/src ${CMAKE_CURRENT_SOURCE_DIR})
+add_executable(stress_standalone ${CMAKE_CURRENT_SOURCE_DIR}/reliability/test_stress.c
+                                 ${CMAKE_CURRENT_SOURCE_DIR}/common/fault_backend.c)
+target_include_directories(stress_standalone PRIVATE ${CMAKE_SOURCE_DIR}/src ${CMAKE_CURRENT_SOURCE_DIR}/common)
 target_compile_definitions(stress_standalone PRIVATE _GNU_SOURCE UNIMEM_STRESS_STANDALONE)
 target_compile_options(stress_standalone PRIVATE ${UM_WARNINGS})
 target_link_libraries(stress_standalone PRIVATE unimem_static)

@@ -1,7 +1,8 @@
 # The um_net tests (label net), included by tests/CMakeLists.txt after the
 # test_*.c executables exist.
 #
-# test_net_*.c link the blob-exchange helper (net_bootstrap.c). The data
+# test_net_*.c (in backends/) link the blob-exchange helper
+# (common/net_bootstrap.c). The data
 # path and failure tests run once more per UCX transport of this machine,
 # loopback and shared memory only:
 #   tcp    UCX_TLS=tcp over lo (peer failure detection: a killed peer is
@@ -19,15 +20,15 @@
 foreach(src ${UM_TEST_SOURCES})
   get_filename_component(name ${src} NAME_WE)
   if(name MATCHES "^test_net")
-    target_sources(${name} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/net_bootstrap.c)
+    target_sources(${name} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/common/net_bootstrap.c)
   endif()
 endforeach()
 
 # Environment of every net test: one PoCL device, and in TSan builds the
-# suppressions of UCX's handlers (tsan_net.supp says why).
+# suppressions of UCX's handlers (backends/tsan_net.supp says why).
 set(UM_NET_ENV "POCL_DEVICES=pthread")
 if(UNIMEM_SANITIZE STREQUAL "thread")
-  list(APPEND UM_NET_ENV "TSAN_OPTIONS=suppressions=${CMAKE_CURRENT_SOURCE_DIR}/tsan_net.supp")
+  list(APPEND UM_NET_ENV "TSAN_OPTIONS=suppressions=${CMAKE_CURRENT_SOURCE_DIR}/backends/tsan_net.supp")
 endif()
 
 if(TARGET test_net AND UM_HAVE_UCX)

@@ -1211,6 +1211,27 @@ static int lane_take(cuda_device *d, CUstream *out) {
   return UM_OK;
 }
 
+/* The shape every lane item shares: a token of `owners` owners, queued by
+ * `queue` under interop_lock (see lane_take), then handed out in *out, or
+ * discarded when queueing failed. Called with the context current. */
+typedef int (*lane_queue_fn)(cuda_device *d, cuda_token *token, const void *arg);
+
+static int lane_item_new(cuda_device *d, int owners, lane_queue_fn queue, const void *arg, void **out) {
+  cuda_token *token = NULL;
+  int status = token_create(owners, &token);
+
+  if (status != UM_OK)
+    return status;
+  pthread_mutex_lock(&d->interop_lock);
+  status = queue(d, token, arg);
+  pthread_mutex_unlock(&d->interop_lock);
+  if (status != UM_OK)
+    token_discard(token);
+  else
+    *out = token;
+  return status;
+}
+
 /* UM__XFER_MARKER: done once the tokens of after[] and x->wait[] are. It
  * waits for exactly those on a lane of its own: the only ordering it adds
  * is "after its tokens", and since every token's event was recorded before
@@ -1219,33 +1240,40 @@ static int lane_take(cuda_device *d, CUstream *out) {
  * unimem's copy streams are not touched: the tokens may stand for the
  * caller's work on other streams. The core's references on x->wait[] may go
  * as soon as this returns: cuStreamWaitEvent captured them. */
+typedef struct marker_args {
+  const um__xfer *x;
+  void *const *after;
+  int nafter;
+  um__done_fn done;
+  void *arg;
+} marker_args;
+
+static int queue_marker(cuda_device *d, cuda_token *token, const void *arg) {
+  const marker_args *a = arg;
+  CUstream lane = NULL;
+  int status;
+
+  token->done = a->done;
+  token->arg = a->arg;
+  status = lane_take(d, &lane);
+  if (status == UM_OK)
+    status = wait_tokens(lane, a->after, a->nafter);
+  if (status == UM_OK)
+    status = wait_tokens(lane, a->x->wait, 2);
+  if (status == UM_OK)
+    status = record_and_watch(token, lane);
+  return status;
+}
+
 static int start_marker(cuda_device *d, const um__xfer *x, void *const *after,
                         int nafter, um__done_fn done, void *arg, void **native) {
-  cuda_token *token = NULL;
-  CUstream lane = NULL;
+  marker_args a = {x, after, nafter, done, arg};
   CUcontext previous = NULL;
   int status = enter_context(d, &previous);
 
   if (status != UM_OK)
     return status;
-  status = token_create(2, &token);
-  if (status == UM_OK) {
-    token->done = done;
-    token->arg = arg;
-    pthread_mutex_lock(&d->interop_lock);
-    status = lane_take(d, &lane);
-    if (status == UM_OK)
-      status = wait_tokens(lane, after, nafter);
-    if (status == UM_OK)
-      status = wait_tokens(lane, x->wait, 2);
-    if (status == UM_OK)
-      status = record_and_watch(token, lane);
-    pthread_mutex_unlock(&d->interop_lock);
-    if (status != UM_OK)
-      token_discard(token);
-    else
-      *native = token;
-  }
+  status = lane_item_new(d, 2, queue_marker, &a, native);
   leave_context(d, previous);
   return status;
 }
@@ -1259,40 +1287,42 @@ static int start_marker(cuda_device *d, const um__xfer *x, void *const *after,
  * the driver does not know answers UM_EINVAL (cuEventQuery says neither
  * done nor pending); one whose work is done already (or that was never
  * recorded: an empty set of work) needs no wait. */
+typedef struct capture_args {
+  CUevent caller;
+  int pending;
+} capture_args;
+
+static int queue_capture(cuda_device *d, cuda_token *captured, const void *arg) {
+  const capture_args *a = arg;
+  CUstream lane = NULL;
+  CUresult result;
+  int status = lane_take(d, &lane);
+
+  if (status == UM_OK && a->pending &&
+      (result = cu->cuStreamWaitEvent(lane, a->caller, CU_EVENT_WAIT_DEFAULT)) != CUDA_SUCCESS)
+    status = cuda_status(result, "cuStreamWaitEvent");
+  if (status == UM_OK && (result = cu->cuEventRecord(captured->finished, lane)) != CUDA_SUCCESS)
+    status = cuda_status(result, "cuEventRecord");
+  return status;
+}
+
 static int cuda_token_adopt(void *bdev, void *native, void **token) {
   cuda_device *d = bdev;
-  CUevent caller = native;
-  cuda_token *captured = NULL;
-  CUstream lane = NULL;
+  capture_args a = {native, 0};
   CUcontext previous = NULL;
   CUresult result;
-  int pending;
   int status = enter_context(d, &previous);
 
   if (status != UM_OK)
     return status;
-  result = cu->cuEventQuery(caller);
-  pending = result == CUDA_ERROR_NOT_READY;
-  if (result != CUDA_SUCCESS && !pending) {
+  result = cu->cuEventQuery(a.caller);
+  a.pending = result == CUDA_ERROR_NOT_READY;
+  if (result != CUDA_SUCCESS && !a.pending) {
     cuda_status(result, "cuEventQuery");
     status = um__set_error(UM_EINVAL, "cuda: the done event is not a live CUevent (%s)", um_last_error());
   }
   if (status == UM_OK)
-    status = token_create(1, &captured);
-  if (status == UM_OK) {
-    pthread_mutex_lock(&d->interop_lock);
-    status = lane_take(d, &lane);
-    if (status == UM_OK && pending &&
-        (result = cu->cuStreamWaitEvent(lane, caller, CU_EVENT_WAIT_DEFAULT)) != CUDA_SUCCESS)
-      status = cuda_status(result, "cuStreamWaitEvent");
-    if (status == UM_OK && (result = cu->cuEventRecord(captured->finished, lane)) != CUDA_SUCCESS)
-      status = cuda_status(result, "cuEventRecord");
-    pthread_mutex_unlock(&d->interop_lock);
-    if (status != UM_OK)
-      token_discard(captured);
-    else
-      *token = captured;
-  }
+    status = lane_item_new(d, 1, queue_capture, &a, token);
   leave_context(d, previous);
   return status;
 }
@@ -1462,7 +1492,8 @@ static int gate_wait(cuda_device *d, CUstream lane, const cuda_gate_word *word, 
 /* Take a word and queue the gate's wait and record on a lane; interop_lock
  * held. On failure after the wait was queued, the word is written so that
  * the lane does not stay blocked. */
-static int gate_queue(cuda_device *d, cuda_token *gate) {
+static int gate_queue(cuda_device *d, cuda_token *gate, const void *unused) {
+  (void)unused;
   CUstream lane = NULL;
   cuda_gate_word *word;
   CUresult result;
@@ -1491,22 +1522,12 @@ static int gate_queue(cuda_device *d, cuda_token *gate) {
 
 static int cuda_gate_new(void *bdev, void **token) {
   cuda_device *d = bdev;
-  cuda_token *gate = NULL;
   CUcontext previous = NULL;
   int status = enter_context(d, &previous);
 
   if (status != UM_OK)
     return status;
-  status = token_create(2, &gate); /* the opener's and the caller's */
-  if (status == UM_OK) {
-    pthread_mutex_lock(&d->interop_lock);
-    status = gate_queue(d, gate);
-    pthread_mutex_unlock(&d->interop_lock);
-    if (status != UM_OK)
-      token_discard(gate);
-    else
-      *token = gate;
-  }
+  status = lane_item_new(d, 2 /* the opener's and the caller's */, gate_queue, NULL, token);
   leave_context(d, previous);
   return status;
 }

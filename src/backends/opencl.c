@@ -812,6 +812,20 @@ static int create_buffer(ocl_device *dev, cl_mem_flags flags, size_t bytes,
   return UM_OK;
 }
 
+/* The one cleanup path of the cl_mem allocators: the block goes out in
+ * *out (host: its mapped view, or NULL), or its buffer is released when
+ * status says the allocation failed. */
+static int block_finish(cl_mem mem, void *host, int status, um__mem *out) {
+  if (status != UM_OK) {
+    ocl.clReleaseMemObject(mem);
+    return status;
+  }
+  out->host = host;
+  out->handle = (uintptr_t)mem;
+  out->priv = NULL;
+  return UM_OK;
+}
+
 static int alloc_device_block(ocl_device *dev, size_t bytes, um__mem *out) {
   cl_mem mem = NULL;
   cl_event migrated = NULL;
@@ -831,20 +845,11 @@ static int alloc_device_block(ocl_device *dev, size_t bytes, um__mem *out) {
   submit_end(dev);
   if (err != CL_SUCCESS) {
     status = translate_cl_error(err, "clEnqueueMigrateMemObjects");
-    goto fail;
+  } else {
+    status = wait_for_command(migrated, "clEnqueueMigrateMemObjects");
+    ocl.clReleaseEvent(migrated);
   }
-  status = wait_for_command(migrated, "clEnqueueMigrateMemObjects");
-  ocl.clReleaseEvent(migrated);
-  if (status != UM_OK)
-    goto fail;
-  out->host = NULL;
-  out->handle = (uintptr_t)mem;
-  out->priv = NULL;
-  return UM_OK;
-
-fail:
-  ocl.clReleaseMemObject(mem);
-  return status;
+  return block_finish(mem, NULL, status, out);
 }
 
 static int alloc_pinned_block(ocl_device *dev, size_t bytes, um__mem *out) {
@@ -863,19 +868,10 @@ static int alloc_pinned_block(ocl_device *dev, size_t bytes, um__mem *out) {
                                 CL_MAP_READ | CL_MAP_WRITE, 0, bytes, 0, NULL,
                                 NULL, &err);
   submit_end(dev);
-  if (host == NULL || err != CL_SUCCESS) {
+  if (host == NULL || err != CL_SUCCESS)
     status = translate_cl_error(err != CL_SUCCESS ? err : CL_MAP_FAILURE,
                                 "clEnqueueMapBuffer");
-    goto fail;
-  }
-  out->host = host;
-  out->handle = (uintptr_t)mem;
-  out->priv = NULL;
-  return UM_OK;
-
-fail:
-  ocl.clReleaseMemObject(mem);
-  return status;
+  return block_finish(mem, host, status, out);
 }
 
 static int alloc_unified_block(ocl_device *dev, size_t bytes, um__mem *out) {

@@ -93,6 +93,10 @@ if(TARGET unimem_tool)
                    -- ${_um_tool} bench wait --quick --json ${_um_wait_out}/bench.json)
   set_tests_properties(tool_bench_wait_quick PROPERTIES ENVIRONMENT "POCL_DEVICES=pthread"
                        SKIP_REGULAR_EXPRESSION "summary: wait skipped")
+  if(UNIMEM_SANITIZE STREQUAL "thread")
+    set_tests_properties(tool_bench_wait_quick PROPERTIES ENVIRONMENT
+                         "POCL_DEVICES=pthread;TSAN_OPTIONS=suppressions=${CMAKE_CURRENT_LIST_DIR}/tsan_starpu.supp")
+  endif()
   list(APPEND _um_tool_tests tool_bench_wait_quick)
 
   # The merged reports are strict JSON with the keys their readers use.

@@ -3,7 +3,7 @@
 # about five minutes on two cores (Criterion runs every test in its own
 # child process, and each child pays valgrind's start-up).
 #
-#   tests/valgrind.sh BUILD_DIR [TEST...]
+#   tests/reliability/valgrind.sh BUILD_DIR [TEST...]
 #
 # BUILD_DIR is a normal (not sanitizer) build with the tests built. With no
 # TEST named, runs the default set below: the fault-injection, misuse and
@@ -18,9 +18,9 @@
 # summary line per test and "valgrind: N programs, 0 errors, 0 bytes
 # definitely lost" at the end.
 set -uo pipefail
-build=${1:?usage: tests/valgrind.sh BUILD_DIR [TEST...]}
+build=${1:?usage: tests/reliability/valgrind.sh BUILD_DIR [TEST...]}
 shift
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 tests=("$@")
 if [ ${#tests[@]} -eq 0 ]; then
   tests=(test_faults test_misuse test_stress fuzz_corpus stress_standalone test_seeds
@@ -36,7 +36,7 @@ command -v valgrind >/dev/null || { echo "valgrind: not installed (apt-get insta
 
 logs=$(mktemp -d)
 supp=()
-for s in "$root"/tests/valgrind/*.supp; do
+for s in "$root"/tests/reliability/valgrind/*.supp; do
   [ -f "$s" ] && supp+=("--suppressions=$s")
 done
 # PoCL builds kernels by running the toolchain (ld, clang): those children
@@ -49,7 +49,7 @@ vg=(valgrind --tool=memcheck --trace-children=yes
 status=0 programs=0
 for t in "${tests[@]}"; do
   if [ "$t" = fuzz_corpus ]; then
-    cmd=("$build/tests/fuzz_api_replay" "$root"/tests/fuzz/corpus/*)
+    cmd=("$build/tests/fuzz_api_replay" "$root"/tests/reliability/fuzz/corpus/*)
   else
     cmd=("$build/tests/$t" --jobs=1)
   fi

@@ -1,4 +1,4 @@
-/* Managers over the fake CUDA driver (tests/fake_cuda/fake_cuda.c) for the
+/* Managers over the fake CUDA driver (tests/backends/fake_cuda/fake_cuda.c) for the
  * test_fakecuda_*.c files.
  *
  * The backend loads its driver once per process, and Criterion runs every

@@ -1,4 +1,4 @@
-/* Model-based randomized test of the public API (tests/test_model.c runs
+/* Model-based randomized test of the public API (tests/reliability/test_model.c runs
  * it): random programs of allocations, wraps, releases, copies of every
  * kind, fills, batches, mappings, cancels, event waits and releases, trims
  * and deliberately bad calls, checked against a byte-exact shadow model of

@@ -1,6 +1,6 @@
 /* Fuzz target: the input is a program of API calls, good and bad ones,
  * run against a manager with the cpu, one or two "fault" devices and a
- * "fault-map" device (tests/fault_backend.c). A shadow model knows what
+ * "fault-map" device (tests/common/fault_backend.c). A shadow model knows what
  * every live buffer must hold, byte by byte, and which code every call
  * must answer; any difference aborts.
  *
@@ -22,7 +22,7 @@
  * call that makes, refuses or releases a buffer (on that buffer's device)
  * and, for every device and in total, at the end of the program.
  *
- * Built two ways: with libFuzzer (tests/fuzz/CMakeLists.txt, clang,
+ * Built two ways: with libFuzzer (tests/reliability/fuzz/CMakeLists.txt, clang,
  * -DUNIMEM_FUZZ_LIBFUZZER), and as a plain program that replays the files
  * named on its command line (the fuzz_corpus CTest test).
  */

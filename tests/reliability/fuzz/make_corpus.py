@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Write the seed corpus of tests/fuzz/fuzz_api.c into tests/fuzz/corpus/.
+"""Write the seed corpus of tests/reliability/fuzz/fuzz_api.c into tests/reliability/fuzz/corpus/.
 
 Deterministic (fixed seeds): rerunning it rewrites the same files. Each
 seed is a program for fuzz_api.c: two configuration bytes, then
@@ -12,7 +12,7 @@ buffers to work on. Scenario seeds at the end aim at one feature each;
 the "destroy" ones end with two bytes chosen so that the harness ends
 them by destroying the manager (a hash of the input, see fuzz_api.c).
 
-    python3 tests/fuzz/make_corpus.py [OUT_DIR]
+    python3 tests/reliability/fuzz/make_corpus.py [OUT_DIR]
 """
 import os
 import random

@@ -1,6 +1,6 @@
 /* Model-based randomized test: random programs against a byte-exact
  * shadow model of every buffer and host area, with the statistics
- * invariants checked after every step (tests/model/model.h describes the
+ * invariants checked after every step (tests/reliability/model/model.h describes the
  * model; model_run.c the program).
  *
  * Tests: model/cpu (the cpu device alone), model/cpu_discrete (the cpu and

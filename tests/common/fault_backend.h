@@ -29,8 +29,8 @@
  * "lost": from then on every operation on it fails with UM_ENODEV (blocks
  * are still freed, so the manager can be destroyed).
  *
- * Use: add tests/fault_backend.c to the test's sources (tests/extra.cmake
- * does it for the tests that include this header).
+ * Use: name the test in UM_FAULT_BACKEND_TESTS (tests/extra.cmake), which
+ * adds tests/common/fault_backend.c to its sources.
  */
 #ifndef UNIMEM_TESTS_FAULT_BACKEND_H
 #define UNIMEM_TESTS_FAULT_BACKEND_H

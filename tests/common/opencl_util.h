@@ -1,4 +1,4 @@
-/* Helpers of the OpenCL API tests (tests/test_opencl_*.c): a manager over
+/* Helpers of the OpenCL API tests (tests/backends/test_opencl_*.c): a manager over
  * the cpu and OpenCL backends with one or two PoCL devices, byte patterns,
  * strategy counters, and a gate that holds the manager's workers.
  *

@@ -7,7 +7,7 @@
  * is held (fault_hold) so that the earlier operations are still queued,
  * deterministically, while the later ones are issued.
  *
- * Found by the fuzzer (tests/fuzz/corpus/
+ * Found by the fuzzer (tests/reliability/fuzz/corpus/
  * crash_write_overtakes_read_after_refused_submit): a d2h queued, an h2d
  * queued behind it and refused, then a blocking h2d that ran at once on
  * the caller's thread and overwrote the bytes the queued d2h was to read.

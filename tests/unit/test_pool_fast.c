@@ -21,22 +21,10 @@
 #define KiB ((size_t)1024)
 #define MiB (1024 * KiB)
 
-static void options(um_options *o) {
-  um_options_init(o);
-  snprintf(o->backends, sizeof(o->backends), "cpu");
-  o->enable_pooling = 1;
-  o->max_pool_bytes = 2ull << 30;
-  o->max_pool_bytes_per_class = 1ull << 30;
-  o->trim_interval_ms = 0;
-  o->trim_on_pressure = 1;
-  o->scrub = 0;
-  o->debug = 0;
-}
-
 static um_manager *make(void (*tweak)(um_options *)) {
   um_options o;
   um_manager *m = NULL;
-  options(&o);
+  ut_options(&o);
   if (tweak != NULL)
     tweak(&o);
   cr_assert_eq(um_manager_create(&o, &m), UM_OK, "%s", um_last_error());
@@ -394,7 +382,7 @@ static void *outlive_manager(void *arg) {
   cr_assert_eq(um_release(b), UM_OK);
   gate_set(&j->g, 1); /* cached: destroy it */
   gate_wait(&j->g, 2);
-  options(&o);
+  ut_options(&o);
   cr_assert_eq(um_manager_create(&o, &m2), UM_OK);
   cr_assert_eq(um_alloc(m2, um_device_get(m2, 0), 4000, UM_HOST, 0, &b), UM_OK);
   cr_assert_eq(um_release(b), UM_OK);
@@ -897,7 +885,7 @@ static um_manager *make_tiny(int trim_on_pressure) {
   const um__backend *extra[] = {&tiny_backend};
   um_options o;
   um_manager *m = NULL;
-  options(&o);
+  ut_options(&o);
   o.trim_on_pressure = trim_on_pressure;
   o.on_oom = on_oom;
   o.oom_ctx = &the_oom_log;

@@ -2,17 +2,17 @@
 # Build the libFuzzer target (clang, ASan+UBSan) and fuzz the API for a
 # bounded time, starting from the kept corpus.
 #
-#   tests/fuzz/run.sh [SECONDS]      default 60
+#   tests/reliability/fuzz/run.sh [SECONDS]      default 60
 #
 # Environment: UNIMEM_FUZZ_BUILD_DIR (default build-fuzz in the source
 # tree), JOBS (build parallelism, default 2), FUZZ_FLAGS (extra libFuzzer
 # flags). New inputs go to a scratch directory, not to the kept corpus; to
-# refresh the corpus, merge: fuzz_api -merge=1 tests/fuzz/corpus DIR.
+# refresh the corpus, merge: fuzz_api -merge=1 tests/reliability/fuzz/corpus DIR.
 # The last lines of the output are libFuzzer's final statistics
 # (stat::number_of_executed_units, stat::average_exec_per_sec, ...).
 set -euo pipefail
 secs=${1:-60}
-root=$(cd "$(dirname "$0")/../.." && pwd)
+root=$(cd "$(dirname "$0")/../../.." && pwd)
 build=${UNIMEM_FUZZ_BUILD_DIR:-$root/build-fuzz}
 
 cmake -S "$root" -B "$build" -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo \
@@ -27,8 +27,8 @@ tmp=${TMPDIR:-/tmp}
 [ -d /dev/shm ] && [ -w /dev/shm ] && tmp=/dev/shm
 scratch=$(mktemp -d "$tmp/unimem-fuzz.XXXXXX")
 trap 'rm -rf "$scratch"' EXIT
-echo "fuzzing for ${secs}s from $(ls "$root/tests/fuzz/corpus" | wc -l) corpus inputs"
+echo "fuzzing for ${secs}s from $(ls "$root/tests/reliability/fuzz/corpus" | wc -l) corpus inputs"
 # shellcheck disable=SC2086
 "$build/tests/fuzz/fuzz_api" -max_total_time="$secs" -max_len=4096 -timeout=30 \
   -rss_limit_mb=4096 -print_final_stats=1 -artifact_prefix="$build/" ${FUZZ_FLAGS:-} \
-  "$scratch" "$root/tests/fuzz/corpus"
+  "$scratch" "$root/tests/reliability/fuzz/corpus"

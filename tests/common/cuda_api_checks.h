@@ -88,21 +88,10 @@ static UT_UNUSED void cac_log_dump(void) {
 /* ------------------------------------------------------------------------ */
 /* Managers and devices */
 
-/* Defaults (then UNIMEM_* environment), overridden where the checks' exact
- * figures depend on them: the given backends, no trim timer, pooling on,
- * no scrub and no debug quarantine, small staging chunks, peer access on,
- * every log line from INFO up captured. */
+/* ut_options_on, and where the checks' exact figures depend on them: small
+ * staging chunks, peer access on, every log line from INFO up captured. */
 static UT_UNUSED void cac_options(um_options *o, const char *backends) {
-  um_options_init(o);
-  snprintf(o->backends, sizeof(o->backends), "%s", backends);
-  o->enable_pooling = 1;
-  o->max_pool_bytes = 2ull << 30;
-  o->max_pool_bytes_per_class = 1ull << 30;
-  o->trim_interval_ms = 0;
-  o->trim_on_pressure = 1;
-  o->scrub = 0;
-  o->debug = 0;
-  o->max_concurrent_transfers = 4;
+  ut_options_on(o, backends);
   o->use_pinned_staging = 1;
   o->staging_chunk_bytes = CAC_CHUNK;
   o->pinned_pool_bytes = 8 * CAC_CHUNK;

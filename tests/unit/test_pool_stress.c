@@ -292,21 +292,9 @@ static void run(um_options *o, uint64_t seed) {
   pthread_mutex_destroy(&s.lock);
 }
 
-static void base_options(um_options *o) {
-  um_options_init(o);
-  snprintf(o->backends, sizeof(o->backends), "cpu");
-  o->enable_pooling = 1;
-  o->max_pool_bytes = 2ull << 30;
-  o->max_pool_bytes_per_class = 1ull << 30;
-  o->trim_interval_ms = 0;
-  o->trim_on_pressure = 1;
-  o->scrub = 0;
-  o->debug = 0;
-}
-
 Test(stress, default_limits, .timeout = 280) {
   um_options o;
-  base_options(&o);
+  ut_options(&o);
   run(&o, 1);
 }
 
@@ -314,7 +302,7 @@ Test(stress, default_limits, .timeout = 280) {
  * time. */
 Test(stress, tight_limits, .timeout = 280) {
   um_options o;
-  base_options(&o);
+  ut_options(&o);
   o.max_pool_bytes = 3u << 20;
   o.max_pool_bytes_per_class = 384u << 10;
   run(&o, 2);
@@ -323,7 +311,7 @@ Test(stress, tight_limits, .timeout = 280) {
 /* The trim timer works while the threads do. */
 Test(stress, with_trim_timer, .timeout = 280) {
   um_options o;
-  base_options(&o);
+  ut_options(&o);
   o.trim_interval_ms = 5;
   run(&o, 3);
 }
@@ -331,7 +319,7 @@ Test(stress, with_trim_timer, .timeout = 280) {
 /* Zeroing of every reused block, on the cache path. */
 Test(stress, scrub, .timeout = 280) {
   um_options o;
-  base_options(&o);
+  ut_options(&o);
   o.scrub = 1;
   run(&o, 4);
 }

@@ -37,20 +37,26 @@
 /* ------------------------------------------------------------------------ */
 /* Options */
 
-/* Defaults with only the cpu backend (device 0) and no trim timer, whatever
- * the UNIMEM_* environment says, so that every figure moves only by the
- * test's own calls. */
-static UT_UNUSED void ut_options(um_options *o) {
+/* The options every test starts from (the one copy: tests override what
+ * they test): defaults with the given backends, pooling on with limits no
+ * test reaches by accident, no trim timer, no scrub, no debug quarantine,
+ * whatever the UNIMEM_* environment says, so that every figure moves only
+ * by the test's own calls. */
+static UT_UNUSED void ut_options_on(um_options *o, const char *backends) {
   um_options_init(o);
-  snprintf(o->backends, sizeof(o->backends), "cpu");
+  snprintf(o->backends, sizeof(o->backends), "%s", backends);
   o->enable_pooling = 1;
   o->max_pool_bytes = 2ull << 30;
   o->max_pool_bytes_per_class = 1ull << 30;
   o->trim_interval_ms = 0;
   o->trim_on_pressure = 1;
   o->scrub = 0;
+  o->debug = 0;
   o->max_concurrent_transfers = 4;
 }
+
+/* ut_options_on with only the cpu backend (device 0). */
+static UT_UNUSED void ut_options(um_options *o) { ut_options_on(o, "cpu"); }
 
 /* A cpu-only manager with ut_options. */
 static UT_UNUSED um_manager *ut_manager(void) {
