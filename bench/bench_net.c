@@ -526,7 +526,9 @@ static int bn_measure(int quick, int rounds, unsigned kinds, bn_side *um[BN_KIND
       rc = 1;
     }
   }
-  for (int kind = 0; kind < BN_KINDS; kind++)
+  /* The later pairs first: their processes inherited the earlier pairs'
+   * command pipes, whose issuers end at EOF only once every copy is gone. */
+  for (int kind = BN_KINDS - 1; kind >= 0; kind--)
     if (started & (1 << kind))
       bn_procs_stop(&p[kind]);
   return rc;
