@@ -2,12 +2,15 @@
  * ucx_perftest on the same transport in the same run (SPEC §6: put/get of
  * >= 1 MiB at >= 0.9x ucx_perftest).
  *
- *   bench_net [--quick] [--json FILE] [--rounds N]
+ *   bench_net [--quick] [--json FILE] [--rounds N] [--unimem pool|alloc|both]
  *             (UCX_TLS and UCX_NET_DEVICES pick the transport for both)
  *
  * unimem: a target process exposes a 64 MiB HOST buffer and does nothing
  * more (its progress thread serves the peer); an issuer process measures,
- * per size,
+ * per size, twice over (--unimem picks: both by default): with buffers of
+ * um_alloc (the pool's HOST memory, column "unimem") and with buffers of
+ * um_net_alloc (memory UCX allocated, column "net_alloc"), the target's
+ * exposed buffer and the issuer's local ones alike;
  *  - put and get bandwidth: transfers issued with events from four local
  *    buffers, four in flight, total bytes over total time;
  *  - put latency: the median of blocking um_net_put calls, each complete
@@ -18,8 +21,8 @@
  * with -o (the responder does not progress: a passive target, as
  * unimem's). The ratio is unimem over default ucx_perftest.
  *
- * Rounds alternate (a round of unimem, every size, then a round of
- * ucx_perftest) so that both see the same load on a shared machine; the
+ * Rounds alternate (a round of unimem per kind of buffer, every size, then
+ * a round of ucx_perftest) so that both see the same load on a shared machine; the
  * table gives medians over rounds and the spread (largest minus smallest,
  * over the median) of unimem's and ucx_perftest's bandwidth.
  *
@@ -64,6 +67,10 @@ typedef struct bn_side {
   bn_figures f[BN_MAX_ROUNDS][BN_NSIZES];
 } bn_side;
 
+/* unimem's buffers: of um_alloc (the pool), or of um_net_alloc. */
+enum { BN_POOL = 0, BN_ALLOC = 1, BN_KINDS = 2 };
+static const char *const bn_kind_names[BN_KINDS] = {"pool", "alloc"};
+
 static void bn_die(const char *what, int st) {
   fprintf(stderr, "bench_net: %s: %s (%s)\n", what, um_err_name(st), um_last_error());
   _exit(st == UM_ENOTSUP ? BENCH_SKIPPED : 1);
@@ -100,8 +107,18 @@ static um_endpoint *bn_connect(um_net *n, int fd) {
   return ep;
 }
 
+/* A zeroed HOST buffer of bytes: of the pool, or of um_net_alloc. */
+static um_buffer *bn_buffer(um_manager *m, um_net *n, int kind, size_t bytes) {
+  um_buffer *b;
+  if (kind == BN_ALLOC)
+    BN_CHECK(um_net_alloc(n, bytes, UM_ALLOC_ZERO, &b));
+  else
+    BN_CHECK(um_alloc(m, um_device_get(m, 0), bytes, UM_HOST, UM_ALLOC_ZERO, &b));
+  return b;
+}
+
 /* The passive side: expose, then wait (calling nothing) for the end. */
-static int bn_target(int fd) {
+static int bn_target(int fd, int kind) {
   unsigned char key[4096], msg;
   size_t len = sizeof(key), mlen;
   um_manager *m;
@@ -110,7 +127,7 @@ static int bn_target(int fd) {
   um_endpoint *ep;
   bn_open(&m, &n);
   ep = bn_connect(n, fd);
-  BN_CHECK(um_alloc(m, um_device_get(m, 0), BN_TARGET_BYTES, UM_HOST, UM_ALLOC_ZERO, &b));
+  b = bn_buffer(m, n, kind, BN_TARGET_BYTES);
   BN_CHECK(um_net_expose(b, key, &len));
   if (nb_send(fd, key, len) != 0 || nb_recv(fd, &msg, 1, &mlen, 24 * 3600 * 1000) != 0)
     bn_die("key exchange", UM_EBACKEND);
@@ -141,10 +158,21 @@ static double bn_put_latency_us(bn_issuer *s, size_t n, int iters) {
 }
 
 /* MiB/s of count transfers of n bytes, BN_INFLIGHT at a time from as many
- * buffers (operations on one buffer run one after another). */
+ * buffers (operations on one buffer run one after another), after an
+ * untimed warm-up of one transfer per buffer over the same ranges (as
+ * ucx_perftest warms up: a first touch of a peer's shared-memory segment
+ * maps its pages into this process, a page fault each). */
 static double bn_bandwidth_mibs(bn_issuer *s, size_t n, int count, int get) {
   um_event *ev[BN_INFLIGHT] = {NULL};
-  double t0 = bench_now_ns();
+  double t0;
+  for (int k = 0; k < BN_INFLIGHT; k++) {
+    size_t roff = (size_t)k * n % (BN_TARGET_BYTES - n + 1);
+    if (get)
+      BN_CHECK(um_net_get(s->ep, s->bufs[k], 0, s->key, s->klen, roff, n, NULL));
+    else
+      BN_CHECK(um_net_put(s->ep, s->bufs[k], 0, s->key, s->klen, roff, n, NULL));
+  }
+  t0 = bench_now_ns();
   for (int i = 0; i < count; i++) {
     int k = i % BN_INFLIGHT;
     size_t roff = (size_t)k * n % (BN_TARGET_BYTES - n + 1);
@@ -175,7 +203,7 @@ static void bn_issuer_round(bn_issuer *s, bn_figures *f) {
 }
 
 /* The measuring side: a round per 'r' on cmd, its figures on out. */
-static int bn_issuer_main(int fd, int cmd, int out, int quick) {
+static int bn_issuer_main(int fd, int cmd, int out, int quick, int kind) {
   bn_issuer s = {.quick = quick};
   bn_figures f[BN_NSIZES];
   um_manager *m;
@@ -186,7 +214,7 @@ static int bn_issuer_main(int fd, int cmd, int out, int quick) {
   if (nb_recv(fd, s.key, sizeof(s.key), &s.klen, BN_WAIT_MS) != 0)
     bn_die("key exchange", UM_EBACKEND);
   for (int k = 0; k < BN_INFLIGHT; k++)
-    BN_CHECK(um_alloc(m, um_device_get(m, 0), BN_TARGET_BYTES, UM_HOST, UM_ALLOC_ZERO, &s.bufs[k]));
+    s.bufs[k] = bn_buffer(m, n, kind, BN_TARGET_BYTES);
   while (read(cmd, &c, 1) == 1 && c == 'r') {
     bn_issuer_round(&s, f);
     if (write(out, f, sizeof(f)) != (ssize_t)sizeof(f))
@@ -208,7 +236,7 @@ typedef struct bn_procs {
   bool failed;  /* the issuer ended early: the target waits for nothing */
 } bn_procs;
 
-static int bn_procs_start(bn_procs *p, int quick) {
+static int bn_procs_start(bn_procs *p, int quick, int kind) {
   int fds[2], cmd[2], res[2];
   p->failed = false;
   /* Close-on-exec: the ucx_perftest processes started later must not keep
@@ -223,13 +251,13 @@ static int bn_procs_start(bn_procs *p, int quick) {
     close(cmd[1]);
     close(res[0]);
     close(res[1]);
-    _exit(bn_target(fds[0]));
+    _exit(bn_target(fds[0], kind));
   }
   if ((p->issuer = fork()) == 0) {
     close(fds[0]);
     close(cmd[1]);
     close(res[0]);
-    _exit(bn_issuer_main(fds[1], cmd[0], res[1], quick));
+    _exit(bn_issuer_main(fds[1], cmd[0], res[1], quick, kind));
   }
   close(fds[0]);
   close(fds[1]);
@@ -398,11 +426,13 @@ static bn_stat bn_over_rounds(const bn_side *s, int rounds, size_t k, size_t fie
 
 #define BN_FIELD(name) offsetof(bn_figures, name)
 
+/* Medians over rounds of both kinds of unimem buffer (a kind not measured
+ * has -1 everywhere), of ucx_perftest and of its passive run. */
 static void bn_row(bench_report *rep, const char *op, size_t k, int rounds, const bn_side *um,
-                   const bn_side *pt, const bn_side *po, size_t field) {
+                   const bn_side *ua, const bn_side *pt, const bn_side *po, size_t field) {
   char name[64], size[32];
   bn_stat u = bn_over_rounds(um, rounds, k, field), p = bn_over_rounds(pt, rounds, k, field);
-  bn_stat o = bn_over_rounds(po, rounds, k, field);
+  bn_stat o = bn_over_rounds(po, rounds, k, field), a = bn_over_rounds(ua, rounds, k, field);
   bench_row *row;
   bench_size_text(size, sizeof(size), bn_sizes[k]);
   snprintf(name, sizeof(name), "%s %s", op, size);
@@ -412,19 +442,26 @@ static void bn_row(bench_report *rep, const char *op, size_t k, int rounds, cons
   bench_set(row, "unimem_mibs", u.median);
   bench_set(row, "perftest_mibs", p.median);
   bench_set(row, "perftest_passive_mibs", o.median);
-  bench_set(row, "ratio", p.median > 0 ? u.median / p.median : -1);
+  bench_set(row, "ratio", p.median > 0 && u.median > 0 ? u.median / p.median : -1);
+  bench_set(row, "unimem_alloc_mibs", a.median);
+  bench_set(row, "ratio_alloc", p.median > 0 && a.median > 0 ? a.median / p.median : -1);
+  bench_set(row, "unimem_alloc_spread", a.spread);
   bench_set(row, "unimem_spread", u.spread);
   bench_set(row, "perftest_spread", p.spread);
   /* Time per transfer, for the chart (ns). */
   bench_set(row, "unimem_ns", u.median > 0 ? bn_sizes[k] / (u.median * 1048576.0) * 1e9 : -1);
+  bench_set(row, "unimem_alloc_ns", a.median > 0 ? bn_sizes[k] / (a.median * 1048576.0) * 1e9 : -1);
   bench_set(row, "perftest_ns", p.median > 0 ? bn_sizes[k] / (p.median * 1048576.0) * 1e9 : -1);
-  printf("%-4s %8s | %9.1f %9.1f %9.1f %6.2f | %6.2f %6.2f\n", op, size, u.median, p.median, o.median,
-         p.median > 0 ? u.median / p.median : 0, u.spread, p.spread);
+  printf("%-4s %8s | %9.1f %9.1f %9.1f %9.1f | %6.2f %7.2f | %6.2f %6.2f %6.2f\n", op, size, u.median,
+         a.median, p.median, o.median, p.median > 0 && u.median > 0 ? u.median / p.median : -1,
+         p.median > 0 && a.median > 0 ? a.median / p.median : -1, u.spread, a.spread, p.spread);
 }
 
-static void bn_latency_row(bench_report *rep, size_t k, int rounds, const bn_side *um, const bn_side *pt) {
+static void bn_latency_row(bench_report *rep, size_t k, int rounds, const bn_side *um, const bn_side *ua,
+                           const bn_side *pt) {
   char name[64], size[32];
   bn_stat u = bn_over_rounds(um, rounds, k, BN_FIELD(put_lat_us));
+  bn_stat a = bn_over_rounds(ua, rounds, k, BN_FIELD(put_lat_us));
   bn_stat p = bn_over_rounds(pt, rounds, k, BN_FIELD(put_lat_us));
   bench_row *row;
   bench_size_text(size, sizeof(size), bn_sizes[k]);
@@ -432,42 +469,66 @@ static void bn_latency_row(bench_report *rep, size_t k, int rounds, const bn_sid
   row = bench_add_row(rep, "net_latency", name);
   bench_set(row, "bytes", (double)bn_sizes[k]);
   bench_set(row, "unimem_us", u.median);
+  bench_set(row, "unimem_alloc_us", a.median);
   bench_set(row, "perftest_us", p.median);
   bench_set(row, "unimem_ns", u.median * 1e3);
   bench_set(row, "perftest_ns", p.median * 1e3);
-  printf("lat  %8s | %9.1f %9.1f us\n", size, u.median, p.median);
+  printf("lat  %8s | %9.1f %9.1f %9.1f us\n", size, u.median, a.median, p.median);
 }
 
-static void bn_report(bench_report *rep, int rounds, const bn_side *um, const bn_side *pt, const bn_side *po) {
-  printf("\num_net vs ucx_perftest (MiB/s, medians of %d rounds; spread = (max - min) / median)\n", rounds);
-  printf("%-4s %8s | %9s %9s %9s %6s | %6s %6s\n", "op", "size", "unimem", "perftest", "pt -o", "ratio",
-         "spr um", "spr pt");
+static void bn_report(bench_report *rep, int rounds, const bn_side *um, const bn_side *ua, const bn_side *pt,
+                      const bn_side *po) {
+  printf("\num_net vs ucx_perftest (MiB/s, medians of %d rounds; spread = (max - min) / median;\n"
+         "unimem: buffers of um_alloc, net_alloc: buffers of um_net_alloc; -1: not measured)\n",
+         rounds);
+  printf("%-4s %8s | %9s %9s %9s %9s | %6s %7s | %6s %6s %6s\n", "op", "size", "unimem", "net_alloc",
+         "perftest", "pt -o", "ratio", "r alloc", "spr um", "spr na", "spr pt");
   for (size_t k = 0; k < BN_NSIZES; k++)
-    bn_row(rep, "put", k, rounds, um, pt, po, BN_FIELD(put_mibs));
+    bn_row(rep, "put", k, rounds, um, ua, pt, po, BN_FIELD(put_mibs));
   for (size_t k = 0; k < BN_NSIZES; k++)
-    bn_row(rep, "get", k, rounds, um, pt, po, BN_FIELD(get_mibs));
-  printf("\nput latency: unimem's is one blocking um_net_put, complete at the target (admission, data,\n"
-         "flush); ucx_perftest's is half a put ping-pong (50th percentile)\n");
+    bn_row(rep, "get", k, rounds, um, ua, pt, po, BN_FIELD(get_mibs));
+  printf("\nput latency (unimem, net_alloc, perftest): unimem's is one blocking um_net_put, complete at\n"
+         "the target (admission, data, flush); ucx_perftest's is half a put ping-pong (50th percentile)\n");
   for (size_t k = 0; k < BN_NSIZES; k++)
-    bn_latency_row(rep, k, rounds, um, pt);
+    bn_latency_row(rep, k, rounds, um, ua, pt);
 }
 
 /* ------------------------------------------------------------------------ */
 /* The benchmark */
 
-/* Rounds of both sides, alternating; 0, BENCH_SKIPPED or 1. */
-static int bn_measure(int quick, int rounds, bn_side *um, bn_side *pt, bn_side *po) {
-  bn_procs p;
-  int rc = 0;
-  if (bn_procs_start(&p, quick) != 0)
-    return 1;
+/* A side not measured: -1 everywhere. */
+static void bn_unmeasured(bn_side *s) {
+  for (int r = 0; r < BN_MAX_ROUNDS; r++)
+    for (size_t k = 0; k < BN_NSIZES; k++)
+      s->f[r][k].put_mibs = s->f[r][k].get_mibs = s->f[r][k].put_lat_us = -1;
+}
+
+/* Rounds of every side, alternating; 0, BENCH_SKIPPED or 1. kinds: a bit
+ * per kind of unimem buffer measured. */
+static int bn_measure(int quick, int rounds, unsigned kinds, bn_side *um[BN_KINDS], bn_side *pt, bn_side *po) {
+  bn_procs p[BN_KINDS];
+  int rc = 0, started = 0;
+  for (int kind = 0; kind < BN_KINDS; kind++) {
+    if (!(kinds & (1u << kind))) {
+      bn_unmeasured(um[kind]);
+      continue;
+    }
+    if (bn_procs_start(&p[kind], quick, kind) != 0)
+      rc = 1;
+    else
+      started |= 1 << kind;
+  }
   for (int r = 0; r < rounds && rc == 0; r++) {
     fprintf(stderr, "bench_net: round %d of %d\n", r + 1, rounds);
-    if ((rc = bn_procs_round(&p, um->f[r])) == BENCH_SKIPPED) {
+    for (int kind = 0; kind < BN_KINDS && rc == 0; kind++)
+      if ((started & (1 << kind)) && (rc = bn_procs_round(&p[kind], um[kind]->f[r])) != 0 && rc != BENCH_SKIPPED) {
+        fprintf(stderr, "bench_net: the unimem side (%s buffers) failed (%d)\n", bn_kind_names[kind], rc);
+        rc = 1;
+      }
+    if (rc == BENCH_SKIPPED) {
       printf("bench_net: UCX is not available here: skipped\n");
     } else if (rc != 0) {
-      fprintf(stderr, "bench_net: the unimem side failed (%d)\n", rc);
-      rc = 1;
+      /* reported above */
     } else if ((rc = bn_perftest_round(quick, pt->f[r], po->f[r])) == 127) {
       printf("bench_net: ucx_perftest is not installed (Debian: ucx-utils): skipped\n");
       rc = BENCH_SKIPPED;
@@ -476,14 +537,29 @@ static int bn_measure(int quick, int rounds, bn_side *um, bn_side *pt, bn_side *
       rc = 1;
     }
   }
-  bn_procs_stop(&p);
+  /* The later pairs first: their processes inherited the earlier pairs'
+   * command pipes, whose issuers end at EOF only once every copy is gone. */
+  for (int kind = BN_KINDS - 1; kind >= 0; kind--)
+    if (started & (1 << kind))
+      bn_procs_stop(&p[kind]);
   return rc;
 }
 
-static int bn_args(int argc, char **argv, int *quick, int *rounds) {
+static int bn_args(int argc, char **argv, int *quick, int *rounds, unsigned *kinds) {
+  *kinds = (1u << BN_POOL) | (1u << BN_ALLOC);
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--quick") == 0) {
       *quick = 1;
+    } else if (strcmp(argv[i], "--unimem") == 0 && i + 1 < argc) {
+      const char *k = argv[++i];
+      if (strcmp(k, "pool") == 0) {
+        *kinds = 1u << BN_POOL;
+      } else if (strcmp(k, "alloc") == 0) {
+        *kinds = 1u << BN_ALLOC;
+      } else if (strcmp(k, "both") != 0) {
+        fprintf(stderr, "bench_net: --unimem takes pool, alloc or both\n");
+        return 2;
+      }
     } else if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc) {
       *rounds = atoi(argv[++i]);
       if (*rounds < 1 || *rounds > BN_MAX_ROUNDS) {
@@ -491,7 +567,7 @@ static int bn_args(int argc, char **argv, int *quick, int *rounds) {
         return 2;
       }
     } else {
-      fprintf(stderr, "usage: bench_net [--quick] [--json FILE] [--rounds N]\n");
+      fprintf(stderr, "usage: bench_net [--quick] [--json FILE] [--rounds N] [--unimem pool|alloc|both]\n");
       return 2;
     }
   }
@@ -501,12 +577,14 @@ static int bn_args(int argc, char **argv, int *quick, int *rounds) {
 }
 
 int um_bench_net_main(int argc, char **argv, bench_report *rep) {
-  static bn_side um, pt, po;
+  static bn_side um, ua, pt, po;
+  bn_side *sides[BN_KINDS] = {&um, &ua};
   const char *tls = getenv("UCX_TLS");
-  int quick = 0, rounds = 0, rc = bn_args(argc, argv, &quick, &rounds);
+  unsigned kinds;
+  int quick = 0, rounds = 0, rc = bn_args(argc, argv, &quick, &rounds, &kinds);
   if (rc != 0)
     return rc;
-  if ((rc = bn_measure(quick, rounds, &um, &pt, &po)) != 0)
+  if ((rc = bn_measure(quick, rounds, kinds, sides, &pt, &po)) != 0)
     return rc;
   bench_set_bool(&rep->facts, "quick", quick);
   bench_set_text(&rep->facts, "device", "two processes over UCX");
@@ -514,8 +592,10 @@ int um_bench_net_main(int argc, char **argv, bench_report *rep) {
   bench_set(&rep->facts, "rounds", rounds);
   bench_set(&rep->facts, "target_bytes", BN_TARGET_BYTES);
   bench_set(&rep->facts, "inflight", BN_INFLIGHT);
+  bench_set_text(&rep->facts, "unimem_buffers",
+                 kinds == 3u ? "um_alloc and um_net_alloc" : kinds == 1u ? "um_alloc" : "um_net_alloc");
   printf("UCX_TLS=%s, two processes on this machine\n", tls != NULL ? tls : "(UCX's choice)");
-  bn_report(rep, rounds, &um, &pt, &po);
+  bn_report(rep, rounds, &um, &ua, &pt, &po);
   return 0;
 }
 

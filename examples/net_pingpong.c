@@ -2,7 +2,8 @@
  *
  * The parent forks a peer; the two exchange their address and key blobs
  * over a socketpair (any channel the application already has would do:
- * MPI, a file, its own RPC). Each exposes a HOST buffer. For each round,
+ * MPI, a file, its own RPC). Each exposes a HOST buffer of um_net_alloc
+ * (the memory to expose: UCX allocated it). For each round,
  * the "ping" side puts a pattern into the peer's buffer and tells it so;
  * the "pong" side checks it, gets the ping side's own pattern back from
  * the ping side's buffer, checks that too, and answers. Every byte is
@@ -104,9 +105,13 @@ static int side_open(side *s) {
     return fail(s->name, "address exchange", UM_EBACKEND);
   if ((st = um_net_connect(s->net, peer, plen, &s->ep)) != UM_OK)
     return fail(s->name, "um_net_connect", st);
-  if ((st = um_alloc(s->m, um_device_get(s->m, 0), BYTES, UM_HOST, UM_ALLOC_ZERO, &s->mine)) != UM_OK ||
-      (st = um_alloc(s->m, um_device_get(s->m, 0), BYTES, UM_HOST, UM_ALLOC_ZERO, &s->local)) != UM_OK)
-    return fail(s->name, "um_alloc", st);
+  /* Buffers that cross the network come from um_net_alloc: memory UCX
+   * allocated, which its shared-memory transports let the peer reach with
+   * plain loads and stores (a buffer of um_alloc works too, through UCX's
+   * slower software RMA there). They are released before um_net_destroy. */
+  if ((st = um_net_alloc(s->net, BYTES, UM_ALLOC_ZERO, &s->mine)) != UM_OK ||
+      (st = um_net_alloc(s->net, BYTES, UM_ALLOC_ZERO, &s->local)) != UM_OK)
+    return fail(s->name, "um_net_alloc", st);
   len = sizeof(blob);
   if ((st = um_net_expose(s->mine, blob, &len)) != UM_OK)
     return fail(s->name, "um_net_expose", st);
@@ -117,7 +122,9 @@ static int side_open(side *s) {
 }
 
 /* Releasing an exposed buffer unexposes it; the peer is done with ours
- * once it said so (the last message of the rounds). */
+ * once it said so (the last message of the rounds). Buffers of
+ * um_net_alloc go before their net: um_net_destroy answers UM_EBUSY while
+ * one is live. */
 static int side_close(side *s) {
   int st;
   if ((st = um_endpoint_close(s->ep)) != UM_OK || (st = um_release(s->mine)) != UM_OK ||

@@ -716,6 +716,33 @@ UM_EXTERN int um_net_connect(um_net *n, const void *addr, size_t len,
  * um_net_unexpose, um_release of b or um_net_destroy. */
 UM_EXTERN int um_net_expose(um_buffer *b, void *blob, size_t *len);
 
+/* A HOST buffer of bytes bytes on the manager's host device (device 0)
+ * whose memory UCX allocated and mapped for n (ucp_mem_map with
+ * UCP_MEM_MAP_ALLOCATE). On shared-memory transports (UCX_TLS=posix or
+ * sysv) a peer maps such memory and moves bytes into and out of it with
+ * plain loads and stores, while a buffer of um_alloc is reached through
+ * UCX's software RMA: allocate the buffers that peers put into or get from
+ * with this call. On other transports it is ordinary host memory.
+ *
+ * Otherwise *out is a buffer like any other of device 0: copies, um_map,
+ * um_buffer_host_ptr, statistics (counted like a um_wrap_host: an
+ * allocation and bytes_in_use, no bytes_reserved) and the leak report. It
+ * is not pooled: um_release gives the memory back to UCX (ucp_mem_unmap)
+ * once the buffer's operations finished. um_net_expose of it uses the
+ * mapping UCX made at allocation (no second registration).
+ *
+ * Lifetime: the memory belongs to n's UCX context, so um_net_destroy(n)
+ * answers UM_EBUSY, destroying nothing, while a buffer of um_net_alloc of
+ * n is live: release them first. um_manager_destroy releases those still
+ * live as leaks (reported, UM_ELEAK) before it destroys the net.
+ *
+ * flags: UM_ALLOC_ZERO (zero-filled); UM_ALLOC_UNPOOLED is accepted and
+ * changes nothing. Returns UM_OK; UM_EINVAL (n not a live handle of a net,
+ * NULL out, zero bytes, unknown flags); UM_ESTATE (n was destroyed);
+ * UM_ENOMEM; UM_EBACKEND (UCX could not allocate; um_last_error() has its
+ * text). */
+UM_EXTERN int um_net_alloc(um_net *n, size_t bytes, unsigned flags, um_buffer **out);
+
 /* Revoke b's exposure: when this returns, no put or get from any peer
  * reads or writes b any more (later ones fail with UM_ESTATE), and the ones
  * already admitted have finished. Returns UM_OK; UM_EINVAL (NULL);
@@ -760,8 +787,11 @@ UM_EXTERN int um_endpoint_close(um_endpoint *ep);
  * the worker and the progress thread go. Operations not yet started fail
  * with UM_ESTATE. Handles of n and its endpoints answer UM_ESTATE
  * afterwards, until the manager is destroyed. um_manager_destroy destroys a
- * um_net the application did not. Returns UM_OK, UM_EINVAL (not a net),
- * UM_ESTATE (already destroyed). */
+ * um_net the application did not. Buffers stay valid: an exposed buffer is
+ * only unexposed; but a buffer of um_net_alloc lives in n's UCX context,
+ * so while one is live nothing is closed and the call answers UM_EBUSY
+ * (um_last_error() says how many). Returns UM_OK, UM_EINVAL (not a net),
+ * UM_ESTATE (already destroyed), UM_EBUSY. */
 UM_EXTERN int um_net_destroy(um_net *n);
 
 #ifdef UNIMEM_TRACK_SITES

@@ -215,6 +215,21 @@ static void report_leak(um_manager *m, um_buffer *b) {
           b->site_file != NULL ? "" : " (define UNIMEM_TRACK_SITES for the allocation site)");
 }
 
+/* Report and release the live buffers (only those of um_net_alloc when
+ * net_only), counting them into *leaked and *bytes. */
+static void release_leaks(um_manager *m, bool net_only, int *leaked, uint64_t *bytes) {
+  for (um_buffer *b = m->all_buffers; b != NULL; b = b->all_next) {
+    if (atomic_load(&b->state) != UM__BUF_LIVE || (net_only && !um__net_allocated(b)))
+      continue;
+    (*leaked)++;
+    *bytes += b->size;
+    report_leak(m, b);
+    /* Every owner goes: the caller's and those um_buffer_retain added. */
+    atomic_store(&b->holds, 0);
+    um_release(b);
+  }
+}
+
 int um_manager_destroy(um_manager *m) {
   int leaked = 0;
   uint64_t leaked_bytes = 0;
@@ -227,22 +242,16 @@ int um_manager_destroy(um_manager *m) {
     return st;
   um__access_end_all(m); /* brackets left open would never finish */
   um__engine_drain(m);
-  /* Before the leak report: it releases exposed buffers, and a net's
-   * staging chunks are blocks of the devices. */
+  /* Buffers of um_net_alloc first, while their net's transport is still
+   * there to unmap their memory (leaks like any other). */
+  release_leaks(m, true, &leaked, &leaked_bytes);
+  /* Before the rest of the leak report: it releases exposed buffers, and a
+   * net's staging chunks are blocks of the devices. */
   um__net_manager_destroy(m);
   um__trim_thread_stop(m);
   um__engine_stop(m);
 
-  for (um_buffer *b = m->all_buffers; b != NULL; b = b->all_next) {
-    if (atomic_load(&b->state) != UM__BUF_LIVE)
-      continue;
-    leaked++;
-    leaked_bytes += b->size;
-    report_leak(m, b);
-    /* Every owner goes: the caller's and those um_buffer_retain added. */
-    atomic_store(&b->holds, 0);
-    um_release(b);
-  }
+  release_leaks(m, false, &leaked, &leaked_bytes);
   if (leaked)
     um__log(&m->opts, UM_LOG_ERROR, "leak: %d buffer(s), %llu bytes in all, freed by um_manager_destroy",
             leaked, (unsigned long long)leaked_bytes);

@@ -43,6 +43,15 @@ typedef struct net_exposure {
   size_t blob_len;
 } net_exposure;
 
+/* A buffer of um_net_alloc: a foreign wrap (buffer.c) of memory the
+ * transport allocated, given back when the buffer's memory is returned. */
+typedef struct net_alloc {
+  struct net_alloc *next;
+  um_net *n;
+  void *ta; /* the transport's allocation */
+  size_t bytes;
+} net_alloc;
+
 struct um_net {
   uint32_t magic;
   atomic_int refs; /* the registry's, and one per endpoint handle */
@@ -54,6 +63,8 @@ struct um_net {
   bool destroyed;
   um_endpoint *eps;          /* every endpoint made, open or closed */
   net_exposure *exposures;   /* live exposures */
+  net_alloc *allocs;         /* buffers of um_net_alloc not given back */
+  int nallocs;
   um__net_stager *stager;
   um_net *next; /* registry */
 };
@@ -390,14 +401,21 @@ static int exposure_end(um_net *n, net_exposure *x) {
 }
 
 /* A new exposure of b (live, with a host view) and its blob. */
+static void net_alloc_return(void *ctx);
+
 static int exposure_make(um_net *n, um_buffer *b, net_exposure **out) {
   net_exposure *x = calloc(1, sizeof(*x));
   const void *key;
   size_t key_len;
+  void *ta = NULL;
   int st;
   if (x == NULL)
     return um__set_error(UM_ENOMEM, "out of memory for an exposure");
-  if ((st = n->tr->expose(n->tn, b->mem.host, b->size, &x->tx, &key, &key_len)) != UM_OK) {
+  /* A buffer of this net's um_net_alloc is exposed with its allocation's
+   * own mapping. */
+  if (um__net_allocated(b) && ((net_alloc *)b->on_return_ctx)->n == n)
+    ta = ((net_alloc *)b->on_return_ctx)->ta;
+  if ((st = n->tr->expose(n->tn, b->mem.host, b->size, ta, &x->tx, &key, &key_len)) != UM_OK) {
     free(x);
     return st;
   }
@@ -508,6 +526,79 @@ void um__net_buffer_released(um_buffer *b) {
 }
 
 /* ------------------------------------------------------------------------ */
+/* Memory of the net (um_net_alloc) */
+
+bool um__net_allocated(const um_buffer *b) {
+  return b->kind == UM__KIND_WRAPPED && b->on_return == net_alloc_return;
+}
+
+/* The buffer's memory goes back (its release, after its operations; or
+ * the debug quarantine's, at release): unmapped from the net's transport. */
+static void net_alloc_return(void *ctx) {
+  net_alloc *a = ctx;
+  um_net *n = a->n;
+  pthread_mutex_lock(&n->lock);
+  for (net_alloc **p = &n->allocs; *p != NULL; p = &(*p)->next)
+    if (*p == a) {
+      *p = a->next;
+      break;
+    }
+  n->nallocs--;
+  pthread_mutex_unlock(&n->lock);
+  n->tr->free(n->tn, a->ta);
+  free(a);
+  net_unref(n);
+}
+
+int um_net_alloc(um_net *n, size_t bytes, unsigned flags, um_buffer **out) {
+  net_alloc *a;
+  um__mem mem;
+  void *host = NULL;
+  int st;
+  if ((st = net_check(n)) != UM_OK)
+    return st;
+  if (out == NULL)
+    return um__set_error(UM_EINVAL, "um_net_alloc: NULL argument");
+  if (bytes == 0)
+    return um__set_error(UM_EINVAL, "um_net_alloc: zero bytes");
+  if (flags & ~(unsigned)(UM_ALLOC_UNPOOLED | UM_ALLOC_ZERO))
+    return um__set_error(UM_EINVAL, "um_net_alloc: unknown flags 0x%x", flags);
+  UM__CHECK_PROCESS(n->m);
+  if (bytes > ((size_t)1 << 62))
+    return um__set_error(UM_ENOMEM, "um_net_alloc: %zu bytes is more than any device has", bytes);
+  if ((a = calloc(1, sizeof(*a))) == NULL)
+    return um__set_error(UM_ENOMEM, "um_net_alloc: out of memory for a record");
+  /* Allocated and counted under the net's lock: um_net_destroy either sees
+   * it (UM_EBUSY) or came first (UM_ESTATE here). */
+  pthread_mutex_lock(&n->lock);
+  if (n->destroyed)
+    st = um__set_error(UM_ESTATE, "um_net %p was destroyed", (void *)n);
+  else if ((st = n->tr->alloc(n->tn, bytes, &a->ta, &host)) == UM_OK) {
+    a->n = n;
+    a->bytes = bytes;
+    a->next = n->allocs;
+    n->allocs = a;
+    n->nallocs++;
+    um__atomic_add_relaxed(&n->refs, 1);
+  }
+  pthread_mutex_unlock(&n->lock);
+  if (st != UM_OK) {
+    free(a);
+    return st;
+  }
+  if ((flags & UM_ALLOC_ZERO) || n->m->opts.scrub)
+    memset(host, 0, bytes);
+  memset(&mem, 0, sizeof(mem));
+  mem.host = host;
+  mem.handle = (uintptr_t)host;
+  /* Device 0 (the cpu device), UM_HOST: a wrap whose memory goes back
+   * through net_alloc_return. */
+  if ((st = um__wrap_foreign(n->m, n->m->devices[0], UM_HOST, &mem, bytes, net_alloc_return, a, out)) != UM_OK)
+    net_alloc_return(a);
+  return st;
+}
+
+/* ------------------------------------------------------------------------ */
 /* Destroying */
 
 /* Close what n still has open, each reported, then the transport. */
@@ -553,16 +644,29 @@ int um_net_destroy(um_net *n) {
   bool first;
   if (st != UM_OK)
     return st;
+  int nallocs = 0;
+  size_t alloc_bytes = 0;
   pthread_mutex_lock(&registry_lock);
   first = !n->destroyed;
   if (first) {
     pthread_mutex_lock(&n->lock);
-    n->destroyed = true; /* no new endpoint, exposure or transfer */
+    /* Buffers of um_net_alloc live in the transport's context, which goes
+     * with the net: refused while the application still has one. */
+    nallocs = n->nallocs;
+    for (net_alloc *a = n->allocs; a != NULL; a = a->next)
+      alloc_bytes += a->bytes;
+    if (nallocs == 0)
+      n->destroyed = true; /* no new endpoint, exposure, transfer or allocation */
     pthread_mutex_unlock(&n->lock);
   }
   pthread_mutex_unlock(&registry_lock);
   if (!first)
     return um__set_error(UM_ESTATE, "um_net %p was destroyed already", (void *)n);
+  if (nallocs > 0)
+    return um__set_error(UM_EBUSY,
+                         "um_net_destroy: %d buffer(s) of um_net_alloc (%zu bytes) are still live: "
+                         "um_release them first",
+                         nallocs, alloc_bytes);
   net_teardown(n, "um_net_destroy");
   return UM_OK;
 }

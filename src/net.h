@@ -19,6 +19,7 @@
 #ifndef UNIMEM_NET_H
 #define UNIMEM_NET_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -151,11 +152,23 @@ typedef struct um__net_transport {
    * this returns, and tep is invalid afterwards. Blocks. */
   void (*disconnect)(void *tep);
 
+  /* Host memory that the library allocates and maps itself (UCX:
+   * ucp_mem_map with UCP_MEM_MAP_ALLOCATE), so that its transports reach
+   * it directly (shared memory: a segment the peer maps and writes with
+   * plain stores). *ta receives the allocation, *host its first byte (at
+   * least len bytes, contents unspecified). Every allocation is given back
+   * (free) before close. Returns UM_ENOMEM, UM_EBACKEND. */
+  int (*alloc)(void *tn, size_t len, void **ta, void **host);
+  /* Give back an allocation of this instance; no exposure of it is left. */
+  void (*free)(void *tn, void *ta);
+
   /* Let peers read and write [base, base + len) of host memory: *key
    * receives the bytes a peer needs (owned by *tx, valid until revoke).
-   * Returns UM_ENOMEM (also when the instance's table of exposures is
-   * full), UM_EBACKEND. */
-  int (*expose)(void *tn, void *base, size_t len, void **tx, const void **key, size_t *key_len);
+   * ta: NULL, or the allocation (alloc) that holds the range, whose own
+   * mapping is then used (no second registration; revoke leaves it
+   * mapped). Returns UM_ENOMEM (also when the instance's table of
+   * exposures is full), UM_EBACKEND. */
+  int (*expose)(void *tn, void *base, size_t len, void *ta, void **tx, const void **key, size_t *key_len);
   /* Revoke an exposure: from the return on, no transfer from a peer that
    * was not yet admitted reads or writes the range, and the admitted ones
    * have finished. Returns UM_OK, or UM_EBUSY when admitted transfers did
@@ -187,7 +200,10 @@ extern const um__net_transport um__net_ucx;
  * revoke its exposure, if any, before its block can be reused. Blocks until
  * the peers' admitted transfers finished (at most net_timeout_ms). */
 void um__net_buffer_released(um_buffer *b);
-/* manager.c, um_manager_destroy after the engine drained: destroy the
+/* Whether b is a buffer of um_net_alloc (its memory is its net's). */
+bool um__net_allocated(const um_buffer *b);
+/* manager.c, um_manager_destroy after the engine drained, once the
+ * buffers of um_net_alloc were released (reported as leaks): destroy the
  * manager's um_net if the application did not (reported through the log),
  * and free the handles of destroyed nets and closed endpoints. */
 void um__net_manager_destroy(um_manager *m);

@@ -154,6 +154,7 @@ typedef struct ucx_rma {
 typedef struct ucx_exposure {
   ucx_net *n;
   ucp_mem_h memh;
+  bool own_memh; /* mapped for this exposure (else an allocation's) */
   uint32_t slot;
   unsigned char *key;
   size_t key_len;
@@ -183,7 +184,14 @@ struct ucx_net {
   ucx_rma *done_head, *done_tail;
   ucx_rma *kept;   /* abandoned records (ucx_rma.keep) */
   ucx_ep *zombies; /* disconnected endpoints with abandoned transfers */
+  int nallocs;     /* allocations (ucx_alloc) not given back */
 };
+
+/* Memory UCX allocated and mapped (UCP_MEM_MAP_ALLOCATE). */
+typedef struct ucx_alloc_rec {
+  ucp_mem_h memh;
+  void *addr;
+} ucx_alloc_rec;
 
 static uint64_t mono_ns(void) {
   struct timespec ts;
@@ -750,6 +758,8 @@ static void ctrl_destroy(ucx_net *n) {
 
 static void ucx_close(void *tn) {
   ucx_net *n = tn;
+  if (n->nallocs != 0) /* net.c gives every allocation back first */
+    um__log(&n->opts, UM_LOG_ERROR, "net: %d allocation(s) still mapped at close", n->nallocs);
   if (n->progress_running) {
     pthread_mutex_lock(&n->lock);
     n->stopping = true;
@@ -917,9 +927,66 @@ static void ucx_disconnect(void *tep) {
 }
 
 /* ------------------------------------------------------------------------ */
+/* Allocations */
+
+/* UCX picks where the memory comes from (UCX_MEM_ALLOC_METHODS: by default
+ * its memory domains' own allocators first, so a posix or sysv segment that
+ * the shared-memory transports hand to a peer to map). */
+static int ucx_alloc(void *tn, size_t len, void **ta, void **host) {
+  ucx_net *n = tn;
+  ucx_alloc_rec *a = calloc(1, sizeof(*a));
+  ucp_mem_map_params_t mp;
+  ucp_mem_attr_t attr;
+  ucs_status_t st;
+  if (a == NULL)
+    return um__set_error(UM_ENOMEM, "out of memory for an allocation record");
+  memset(&mp, 0, sizeof(mp));
+  mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                  UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+  mp.address = NULL;
+  mp.length = len;
+  mp.flags = UCP_MEM_MAP_ALLOCATE;
+  memset(&attr, 0, sizeof(attr));
+  attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
+  pthread_mutex_lock(&n->lock);
+  st = um__ucx.ucp_mem_map(n->ctx, &mp, &a->memh);
+  if (st != UCS_OK) {
+    pthread_mutex_unlock(&n->lock);
+    free(a);
+    return um__ucx_error(st, "ucp_mem_map (UCP_MEM_MAP_ALLOCATE)");
+  }
+  st = um__ucx.ucp_mem_query(a->memh, &attr);
+  if (st != UCS_OK || attr.address == NULL || attr.length < len) {
+    um__ucx.ucp_mem_unmap(n->ctx, a->memh);
+    pthread_mutex_unlock(&n->lock);
+    free(a);
+    return st != UCS_OK ? um__ucx_error(st, "ucp_mem_query")
+                        : um__set_error(UM_EBACKEND, "ucp_mem_map allocated %zu bytes, %zu asked",
+                                        (size_t)attr.length, len);
+  }
+  a->addr = attr.address;
+  n->nallocs++;
+  pthread_mutex_unlock(&n->lock);
+  *ta = a;
+  *host = a->addr;
+  return UM_OK;
+}
+
+static void ucx_free(void *tn, void *ta) {
+  ucx_net *n = tn;
+  ucx_alloc_rec *a = ta;
+  pthread_mutex_lock(&n->lock);
+  um__ucx.ucp_mem_unmap(n->ctx, a->memh);
+  n->nallocs--;
+  pthread_mutex_unlock(&n->lock);
+  free(a);
+}
+
+/* ------------------------------------------------------------------------ */
 /* Exposures */
 
-static int ucx_expose(void *tn, void *base, size_t len, void **tx, const void **key, size_t *key_len) {
+static int ucx_expose(void *tn, void *base, size_t len, void *ta, void **tx, const void **key,
+                      size_t *key_len) {
   ucx_net *n = tn;
   ucx_exposure *x = calloc(1, sizeof(*x));
   ucp_mem_map_params_t mp;
@@ -939,15 +1006,21 @@ static int ucx_expose(void *tn, void *base, size_t len, void **tx, const void **
     free(x);
     return um__set_error(UM_ENOMEM, "%u buffers are exposed already: unexpose some first", UCX_SLOTS);
   }
-  st = um__ucx.ucp_mem_map(n->ctx, &mp, &x->memh);
-  if (st == UCS_OK && (st = um__ucx.ucp_rkey_pack(n->ctx, x->memh, &packed, &plen)) != UCS_OK)
+  x->own_memh = ta == NULL;
+  if (x->own_memh)
+    st = um__ucx.ucp_mem_map(n->ctx, &mp, &x->memh);
+  else /* the allocation's own mapping: its key covers the range */
+    x->memh = ((ucx_alloc_rec *)ta)->memh, st = UCS_OK;
+  if (st == UCS_OK && (st = um__ucx.ucp_rkey_pack(n->ctx, x->memh, &packed, &plen)) != UCS_OK &&
+      x->own_memh)
     um__ucx.ucp_mem_unmap(n->ctx, x->memh);
   if (st != UCS_OK || (x->key = malloc(UCX_KEY_HEAD + plen + n->ctrl_rkey_len)) == NULL) {
     int code = st != UCS_OK ? um__ucx_error(st, "ucp_mem_map / ucp_rkey_pack")
                             : um__set_error(UM_ENOMEM, "out of memory for a key");
     if (st == UCS_OK) {
       um__ucx.ucp_rkey_buffer_release(packed);
-      um__ucx.ucp_mem_unmap(n->ctx, x->memh);
+      if (x->own_memh)
+        um__ucx.ucp_mem_unmap(n->ctx, x->memh);
     }
     pthread_mutex_unlock(&n->lock);
     free(x);
@@ -1002,7 +1075,8 @@ static int ucx_revoke(void *tx) {
   atomic_fetch_add(&n->ctrl[x->slot], GEN_ONE);
   drained = slot_drain(n, x->slot);
   pthread_mutex_lock(&n->lock);
-  um__ucx.ucp_mem_unmap(n->ctx, x->memh);
+  if (x->own_memh) /* an allocation's mapping stays until it is given back */
+    um__ucx.ucp_mem_unmap(n->ctx, x->memh);
   /* A slot whose count never dropped stays out of use: its count would
    * hold every later revocation of it. */
   if (drained)
@@ -1073,6 +1147,8 @@ const um__net_transport um__net_ucx = {
     .address = ucx_address,
     .connect = ucx_connect,
     .disconnect = ucx_disconnect,
+    .alloc = ucx_alloc,
+    .free = ucx_free,
     .expose = ucx_expose,
     .revoke = ucx_revoke,
     .key_check = ucx_key_check,

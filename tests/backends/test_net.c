@@ -94,6 +94,113 @@ Test(net, two_processes_put_get, .timeout = 280) {
 }
 
 /* ------------------------------------------------------------------------ */
+/* The same with buffers of um_net_alloc: the target exposes one (on
+ * shared memory, a segment the issuer maps), the issuer puts from one for
+ * even sizes and from a buffer of um_alloc for odd ones, and gets into
+ * one. The target's um_net_destroy is refused while its buffer lives. */
+
+static int alloc_target(int idx, void *arg) {
+  int fd = ((int *)arg)[idx];
+  nt_peer p;
+  um_buffer *b;
+  um_endpoint *ep;
+  nt_open(&p, 20000);
+  ep = nt_connect(&p, fd);
+  NT_OK(um_net_alloc(p.net, BIG + PUT_OFF, UM_ALLOC_ZERO, &b));
+  NT_CHECK(um_buffer_device(b) == um_device_get(p.m, 0) && um_buffer_location(b) == UM_HOST,
+           "a HOST buffer of device 0");
+  {
+    static const unsigned char zero[4096];
+    for (size_t off = 0; off < BIG + PUT_OFF; off += sizeof(zero)) {
+      size_t n = BIG + PUT_OFF - off < sizeof(zero) ? BIG + PUT_OFF - off : sizeof(zero);
+      NT_CHECK(memcmp((char *)um_buffer_host_ptr(b) + off, zero, n) == 0, "UM_ALLOC_ZERO: at %zu", off);
+    }
+  }
+  nt_send_key(fd, b);
+  for (size_t k = 0; k < NSIZES; k++) {
+    size_t bad;
+    nt_expect(fd, 'p');
+    bad = nt_mismatch((char *)um_buffer_host_ptr(b) + PUT_OFF, sizes[k], (unsigned)k + 11, 0);
+    NT_CHECK(bad == sizes[k], "size %zu: byte %zu differs", sizes[k], bad);
+    nt_signal(fd, 'k');
+  }
+  nt_expect(fd, 'q');
+  NT_OK(um_endpoint_close(ep));
+  NT_CHECK(um_net_destroy(p.net) == UM_EBUSY, "destroy with a live buffer of um_net_alloc");
+  NT_OK(um_release(b));
+  nt_close(&p);
+  return 0;
+}
+
+static int alloc_issuer(int idx, void *arg) {
+  int fd = ((int *)arg)[idx];
+  unsigned char key[4096];
+  size_t klen;
+  nt_peer p;
+  um_buffer *src_net, *src_pool, *dst;
+  um_endpoint *ep;
+  um_stats before, after;
+  nt_open(&p, 20000);
+  ep = nt_connect(&p, fd);
+  klen = nt_recv(fd, key, sizeof(key));
+  NT_OK(um_net_alloc(p.net, BIG, 0, &src_net));
+  NT_OK(um_alloc(p.m, um_device_get(p.m, 0), BIG, UM_HOST, 0, &src_pool));
+  NT_OK(um_net_alloc(p.net, BIG, 0, &dst));
+  NT_OK(um_stats_get(p.m, um_device_get(p.m, 0), &before));
+  for (size_t k = 0; k < NSIZES; k++) {
+    size_t n = sizes[k], bad;
+    um_buffer *src = k % 2 == 0 ? src_net : src_pool;
+    um_event *e = NULL;
+    nt_fill(um_buffer_host_ptr(src), n, (unsigned)k + 11, 0);
+    NT_OK(um_net_put(ep, src, 0, key, klen, PUT_OFF, n, &e));
+    NT_OK(um_event_wait(e));
+    um_event_release(e);
+    nt_signal(fd, 'p');
+    nt_expect(fd, 'k');
+    memset(um_buffer_host_ptr(dst), 0, n);
+    NT_OK(um_net_get(ep, dst, 0, key, klen, PUT_OFF, n, NULL));
+    bad = nt_mismatch(um_buffer_host_ptr(dst), n, (unsigned)k + 11, 0);
+    NT_CHECK(bad == n, "get of %zu bytes: byte %zu differs", n, bad);
+  }
+  NT_OK(um_stats_get(p.m, um_device_get(p.m, 0), &after));
+  {
+    uint64_t total = 0;
+    for (size_t k = 0; k < NSIZES; k++)
+      total += sizes[k];
+    NT_CHECK(after.bytes_net_out - before.bytes_net_out == total && after.bytes_net_in - before.bytes_net_in == total &&
+                 after.xfer_net - before.xfer_net == 2 * NSIZES,
+             "net statistics: out %llu, in %llu, transfers %llu",
+             (unsigned long long)(after.bytes_net_out - before.bytes_net_out),
+             (unsigned long long)(after.bytes_net_in - before.bytes_net_in),
+             (unsigned long long)(after.xfer_net - before.xfer_net));
+    NT_CHECK(after.active_buffers == 3 && after.bytes_in_use == 3ull * BIG, "three live buffers: %llu, %llu bytes",
+             (unsigned long long)after.active_buffers, (unsigned long long)after.bytes_in_use);
+  }
+  nt_signal(fd, 'q');
+  NT_OK(um_endpoint_close(ep));
+  NT_OK(um_release(src_net));
+  NT_OK(um_release(src_pool));
+  NT_OK(um_release(dst));
+  NT_OK(um_stats_get(p.m, um_device_get(p.m, 0), &after));
+  NT_CHECK(after.active_buffers == 0 && after.bytes_in_use == 0 && after.releases == 3 && after.allocations == 3,
+           "all released: %llu live, %llu bytes", (unsigned long long)after.active_buffers,
+           (unsigned long long)after.bytes_in_use);
+  nt_close(&p);
+  return 0;
+}
+
+Test(net, two_processes_net_alloc, .timeout = 280) {
+  int fds[2];
+  pid_t pids[2];
+  cr_assert_eq(nb_pair(fds), 0);
+  pids[0] = nt_spawn(alloc_target, 0, fds);
+  pids[1] = nt_spawn(alloc_issuer, 1, fds);
+  close(fds[0]);
+  close(fds[1]);
+  nt_reap_all(pids, 2, 270);
+}
+
+/* ------------------------------------------------------------------------ */
 /* Three processes in a ring: each puts into the next one's buffer and gets
  * from the previous one's, all at once. */
 

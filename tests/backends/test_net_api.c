@@ -591,6 +591,219 @@ Test(net_api, manager_destroys_its_net) {
 }
 
 /* ------------------------------------------------------------------------ */
+/* um_net_alloc: buffers whose memory UCX allocated */
+
+#ifdef UNIMEM_HAVE_UCX
+#include "net_ucx_lib.h"
+
+/* Registrations with UCX, counted: ucp_mem_map of the loaded library
+ * through a wrapper while a test runs. */
+static atomic_int mem_maps;
+static ucs_status_t (*real_mem_map)(ucp_context_h, const ucp_mem_map_params_t *, ucp_mem_h *);
+
+static ucs_status_t counting_mem_map(ucp_context_h c, const ucp_mem_map_params_t *p, ucp_mem_h *h) {
+  atomic_fetch_add(&mem_maps, 1);
+  return real_mem_map(c, p, h);
+}
+#endif
+
+Test(net_api, alloc_codes) {
+  api_env e;
+  um_buffer *b = NULL;
+  struct {
+    uint32_t magic;
+    char pad[252];
+  } not_a_net = {0, {0}};
+  api_open(&e);
+  cr_assert_eq(um_net_alloc(NULL, 4096, 0, &b), UM_EINVAL);
+  cr_assert_eq(um_net_alloc((um_net *)&not_a_net, 4096, 0, &b), UM_EINVAL);
+  cr_assert_eq(um_net_alloc((um_net *)e.self, 4096, 0, &b), UM_EINVAL, "an endpoint is not a net");
+  cr_assert_eq(um_net_alloc(e.net, 4096, 0, NULL), UM_EINVAL);
+  cr_assert_eq(um_net_alloc(e.net, 0, 0, &b), UM_EINVAL);
+  cr_assert_eq(um_net_alloc(e.net, 4096, 0x100, &b), UM_EINVAL);
+  cr_assert_eq(um_net_alloc(e.net, 4096, UM_WRAP_READONLY << 8, &b), UM_EINVAL);
+  cr_assert_eq(um_net_alloc(e.net, (size_t)1 << 63, 0, &b), UM_ENOMEM);
+  cr_assert_null(b);
+  cr_assert_eq(um_net_alloc(e.net, 4096, UM_ALLOC_UNPOOLED | UM_ALLOC_ZERO, &b), UM_OK, "%s", um_last_error());
+  cr_assert_eq(um_release(b), UM_OK);
+  cr_assert_eq(um_release(b), UM_ESTATE);
+  api_close(&e);
+  /* The destroyed net's handle answers UM_ESTATE until the manager goes;
+   * e.m is gone too here, so use a fresh pair. */
+  api_open(&e);
+  cr_assert_eq(um_endpoint_close(e.self), UM_OK);
+  cr_assert_eq(um_net_destroy(e.net), UM_OK);
+  b = NULL;
+  cr_assert_eq(um_net_alloc(e.net, 4096, 0, &b), UM_ESTATE);
+  cr_assert_null(b);
+  cr_assert_eq(um_manager_destroy(e.m), UM_OK);
+}
+
+/* A buffer of um_net_alloc is a HOST buffer of device 0 like any other:
+ * zeroed on request, its statistics those of a wrap, copies and mappings
+ * work, and its release gives the memory back. */
+Test(net_api, alloc_is_a_host_buffer) {
+  enum { N = (1u << 20) + 13 };
+  api_env e;
+  um_device *cpu;
+  um_buffer *b, *other;
+  um_stats s0, s1, s2, want;
+  unsigned char *host, *mapped;
+  api_open(&e);
+  cpu = um_device_get(e.m, 0);
+  s0 = ut_stats(e.m, cpu);
+  cr_assert_eq(um_net_alloc(e.net, N, UM_ALLOC_ZERO, &b), UM_OK, "%s", um_last_error());
+  s1 = ut_stats(e.m, cpu);
+  want = s0;
+  want.active_buffers += 1;
+  want.bytes_in_use += N;
+  want.peak_bytes_in_use = s0.peak_bytes_in_use > N ? s0.peak_bytes_in_use : N;
+  want.allocations += 1;
+  cr_assert_eq(ut_stats_diff(&s1, &want, "after um_net_alloc"), 0, "nothing from the device or the pool");
+  cr_assert_eq(um_buffer_device(b), cpu);
+  cr_assert_eq(um_buffer_location(b), UM_HOST);
+  cr_assert_eq(um_buffer_size(b), (size_t)N);
+  host = um_buffer_host_ptr(b);
+  cr_assert_not_null(host);
+  for (size_t i = 0; i < N; i++)
+    cr_assert_eq(host[i], 0, "UM_ALLOC_ZERO: byte %zu", i);
+  /* Copies both ways, and a mapping. */
+  nt_fill(host, N, 7, 0);
+  other = host_buffer(&e, N);
+  cr_assert_eq(um_copy(other, 0, b, 0, N, NULL), UM_OK, "%s", um_last_error());
+  cr_assert_eq(nt_mismatch(um_buffer_host_ptr(other), N, 7, 0), (size_t)N);
+  nt_fill(um_buffer_host_ptr(other), N, 8, 0);
+  cr_assert_eq(um_copy(b, 5, other, 0, N - 5, NULL), UM_OK, "%s", um_last_error());
+  cr_assert_eq(nt_mismatch(host + 5, N - 5, 8, 0), (size_t)N - 5);
+  cr_assert_eq(um_map(b, UM_MAP_READ_WRITE, 100, 4096, (void **)&mapped), UM_OK, "%s", um_last_error());
+  cr_assert_eq(mapped, host + 100);
+  mapped[0] = 0xab;
+  cr_assert_eq(um_unmap(b, mapped), UM_OK);
+  cr_assert_eq(host[100], 0xab);
+  cr_assert_eq(um_release(other), UM_OK);
+  s1 = ut_stats(e.m, cpu);
+  cr_assert_eq(um_release(b), UM_OK);
+  s2 = ut_stats(e.m, cpu);
+  want = s1;
+  want.active_buffers -= 1;
+  want.bytes_in_use -= N;
+  want.releases += 1;
+  cr_assert_eq(ut_stats_diff(&s2, &want, "after um_release"), 0, "nothing to the pool or the device");
+  api_close(&e);
+}
+
+/* Put and get through the net's own endpoint into and out of buffers of
+ * um_net_alloc, exposed with the allocation's mapping: no registration
+ * with UCX for the exposure (counted), where a buffer of um_alloc takes
+ * one. */
+Test(net_api, alloc_expose_put_get) {
+  static const size_t sizes[] = {1, 4096, 65536 + 7, (1u << 20) + 1};
+  api_env e;
+  unsigned char key[4096], key2[4096];
+  size_t klen, klen2;
+  um_buffer *target, *src, *dst, *pooled;
+  api_open(&e);
+  cr_assert_eq(um_net_alloc(e.net, 2u << 20, 0, &target), UM_OK, "%s", um_last_error());
+  cr_assert_eq(um_net_alloc(e.net, 2u << 20, 0, &src), UM_OK, "%s", um_last_error());
+  dst = host_buffer(&e, 2u << 20);
+  pooled = host_buffer(&e, 4096);
+#ifdef UNIMEM_HAVE_UCX
+  real_mem_map = um__ucx.ucp_mem_map;
+  atomic_store(&mem_maps, 0);
+  um__ucx.ucp_mem_map = counting_mem_map;
+#endif
+  klen = expose(target, key, sizeof(key));
+  klen2 = sizeof(key2);
+  cr_assert_eq(um_net_expose(target, key2, &klen2), UM_OK);
+  cr_assert_eq(klen2, klen);
+  cr_assert_eq(memcmp(key, key2, klen), 0, "exposing again gives the same blob");
+#ifdef UNIMEM_HAVE_UCX
+  cr_assert_eq(atomic_load(&mem_maps), 0, "the allocation's own mapping, no ucp_mem_map");
+  (void)expose(pooled, key2, sizeof(key2));
+  cr_assert_eq(atomic_load(&mem_maps), 1, "a buffer of um_alloc is registered");
+  um__ucx.ucp_mem_map = real_mem_map;
+#endif
+  for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+    size_t n = sizes[k];
+    nt_fill(um_buffer_host_ptr(src), n, (unsigned)k + 3, 0);
+    cr_assert_eq(um_net_put(e.self, src, 0, key, klen, 17, n, NULL), UM_OK, "%s", um_last_error());
+    cr_assert_eq(nt_mismatch((char *)um_buffer_host_ptr(target) + 17, n, (unsigned)k + 3, 0), n);
+    memset(um_buffer_host_ptr(dst), 0, n + 5);
+    cr_assert_eq(um_net_get(e.self, dst, 5, key, klen, 17, n, NULL), UM_OK, "%s", um_last_error());
+    cr_assert_eq(nt_mismatch((char *)um_buffer_host_ptr(dst) + 5, n, (unsigned)k + 3, 0), n);
+  }
+  cr_assert_eq(um_net_put(e.self, src, 0, key, klen, 1, 2u << 20, NULL), UM_ERANGE);
+  /* Unexposing revokes as for any buffer; the memory stays the buffer's. */
+  cr_assert_eq(um_net_unexpose(target), UM_OK);
+  cr_assert_eq(um_net_put(e.self, src, 0, key, klen, 0, 16, NULL), UM_ESTATE);
+  cr_assert_eq(nt_mismatch((char *)um_buffer_host_ptr(target) + 17, sizes[3], 6, 0), sizes[3]);
+  klen = expose(target, key, sizeof(key));
+  cr_assert_eq(um_net_put(e.self, src, 0, key, klen, 0, 16, NULL), UM_OK, "%s", um_last_error());
+  cr_assert_eq(um_release(target), UM_OK); /* unexposes, then unmaps */
+  cr_assert_eq(um_net_put(e.self, src, 0, key, klen, 0, 16, NULL), UM_ESTATE);
+  cr_assert_eq(um_release(src), UM_OK);
+  cr_assert_eq(um_release(dst), UM_OK);
+  cr_assert_eq(um_release(pooled), UM_OK);
+  api_close(&e);
+}
+
+/* um_net_destroy refuses while a buffer of um_net_alloc is live, and
+ * leaves everything as it was; once released, it goes. */
+Test(net_api, alloc_keeps_its_net) {
+  api_env e;
+  unsigned char key[4096];
+  size_t klen;
+  um_buffer *a, *b, *src;
+  api_log_text[0] = '\0';
+  api_open(&e);
+  cr_assert_eq(um_net_alloc(e.net, 65536, 0, &a), UM_OK, "%s", um_last_error());
+  cr_assert_eq(um_net_alloc(e.net, 4096, 0, &b), UM_OK, "%s", um_last_error());
+  src = host_buffer(&e, 65536);
+  klen = expose(a, key, sizeof(key));
+  cr_assert_eq(um_net_destroy(e.net), UM_EBUSY);
+  cr_assert(strstr(um_last_error(), "2 buffer(s) of um_net_alloc (69632 bytes)") != NULL, "%s", um_last_error());
+  /* Nothing was destroyed: the endpoint, the exposure, the net work. */
+  nt_fill(um_buffer_host_ptr(src), 65536, 9, 0);
+  cr_assert_eq(um_net_put(e.self, src, 0, key, klen, 0, 65536, NULL), UM_OK, "%s", um_last_error());
+  cr_assert_eq(nt_mismatch(um_buffer_host_ptr(a), 65536, 9, 0), 65536u);
+  cr_assert_eq(um_release(a), UM_OK);
+  cr_assert_eq(um_net_destroy(e.net), UM_EBUSY);
+  cr_assert(strstr(um_last_error(), "1 buffer(s) of um_net_alloc (4096 bytes)") != NULL, "%s", um_last_error());
+  cr_assert_eq(um_release(b), UM_OK);
+  cr_assert_eq(um_net_destroy(e.net), UM_OK);
+  cr_assert_eq(count_lines("was still open"), 1, "log:\n%s", api_log_text);
+  cr_assert_eq(count_lines("was still exposed"), 0, "log:\n%s", api_log_text);
+  cr_assert_eq(um_release(src), UM_OK);
+  cr_assert_eq(um_manager_destroy(e.m), UM_OK);
+}
+
+/* um_manager_destroy with buffers of um_net_alloc still live (one exposed,
+ * one with a copy queued behind it): reported and released as leaks while
+ * their net is still there, then the net goes. */
+Test(net_api, alloc_leaked_at_manager_destroy) {
+  api_env e;
+  unsigned char key[4096];
+  um_buffer *a, *b, *pooled;
+  um_event *ev;
+  api_log_text[0] = '\0';
+  api_open(&e);
+  cr_assert_eq(um_net_alloc(e.net, 8192, 0, &a), UM_OK, "%s", um_last_error());
+  cr_assert_eq(um_net_alloc(e.net, 1u << 20, 0, &b), UM_OK, "%s", um_last_error());
+  pooled = host_buffer(&e, 1u << 20);
+  (void)expose(a, key, sizeof(key));
+  cr_assert_eq(um_copy(b, 0, pooled, 0, 1u << 20, &ev), UM_OK);
+  cr_assert_eq(um_event_wait(ev), UM_OK);
+  cr_assert_eq(um_event_release(ev), UM_OK);
+  cr_assert_eq(um_release(pooled), UM_OK);
+  cr_assert_eq(um_manager_destroy(e.m), UM_ELEAK);
+  cr_assert(strstr(um_last_error(), "2 buffer(s) (1056768 bytes)") != NULL, "%s", um_last_error());
+  cr_assert_eq(count_lines("leak: buffer"), 2, "log:\n%s", api_log_text);
+  cr_assert_eq(count_lines("was never destroyed"), 1, "log:\n%s", api_log_text);
+  cr_assert_eq(count_lines("was still exposed"), 0, "released before the net went:\n%s", api_log_text);
+  cr_assert_eq(count_lines("still mapped at close"), 0, "log:\n%s", api_log_text);
+}
+
+/* ------------------------------------------------------------------------ */
 /* Blobs fuzzed: seeded random mutations and truncations of real blobs are
  * refused with UM_EINVAL, never reach UCX, never crash. */
 
