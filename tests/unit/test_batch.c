@@ -321,7 +321,11 @@ Test(batch, many_small_batches_bounded) {
   small_batches(ops, 3000);
   cr_assert_eq(um_device_synchronize(d1), UM_OK);
   after = ut_stats(m, NULL);
-  cr_assert_eq(event_slabs(), warm, "event objects grew from %d slabs to %d", warm, event_slabs());
+  /* Bounded, not frozen: which thread parks a finished object in its
+   * stash depends on timing (a busy machine leaves more of them parked for
+   * a while), but 3000 more batches may not take more than the bound. */
+  cr_assert_leq(event_slabs(), bound, "event objects grew from %d slabs to %d (bound %d)", warm, event_slabs(),
+                bound);
   cr_assert_eq(atomic_load(&m->engine.inflight), 0);
   cr_assert_eq(after.bytes_h2d - before.bytes_h2d, 3000u * 2 * sizeof(src));
   cr_assert_eq(after.bytes_peer - before.bytes_peer, 3000u * sizeof(src));
