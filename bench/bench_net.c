@@ -3,6 +3,7 @@
  * >= 1 MiB at >= 0.9x ucx_perftest).
  *
  *   bench_net [--quick] [--json FILE] [--rounds N] [--unimem pool|alloc|both]
+ *             [--inflight N]
  *             (UCX_TLS and UCX_NET_DEVICES pick the transport for both)
  *
  * unimem: a target process exposes a 64 MiB HOST buffer and does nothing
@@ -49,6 +50,9 @@
 
 #define BN_TARGET_BYTES (64u << 20)
 #define BN_INFLIGHT 4
+/* --inflight: transfers in flight, from as many buffers to as many remote
+ * ranges (1: one buffer, one range, ucx_perftest's access pattern). */
+static int bn_inflight = BN_INFLIGHT;
 #define BN_WAIT_MS 60000
 #define BN_MAX_ROUNDS 15
 #define BN_PERFTEST_MS 60000
@@ -165,7 +169,7 @@ static double bn_put_latency_us(bn_issuer *s, size_t n, int iters) {
 static double bn_bandwidth_mibs(bn_issuer *s, size_t n, int count, int get) {
   um_event *ev[BN_INFLIGHT] = {NULL};
   double t0;
-  for (int k = 0; k < BN_INFLIGHT; k++) {
+  for (int k = 0; k < bn_inflight; k++) {
     size_t roff = (size_t)k * n % (BN_TARGET_BYTES - n + 1);
     if (get)
       BN_CHECK(um_net_get(s->ep, s->bufs[k], 0, s->key, s->klen, roff, n, NULL));
@@ -174,7 +178,7 @@ static double bn_bandwidth_mibs(bn_issuer *s, size_t n, int count, int get) {
   }
   t0 = bench_now_ns();
   for (int i = 0; i < count; i++) {
-    int k = i % BN_INFLIGHT;
+    int k = i % bn_inflight;
     size_t roff = (size_t)k * n % (BN_TARGET_BYTES - n + 1);
     if (ev[k] != NULL) {
       BN_CHECK(um_event_wait(ev[k]));
@@ -185,7 +189,7 @@ static double bn_bandwidth_mibs(bn_issuer *s, size_t n, int count, int get) {
     else
       BN_CHECK(um_net_put(s->ep, s->bufs[k], 0, s->key, s->klen, roff, n, &ev[k]));
   }
-  for (int k = 0; k < BN_INFLIGHT; k++)
+  for (int k = 0; k < bn_inflight; k++)
     if (ev[k] != NULL) {
       BN_CHECK(um_event_wait(ev[k]));
       um_event_release(ev[k]);
@@ -213,7 +217,7 @@ static int bn_issuer_main(int fd, int cmd, int out, int quick, int kind) {
   s.ep = bn_connect(n, fd);
   if (nb_recv(fd, s.key, sizeof(s.key), &s.klen, BN_WAIT_MS) != 0)
     bn_die("key exchange", UM_EBACKEND);
-  for (int k = 0; k < BN_INFLIGHT; k++)
+  for (int k = 0; k < bn_inflight; k++)
     s.bufs[k] = bn_buffer(m, n, kind, BN_TARGET_BYTES);
   while (read(cmd, &c, 1) == 1 && c == 'r') {
     bn_issuer_round(&s, f);
@@ -222,7 +226,7 @@ static int bn_issuer_main(int fd, int cmd, int out, int quick, int kind) {
   }
   (void)nb_send(fd, "q", 1);
   BN_CHECK(um_endpoint_close(s.ep));
-  for (int k = 0; k < BN_INFLIGHT; k++)
+  for (int k = 0; k < bn_inflight; k++)
     BN_CHECK(um_release(s.bufs[k]));
   BN_CHECK(um_net_destroy(n));
   BN_CHECK(um_manager_destroy(m));
@@ -560,6 +564,12 @@ static int bn_args(int argc, char **argv, int *quick, int *rounds, unsigned *kin
         fprintf(stderr, "bench_net: --unimem takes pool, alloc or both\n");
         return 2;
       }
+    } else if (strcmp(argv[i], "--inflight") == 0 && i + 1 < argc) {
+      bn_inflight = atoi(argv[++i]);
+      if (bn_inflight < 1 || bn_inflight > BN_INFLIGHT) {
+        fprintf(stderr, "bench_net: --inflight takes 1 to %d\n", BN_INFLIGHT);
+        return 2;
+      }
     } else if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc) {
       *rounds = atoi(argv[++i]);
       if (*rounds < 1 || *rounds > BN_MAX_ROUNDS) {
@@ -567,7 +577,8 @@ static int bn_args(int argc, char **argv, int *quick, int *rounds, unsigned *kin
         return 2;
       }
     } else {
-      fprintf(stderr, "usage: bench_net [--quick] [--json FILE] [--rounds N] [--unimem pool|alloc|both]\n");
+      fprintf(stderr, "usage: bench_net [--quick] [--json FILE] [--rounds N] [--unimem pool|alloc|both] "
+                      "[--inflight N]\n");
       return 2;
     }
   }
@@ -591,7 +602,7 @@ int um_bench_net_main(int argc, char **argv, bench_report *rep) {
   bench_set_text(&rep->facts, "ucx_tls", tls != NULL ? tls : "(UCX's choice)");
   bench_set(&rep->facts, "rounds", rounds);
   bench_set(&rep->facts, "target_bytes", BN_TARGET_BYTES);
-  bench_set(&rep->facts, "inflight", BN_INFLIGHT);
+  bench_set(&rep->facts, "inflight", bn_inflight);
   bench_set_text(&rep->facts, "unimem_buffers",
                  kinds == 3u ? "um_alloc and um_net_alloc" : kinds == 1u ? "um_alloc" : "um_net_alloc");
   printf("UCX_TLS=%s, two processes on this machine\n", tls != NULL ? tls : "(UCX's choice)");

@@ -74,6 +74,8 @@ const char tool_bench_help[] =
     "              (skipped without UCX or without ucx_perftest). unimem runs twice:\n"
     "              with buffers of um_alloc and with buffers of um_net_alloc (memory\n"
     "              UCX allocated; --unimem pool|alloc|both picks). --rounds N.\n"
+    "              --inflight N: transfers in flight (default 4, from as many buffers\n"
+    "              to as many remote ranges; 1 is ucx_perftest's pattern).\n"
     "    wait      a blocking 4 KiB device->host round trip on the first OpenCL device\n"
     "              with um_options.wait_spin_ns 0 and with a spin (--spin-ns NS,\n"
     "              default 50000), against the raw blocking read, the raw read with a\n"
