@@ -112,25 +112,74 @@ static um__pool *slot_pool(um_manager *m, size_t i) {
 
 static int slot_class(size_t i) { return (int)(i % UM__TCACHE_CLASSES); }
 
-/* Take every idle block out of tc's slots [lo, hi) into the bins; when
- * owner, also give back the budget of empty slots. Returns bytes moved. */
-static uint64_t flush_slots(um__tcache *tc, um_manager *m, size_t lo, size_t hi, bool owner) {
-  uint64_t moved = 0;
-  for (size_t i = lo; i < hi; i++) {
-    _Atomic(uintptr_t) *slot = &tc->slots[i];
-    uintptr_t cur = atomic_load_explicit(slot, memory_order_acquire);
-    if (cur > UM__TSLOT_RESERVED) {
-      if (!atomic_compare_exchange_strong_explicit(slot, &cur, 0, memory_order_acquire,
-                                                   memory_order_relaxed))
-        continue; /* its owner took it, or another flush did */
-      um_buffer *b = (um_buffer *)cur;
-      moved += b->capacity;
-      um__pool_put_reserved(slot_pool(m, i), b);
-    } else if (cur == UM__TSLOT_RESERVED && owner) {
-      atomic_store_explicit(slot, 0, memory_order_relaxed);
-      um__pool_unreserve(slot_pool(m, i), slot_class(i));
+static size_t used_words(int ndevices) {
+  size_t groups = (slot_count(ndevices) + UM__TCACHE_GROUP - 1) / UM__TCACHE_GROUP;
+  return (groups + 63) / 64;
+}
+
+/* Owner: slot i may become other than 0 from now on. Before the slot's
+ * store: a reader that sees the slot's new value may still miss the bit,
+ * which is the same as reading a moment earlier. */
+static void mark_used(um__tcache *tc, size_t i) {
+  size_t g = i / UM__TCACHE_GROUP;
+  _Atomic(uint64_t) *w = &tc->used[g / 64];
+  uint64_t bit = (uint64_t)1 << (g % 64), cur = atomic_load_explicit(w, memory_order_relaxed);
+  if (!(cur & bit))
+    atomic_store_explicit(w, cur | bit, memory_order_release);
+}
+
+/* Calls visit(tc, m, i, arg) for the slots in [lo, hi) of the groups tc
+ * has used, lowest first; the others are 0. Returns the sum of what the
+ * calls returned. */
+static uint64_t for_each_used(um__tcache *tc, um_manager *m, size_t lo, size_t hi,
+                              uint64_t (*visit)(um__tcache *, um_manager *, size_t, void *), void *arg) {
+  uint64_t sum = 0;
+  size_t nwords = used_words(tc->ndevices);
+  for (size_t wi = lo / UM__TCACHE_GROUP / 64; wi < nwords; wi++) {
+    uint64_t bits = atomic_load_explicit(&tc->used[wi], memory_order_acquire);
+    while (bits != 0) {
+      size_t g = wi * 64 + (size_t)__builtin_ctzll(bits);
+      size_t a = g * UM__TCACHE_GROUP, b = a + UM__TCACHE_GROUP;
+      bits &= bits - 1;
+      if (a >= hi)
+        return sum;
+      for (size_t i = a < lo ? lo : a; i < b && i < hi; i++)
+        sum += visit(tc, m, i, arg);
     }
   }
+  return sum;
+}
+
+/* Take slot i's idle block into its bin; when owner (arg not NULL), also
+ * give back the budget of the slot when empty. Returns bytes moved. */
+static uint64_t flush_slot(um__tcache *tc, um_manager *m, size_t i, void *owner) {
+  _Atomic(uintptr_t) *slot = &tc->slots[i];
+  uintptr_t cur = atomic_load_explicit(slot, memory_order_acquire);
+  if (cur > UM__TSLOT_RESERVED) {
+    if (!atomic_compare_exchange_strong_explicit(slot, &cur, 0, memory_order_acquire, memory_order_relaxed))
+      return 0; /* its owner took it, or another flush did */
+    um_buffer *b = (um_buffer *)cur;
+    uint64_t bytes = b->capacity;
+    um__pool_put_reserved(slot_pool(m, i), b);
+    return bytes;
+  }
+  if (cur == UM__TSLOT_RESERVED && owner != NULL) {
+    atomic_store_explicit(slot, 0, memory_order_relaxed);
+    um__pool_unreserve(slot_pool(m, i), slot_class(i));
+  }
+  return 0;
+}
+
+/* Take every idle block out of tc's slots [lo, hi) into the bins; when
+ * owner, also give back the budget of empty slots, and (over all slots)
+ * forget which groups were used: every slot is 0 then (only the owner
+ * makes a slot other than 0). Returns bytes moved. */
+static uint64_t flush_slots(um__tcache *tc, um_manager *m, size_t lo, size_t hi, bool owner) {
+  static char owner_mark;
+  uint64_t moved = for_each_used(tc, m, lo, hi, flush_slot, owner ? &owner_mark : NULL);
+  if (owner && lo == 0 && hi == slot_count(tc->ndevices))
+    for (size_t wi = 0; wi < used_words(tc->ndevices); wi++)
+      atomic_store_explicit(&tc->used[wi], 0, memory_order_relaxed);
   return moved;
 }
 
@@ -181,6 +230,7 @@ static void merge_and_unlink(um__tcache *tc, um_manager *m) {
 
 static void free_cache(um__tcache *tc) {
   free(tc->slots);
+  free(tc->used);
   free(tc->ctr);
   free(tc);
 }
@@ -257,7 +307,8 @@ static um__tcache *create_cache(um_manager *m) {
   int ndevices = um__ndevices(m); /* devices adopted later bypass this cache */
   tc->ctr = aligned_alloc(64, ((size_t)ndevices * sizeof(*tc->ctr) + 63) & ~(size_t)63);
   tc->slots = aligned_alloc(64, (slot_count(ndevices) * sizeof(*tc->slots) + 63) & ~(size_t)63);
-  if (tc->ctr == NULL || tc->slots == NULL || pthread_setspecific(exit_key, &thread_caches) != 0) {
+  tc->used = calloc(used_words(ndevices), sizeof(*tc->used));
+  if (tc->ctr == NULL || tc->slots == NULL || tc->used == NULL || pthread_setspecific(exit_key, &thread_caches) != 0) {
     free_cache(tc);
     return NULL;
   }
@@ -313,6 +364,7 @@ void um__tcache_put(um__tcache *tc, um_buffer *b) {
     if (cur == 0) {
       if (!um__pool_reserve(p, b->cls))
         break;
+      mark_used(tc, um__tcache_slot_index(b->dev, b->loc, b->cls));
       cur = UM__TSLOT_RESERVED;
     }
     if (cur == UM__TSLOT_RESERVED) {
@@ -385,26 +437,35 @@ void um__tcache_publish_high(um__tcache *tc) {
   pthread_mutex_unlock(&m->tcache_lock);
 }
 
+/* The bytes of slot i's idle block, largest_pooled_block of *arg too. */
+static uint64_t slot_pooled(um__tcache *tc, um_manager *m, size_t i, void *arg) {
+  um_stats *s = arg;
+  (void)m;
+  if (atomic_load_explicit(&tc->slots[i], memory_order_relaxed) <= UM__TSLOT_RESERVED)
+    return 0;
+  uint64_t cap = um__class_size(slot_class(i));
+  if (cap > s->largest_pooled_block)
+    s->largest_pooled_block = cap;
+  return cap;
+}
+
 void um__tcache_stats_add(um_manager *m, um_device *d, um_stats *s) {
+  const size_t per_dev = (size_t)UM_LOCATION_COUNT * UM__TCACHE_CLASSES;
   for (um__tcache *tc = m->tcaches; tc != NULL; tc = tc->m_next) {
     for (int i = 0; i < tc->ndevices; i++) {
       um__tcounters *c = &tc->ctr[i];
-      size_t lo = (size_t)i * UM_LOCATION_COUNT * UM__TCACHE_CLASSES;
       if (d != NULL && d->index != i)
         continue;
       s->allocations += um__atomic_load_relaxed(&c->allocations);
       s->releases += um__atomic_load_relaxed(&c->releases);
       s->pool_hits += um__atomic_load_relaxed(&c->pool_hits);
       s->bytes_in_use += um__atomic_load_relaxed(&c->bytes_in_use);
-      for (size_t k = lo; k < lo + (size_t)UM_LOCATION_COUNT * UM__TCACHE_CLASSES; k++) {
-        if (atomic_load_explicit(&tc->slots[k], memory_order_relaxed) > UM__TSLOT_RESERVED) {
-          uint64_t cap = um__class_size(slot_class(k));
-          s->bytes_pooled += cap;
-          if (cap > s->largest_pooled_block)
-            s->largest_pooled_block = cap;
-        }
-      }
     }
+    if (d == NULL)
+      s->bytes_pooled += for_each_used(tc, m, 0, slot_count(tc->ndevices), slot_pooled, s);
+    else if (d->index < tc->ndevices)
+      s->bytes_pooled += for_each_used(tc, m, (size_t)d->index * per_dev, ((size_t)d->index + 1) * per_dev,
+                                       slot_pooled, s);
   }
 }
 

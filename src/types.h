@@ -30,6 +30,7 @@
  * 156 ends at 1.25 * 2^40); larger requests bypass the cache. 160 classes
  * * 4 locations * 8 bytes is 5 KiB of slots per device and thread. */
 #define UM__TCACHE_CLASSES 160
+#define UM__TCACHE_GROUP 64 /* slots per bit of a cache's used map */
 #define UM__TSLOT_RESERVED ((uintptr_t)1)
 /* um_buffer.slot of a block that no thread-cache slot takes. */
 #define UM__NO_SLOT UINT32_MAX
@@ -413,6 +414,13 @@ typedef struct um__tcache {
   unsigned high_pending;
   int64_t high_grew; /* how far those new highs rose (owner) */
   _Atomic(uintptr_t) *slots; /* [ndevices][UM_LOCATION_COUNT][UM__TCACHE_CLASSES] */
+  /* Which groups of UM__TCACHE_GROUP slots may be other than 0: bit g of
+   * word g / 64 for slots [g * UM__TCACHE_GROUP, (g + 1) * UM__TCACHE_GROUP).
+   * Set by the owner before it first reserves a slot of the group, cleared
+   * by the owner's own flush (which leaves every slot 0), so that a flush or
+   * a statistics read visits only the groups in use, not every slot of
+   * every device (tcache.c, for_each_used). */
+  _Atomic(uint64_t) *used;
   struct um__tcache *m_prev, *m_next; /* manager's list (m->tcache_lock) */
   struct um__tcache *t_next;          /* thread's list (owner) */
   /* Event objects freed on this thread, reused by it (event.c): moved to

@@ -195,9 +195,13 @@ two bytes choose the manager's configuration (debug quarantine, pooling,
 scrub, pinned staging, workers, one or two fault devices, 128 KiB or 1 MiB
 of device memory).
 
-Each configuration's manager is made once and kept (up to 128, the least
-recently used destroyed first): making one costs about 1.3 ms in this
-build and destroying it 0.8 ms, several inputs' time. Between inputs the
+The managers are kept from one input to the next: one per combination
+of the options that shape a manager when it is made (debug quarantine,
+pooling, one or two transfer workers, one or two fault devices, 128 KiB
+or 1 MiB of device memory: 32 at most); scrub, pinned staging and the
+pool's limits are read where they are used, and are set on the kept
+manager for each input. Making a manager costs about 1.3 ms in this build
+and destroying it 0.8 ms, several inputs' time. Between inputs the
 harness waits for every operation (including those whose events the
 program released unwaited), brings lost fault devices back, flushes the
 debug quarantine, gives back the staging chunks and trims the pool; then
@@ -207,10 +211,14 @@ fuzzer at the input that made it. One input in 256 (by a hash of its
 bytes) ends instead by destroying its manager with everything still
 pooled and cached and operations possibly in flight; destroy must answer
 \`UM_OK\` and leave no block. Where the time of an input went (perf), in
-order: reading the statistics after every call (each read walks every
-slot of every thread's cache, with a coverage callback per slot: 75% at
-first), making and destroying managers, and thread hand-offs of 4 KiB
-staging chunks; \`tests/reliability/fuzz/fuzz_api.c\` and
+order: reading the statistics after every call (each read walked every
+slot of every thread's cache: now only the slot groups the thread has
+used), libFuzzer's leak check (an input with more mallocs than frees was
+run twice, then LeakSanitizer scanned the heap: \`run.sh\` passes
+\`-detect_leaks=0\`, LeakSanitizer still runs at the end), ASan's fresh
+pages (a 64 MiB quarantine instead of 256), managers evicted and made
+again, comparison callbacks in the library, and thread hand-offs;
+\`tests/reliability/fuzz/fuzz_api.c\`, \`tests/reliability/fuzz/run.sh\` and
 \`tests/reliability/fuzz/coverage_ignore.txt\` say what was done about each.
 
 - Kept corpus: $(ls "$root"/tests/reliability/fuzz/corpus | wc -l) inputs (\`tests/reliability/fuzz/make_corpus.py\`; two end by a

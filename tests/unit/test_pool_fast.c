@@ -171,6 +171,42 @@ Test(fast, exact_stats_on_one_thread) {
   cr_assert_eq(um_manager_destroy(m), UM_OK);
 }
 
+/* A cache's reads and flushes visit only the slot groups its thread has
+ * used (tcache.c, for_each_used), and the owner's own flush forgets them:
+ * blocks cached in classes from 64 bytes to 1 MiB, at two locations, are
+ * all counted and all trimmed, and so are those cached again after the
+ * flush, at other sizes. */
+Test(fast, stats_and_trims_see_every_class_used) {
+  um_manager *m = make(NULL);
+  const um_location locs[2] = {UM_HOST, UM_UNIFIED};
+  uint64_t trimmed = 0;
+  for (int round = 0; round < 2; round++) {
+    uint64_t want = 0;
+    um_buffer *b[2][15];
+    um_stats s;
+    for (int l = 0; l < 2; l++)
+      for (int k = 0; k < 15; k++) {
+        size_t n = ((size_t)64 << k) + (size_t)round * 40; /* round 1: the next class up */
+        b[l][k] = alloc_on(m, 0, n, locs[l], 0);
+        want += cls_size(n);
+      }
+    for (int l = 0; l < 2; l++)
+      for (int k = 0; k < 15; k++)
+        cr_assert_eq(um_release(b[l][k]), UM_OK);
+    s = stats(m, NULL);
+    cr_assert_eq(s.bytes_pooled, want, "round %d: %llu pooled, %llu cached", round,
+                 (unsigned long long)s.bytes_pooled, (unsigned long long)want);
+    cr_assert_eq(s.largest_pooled_block, cls_size(((size_t)64 << 14) + (size_t)round * 40));
+    cr_assert_eq(stats(m, um_device_get(m, 0)).bytes_pooled, want);
+    cr_assert_eq(um_pool_trim(m, 0), UM_OK);
+    s = stats(m, NULL);
+    cr_assert_eq(s.bytes_pooled, 0, "round %d", round);
+    trimmed += want;
+    cr_assert_eq(s.bytes_trimmed, trimmed, "round %d", round);
+  }
+  cr_assert_eq(um_manager_destroy(m), UM_OK);
+}
+
 /* A buffer with an operation on it takes the locked release path; its
  * block is cached all the same. UM_ALLOC_ZERO and scrub hold on cache
  * hits. */
