@@ -98,7 +98,10 @@ def test_torch_allocator_against_the_fake_driver():
     assert r.stdout.strip() == "OK"
 
 
-def stub_module(name, **attrs):
+def stand_in_module(name, **attrs):
+    """A module object standing in for a framework this machine lacks
+    (torch.cuda, cupy, numba.cuda), with just the attributes the hooks
+    use: the wiring is checked without a GPU."""
     mod = types.ModuleType(name)
     mod.__dict__.update(attrs)
     return mod
@@ -111,17 +114,17 @@ def test_use_unimem_allocator_wiring(monkeypatch):
         def __init__(self, path, alloc, free):
             calls.append(("new", path, alloc, free))
 
-    memory = stub_module("torch.cuda.memory", CUDAPluggableAllocator=Pluggable,
+    memory = stand_in_module("torch.cuda.memory", CUDAPluggableAllocator=Pluggable,
                          change_current_allocator=lambda a: calls.append(("change", a)))
-    cuda = stub_module("torch.cuda", memory=memory, is_available=lambda: True)
-    monkeypatch.setitem(sys.modules, "torch", stub_module("torch", cuda=cuda, __version__="stub"))
+    cuda = stand_in_module("torch.cuda", memory=memory, is_available=lambda: True)
+    monkeypatch.setitem(sys.modules, "torch", stand_in_module("torch", cuda=cuda, __version__="2.0-stand-in"))
     allocator = unimem.torch.use_unimem_allocator()
     assert calls[0] == ("new", unimem.torch.library_path(), "unimem_torch_alloc", "unimem_torch_free")
     assert calls[1] == ("change", allocator)
     cuda.is_available = lambda: False
     with pytest.raises(RuntimeError, match="no CUDA device"):
         unimem.torch.use_unimem_allocator()
-    monkeypatch.setitem(sys.modules, "torch", stub_module("torch", cuda=stub_module("torch.cuda"), __version__="1.13"))
+    monkeypatch.setitem(sys.modules, "torch", stand_in_module("torch", cuda=stand_in_module("torch.cuda"), __version__="1.13"))
     with pytest.raises(RuntimeError, match="CUDAPluggableAllocator"):
         unimem.torch.use_unimem_allocator()
 
@@ -137,9 +140,9 @@ def test_real_torch_without_pluggable_allocators_says_so():
 
 def test_cupy_wiring(monkeypatch, cpu):
     calls = []
-    cuda = stub_module("cupy.cuda", set_allocator=lambda f: calls.append(f),
+    cuda = stand_in_module("cupy.cuda", set_allocator=lambda f: calls.append(f),
                        Device=lambda: types.SimpleNamespace(id=0))
-    monkeypatch.setitem(sys.modules, "cupy", stub_module("cupy", cuda=cuda))
+    monkeypatch.setitem(sys.modules, "cupy", stand_in_module("cupy", cuda=cuda))
     unimem.cupy.set_allocator(cpu)
     assert callable(calls[0])
     with pytest.raises(RuntimeError, match="no CUDA device 0"):
@@ -156,11 +159,11 @@ def test_numba_plugin_structure(monkeypatch):
         def reset(self):
             self.reset_called = True
 
-    cuda = stub_module("numba.cuda", HostOnlyCUDAMemoryManager=HostOnly,
+    cuda = stand_in_module("numba.cuda", HostOnlyCUDAMemoryManager=HostOnly,
                        MemoryInfo=lambda free, total: (free, total))
-    driver = stub_module("numba.cuda.cudadrv.driver")
-    cudadrv = stub_module("numba.cuda.cudadrv", driver=driver)
-    numba = stub_module("numba", cuda=cuda)
+    driver = stand_in_module("numba.cuda.cudadrv.driver")
+    cudadrv = stand_in_module("numba.cuda.cudadrv", driver=driver)
+    numba = stand_in_module("numba", cuda=cuda)
     for name, mod in (("numba", numba), ("numba.cuda", cuda), ("numba.cuda.cudadrv", cudadrv),
                       ("numba.cuda.cudadrv.driver", driver)):
         monkeypatch.setitem(sys.modules, name, mod)
