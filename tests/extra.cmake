@@ -4,7 +4,7 @@
 # tests that use it, never into the library. A test that includes
 # fault_backend.h goes in this list (a missing one fails to link).
 set(UM_FAULT_BACKEND_TESTS
-    test_batch test_fault_order test_fault_queue test_lifecycle test_wait
+    test_batch test_fault_inline test_fault_order test_fault_queue test_lifecycle test_wait
     test_misuse test_misuse_buffers test_misuse_caller_memory test_misuse_handles test_misuse_owners
     test_faults test_model test_stress)
 foreach(name ${UM_FAULT_BACKEND_TESTS})

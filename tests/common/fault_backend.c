@@ -260,13 +260,39 @@ static void job_unref(fault_job *j) {
     free(j);
 }
 
+/* Run j, whoever runs it (the queue thread, or the submitting thread of
+ * the inline flavour): with d->busy set, so one at a time, in order. */
+static void job_run(fault_dev *d, fault_job *j) {
+  int st;
+  if (j->x.kind == UM__XFER_QUEUE_MARK && j->inject == UM_OK) {
+    st = d->quiet_failure; /* the mark reports the quiet ones before it */
+    d->quiet_failure = UM_OK;
+  } else {
+    st = j->inject != UM_OK ? j->inject : run_xfer(d, &j->x);
+  }
+  if (j->done != NULL)
+    j->done(j->arg, st);
+  else if (st != UM_OK && d->quiet_failure == UM_OK)
+    d->quiet_failure = st; /* a quiet transfer: its mark reports it */
+  job_unref(j);
+}
+
+/* Under d->lock, after job_run: the next job may start (inline: the
+ * queue thread waits while an inline run is busy). */
+static void job_finished_locked(fault_dev *d, bool inline_run) {
+  d->busy = false;
+  if (d->head == NULL)
+    pthread_cond_broadcast(&d->idle);
+  if (inline_run)
+    pthread_cond_signal(&d->cond);
+}
+
 static void *queue_main(void *arg) {
   fault_dev *d = arg;
   pthread_mutex_lock(&d->lock);
   for (;;) {
     fault_job *j;
-    int st;
-    while ((d->head == NULL || d->held) && !d->stopping)
+    while (d->busy || ((d->head == NULL || d->held) && !d->stopping))
       pthread_cond_wait(&d->cond, &d->lock);
     if (d->head == NULL)
       break;
@@ -276,21 +302,9 @@ static void *queue_main(void *arg) {
       d->tail = NULL;
     d->busy = true;
     pthread_mutex_unlock(&d->lock);
-    if (j->x.kind == UM__XFER_QUEUE_MARK && j->inject == UM_OK) {
-      st = d->quiet_failure; /* the mark reports the quiet ones before it */
-      d->quiet_failure = UM_OK;
-    } else {
-      st = j->inject != UM_OK ? j->inject : run_xfer(d, &j->x);
-    }
-    if (j->done != NULL)
-      j->done(j->arg, st);
-    else if (st != UM_OK && d->quiet_failure == UM_OK)
-      d->quiet_failure = st; /* a quiet transfer: its mark reports it */
-    job_unref(j);
+    job_run(d, j);
     pthread_mutex_lock(&d->lock);
-    d->busy = false;
-    if (d->head == NULL)
-      pthread_cond_broadcast(&d->idle);
+    job_finished_locked(d, false);
   }
   pthread_mutex_unlock(&d->lock);
   return NULL;
@@ -345,6 +359,10 @@ static int fault_map_open(const um_options *opts, void **ctx, int *count) {
 
 static int fault_queue_open(const um_options *opts, void **ctx, int *count) {
   return open_common(&fault_backend_queue, opts, ctx, count);
+}
+
+static int fault_inline_open(const um_options *opts, void **ctx, int *count) {
+  return open_common(&fault_backend_inline, opts, ctx, count);
 }
 
 static int fault_describe(void *ctx, int i, um__bdev_desc *out) {
@@ -482,6 +500,17 @@ static int queue_push(fault_dev *d, const um__xfer *x, void *const *after, int n
   for (int i = 0; i < nafter; i++)
     if (((fault_job *)after[i])->seq >= j->seq)
       core_bug("a wait-list token issued after the transfer waiting for it");
+  if (d->ctx->be == &fault_backend_inline && d->head == NULL && !d->busy && !d->held) {
+    /* The inline flavour's idle queue: the transfer runs here, now, and
+     * its done with it, before xfer_async returns. */
+    d->busy = true;
+    pthread_mutex_unlock(&d->lock);
+    job_run(d, j);
+    pthread_mutex_lock(&d->lock);
+    job_finished_locked(d, true);
+    pthread_mutex_unlock(&d->lock);
+    return UM_OK;
+  }
   if (d->tail)
     d->tail->next = j;
   else
@@ -692,12 +721,34 @@ const um__backend fault_backend_queue = {
     .single_queue = 1,
 };
 
+/* "fault-queue" that runs a transfer on the submitting thread when its
+ * device's queue is idle (nothing queued, nothing running, not held), its
+ * done inside xfer_async, as PoCL's "basic" device does; behind queued
+ * work it waits its turn on the queue thread. */
+const um__backend fault_backend_inline = {
+    .name = "fault-inline",
+    .open = fault_inline_open,
+    .describe = fault_describe,
+    .close = fault_close,
+    .mem_alloc = fault_mem_alloc,
+    .mem_free = fault_mem_free,
+    .memory = fault_memory,
+    .synchronize = fault_synchronize,
+    .xfer = fault_queue_xfer,
+    .xfer_async = fault_xfer_async,
+    .native_release = fault_native_release,
+    .peer_possible = fault_peer_possible,
+    .peer_enable = fault_peer_enable,
+    .callbacks_reenter = 1,
+    .single_queue = 1,
+};
+
 /* ------------------------------------------------------------------------ */
 /* Test controls on devices */
 
 bool fault_is_device(const um_device *d) {
-  return d != NULL &&
-         (d->be == &fault_backend || d->be == &fault_backend_mapped || d->be == &fault_backend_queue);
+  return d != NULL && (d->be == &fault_backend || d->be == &fault_backend_mapped ||
+                       d->be == &fault_backend_queue || d->be == &fault_backend_inline);
 }
 
 int fault_lose(um_device *d) {
@@ -734,8 +785,22 @@ uint64_t fault_device_live_bytes(const um_device *d) {
   return fault_is_device(d) ? atomic_load(&((fault_dev *)d->bdev)->live_bytes) : 0;
 }
 
+void fault_test_options(um_options *o) {
+  um_options_init(o);
+  snprintf(o->backends, sizeof(o->backends), "cpu");
+  o->trim_interval_ms = 0;
+  o->log_level = UM_LOG_ERROR;
+}
+
 int fault_manager_create(const um_options *opts, um_manager **out) {
   static const um__backend *const both[] = {&fault_backend, &fault_backend_mapped};
+  return um__manager_create_ex(opts, both, 2, out);
+}
+
+int fault_manager_create_with(const um_options *opts, const um__backend *async, um_manager **out) {
+  const um__backend *const both[] = {async, &fault_backend_mapped};
+  if (async != &fault_backend && async != &fault_backend_queue && async != &fault_backend_inline)
+    return um__set_error(UM_EINVAL, "fault_manager_create_with: not an asynchronous fault flavour");
   return um__manager_create_ex(opts, both, 2, out);
 }
 

@@ -18,7 +18,11 @@
  *                                      ones included, runs on its one
  *                                      in-order queue, with quiet transfers
  *                                      and queue marks (as OpenCL's), so
- *                                      the core's single-queue paths run.
+ *                                      the core's single-queue paths run;
+ *   fault_backend_inline  "fault-inline": as "fault-queue", but a transfer
+ *                                      submitted to an idle queue runs on
+ *                                      the submitting thread, and its done
+ *                                      inside xfer_async.
  *
  * Give them to a manager with um__manager_create_ex(opts, extra, n, &m).
  *
@@ -49,10 +53,22 @@ extern const um__backend fault_backend_mapped;
  * since the previous mark; synchronous transfers run through the queue,
  * behind what is queued, as blocking calls do on an in-order queue. */
 extern const um__backend fault_backend_queue;
+/* "fault-inline": "fault-queue" whose idle queue runs a transfer on the
+ * submitting thread, its done inside xfer_async (PoCL's "basic" device). */
+extern const um__backend fault_backend_inline;
+
+/* The options the fault tests start from: um_options_init's, the cpu
+ * backend only (the fault devices come from the create call), no trim
+ * timer, errors logged only. */
+void fault_test_options(um_options *o);
 
 /* um__manager_create_ex with both fault backends: device 0 is the cpu, then
  * the "fault" devices, then the "fault-map" devices. */
 int fault_manager_create(const um_options *opts, um_manager **out);
+
+/* As fault_manager_create, with async (fault_backend, fault_backend_queue
+ * or fault_backend_inline) in the place of "fault". */
+int fault_manager_create_with(const um_options *opts, const um__backend *async, um_manager **out);
 
 /* um__manager_create_ex with the "fault-queue" backend only: device 0 is
  * the cpu, then its devices. */

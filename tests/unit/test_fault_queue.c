@@ -33,10 +33,7 @@ static unsigned char pat_a[N], pat_b[N], pat_c[N];
 static um_manager *setup(um_device **q) {
   um_options o;
   um_manager *m = NULL;
-  um_options_init(&o);
-  snprintf(o.backends, sizeof(o.backends), "cpu");
-  o.trim_interval_ms = 0;
-  o.log_level = UM_LOG_ERROR;
+  fault_test_options(&o);
   fault_configure(2, 256u << 20);
   fault_reset();
   cr_assert_eq(fault_manager_create_queue(&o, &m), UM_OK, "%s", um_last_error());

@@ -1039,11 +1039,18 @@ static void op_misc(state *st, input *in) {
  * pinned staging, 4 two transfer workers instead of one (bit 5 is not
  * read: a third and fourth worker added threads and lock contention, not
  * paths), 6 two devices per fault backend; c1 bit
- * 0 small pool, 1 small pool classes, 2 small fault devices.
+ * 0 small pool, 1 small pool classes, 2 small fault devices, 3-4 the
+ * asynchronous fault flavour: 0 "fault" (its queue thread completes
+ * transfers, the core's workers finish them), 1 "fault-queue" (one
+ * in-order queue per device: a batch's copies go quietly in runs behind
+ * queue marks, completions re-enter the core on the queue thread), 2 and 3
+ * "fault-inline" (as "fault-queue", but an idle queue runs a transfer and
+ * its completion on the submitting thread, inside the core's call, as
+ * PoCL's "basic" device does).
  *
  * Only the options that shape the manager when it is made (debug and
- * pooling: the thread caches; workers; devices and their memory) choose
- * the kept manager: 32 of them. Scrub, pinned staging and the pool's
+ * pooling: the thread caches; workers; devices, their flavour and their
+ * memory) choose the kept manager: 96 of them. Scrub, pinned staging and the pool's
  * limits are read where they are used (an allocation, a transfer, a
  * reservation), so apply_options sets them on the kept manager for each
  * input, when it holds nothing: no block pooled or reserved, no staging
@@ -1093,7 +1100,18 @@ static void print_summary_at_exit(void) { print_summary(stderr, "run"); }
 static void quiet(void *ctx, um_log_level level, const char *msg) { (void)ctx, (void)level, (void)msg; }
 
 /* The manager's key: the bits of c0 and c1 that shape a manager. */
-static unsigned config_of(uint8_t c0, uint8_t c1) { return (c0 & 0x53u) | (unsigned)(c1 & 4u) << 7; }
+static unsigned config_of(uint8_t c0, uint8_t c1) {
+  return (c0 & 0x53u) | (unsigned)(c1 & 4u) << 7 | (unsigned)((c1 >> 3) & 3u) << 10;
+}
+
+/* The asynchronous fault flavour of a configuration (c1 bits 3-4). */
+static const um__backend *async_flavour(unsigned config) {
+  switch ((config >> 10) & 3u) {
+  case 0: return &fault_backend;
+  case 1: return &fault_backend_queue;
+  default: return &fault_backend_inline;
+  }
+}
 
 /* The options read at their use, set for this input (see above). */
 static void apply_options(um_manager *m, uint8_t c0, uint8_t c1) {
@@ -1116,7 +1134,7 @@ static um_manager *manager_create(unsigned config) {
   o.pinned_pool_bytes = 32768;
   o.log = quiet;
   fault_configure((config & 64) ? 2 : 1, (config & 0x200) ? 128u * 1024u : 1u << 20);
-  if (fault_manager_create(&o, &m) != UM_OK)
+  if (fault_manager_create_with(&o, async_flavour(config), &m) != UM_OK)
     FAIL("manager");
   return m;
 }
