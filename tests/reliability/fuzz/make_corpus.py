@@ -7,7 +7,7 @@ operations, each an operation byte followed by argument bytes (the
 harness reads as many as the operation needs; any byte string is valid).
 The seeds cover every configuration bit (debug quarantine, pooling off,
 scrub, no pinned staging, worker counts, two fault devices, small device
-memory) and lean on allocations first so that later operations find
+memory, the asynchronous fault flavour) and lean on allocations first so that later operations find
 buffers to work on. Scenario seeds at the end aim at one feature each;
 the "destroy" ones end with two bytes chosen so that the harness ends
 them by destroying the manager (a hash of the input, see fuzz_api.c).
@@ -81,6 +81,17 @@ def scenarios(rng):
     for _ in range(50):
         out += op(rng, rng.choice([H2D, D2H, COPY, FILL, MAP, UNMAP, BATCH, EVENT, VERIFY, FAULT]))
     yield "faults", bytes(out)
+    # the same mix on single-queue devices: "fault-queue" (batches go in
+    # quiet runs behind queue marks, refused submissions fail behind a
+    # mark) and "fault-inline" (completions inside the core's own call)
+    for name, c1 in (("single_queue_faults", 0x0C), ("inline_faults", 0x14)):
+        out = bytearray([0x60, c1])
+        for _ in range(4):
+            out += op(rng, ALLOC)
+        out += op(rng, FAULT)
+        for _ in range(50):
+            out += op(rng, rng.choice([H2D, D2H, COPY, FILL, BATCH, BATCH, EVENT, VERIFY, FAULT]))
+        yield name, bytes(out)
     # fills queued on a fault device whose events are released unwaited,
     # then the manager destroyed with them possibly still running. Written
     # byte by byte, as the harness reads them: ALLOC slot, device 1 (fault),
@@ -107,7 +118,9 @@ def main():
     for i in range(32):
         rng = random.Random(1000 + i)
         c0 = (i & 0x0F) | ((i % 4) << 4) | (0x40 if i % 3 == 0 else 0)
-        c1 = i % 8
+        # c1 bits 0-2 in turn; bits 3-4 (the asynchronous fault flavour:
+        # fault, fault-queue, fault-inline twice) by eights
+        c1 = (i % 8) | ((i // 8) % 4) << 3
         data = program(rng, c0, c1, 20 + 4 * (i % 10))
         with open(os.path.join(out_dir, "seed_%02d" % i), "wb") as f:
             f.write(data)
