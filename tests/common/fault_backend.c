@@ -481,9 +481,10 @@ static int fault_xfer(void *bdev, const um__xfer *x) {
 }
 
 /* Queue a transfer on d (inject: the status it fails with when it runs).
- * A token (*native) when native is not NULL. */
+ * A token (*native) when native is not NULL. here_if_idle: run it on this
+ * thread instead when d's queue is idle. */
 static int queue_push(fault_dev *d, const um__xfer *x, void *const *after, int nafter,
-                      um__done_fn done, void *arg, void **native, int inject) {
+                      um__done_fn done, void *arg, void **native, int inject, bool here_if_idle) {
   fault_job *j = calloc(1, sizeof(*j));
   if (j == NULL)
     return um__set_error(UM_ENOMEM, "fault: out of memory for a transfer");
@@ -500,9 +501,10 @@ static int queue_push(fault_dev *d, const um__xfer *x, void *const *after, int n
   for (int i = 0; i < nafter; i++)
     if (((fault_job *)after[i])->seq >= j->seq)
       core_bug("a wait-list token issued after the transfer waiting for it");
-  if (d->ctx->be == &fault_backend_inline && d->head == NULL && !d->busy && !d->held) {
-    /* The inline flavour's idle queue: the transfer runs here, now, and
-     * its done with it, before xfer_async returns. */
+  if (here_if_idle && d->head == NULL && !d->busy && !d->held) {
+    /* An idle queue: the transfer runs here, now, and its done with it,
+     * before the call returns (nothing is queued or running to keep its
+     * place in line). */
     d->busy = true;
     pthread_mutex_unlock(&d->lock);
     job_run(d, j);
@@ -545,7 +547,7 @@ static int fault_xfer_async(void *bdev, const um__xfer *x, void *const *after, i
     return st;
   if (atomic_load(&d->lost))
     return lost_error(d);
-  return queue_push(d, x, after, nafter, done, arg, native, st);
+  return queue_push(d, x, after, nafter, done, arg, native, st, d->ctx->be == &fault_backend_inline);
 }
 
 /* One transfer in flight through the queue, for the synchronous xfer of
@@ -567,7 +569,9 @@ static void sync_job_done(void *arg, int st) {
 }
 
 /* A synchronous transfer runs through the device's queue, behind what is
- * queued there, as a blocking call does on an in-order OpenCL queue. */
+ * queued there, as a blocking call does on an in-order OpenCL queue; on
+ * this thread when the queue is idle (as a driver that copies on the
+ * calling thread does), which spares two thread hand-offs. */
 static int fault_queue_xfer(void *bdev, const um__xfer *x) {
   fault_dev *d = bdev;
   sync_job s = {.done = false, .st = UM_OK};
@@ -579,7 +583,7 @@ static int fault_queue_xfer(void *bdev, const um__xfer *x) {
     return lost_error(d);
   pthread_mutex_init(&s.lock, NULL);
   pthread_cond_init(&s.cond, NULL);
-  st = queue_push(d, x, NULL, 0, sync_job_done, &s, NULL, UM_OK);
+  st = queue_push(d, x, NULL, 0, sync_job_done, &s, NULL, UM_OK, true);
   pthread_mutex_lock(&s.lock);
   while (st == UM_OK && !s.done)
     pthread_cond_wait(&s.cond, &s.lock);
