@@ -193,12 +193,26 @@ statistics (live buffers, bytes in use) must match the model after every
 call that makes, refuses or releases a buffer, and at the end. The first
 two bytes choose the manager's configuration (debug quarantine, pooling,
 scrub, pinned staging, workers, one or two fault devices, 128 KiB or 1 MiB
-of device memory).
+of device memory, and the flavour of the asynchronous fault devices).
+
+The flavours (tests/common/fault_backend.h) give the core each contract
+a real driver gives it: "fault", whose queue thread runs transfers and
+whose completions the core hands to its workers (as a backend whose
+callbacks may not re-enter); "fault-queue", one in-order queue per device
+whose completions re-enter the core on the queue thread, with a batch's
+copies queued quietly in runs behind queue marks (OpenCL on PoCL's
+pthread device); and "fault-inline", the same queue, but a transfer
+submitted to an idle queue runs and completes on the submitting thread,
+inside the core's own call (PoCL's "basic" device, where defect 5 of
+issue 10 lived). Until 2026-11-22 the fuzzer drove only "fault"; with the
+other two a 60 s run reaches about 1,900 edges instead of 1,740 (the
+single-queue, run, mark and refused-submission paths of op.c, and the
+deferred completion of an operation finished inside its own start).
 
 The managers are kept from one input to the next: one per combination
 of the options that shape a manager when it is made (debug quarantine,
 pooling, one or two transfer workers, one or two fault devices, 128 KiB
-or 1 MiB of device memory: 32 at most); scrub, pinned staging and the
+or 1 MiB of device memory, three flavours: 96 at most); scrub, pinned staging and the
 pool's limits are read where they are used, and are set on the kept
 manager for each input. Making a manager costs about 1.3 ms in this build
 and destroying it 0.8 ms, several inputs' time. Between inputs the
