@@ -8,9 +8,11 @@
  * median of repeated samples; a sample of a small size times a run of
  * operations and divides.
  *
- *   bench_transfer [--quick] [--small] [--json FILE]
+ *   bench_transfer [--quick] [--small] [--count unimem|raw ROUNDS] [--json FILE]
  *
  * --small measures the small operations table alone (issue 13's targets).
+ * --count runs ROUNDS x 1000 copies with an event each on one side only,
+ * untimed, to count instructions under callgrind (count_events).
  *
  * Two PoCL devices are asked for (POCL_DEVICES="pthread pthread") unless
  * the environment already chose. Built as the `unimem bench transfer`
@@ -439,6 +441,10 @@ typedef struct bt_run {
   bench_report *rep;
   int quick;
   int small_only; /* --small: the small operations table alone */
+  /* --count unimem|raw ROUNDS: ROUNDS x 1000 copies with an event each on
+   * one side only, untimed, for an instruction count (callgrind) */
+  const char *count_side;
+  int count_rounds;
   char device[128];
   char raw_status[160];
   int failed;
@@ -811,6 +817,31 @@ static void small_ops_row(bt_run *run, bt_env *e, const char *name, bt_op op, um
 #endif
 }
 
+/* --count: the per-copy event case on one side, nothing timed. Under
+ *   valgrind --tool=callgrind bench_transfer --count unimem 6
+ * (and raw), the difference of the two totals over 6000 is what unimem adds
+ * per copy in instructions, on every thread, whatever the machine's load. */
+static void count_events(bt_run *run, bt_env *e, um_buffer *dev, um_copy_op *ops) {
+  bt_case c = {.op = OP_EVENTS, .m = e->m, .ops = ops, .dst = dev};
+  if (strcmp(run->count_side, "unimem") == 0) {
+    run->failed |= run_unimem(&c, run->count_rounds);
+    return;
+  }
+#ifdef BT_HAVE_CL_HEADER
+  if (e->have_raw) {
+    cl_mem rdev = raw_device_buffer(&e->raw, 0, (size_t)BATCH_OPS * SMALL_BYTES);
+    raw_case rc = {.r = &e->raw, .op = OP_EVENTS, .dst = rdev, .host = e->host_a};
+    if (rdev != NULL) {
+      run->failed |= run_raw(&rc, run->count_rounds);
+      e->raw.clReleaseMemObject(rdev);
+      return;
+    }
+  }
+#endif
+  fprintf(stderr, "bench transfer: no raw OpenCL to count\n");
+  run->failed = 1;
+}
+
 static void small_ops_table(bt_run *run, bt_env *e) {
   size_t total = (size_t)BATCH_OPS * SMALL_BYTES;
   um_buffer *dev = NULL;
@@ -824,8 +855,12 @@ static void small_ops_table(bt_run *run, bt_env *e) {
   for (int k = 0; k < BATCH_OPS; k++)
     ops[k] = (um_copy_op){.dst = dev, .dst_off = (size_t)k * SMALL_BYTES, .host_src = e->host_a + (size_t)k * SMALL_BYTES,
                           .bytes = SMALL_BYTES};
-  small_ops_row(run, e, "batch: 1000 x 4 KiB", OP_BATCH, dev, ops);
-  small_ops_row(run, e, "per op: 1000 x 4 KiB + event", OP_EVENTS, dev, ops);
+  if (run->count_side != NULL)
+    count_events(run, e, dev, ops);
+  else {
+    small_ops_row(run, e, "batch: 1000 x 4 KiB", OP_BATCH, dev, ops);
+    small_ops_row(run, e, "per op: 1000 x 4 KiB + event", OP_EVENTS, dev, ops);
+  }
   um_release(dev);
   free(ops);
 }
@@ -1096,8 +1131,15 @@ int um_bench_transfer_main(int argc, char **argv, bench_report *rep) {
       run.small_only = 1;
     } else if (strcmp(argv[i], "--quick") == 0) {
       run.quick = 1;
+    } else if (strcmp(argv[i], "--count") == 0 && i + 2 < argc &&
+               (strcmp(argv[i + 1], "unimem") == 0 || strcmp(argv[i + 1], "raw") == 0) &&
+               atoi(argv[i + 2]) > 0) {
+      run.count_side = argv[i + 1];
+      run.count_rounds = atoi(argv[i + 2]);
+      run.small_only = 1;
+      i += 2;
     } else {
-      fprintf(stderr, "usage: %s [--quick] [--small] [--json FILE]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--quick] [--small] [--count unimem|raw ROUNDS] [--json FILE]\n", argv[0]);
       return 2;
     }
   }
@@ -1118,8 +1160,10 @@ int um_bench_transfer_main(int argc, char **argv, bench_report *rep) {
       alignment_table(&run, &e);
       overhead_table(&run, &e);
     }
-    print_table(&run);
-    print_targets(&run);
+    if (run.count_side == NULL) {
+      print_table(&run);
+      print_targets(&run);
+    }
     rc = run.failed ? 1 : 0;
   }
   close_env(&e);
