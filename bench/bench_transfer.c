@@ -825,6 +825,8 @@ static void count_events(bt_run *run, bt_env *e, um_buffer *dev, um_copy_op *ops
   bt_case c = {.op = OP_EVENTS, .m = e->m, .ops = ops, .dst = dev};
   if (strcmp(run->count_side, "unimem") == 0) {
     run->failed |= run_unimem(&c, run->count_rounds);
+    printf("counted: %d x %d copies of %zu bytes with an event each, unimem on %s\n", run->count_rounds,
+           BATCH_OPS, (size_t)SMALL_BYTES, run->device);
     return;
   }
 #ifdef BT_HAVE_CL_HEADER
@@ -834,6 +836,8 @@ static void count_events(bt_run *run, bt_env *e, um_buffer *dev, um_copy_op *ops
     if (rdev != NULL) {
       run->failed |= run_raw(&rc, run->count_rounds);
       e->raw.clReleaseMemObject(rdev);
+      printf("counted: %d x %d copies of %zu bytes with an event each, raw OpenCL\n", run->count_rounds,
+             BATCH_OPS, (size_t)SMALL_BYTES);
       return;
     }
   }

@@ -83,6 +83,20 @@ if(TARGET unimem_tool)
                        SKIP_REGULAR_EXPRESSION "summary: kernels skipped")
   list(APPEND _um_tool_tests tool_bench_kernels_quick)
 
+  # The instruction-count mode of the transfer benchmark (issue 13): each
+  # side's copies run and are reported; skipped without an OpenCL device.
+  foreach(_um_side unimem raw)
+    add_test(NAME tool_bench_transfer_count_${_um_side}
+             COMMAND ${_um_check} 0 "^counted: 2 x 1000 copies of 4096 bytes with an event each, (unimem on|raw OpenCL)"
+                     "summary: transfer ok" -- ${_um_tool} bench transfer --count ${_um_side} 2)
+    set_tests_properties(tool_bench_transfer_count_${_um_side} PROPERTIES ENVIRONMENT "POCL_DEVICES=pthread"
+                         SKIP_REGULAR_EXPRESSION "summary: transfer skipped")
+    list(APPEND _um_tool_tests tool_bench_transfer_count_${_um_side})
+  endforeach()
+  add_test(NAME tool_bench_transfer_count_bad COMMAND ${_um_check} 1 "^usage: .*--count unimem\\|raw ROUNDS" "summary: transfer failed"
+           -- ${_um_tool} bench transfer --count both 2)
+  list(APPEND _um_tool_tests tool_bench_transfer_count_bad)
+
   # The low-latency wait benchmark (issue 13): every contender present
   # printed, the CPU-time table, its summary; skipped without an OpenCL
   # device.
