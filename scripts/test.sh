@@ -76,7 +76,7 @@ if [ $fast -eq 0 ]; then
 
   echo; echo "=== libFuzzer, ${fuzz_seconds} s ==="
   if tests/reliability/fuzz/run.sh "$fuzz_seconds" >build-ci/fuzz.log 2>&1; then
-    grep -E "^Done|number_of_executed_units|average_exec_per_sec" build-ci/fuzz.log | sed 's/^/  /'
+    grep -E "^Done|number_of_executed_units|average_exec_per_sec|^stat::workers" build-ci/fuzz.log | sed 's/^/  /'
     total_pass=$((total_pass + 1))
   else
     tail -40 build-ci/fuzz.log; total_fail=$((total_fail + 1)); failed_stages+=("fuzz")

@@ -41,6 +41,8 @@ if [ "${VALGRIND:-0}" = 1 ]; then
 fi
 
 stat() { sed -n "s/^stat::$1: *//p" "$tmp/fuzz" | tail -1; }
+# run.sh's totals over its workers; one worker prints libFuzzer's own
+all_workers() { local t; t=$(stat "$1_all_workers"); echo "${t:-$(stat "$1")}"; }
 sweep_total() { # sum of the injected failures of the sweeps whose name matches
   grep -E "^faults: ($1)( \(debug\))?: " "$tmp/faults" | sed -E 's/.*: ([0-9]+) (alloc|copy) failures.*/\1/' |
     awk '{s += $1} END {print s + 0}'
@@ -242,7 +244,8 @@ if [ "$fuzz_seconds" -gt 0 ]; then
   fuzz_last=$(grep -E "^#[0-9]+" "$tmp/fuzz" | tail -1)
   cat <<EOF
 - libFuzzer (\`tests/reliability/fuzz/run.sh $fuzz_seconds\`, clang, ASan+UBSan, coverage of the
-  library): **$(stat number_of_executed_units) runs in $fuzz_seconds s, $(stat average_exec_per_sec) executions/s**,
+  library, $(w=$(stat workers); echo "${w:-1}") worker(s)): **$(all_workers number_of_executed_units) runs in $fuzz_seconds s, $(all_workers average_exec_per_sec) executions/s**
+  (the last worker's own: $(stat number_of_executed_units) runs, $(stat average_exec_per_sec)/s),
   $(stat new_units_added) new inputs, coverage cov $(echo "$fuzz_last" | sed -n 's/.* cov: \([0-9]*\).*/\1/p'), ft $(echo "$fuzz_last" | sed -n 's/.* ft: \([0-9]*\).*/\1/p'),
   peak RSS $(stat peak_rss_mb) MiB; $(grep "^fuzz_api: .* inputs run" "$tmp/fuzz" | tail -1 | sed 's/^fuzz_api: //');
   $(verdict fuzz).

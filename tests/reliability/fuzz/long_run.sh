@@ -5,7 +5,7 @@
 #   tests/reliability/fuzz/long_run.sh [RUNS]            default 10000000
 #   nohup tests/reliability/fuzz/long_run.sh >/dev/null 2>&1 &     (30 to 60 minutes)
 #
-# It runs tests/reliability/fuzz/run.sh with -runs=RUNS and no time limit, keeps the
+# It runs tests/reliability/fuzz/run.sh with one worker, -runs=RUNS and no time limit, keeps the
 # whole output in $UNIMEM_FUZZ_BUILD_DIR/long_run.log (default
 # build-fuzz/long_run.log), and writes docs/fuzz_long_run.md: the command,
 # executions, rate, corpus, coverage, memory early and late in the run,
@@ -22,7 +22,7 @@ mkdir -p "$build"
 
 start=$(date -u +%Y-%m-%dT%H:%MZ)
 t0=$(date +%s)
-FUZZ_FLAGS="-runs=$runs" "$root/tests/reliability/fuzz/run.sh" 0 >"$log" 2>&1
+FUZZ_WORKERS=1 FUZZ_FLAGS="-runs=$runs" "$root/tests/reliability/fuzz/run.sh" 0 >"$log" 2>&1
 rc=$?
 secs=$(($(date +%s) - t0))
 
@@ -41,7 +41,7 @@ fi
 
 cat >"$out" <<EOF
 - Long run (\`tests/reliability/fuzz/long_run.sh $runs\`, started $start on $(uname -m),
-  $(nproc) cores shared with other work; it runs \`FUZZ_FLAGS=-runs=$runs
+  $(nproc) cores shared with other work; it runs \`FUZZ_WORKERS=1 FUZZ_FLAGS=-runs=$runs
   tests/reliability/fuzz/run.sh 0\`): **$(stat number_of_executed_units) executions in
   $secs s, $(stat average_exec_per_sec) executions/s**; corpus $(field corp) (from the
   $(ls "$root"/tests/reliability/fuzz/corpus | wc -l) kept inputs), coverage cov $(field cov), ft $(field ft);
