@@ -8,8 +8,9 @@
  * under it too (they are invoked from ucp_worker_progress or from the call
  * that completes a request). The progress thread drives the worker:
  * progress until idle, ucp_worker_arm, then poll() on the worker's event
- * fd until the network (or a thread that posted work: ucp_worker_signal)
- * wakes it, or until the nearest deadline. A passive side thus serves its
+ * fd until the network (or a thread that posted work UCX did not finish
+ * within its calls: ucp_worker_signal) wakes it, or until the nearest
+ * deadline. A passive side thus serves its
  * peers' transfers without calling anything, and burns no CPU idle.
  * Completions are collected under the lock and reported (done()) after it
  * is dropped, because a done callback may take other locks.
@@ -142,6 +143,7 @@ typedef struct ucx_rma {
   uint64_t operand;  /* of the atomic in flight: +1 or -1 */
   uint64_t reply;    /* the admission's fetched word */
   int status;
+  bool finished; /* off the in-flight list, onto n->done */
   bool keep; /* UCX may still name it: freed with the worker, not after done */
   struct ucx_rma *kept_next; /* n->kept */
   char *detail;
@@ -220,6 +222,7 @@ static void set_detail(ucx_rma *r, const char *fmt, const char *a, const char *b
 static void rma_finish(ucx_rma *r, int status) {
   ucx_net *n = r->ep->n;
   r->status = status;
+  r->finished = true;
   UM__LIST_UNLINK(n->inflight, r, prev, next);
   r->ep->inflight--;
   if (r->rk != NULL)
@@ -1099,6 +1102,7 @@ static int ucx_rma_start(void *tep, const um__net_rma *q, um__done_fn done, void
   ucx_ep *e = tep;
   ucx_net *n = e->n;
   ucx_rma *r, *list;
+  bool hand_off;
   int st = ucx_key_check(q->key, q->key_len);
   if (st != UM_OK)
     return st;
@@ -1133,9 +1137,17 @@ static int ucx_rma_start(void *tep, const um__net_rma *q, um__done_fn done, void
     n->inflight->prev = r;
   n->inflight = r;
   rma_advance(r);
+  /* Finished already when UCX completed every step inside its calls (shared
+   * memory with um_net_alloc memory: the atomics, the copy and the flushes):
+   * the progress thread has nothing to take over. Waking it anyway cost each
+   * such transfer a context switch and this lock handed back and forth:
+   * 1 MiB get on 2 vCPUs, issue to completion less the UCX calls, 10-13 us
+   * with the wake, 1.4-1.9 us without. */
+  hand_off = !r->finished || e->force_close;
   list = take_done(n);
   pthread_mutex_unlock(&n->lock);
-  wake(n);
+  if (hand_off)
+    wake(n);
   report_done(n, list);
   return UM_OK;
 }
