@@ -61,7 +61,9 @@ struct fault_dev {
   bool held; /* fault_hold: the queue starts nothing */
   uint64_t next_seq;
   /* fault-queue: the first failure of a quiet transfer since the last
-   * queue mark, which reports it (queue thread only) */
+   * queue mark, which reports it (or a synchronize, when no mark was
+   * queued after it); touched by the thread that holds busy, or under
+   * lock with the queue idle */
   int quiet_failure;
   pthread_t thread;
 };
@@ -264,8 +266,11 @@ static void job_unref(fault_job *j) {
  * the inline flavour): with d->busy set, so one at a time, in order. */
 static void job_run(fault_dev *d, fault_job *j) {
   int st;
-  if (j->x.kind == UM__XFER_QUEUE_MARK && j->inject == UM_OK) {
-    st = d->quiet_failure; /* the mark reports the quiet ones before it */
+  if (j->x.kind == UM__XFER_QUEUE_MARK) {
+    /* The mark reports the quiet ones before it, and takes their failure
+     * with it when it fails by itself: the next mark reports only what
+     * was queued after this one. */
+    st = j->inject != UM_OK ? j->inject : d->quiet_failure;
     d->quiet_failure = UM_OK;
   } else {
     st = j->inject != UM_OK ? j->inject : run_xfer(d, &j->x);
@@ -460,16 +465,25 @@ static int fault_memory(void *bdev, uint64_t *free_bytes, uint64_t *total_bytes)
   return UM_OK;
 }
 
+/* Waits for everything queued. On a single-queue flavour it also reports,
+ * and clears, the failure of quiet transfers that no mark reported (their
+ * mark was refused): it waited for them, and the next mark must report
+ * only what was queued after it. */
 static int fault_synchronize(void *bdev) {
   fault_dev *d = bdev;
+  int quiet = UM_OK;
   atomic_fetch_add(&all_synchronizes, 1);
   if (d->has_thread) {
     pthread_mutex_lock(&d->lock);
     while (d->head != NULL || d->busy)
       pthread_cond_wait(&d->idle, &d->lock);
+    quiet = d->quiet_failure; /* nobody runs a job: no thread touches it */
+    d->quiet_failure = UM_OK;
     pthread_mutex_unlock(&d->lock);
   }
-  return atomic_load(&d->lost) ? lost_error(d) : UM_OK;
+  if (atomic_load(&d->lost))
+    return lost_error(d);
+  return quiet == UM_OK ? UM_OK : um__set_error(quiet, "fault: a quiet transfer failed before the synchronize");
 }
 
 static int fault_xfer(void *bdev, const um__xfer *x) {

@@ -270,3 +270,36 @@ Test(fault_queue, blocking_batch_whose_mark_is_refused_returns_after_its_transfe
   cr_assert_eq(um_release(a), UM_OK);
   teardown(m);
 }
+
+/* A quiet transfer's failure belongs to the run it was queued in. Here the
+ * run's member fails on a device lost while it was queued, and the run's
+ * mark fails by itself (a planned failure): the run fails. Once the device
+ * is back, a later batch must not be handed the old failure by its own
+ * mark (the fuzzer found a batch answering UM_ENODEV inputs after the
+ * device that failed it had been restored). */
+Test(fault_queue, a_failed_mark_takes_its_runs_quiet_failure_with_it) {
+  um_device *q[2];
+  um_manager *m = setup(q);
+  um_buffer *a = buffer_with(m, q[0], pat_a);
+  um_copy_op op = {.dst = a, .host_src = pat_b, .bytes = N};
+  um_event *batch;
+  fault_counts c;
+
+  cr_assert_eq(fault_hold(q[0], true), UM_OK);
+  fault_counts_get(&c);
+  fault_fail_xfer(c.xfers + 2, false, UM_EBACKEND, false); /* the member is 1, its mark 2 */
+  cr_assert_eq(um_copy_batch(m, &op, 1, &batch), UM_OK, "%s", um_last_error());
+  cr_assert_eq(fault_lose(q[0]), UM_OK); /* the member fails when it runs */
+  cr_assert_eq(fault_hold(q[0], false), UM_OK);
+  cr_assert_neq(um_event_wait(batch), UM_OK);
+  cr_assert_eq(um_event_release(batch), UM_OK);
+
+  cr_assert_eq(fault_restore(q[0]), UM_OK);
+  fault_disarm();
+  op.host_src = pat_c;
+  cr_assert_eq(um_copy_batch(m, &op, 1, NULL), UM_OK, "%s", um_last_error());
+  assert_holds(a, pat_c, "the later batch wrote");
+  cr_assert_eq(um_device_synchronize(q[0]), UM_OK, "%s", um_last_error());
+  cr_assert_eq(um_release(a), UM_OK);
+  teardown(m);
+}
