@@ -150,8 +150,8 @@ static uint64_t for_each_used(um__tcache *tc, um_manager *m, size_t lo, size_t h
   return sum;
 }
 
-/* Take slot i's idle block into its bin; when owner (arg not NULL), also
- * give back the budget of the slot when empty. Returns bytes moved. */
+/* Take slot i's idle block into its bin; when *owner (a bool), also give
+ * back the budget of the slot when empty. Returns bytes moved. */
 static uint64_t flush_slot(um__tcache *tc, um_manager *m, size_t i, void *owner) {
   _Atomic(uintptr_t) *slot = &tc->slots[i];
   uintptr_t cur = atomic_load_explicit(slot, memory_order_acquire);
@@ -163,7 +163,7 @@ static uint64_t flush_slot(um__tcache *tc, um_manager *m, size_t i, void *owner)
     um__pool_put_reserved(slot_pool(m, i), b);
     return bytes;
   }
-  if (cur == UM__TSLOT_RESERVED && owner != NULL) {
+  if (cur == UM__TSLOT_RESERVED && *(const bool *)owner) {
     atomic_store_explicit(slot, 0, memory_order_relaxed);
     um__pool_unreserve(slot_pool(m, i), slot_class(i));
   }
@@ -175,8 +175,7 @@ static uint64_t flush_slot(um__tcache *tc, um_manager *m, size_t i, void *owner)
  * forget which groups were used: every slot is 0 then (only the owner
  * makes a slot other than 0). Returns bytes moved. */
 static uint64_t flush_slots(um__tcache *tc, um_manager *m, size_t lo, size_t hi, bool owner) {
-  static char owner_mark;
-  uint64_t moved = for_each_used(tc, m, lo, hi, flush_slot, owner ? &owner_mark : NULL);
+  uint64_t moved = for_each_used(tc, m, lo, hi, flush_slot, &owner);
   if (owner && lo == 0 && hi == slot_count(tc->ndevices))
     for (size_t wi = 0; wi < used_words(tc->ndevices); wi++)
       atomic_store_explicit(&tc->used[wi], 0, memory_order_relaxed);

@@ -719,47 +719,27 @@ const um__backend fault_backend_mapped = {
 
 /* One in-order queue per device, as OpenCL's: asynchronous transfers, quiet
  * ones and queue marks run on it in the order of the calls, and so do the
- * synchronous ones. Its callbacks may not re-enter (as the "fault"
- * flavour's), so the core completes on its workers. */
-const um__backend fault_backend_queue = {
-    .name = "fault-queue",
-    .open = fault_queue_open,
-    .describe = fault_describe,
-    .close = fault_close,
-    .mem_alloc = fault_mem_alloc,
-    .mem_free = fault_mem_free,
-    .memory = fault_memory,
-    .synchronize = fault_synchronize,
-    .xfer = fault_queue_xfer,
-    .xfer_async = fault_xfer_async,
-    .native_release = fault_native_release,
-    .peer_possible = fault_peer_possible,
-    .peer_enable = fault_peer_enable,
-    .callbacks_reenter = 1,
-    .single_queue = 1,
-};
+ * synchronous ones. Its callbacks may re-enter the core (callbacks_reenter),
+ * so the core completes on the thread that reports a completion. The two
+ * single-queue flavours differ only in where a transfer submitted to an
+ * idle queue runs (queue_push's here_if_idle). */
+#define FAULT_SINGLE_QUEUE(NAME, OPEN)                                                                    \
+  {                                                                                                      \
+    .name = NAME, .open = OPEN, .describe = fault_describe, .close = fault_close,                        \
+    .mem_alloc = fault_mem_alloc, .mem_free = fault_mem_free, .memory = fault_memory,                    \
+    .synchronize = fault_synchronize, .xfer = fault_queue_xfer, .xfer_async = fault_xfer_async,          \
+    .native_release = fault_native_release, .peer_possible = fault_peer_possible,                        \
+    .peer_enable = fault_peer_enable, .callbacks_reenter = 1, .single_queue = 1,                         \
+  }
 
-/* "fault-queue" that runs a transfer on the submitting thread when its
- * device's queue is idle (nothing queued, nothing running, not held), its
- * done inside xfer_async, as PoCL's "basic" device does; behind queued
- * work it waits its turn on the queue thread. */
-const um__backend fault_backend_inline = {
-    .name = "fault-inline",
-    .open = fault_inline_open,
-    .describe = fault_describe,
-    .close = fault_close,
-    .mem_alloc = fault_mem_alloc,
-    .mem_free = fault_mem_free,
-    .memory = fault_memory,
-    .synchronize = fault_synchronize,
-    .xfer = fault_queue_xfer,
-    .xfer_async = fault_xfer_async,
-    .native_release = fault_native_release,
-    .peer_possible = fault_peer_possible,
-    .peer_enable = fault_peer_enable,
-    .callbacks_reenter = 1,
-    .single_queue = 1,
-};
+/* "fault-queue": an idle queue's transfer waits for the queue thread. */
+const um__backend fault_backend_queue = FAULT_SINGLE_QUEUE("fault-queue", fault_queue_open);
+
+/* "fault-inline": a transfer submitted to an idle queue (nothing queued,
+ * nothing running, not held) runs on the submitting thread, its done
+ * inside xfer_async, as PoCL's "basic" device does; behind queued work it
+ * waits its turn on the queue thread. */
+const um__backend fault_backend_inline = FAULT_SINGLE_QUEUE("fault-inline", fault_inline_open);
 
 /* ------------------------------------------------------------------------ */
 /* Test controls on devices */
@@ -811,8 +791,7 @@ void fault_test_options(um_options *o) {
 }
 
 int fault_manager_create(const um_options *opts, um_manager **out) {
-  static const um__backend *const both[] = {&fault_backend, &fault_backend_mapped};
-  return um__manager_create_ex(opts, both, 2, out);
+  return fault_manager_create_with(opts, &fault_backend, out);
 }
 
 int fault_manager_create_with(const um_options *opts, const um__backend *async, um_manager **out) {

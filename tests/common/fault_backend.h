@@ -62,6 +62,18 @@ extern const um__backend fault_backend_inline;
  * timer, errors logged only. */
 void fault_test_options(um_options *o);
 
+/* In a test (Criterion, or test_util.h's stand-in): destroy m, which must
+ * answer UM_OK, and assert that no fault device block is left and none
+ * was leaked at a backend's close. */
+#define FAULT_ASSERT_DESTROYED_CLEAN(m)                                                                    \
+  do {                                                                                                     \
+    fault_counts fault_c_;                                                                                 \
+    cr_assert_eq(um_manager_destroy(m), UM_OK, "%s", um_last_error());                                     \
+    fault_counts_get(&fault_c_);                                                                           \
+    cr_assert_eq(fault_c_.live_blocks, 0);                                                                 \
+    cr_assert_eq(fault_c_.leaked_at_close, 0);                                                             \
+  } while (0)
+
 /* um__manager_create_ex with both fault backends: device 0 is the cpu, then
  * the "fault" devices, then the "fault-map" devices. */
 int fault_manager_create(const um_options *opts, um_manager **out);

@@ -42,11 +42,7 @@ static um_manager *setup(um_device **fd) {
 }
 
 static void teardown(um_manager *m) {
-  fault_counts c;
-  cr_assert_eq(um_manager_destroy(m), UM_OK, "%s", um_last_error());
-  fault_counts_get(&c);
-  cr_assert_eq(c.live_blocks, 0);
-  cr_assert_eq(c.leaked_at_close, 0);
+  FAULT_ASSERT_DESTROYED_CLEAN(m);
 }
 
 /* The next transfer the fault backend sees is refused at submission. */

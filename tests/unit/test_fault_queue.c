@@ -51,11 +51,7 @@ static um_manager *setup(um_device **q) {
 }
 
 static void teardown(um_manager *m) {
-  fault_counts c;
-  cr_assert_eq(um_manager_destroy(m), UM_OK, "%s", um_last_error());
-  fault_counts_get(&c);
-  cr_assert_eq(c.live_blocks, 0);
-  cr_assert_eq(c.leaked_at_close, 0);
+  FAULT_ASSERT_DESTROYED_CLEAN(m);
 }
 
 /* The kth transfer the fault backends see from now on (counted from 1) is

@@ -49,11 +49,7 @@ static void setup(void) { start(0); }
 static void setup_debug(void) { start(1); }
 
 static void teardown(void) {
-  fault_counts c;
-  cr_assert_eq(um_manager_destroy(m), UM_OK, "%s", um_last_error());
-  fault_counts_get(&c);
-  cr_assert_eq(c.live_blocks, 0);
-  cr_assert_eq(c.leaked_at_close, 0);
+  FAULT_ASSERT_DESTROYED_CLEAN(m);
 }
 
 static void expect_in_use(uint64_t buffers, uint64_t bytes) {

@@ -1099,18 +1099,18 @@ static void print_summary_at_exit(void) { print_summary(stderr, "run"); }
 
 static void quiet(void *ctx, um_log_level level, const char *msg) { (void)ctx, (void)level, (void)msg; }
 
-/* The manager's key: the bits of c0 and c1 that shape a manager. */
+/* The manager's key: the bits of c0 and c1 that shape a manager, with the
+ * flavour (c1 bits 3-4) as 0, 1 or 2 (3 is "fault-inline" as 2 is: one
+ * manager for both, so 32 x 3 = 96 keys). */
 static unsigned config_of(uint8_t c0, uint8_t c1) {
-  return (c0 & 0x53u) | (unsigned)(c1 & 4u) << 7 | (unsigned)((c1 >> 3) & 3u) << 10;
+  unsigned flavour = (c1 >> 3) & 3u;
+  return (c0 & 0x53u) | (unsigned)(c1 & 4u) << 7 | (flavour < 2 ? flavour : 2u) << 10;
 }
 
-/* The asynchronous fault flavour of a configuration (c1 bits 3-4). */
+/* The asynchronous fault flavour of a configuration. */
 static const um__backend *async_flavour(unsigned config) {
-  switch ((config >> 10) & 3u) {
-  case 0: return &fault_backend;
-  case 1: return &fault_backend_queue;
-  default: return &fault_backend_inline;
-  }
+  static const um__backend *const flavours[] = {&fault_backend, &fault_backend_queue, &fault_backend_inline};
+  return flavours[config >> 10];
 }
 
 /* The options read at their use, set for this input (see above). */

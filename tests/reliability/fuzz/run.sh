@@ -40,8 +40,13 @@ cmake --build "$build" --target fuzz_api -j"${JOBS:-2}"
 # files a minute on ext4 took 7% of the run).
 tmp=${TMPDIR:-/tmp}
 [ -d /dev/shm ] && [ -w /dev/shm ] && tmp=/dev/shm
-scratch=$(mktemp -d "$tmp/unimem-fuzz.XXXXXX")
-trap 'rm -rf "$scratch"' EXIT
+# One scratch directory: new/ the inputs found (libFuzzer reads its corpus
+# directories recursively, so the workers' logs stay out of it: logs/).
+work=$(mktemp -d "$tmp/unimem-fuzz.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+scratch=$work/new
+logs=$work/logs
+mkdir "$scratch" "$logs"
 echo "fuzzing for ${secs}s from $(ls "$root/tests/reliability/fuzz/corpus" | wc -l) corpus inputs"
 # -detect_leaks=0: libFuzzer's leak check after every input. An input that
 # ends with more mallocs than frees (the first one of a configuration makes
@@ -70,8 +75,6 @@ if [ "$workers" -eq 1 ]; then
   "$build/tests/fuzz/fuzz_api" "${flags[@]}" ${FUZZ_FLAGS:-} "$scratch" "$root/tests/reliability/fuzz/corpus"
   exit 0
 fi
-logs=$(mktemp -d "$tmp/unimem-fuzz-logs.XXXXXX")
-trap 'rm -rf "$scratch" "$logs"' EXIT
 echo "$workers workers (libFuzzer -jobs=$workers -workers=$workers), their logs below"
 rc=0
 # shellcheck disable=SC2086
