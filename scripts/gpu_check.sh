@@ -14,14 +14,27 @@
 #      hardware queue, where a gate's cuStreamWaitValue32 blocking work the
 #      gate's opener waits for would show as a hang (each test has a
 #      timeout);
-#   4. the whole test suite;
-#   5. bench_cuda, full: the figures for the CUDA section of
-#      docs/benchmarks.md (table and JSON);
+#   3c. the CUDA tests under compute-sanitizer (memcheck, every process:
+#      Criterion runs each test in a child), where it is installed;
+#   4. bench_cuda, full: the figures for the CUDA section of
+#      docs/benchmarks.md (table and JSON); the frameworks' allocators
+#      (bench/bench_frameworks.py, bench/bench_gpu_alloc.py) where PyTorch
+#      or CuPy is installed; `unimem bench all --quick`;
+#   5. the whole test suite (last: GPU_CHECK_FULL_TIMEOUT seconds, default
+#      600, bounds it);
 #   6. a summary, and exit status 0 only when every stage passed.
 # Everything goes to ${OUT:-out}/ (logs, JSON, the summary). Needs no
 # network: what is not installed is reported, not fetched.
 #
-# Usage: scripts/gpu_check.sh [--no-full]   (--no-full: skip stage 4)
+# A machine without Criterion (a GPU machine with no Debian packages) gets
+# it from .gpu-deps/, which scripts/gpu_deps.sh fills on a Debian machine
+# where libcriterion-dev is installed; carry that folder with the tree.
+# The Python package is built for UNIMEM_GPU_PYTHON, else for the first
+# python3 on PATH that imports numpy (the frameworks' interpreter on a GPU
+# machine), else /usr/bin/python3.
+#
+# Usage: scripts/gpu_check.sh [--no-full] [--only-full]
+#   --no-full: skip stage 5; --only-full: build, then stage 5 alone
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -31,8 +44,42 @@ out=$(cd "$out" && pwd)
 build=${UNIMEM_GPU_BUILD:-$root/build-gpu}
 jobs=$(nproc 2>/dev/null || echo 4)
 full=1
-[ "${1:-}" = "--no-full" ] && full=0
+only_full=0
+case "${1:-}" in
+  --no-full) full=0 ;;
+  --only-full) only_full=1 ;;
+  "") ;;
+  *) echo "usage: scripts/gpu_check.sh [--no-full|--only-full]" >&2; exit 2 ;;
+esac
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+
+# Criterion from .gpu-deps (scripts/gpu_deps.sh) where the system lacks it:
+# its headers and library through CMAKE_PREFIX_PATH, and of the libraries
+# it needs only those this machine's loader does not find.
+deps=$root/.gpu-deps
+prefix_args=()
+if [ -d "$deps/include/criterion" ]; then
+  prefix_args=(-DCMAKE_PREFIX_PATH="$deps")
+  ldpath=$deps/lib
+  mkdir -p "$deps/missing"
+  for f in "$deps"/fallback/*; do
+    [ -e "$f" ] || continue
+    if ! ldconfig -p 2>/dev/null | grep -q "^[[:space:]]*$(basename "$f") "; then
+      cp -f "$f" "$deps/missing/"
+    fi
+  done
+  ldpath=$ldpath:$deps/missing
+  export LD_LIBRARY_PATH=$ldpath${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  echo "Criterion from $deps; libraries taken from there: $(ls "$deps/missing" | tr '\n' ' ')"
+fi
+python=${UNIMEM_GPU_PYTHON:-}
+if [ -z "$python" ]; then
+  if command -v python3 >/dev/null && python3 -c "import numpy" 2>/dev/null; then
+    python=$(command -v python3)
+  else
+    python=/usr/bin/python3
+  fi
+fi
 
 results=()
 failed=0
@@ -69,12 +116,14 @@ record "machine" "info" "GPU present: $([ $gpu_present = 1 ] && nvidia-smi -L | 
 
 echo "== 2. build ($build, Release, CUDA on)"
 tests=ON
-if [ ! -f /usr/include/criterion/criterion.h ] && [ ! -f /usr/local/include/criterion/criterion.h ]; then
+if [ ! -f /usr/include/criterion/criterion.h ] && [ ! -f /usr/local/include/criterion/criterion.h ] &&
+   [ ${#prefix_args[@]} -eq 0 ]; then
   tests=OFF
   echo "Criterion (libcriterion-dev) is not installed: the tests cannot be built here; only the benchmark runs"
 fi
 if cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DUNIMEM_ENABLE_CUDA=ON \
-     -DUNIMEM_BUILD_TESTS=$tests >"$out/configure.log" 2>&1 &&
+     -DUNIMEM_BUILD_TESTS=$tests -DPython3_EXECUTABLE="$python" "${prefix_args[@]}" \
+     >"$out/configure.log" 2>&1 &&
    cmake --build "$build" -j"$jobs" >"$out/build.log" 2>&1; then
   record "build" "ok" "tests $tests; $(grep -m1 'unimem backends' "$out/configure.log" | sed 's/^-- //')"
 else
@@ -91,7 +140,7 @@ if [ -n "$lib" ]; then
   fi
 fi
 
-if [ "$tests" = ON ] && [ -d "$build" ]; then
+stage_gpu_tests() {
   echo "== 3. ctest -L \"gpu|cuda\""
   (cd "$build" && ctest -L "gpu|cuda" --output-on-failure -V --timeout 600) >"$out/ctest-gpu.log" 2>&1
   rc=$?
@@ -129,31 +178,84 @@ if [ "$tests" = ON ] && [ -d "$build" ]; then
     fi
   done
 
-  if [ $full = 1 ]; then
-    echo "== 4. the whole test suite"
-    (cd "$build" && ctest -j"$jobs" --output-on-failure --timeout 600) >"$out/ctest-all.log" 2>&1
-    rc=$?
-    grep -E "tests passed|FAILED|\*\*\*" "$out/ctest-all.log" | sed 's/^/  /' | head -40
-    record "ctest (all)" "$([ $rc -eq 0 ] && echo ok || echo FAIL)" "$(grep -E 'tests passed' "$out/ctest-all.log" | tail -1)"
+  echo "== 3c. compute-sanitizer (memcheck) over the GPU tests"
+  sanitizer=$(command -v compute-sanitizer || ls "$CUDA_HOME"/bin/compute-sanitizer 2>/dev/null || true)
+  if [ -z "$sanitizer" ] || [ $gpu_present = 0 ]; then
+    record "compute-sanitizer" "skip" "$([ -z "$sanitizer" ] && echo 'not installed' || echo 'no GPU')"
+  else
+    : >"$out/sanitizer.log"
+    sbad=0
+    for t in test_cuda_gpu test_cuda_kernels_gpu; do
+      [ -x "$build/tests/$t" ] || continue
+      echo "-- $t" >>"$out/sanitizer.log"
+      timeout 300 "$sanitizer" --tool memcheck --target-processes all --error-exitcode 97 \
+        "$build/tests/$t" >>"$out/sanitizer.log" 2>&1
+      rc=$?
+      echo "-- $t: exit status $rc" >>"$out/sanitizer.log"
+      [ $rc -ne 0 ] && sbad=1
+    done
+    grep -E "ERROR SUMMARY|Synthesis|exit status" "$out/sanitizer.log" | sed 's/^/  /'
+    record "compute-sanitizer" "$([ $sbad = 0 ] && echo ok || echo FAIL)" \
+      "$(grep -c 'ERROR SUMMARY: 0 errors' "$out/sanitizer.log") clean summaries; sanitizer.log"
   fi
+}
+
+stage_benches() {
+  echo "== 4. bench_cuda"
+  if [ -x "$build/bench/bench_cuda" ]; then
+    "$build/bench/bench_cuda" --json "$out/bench_cuda.json" 2>&1 | tee "$out/bench_cuda.txt"
+    rc=${PIPESTATUS[0]}
+    case $rc in
+      0) record "bench_cuda" "ok" "bench_cuda.txt, bench_cuda.json" ;;
+      77) record "bench_cuda" "$([ $gpu_present = 1 ] && echo FAIL || echo skip)" "$(grep -m1 skipped "$out/bench_cuda.txt")" ;;
+      *) record "bench_cuda" "FAIL" "exit status $rc" ;;
+    esac
+  else
+    record "bench_cuda" "FAIL" "not built"
+  fi
+  if [ -x "$build/tools/unimem" ]; then
+    "$build/tools/unimem" info >"$out/unimem-info.txt" 2>&1 || true
+  fi
+  echo "== 4b. the frameworks' allocators"
+  if [ -d "$build/python/unimem" ]; then
+    for b in bench_frameworks bench_gpu_alloc; do
+      [ -f "$root/bench/$b.py" ] || continue
+      PYTHONPATH=$build/python PYTHONUNBUFFERED=1 timeout 300 "$python" "$root/bench/$b.py" \
+        >"$out/$b.txt" 2>&1
+      rc=$?
+      cat "$out/$b.txt"
+      record "$b" "$([ $rc = 0 ] && echo ok || echo FAIL)" "exit status $rc; $b.txt"
+    done
+  else
+    record "frameworks" "skip" "the Python package was not built ($python)"
+  fi
+  echo "== 4c. unimem bench all --quick"
+  if [ -x "$build/tools/unimem" ]; then
+    timeout 300 "$build/tools/unimem" bench all --quick --json "$out/bench_all.json" >"$out/bench_all.txt" 2>&1
+    rc=$?
+    tail -60 "$out/bench_all.txt"
+    record "unimem bench all" "$([ $rc = 0 ] && echo ok || echo FAIL)" "exit status $rc; bench_all.txt"
+  fi
+}
+
+stage_full() {
+  echo "== 5. the whole test suite"
+  (cd "$build" && timeout "${GPU_CHECK_FULL_TIMEOUT:-600}" ctest -j"$jobs" --output-on-failure --timeout 600) \
+    >"$out/ctest-all.log" 2>&1
+  rc=$?
+  grep -E "tests passed|FAILED|\*\*\*" "$out/ctest-all.log" | sed 's/^/  /' | head -60
+  record "ctest (all)" "$([ $rc -eq 0 ] && echo ok || echo FAIL)" \
+    "$(grep -E 'tests passed' "$out/ctest-all.log" | tail -1)$([ $rc = 124 ] && echo ' (cut at GPU_CHECK_FULL_TIMEOUT)')"
+}
+
+if [ "$tests" = ON ] && [ -d "$build" ]; then
+  [ $only_full = 0 ] && stage_gpu_tests
 else
   record "ctest" "FAIL" "not built (tests $tests)"
 fi
-
-echo "== 5. bench_cuda"
-if [ -x "$build/bench/bench_cuda" ]; then
-  "$build/bench/bench_cuda" --json "$out/bench_cuda.json" 2>&1 | tee "$out/bench_cuda.txt"
-  rc=${PIPESTATUS[0]}
-  case $rc in
-    0) record "bench_cuda" "ok" "bench_cuda.txt, bench_cuda.json" ;;
-    77) record "bench_cuda" "$([ $gpu_present = 1 ] && echo FAIL || echo skip)" "$(grep -m1 skipped "$out/bench_cuda.txt")" ;;
-    *) record "bench_cuda" "FAIL" "exit status $rc" ;;
-  esac
-else
-  record "bench_cuda" "FAIL" "not built"
-fi
-if [ -x "$build/tools/unimem" ]; then
-  "$build/tools/unimem" info >"$out/unimem-info.txt" 2>&1 || true
+[ $only_full = 0 ] && stage_benches
+if [ "$tests" = ON ] && [ -d "$build" ] && [ $full = 1 ]; then
+  stage_full
 fi
 
 echo
