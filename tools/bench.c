@@ -34,7 +34,7 @@ static const bench_entry benches[] = {
     {"transfer", um_bench_transfer_main, "copies against the raw OpenCL calls and memcpy"},
     {"kernels", um_bench_kernels_main, "a chain of the caller's kernels between unimem copies against raw events"},
     {"stream", um_bench_stream_main, "a file larger than the device through um_stream against read()+copy"},
-    {"cuda", um_bench_cuda_main, "pool and copies on an NVIDIA GPU against the CUDA driver's own calls"},
+    {"cuda", um_bench_cuda_main, "pool, copies and 4 KiB copies on an NVIDIA GPU against the CUDA driver's calls"},
     {"net", um_bench_net_main, "um_net put/get between two processes against ucx_perftest"},
     {"wait", um_bench_wait_main, "blocking 4 KiB round trip with and without wait_spin_ns, against raw OpenCL and StarPU"},
 };
@@ -65,9 +65,13 @@ const char tool_bench_help[] =
     "    stream    a file several times larger than the device's memory (capped with\n"
     "              device_limit_bytes) through um_stream, against a loop of read()\n"
     "              and blocking copies.\n"
-    "    cuda      pool hit against cuMemAlloc/cuMemFree and cuMemAllocAsync, pinned and\n"
-    "              pageable host<->device bandwidth against cuMemcpyHtoD/DtoH, and\n"
-    "              device-local copies, on the first NVIDIA GPU (skipped without one).\n"
+    "    cuda      pool hit against cuMemAlloc/cuMemFree and cuMemAllocAsync (1 KiB to\n"
+    "              1 GiB), pinned and pageable host<->device bandwidth against\n"
+    "              cuMemcpyHtoD/DtoH, device-local copies, and small 4 KiB copies: 1000\n"
+    "              in one um_copy_batch against 1000 cuMemcpyHtoDAsync on one stream, one\n"
+    "              with an event against cuMemcpyHtoDAsync + cuEventRecord +\n"
+    "              cuEventSynchronize, and a blocking round trip; on the first NVIDIA\n"
+    "              GPU (skipped without one).\n"
     "    net       um_net put and get bandwidth and put latency per size between two\n"
     "              processes of this machine, next to ucx_perftest on the same UCX\n"
     "              transport (UCX_TLS), in alternating rounds: medians and spreads\n"
