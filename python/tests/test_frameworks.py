@@ -26,6 +26,13 @@ EXPORTED = {"unimem_torch_alloc", "unimem_torch_free", "unimem_torch_manager", "
             "unimem_torch_live", "unimem_torch_last_error", "unimem_torch_synchronize"}
 
 
+def skip_if_broken(r):
+    """bench_frameworks.py --check exits 77 when the framework fails its own
+    workload with its own allocator: nothing of unimem's to test there."""
+    if r.returncode == 77:
+        pytest.skip(f"SKIP (gpu): {r.stdout.strip().splitlines()[-1]}")
+
+
 def test_torch_library_exports_the_allocator_functions():
     path = unimem.torch.library_path()
     lib = ctypes.CDLL(path)
@@ -201,6 +208,7 @@ def test_gpu_torch_allocator_matches_the_default():
         pytest.skip(f"SKIP (gpu): PyTorch {torch.__version__} has no CUDAPluggableAllocator (2.0 or later)")
     script = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "bench_frameworks.py")
     r = subprocess.run([sys.executable, script, "--check", "torch"], capture_output=True, text=True, timeout=900)
+    skip_if_broken(r)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "torch: losses match" in r.stdout
 
@@ -211,6 +219,7 @@ def test_gpu_cupy_allocator_matches_the_default():
     pytest.importorskip("cupy", reason="SKIP (gpu): CuPy is not installed")
     script = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "bench_frameworks.py")
     r = subprocess.run([sys.executable, script, "--check", "cupy"], capture_output=True, text=True, timeout=900)
+    skip_if_broken(r)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "cupy: results match" in r.stdout
 
@@ -222,6 +231,7 @@ def test_gpu_numba_plugin():
     pytest.importorskip("numba", reason="SKIP (gpu): Numba is not installed")
     script = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "bench_frameworks.py")
     r = subprocess.run([sys.executable, script, "--check", "numba"], capture_output=True, text=True, timeout=900)
+    skip_if_broken(r)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "numba: results match" in r.stdout
 

@@ -419,6 +419,8 @@ static CUresult query_device(cuda_device *d, int ordinal, const char **call) {
   return cu->cuDeviceGetAttribute(&d->managed_memory, CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY, d->device);
 }
 
+static int gate_kernel_load(cuda_device *d);
+
 /* Retain the primary context and make the streams in it, giving the thread
  * its current context back. */
 static CUresult create_streams(cuda_device *d, const char **call) {
@@ -449,6 +451,12 @@ static CUresult create_streams(cuda_device *d, const char **call) {
     result = cu->cuStreamCreate(&d->local_stream, CU_STREAM_NON_BLOCKING);
   if (result == CUDA_SUCCESS)
     result = cu->cuStreamCreate(&d->caller_stream, CU_STREAM_NON_BLOCKING);
+  /* Gates that spin in a kernel (UNIMEM_CUDA_GATE_KERNEL=1, or a driver
+   * without stream memory operations): the module now, while nothing is in
+   * flight. Where that fails, the first gate says why. */
+  if (result == CUDA_SUCCESS && (d->gate_kernel || cu->cuStreamWaitValue32_v2 == NULL) &&
+      gate_kernel_load(d) != UM_OK)
+    um__log(&d->owner->opts, UM_LOG_INFO, "cuda device %d: the gate kernel: %s", d->ordinal, um_last_error());
   cu->cuCtxSetCurrent(previous);
   return result;
 }
@@ -1446,31 +1454,45 @@ static void gate_word_put(cuda_device *d, cuda_gate_word *word) {
   pthread_mutex_unlock(&d->interop_lock);
 }
 
-/* Queue the gate kernel on lane; interop_lock held, context current. */
-static int gate_kernel_launch(cuda_device *d, CUstream lane, const cuda_gate_word *word, uint32_t value) {
-  CUdeviceptr address = word->device;
-  void *params[2] = {&address, &value};
+/* Load the gate kernel's module; the context is current. Loading a module
+ * may wait for the work the context has in flight, so it is done where
+ * nothing can be waiting for a gate: when the device is opened (or, for a
+ * driver that answers CUDA_ERROR_NOT_SUPPORTED only at the first gate, at
+ * that first gate). */
+static int gate_kernel_load(cuda_device *d) {
   CUresult result;
 
+  if (d->gate_function != NULL)
+    return UM_OK;
   if (cu->cuModuleLoadData == NULL || cu->cuModuleGetFunction == NULL || cu->cuModuleUnload == NULL ||
       cu->cuLaunchKernel == NULL)
     return um__set_error(UM_ENOTSUP, "cuda device %d: the driver has neither stream memory operations nor "
                                      "kernel launches: device work cannot wait for host work",
                          d->ordinal);
-  if (d->gate_function == NULL) {
-    result = cu->cuModuleLoadData(&d->gate_module, gate_ptx);
-    if (result != CUDA_SUCCESS) {
-      d->gate_module = NULL;
-      return cuda_status(result, "cuModuleLoadData (gate kernel)");
-    }
-    result = cu->cuModuleGetFunction(&d->gate_function, d->gate_module, "unimem_gate_wait");
-    if (result != CUDA_SUCCESS) {
-      cu->cuModuleUnload(d->gate_module);
-      d->gate_module = NULL;
-      d->gate_function = NULL;
-      return cuda_status(result, "cuModuleGetFunction (gate kernel)");
-    }
+  result = cu->cuModuleLoadData(&d->gate_module, gate_ptx);
+  if (result != CUDA_SUCCESS) {
+    d->gate_module = NULL;
+    return cuda_status(result, "cuModuleLoadData (gate kernel)");
   }
+  result = cu->cuModuleGetFunction(&d->gate_function, d->gate_module, "unimem_gate_wait");
+  if (result != CUDA_SUCCESS) {
+    cu->cuModuleUnload(d->gate_module);
+    d->gate_module = NULL;
+    d->gate_function = NULL;
+    return cuda_status(result, "cuModuleGetFunction (gate kernel)");
+  }
+  return UM_OK;
+}
+
+/* Queue the gate kernel on lane; interop_lock held, context current. */
+static int gate_kernel_launch(cuda_device *d, CUstream lane, const cuda_gate_word *word, uint32_t value) {
+  CUdeviceptr address = word->device;
+  void *params[2] = {&address, &value};
+  CUresult result;
+  int status = gate_kernel_load(d);
+
+  if (status != UM_OK)
+    return status;
   result = cu->cuLaunchKernel(d->gate_function, 1, 1, 1, 1, 1, 1, 0, lane, params, NULL);
   return result == CUDA_SUCCESS ? UM_OK : cuda_status(result, "cuLaunchKernel (gate kernel)");
 }
