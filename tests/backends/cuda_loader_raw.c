@@ -629,7 +629,9 @@ static int case_full(int threaded) {
   for (i = 0; i < THREADS; i++)
     CHECK(pthread_join(threads[i], NULL) == 0);
 
-  CHECK(fake_count("callbacks_run") == 5 * (THREADS + 1));
+  /* Transfers are reported by the backend's stream watchers, not by stream
+   * callbacks (a callback holds its stream until it ran on the host). */
+  CHECK(fake_count("callbacks_run") == 0);
   backend->close(o.ctx);
   check_fake_released();
   return 0;
@@ -742,10 +744,10 @@ static int case_errors(void) {
                UM_EBACKEND);
   CHECK(native == &untouched);
   /* Failing after the copy was queued: nothing leaks either. */
-  set_env("FAKE_CUDA_FAIL", "cuStreamAddCallback");
+  set_env("FAKE_CUDA_FAIL", "cuEventRecord");
   CHECK_STATUS(backend->xfer_async(bdev, &x, NULL, 0, on_done, &done, &native),
                UM_EBACKEND);
-  CHECK_TEXT("cuStreamAddCallback");
+  CHECK_TEXT("cuEventRecord");
   CHECK(native == &untouched);
   CHECK(fake_count("queued_ops") == 0);
   CHECK_STATUS(backend->synchronize(bdev), UM_OK);

@@ -148,9 +148,9 @@ static void chain(int threaded, int devices) {
   ck_build(&k0, fc_dev(m, 0));
   ck_build(&k1, fc_dev(m, devices - 1));
   before = ut_stats(m, NULL);
-  waits = fc_count("host_waits");
+  waits = fc_count("host_waits_here");
   ck_chain_issue(m, &k0, &k1, &c);
-  cr_assert_eq(fc_count("host_waits"), waits, "issuing the chain waited for the device");
+  cr_assert_eq(fc_count("host_waits_here"), waits, "issuing the chain waited for the device");
   ck_chain_finish(&c);
   after = ut_stats(m, NULL);
   if (devices > 1)

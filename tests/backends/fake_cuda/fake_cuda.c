@@ -78,6 +78,9 @@ struct CUevent_st {
   struct CUctx_st *ctx; /* the context current at cuEventCreate */
   uint64_t recorded;    /* generation of the last cuEventRecord */
   uint64_t completed;   /* generation the stream has reached */
+  CUresult error;       /* the recording stream's failure, once reached:
+                           cuEventSynchronize and cuEventQuery answer it,
+                           as the driver answers a device fault */
   int refs;             /* the handle, and each queued op naming it */
   struct CUevent_st *next_live; /* live handles (not destroyed) */
 };
@@ -180,6 +183,10 @@ static fake_active *active;
 
 static _Thread_local struct CUctx_st *current_context;
 static _Thread_local int in_callback;
+/* The calling thread's share of host_waits ("host_waits_here"): a test
+ * that asks whether issuing work waited for the device must not count the
+ * waits of the library's own threads (its stream watchers). */
+static _Thread_local long host_waits_here;
 
 static atomic_long live_streams, live_events, stream_ordered_allocs,
     calls_in_callbacks, callbacks_run, live_modules, kernels_run, races,
@@ -488,8 +495,11 @@ static void run_op(struct CUstream_st *stream, fake_op *op) {
     break;
   case OP_RECORD:
     pthread_mutex_lock(&fake_lock);
-    if (op->event->completed < op->generation)
+    if (op->event->completed < op->generation) {
       op->event->completed = op->generation;
+      if (error != CUDA_SUCCESS)
+        op->event->error = error;
+    }
     event_drop_locked(op->event);
     pthread_cond_broadcast(&fake_changed);
     pthread_mutex_unlock(&fake_lock);
@@ -827,6 +837,7 @@ CUresult CUDAAPI cuCtxSynchronize(void) {
   ENTER("cuCtxSynchronize");
   NEED_CONTEXT();
   atomic_fetch_add(&host_waits, 1);
+  host_waits_here++;
   pthread_mutex_lock(&fake_lock);
   do {
     busy = 0;
@@ -1086,6 +1097,7 @@ CUresult CUDAAPI cuStreamSynchronize(CUstream hStream) {
   if (result != CUDA_SUCCESS)
     return result;
   atomic_fetch_add(&host_waits, 1);
+  host_waits_here++;
   pthread_mutex_lock(&fake_lock);
   while (hStream->head != NULL || hStream->inline_running > 0)
     pthread_cond_wait(&fake_changed, &fake_lock);
@@ -1141,12 +1153,15 @@ CUresult CUDAAPI cuEventQuery(CUevent hEvent) {
     result = CUDA_ERROR_INVALID_HANDLE;
   else if (hEvent->completed < hEvent->recorded)
     result = CUDA_ERROR_NOT_READY;
+  else
+    result = hEvent->error;
   pthread_mutex_unlock(&fake_lock);
   return result;
 }
 
 CUresult CUDAAPI cuEventSynchronize(CUevent hEvent) {
   uint64_t target;
+  CUresult result;
   ENTER("cuEventSynchronize");
   pthread_mutex_lock(&fake_lock);
   if (!event_live_locked(hEvent)) {
@@ -1154,13 +1169,15 @@ CUresult CUDAAPI cuEventSynchronize(CUevent hEvent) {
     return CUDA_ERROR_INVALID_HANDLE;
   }
   atomic_fetch_add(&host_waits, 1);
+  host_waits_here++;
   target = hEvent->recorded;
   hEvent->refs++; /* a destroy meanwhile must not free it under us */
   while (hEvent->completed < target)
     pthread_cond_wait(&fake_changed, &fake_lock);
+  result = hEvent->error;
   event_drop_locked(hEvent);
   pthread_mutex_unlock(&fake_lock);
-  return CUDA_SUCCESS;
+  return result;
 }
 
 CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream) {
@@ -1557,6 +1574,8 @@ long fake_cuda_count(const char *what) {
     return atomic_load(&unrecorded_waits);
   if (strcmp(what, "host_waits") == 0)
     return atomic_load(&host_waits);
+  if (strcmp(what, "host_waits_here") == 0)
+    return host_waits_here;
   if (strcmp(what, "wait_values") == 0)
     return atomic_load(&wait_values);
   if (strcmp(what, "host_allocs") == 0)
