@@ -273,7 +273,9 @@ struct cuda_token;
  * stream does not hold back the reports of another's). A transfer records
  * its token's event and joins the queue, in the order of the stream; the
  * thread waits for each event (cuEventSynchronize: a blocking-sync event,
- * so it sleeps; with wait_spin_ns it polls first), calls done and drops its
+ * so it sleeps; polling it with cuEventQuery, as wait_spin_ns asks of
+ * waiters, made a batch slower on an H100: the queries take the driver's
+ * locks that the issuing thread needs), calls done and drops its
  * owner's reference. Not a stream callback: a callback (cuStreamAddCallback,
  * cuLaunchHostFunc) holds its stream until it has run on the driver's
  * thread, so every small copy behind another waited for a round trip
@@ -329,7 +331,16 @@ typedef struct cuda_device {
   CUmodule gate_module;
   CUfunction gate_function;
   cuda_watch watch[WATCH_COUNT];
+  /* Transfers' events, kept for reuse (cuEventCreate and cuEventDestroy
+   * per small copy cost more than the copy's own call): at most
+   * CUDA_SPARE_EVENTS, under spare_lock. */
+  pthread_mutex_t spare_lock;
+  int spare_ready; /* spare_lock initialised */
+  int spare_count;
+  CUevent spare[32];
 } cuda_device;
+
+#define CUDA_SPARE_EVENTS 32
 
 typedef struct cuda_backend_state {
   um_options opts; /* a copy, for logging */
@@ -384,8 +395,14 @@ static void release_device(cuda_device *d) {
     if (d->caller_stream != NULL)
       cu->cuStreamDestroy_v2(d->caller_stream);
     release_interop(d);
+    for (int i = 0; i < d->spare_count; i++)
+      cu->cuEventDestroy_v2(d->spare[i]);
+    d->spare_count = 0;
     leave_context(d, previous);
   }
+  if (d->spare_ready)
+    pthread_mutex_destroy(&d->spare_lock);
+  d->spare_ready = 0;
   if (d->context != NULL)
     cu->cuDevicePrimaryCtxRelease_v2(d->device);
   if (d->interop_ready)
@@ -520,6 +537,9 @@ static int open_device(cuda_backend_state *state, int ordinal,
     }
     w->ready = 1;
   }
+  if (pthread_mutex_init(&d->spare_lock, NULL) != 0)
+    return um__set_error(UM_ENOMEM, "cuda device %d: no mutex", ordinal);
+  d->spare_ready = 1;
 
   result = query_device(d, ordinal, &call);
   if (result == CUDA_SUCCESS)
@@ -988,12 +1008,41 @@ typedef struct cuda_token {
   cuda_gate_word *gate;
   uint32_t gate_value; /* gates: what gate_open writes into the word */
   struct cuda_token *next; /* in a watch queue */
+  cuda_device *dev;        /* transfers: whose spare events take its event */
+  CUstream stream;         /* transfers: where the event was recorded */
   int watched; /* a transfer's: its watcher, not a stream callback, reports
                   it, and the last owner destroys the event (the watcher
                   may still wait on it after native_release) */
 } cuda_token;
 
 static void gate_word_put(cuda_device *d, cuda_gate_word *word);
+
+/* A transfer's event: a spare one, or a new blocking-sync one (its watcher
+ * sleeps in cuEventSynchronize); the context is current. */
+static CUresult spare_event_get(cuda_device *d, CUevent *out) {
+  pthread_mutex_lock(&d->spare_lock);
+  if (d->spare_count > 0) {
+    *out = d->spare[--d->spare_count];
+    pthread_mutex_unlock(&d->spare_lock);
+    return CUDA_SUCCESS;
+  }
+  pthread_mutex_unlock(&d->spare_lock);
+  return cu->cuEventCreate(out, CU_EVENT_DISABLE_TIMING | CU_EVENT_BLOCKING_SYNC);
+}
+
+/* A transfer's event no owner refers to any more (its last record has
+ * completed: the watcher waited for it, or a failed transfer synchronised
+ * its stream); the context is current. */
+static void spare_event_put(cuda_device *d, CUevent event) {
+  pthread_mutex_lock(&d->spare_lock);
+  if (d->spare_count < CUDA_SPARE_EVENTS) {
+    d->spare[d->spare_count++] = event;
+    event = NULL;
+  }
+  pthread_mutex_unlock(&d->spare_lock);
+  if (event != NULL)
+    cu->cuEventDestroy_v2(event);
+}
 
 /* Drop one owner; the last frees the token. A watched token's last owner
  * is the watcher or native_release, both with the context current, never a
@@ -1006,19 +1055,18 @@ static void token_drop(cuda_token *token) {
   if (token->gate != NULL)
     gate_word_put(token->gate_dev, token->gate);
   if (token->watched)
-    cu->cuEventDestroy_v2(token->finished);
+    spare_event_put(token->dev, token->finished);
   free(token);
 }
 
-/* A token with a fresh event (CU_EVENT_* flags besides DISABLE_TIMING);
- * the device's context is current. */
-static int token_create(int owners, unsigned flags, cuda_token **out) {
+/* A token with a fresh event; the device's context is current. */
+static int token_create(int owners, cuda_token **out) {
   cuda_token *token = calloc(1, sizeof(*token));
   CUresult result;
 
   if (token == NULL)
     return um__set_error(UM_ENOMEM, "cuda: no memory for a token");
-  result = cu->cuEventCreate(&token->finished, CU_EVENT_DISABLE_TIMING | flags);
+  result = cu->cuEventCreate(&token->finished, CU_EVENT_DISABLE_TIMING);
   if (result != CUDA_SUCCESS) {
     free(token);
     return cuda_status(result, "cuEventCreate");
@@ -1028,9 +1076,33 @@ static int token_create(int owners, unsigned flags, cuda_token **out) {
   return UM_OK;
 }
 
+/* A transfer's token, reported by the watcher of stream, with a spare
+ * event; the context is current. */
+static int transfer_token_create(cuda_device *d, CUstream stream, cuda_token **out) {
+  cuda_token *token = calloc(1, sizeof(*token));
+  CUresult result;
+
+  if (token == NULL)
+    return um__set_error(UM_ENOMEM, "cuda: no memory for a token");
+  result = spare_event_get(d, &token->finished);
+  if (result != CUDA_SUCCESS) {
+    free(token);
+    return cuda_status(result, "cuEventCreate");
+  }
+  atomic_init(&token->owners, 2);
+  token->watched = 1;
+  token->dev = d;
+  token->stream = stream;
+  *out = token;
+  return UM_OK;
+}
+
 /* A token that never left the backend; the context is current. */
 static void token_discard(cuda_token *token) {
-  cu->cuEventDestroy_v2(token->finished);
+  if (token->watched)
+    spare_event_put(token->dev, token->finished);
+  else
+    cu->cuEventDestroy_v2(token->finished);
   free(token);
 }
 
@@ -1039,7 +1111,9 @@ static int wait_tokens(CUstream stream, void *const *tokens, int n) {
   for (int i = 0; i < n; i++) {
     const cuda_token *before = tokens[i];
     CUresult result;
-    if (before == NULL)
+    /* A transfer recorded on this stream is behind the stream's order
+     * already. */
+    if (before == NULL || before->stream == stream)
       continue;
     result = cu->cuStreamWaitEvent(stream, before->finished, CU_EVENT_WAIT_DEFAULT);
     if (result != CUDA_SUCCESS)
@@ -1082,8 +1156,6 @@ static cuda_watch *watch_for(cuda_device *d, um__xfer_kind kind) {
   }
 }
 
-static int event_ended(void *event) { return cu->cuEventQuery((CUevent)event) != CUDA_ERROR_NOT_READY; }
-
 static void *watch_main(void *arg) {
   cuda_watch *w = arg;
   cuda_device *d = w->d;
@@ -1101,7 +1173,6 @@ static void *watch_main(void *arg) {
     if ((w->head = token->next) == NULL)
       w->tail = NULL;
     pthread_mutex_unlock(&w->lock);
-    um__spin_until(d->spin_ns, event_ended, token->finished);
     result = cu->cuEventSynchronize(token->finished);
     token->done(token->arg, cuda_status(result, NULL));
     token_drop(token);
@@ -1175,12 +1246,11 @@ static int cuda_xfer_async(void *bdev, const um__xfer *x, void *const *after,
     return status;
   status = wait_tokens(stream, after, nafter);
   if (status == UM_OK)
-    status = token_create(2, CU_EVENT_BLOCKING_SYNC, &token);
+    status = transfer_token_create(d, stream, &token);
   if (status != UM_OK)
     goto fail;
   token->done = done;
   token->arg = arg;
-  token->watched = 1;
   status = issue_xfer(d, x, stream);
   if (status != UM_OK)
     goto fail;
@@ -1371,7 +1441,7 @@ typedef int (*lane_queue_fn)(cuda_device *d, cuda_token *token, const void *arg)
 
 static int lane_item_new(cuda_device *d, int owners, lane_queue_fn queue, const void *arg, void **out) {
   cuda_token *token = NULL;
-  int status = token_create(owners, 0, &token);
+  int status = token_create(owners, &token);
 
   if (status != UM_OK)
     return status;
@@ -1491,7 +1561,7 @@ static int cuda_caller_marker(void *bdev, void **token) {
 
   if (status != UM_OK)
     return status;
-  status = token_create(1, 0, &marker);
+  status = token_create(1, &marker);
   if (status == UM_OK && (result = cu->cuEventRecord(marker->finished, d->caller_stream)) != CUDA_SUCCESS) {
     status = cuda_status(result, "cuEventRecord");
     token_discard(marker);

@@ -752,7 +752,10 @@ static int case_errors(void) {
   CHECK(fake_count("queued_ops") == 0);
   CHECK_STATUS(backend->synchronize(bdev), UM_OK);
   CHECK(done.calls == 0);
-  CHECK(fake_count("events") == events_before);
+  /* The two failed transfers' event: one, kept as the device's spare (the
+   * second took the first's), and destroyed at close (check_fake_released);
+   * a leak per failure would make two. */
+  CHECK(fake_count("events") - events_before <= 1);
   unsetenv("FAKE_CUDA_FAIL");
   completion_destroy(&done);
 
