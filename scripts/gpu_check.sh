@@ -11,9 +11,15 @@
 #      kernel tests (test_cuda_kernels_gpu), the backend's interop
 #      operations (gpu_cuda_interop_real) and examples/cuda_kernels.c; then
 #      again with CUDA_DEVICE_MAX_CONNECTIONS=1, every stream on one
-#      hardware queue, where a gate's cuStreamWaitValue32 blocking work the
-#      gate's opener waits for would show as a hang (each test has a
-#      timeout);
+#      hardware queue, run in submission order across streams: there a
+#      gate blocks all device work queued after it, so work the gate's
+#      opener waits for must be queued before the gate. Three kernel checks
+#      queue it after by design (kernel_racing_a_release: the test's own
+#      hold before a blocking um_fill; two_caller_streams and
+#      two_caller_streams_gate_kernel: the s2 kernel that ends c's bracket
+#      after b's gate) and deadlock there with any gate built from
+#      device-side waits: they skip, saying so. Everything else must pass;
+#      a hang shows as a timeout (each test has one);
 #   3c. the CUDA tests under compute-sanitizer (memcheck, every process:
 #      Criterion runs each test in a child), where it is installed;
 #   4. bench_cuda, full: the figures for the CUDA section of

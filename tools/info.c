@@ -41,6 +41,8 @@ const char tool_info_help[] =
     "    UNIMEM_ENABLE_PEER 0 leaves peer access disabled (the matrix shows p).\n"
     "    UNIMEM_DEVICE_LIMIT_BYTES  caps each non-host device's memory (e.g. 64m).\n"
     "    UNIMEM_*           every other um_options field.\n"
+    "    UNIMEM_OPENCL_PLATFORM  only OpenCL platforms whose name contains this\n"
+    "                       text (e.g. NVIDIA); unset: all.\n"
     "    POCL_DEVICES       (PoCL) e.g. \"pthread pthread\" for two OpenCL devices.\n"
     "\n"
     "EXIT STATUS\n"

@@ -5,6 +5,7 @@ capsules, each producer's deleter run exactly once."""
 
 import gc
 import sys
+import weakref
 
 import numpy
 import pytest
@@ -221,6 +222,12 @@ def test_from_dlpack_of_numpy_is_zero_copy_and_lets_go_once(cpu):
 
 @needs_torch
 def test_from_dlpack_of_torch_is_zero_copy_and_lets_go_once(cpu):
+    # What PyTorch's export holds while a consumer has the tensor is its own
+    # business: the C++ tensor alone (1.13: the Python object's count is
+    # unchanged), or the Python object too (2.11: one more reference until
+    # the deleter runs). What unimem owes is the same on both: zero copy,
+    # the producer kept alive while the buffer is, and the deleter run
+    # exactly once at the release.
     t = torch.arange(64, dtype=torch.int32)
     before = sys.getrefcount(t)
     w = unimem.from_dlpack(cpu, t)
@@ -229,12 +236,32 @@ def test_from_dlpack_of_torch_is_zero_copy_and_lets_go_once(cpu):
     assert t[0].item() == 0
     t[63] = -5
     assert numpy.frombuffer(memoryview(w), numpy.int32)[63] == -5
-    assert sys.getrefcount(t) == before, "PyTorch's tensor holds its storage, not the Python object"
-    # The deleter is PyTorch's own: a second call would free its tensor twice
-    # (the ASan build runs this test).
+    assert sys.getrefcount(t) - before in (0, 1)
     w.release()
+    gc.collect()
+    # A deleter never run leaves PyTorch's reference (2.11) or its C++
+    # tensor (1.13, the weak reference below) behind; one run twice drops a
+    # reference PyTorch did not take (2.11), or frees its C++ tensor twice
+    # (1.13: the ASan build runs this test).
+    assert sys.getrefcount(t) == before, "the release ran PyTorch's deleter exactly once"
+    w.release()
+    assert sys.getrefcount(t) == before, "a second release is no second deleter"
+
+    # The producer outlives its Python name while the buffer holds it, and
+    # is freed once both sides let go. PyTorch keeps a tensor's Python
+    # object alive as long as its C++ tensor lives, so the weak reference
+    # dies exactly when PyTorch's export was let go, on either version.
+    t = torch.arange(64, dtype=torch.int32)
+    gone = weakref.ref(t)
+    w = unimem.from_dlpack(cpu, t)
+    t[5] = 42
     del t
     gc.collect()
+    assert gone() is not None, "the buffer keeps the producer's tensor"
+    assert numpy.frombuffer(memoryview(w), numpy.int32)[5] == 42
+    w.release()
+    gc.collect()
+    assert gone() is None, "the release let go of the producer's tensor"
 
 
 def test_from_dlpack_of_a_unimem_buffer(cpu):

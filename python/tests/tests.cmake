@@ -10,10 +10,17 @@
 # TSan the uninstrumented interpreter reports races of its own: the Python
 # tests are not run there.
 
+# The OpenCL managers of the tests are PoCL's (two devices in one context),
+# and only PoCL's platform is opened (UNIMEM_OPENCL_PLATFORM): beside it a
+# GPU's platform would add devices of another context, and its context's
+# creation and release to every manager, hundreds of milliseconds each on
+# NVIDIA's driver, for the hundreds of managers test_fuzz.py and
+# test_lifetime.py make.
 set(_um_py_env
   "PYTHONPATH=${CMAKE_CURRENT_BINARY_DIR}"
   "PYTHONDONTWRITEBYTECODE=1"
   "POCL_DEVICES=pthread pthread"
+  "UNIMEM_OPENCL_PLATFORM=Portable Computing Language"
   "UM_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
 
 if(UNIMEM_SANITIZE STREQUAL "thread")

@@ -8,7 +8,8 @@
  * Layout of the state:
  * - one cl_context per platform, holding all of that platform's devices, so
  *   that buffers of one device can be copied to another of the same platform
- *   with clEnqueueCopyBuffer (this backend's "peer access");
+ *   with clEnqueueCopyBuffer (this backend's "peer access"); only the
+ *   platforms UNIMEM_OPENCL_PLATFORM names, where it is set;
  * - one in-order command queue per device (OpenCL queues may be used from
  *   several threads at once), so every operation issued on a device runs in
  *   issue order even without after[] tokens; and a second one for the
@@ -51,6 +52,8 @@
 
 #define OCL_DEFAULT_LIBRARY "libOpenCL.so.1"
 #define OCL_LIBRARY_ENV "UNIMEM_OPENCL_LIBRARY"
+/* Only platforms whose CL_PLATFORM_NAME contains this text are opened. */
+#define OCL_PLATFORM_ENV "UNIMEM_OPENCL_PLATFORM"
 
 /* ------------------------------------------------------------------------ */
 /* Entry points                                                              */
@@ -667,6 +670,22 @@ fail:
   return status;
 }
 
+/* Whether platform is one that UNIMEM_OPENCL_PLATFORM (want) names: its
+ * CL_PLATFORM_NAME contains want. Each platform gets a context of its own,
+ * and events, buffers and peer copies never cross contexts: a machine with
+ * PoCL beside a GPU's platform gives every chain between the two a host
+ * thread's staged copy. Choosing one platform keeps a manager within one
+ * context, and spares it the context of a platform it does not use
+ * (NVIDIA's takes hundreds of milliseconds to create and to release). */
+static int platform_named(cl_platform_id platform, const char *want, char *name, size_t cap) {
+  if (ocl.clGetPlatformInfo(platform, CL_PLATFORM_NAME, cap, name, NULL) != CL_SUCCESS) {
+    snprintf(name, cap, "unnamed");
+    return 0;
+  }
+  name[cap - 1] = '\0';
+  return strstr(name, want) != NULL;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Open, describe, close                                                     */
 
@@ -676,6 +695,7 @@ static int ocl_open(const um_options *opts, void **ctx, int *count) {
   cl_uint platform_count = 0, i;
   cl_platform_id *platforms = NULL;
   ocl_state *state = NULL;
+  const char *want;
   cl_int err;
   int status;
 
@@ -713,8 +733,16 @@ static int ocl_open(const um_options *opts, void **ctx, int *count) {
   }
 
   /* A platform that cannot be opened is skipped, as the ICD loader skips a
-   * vendor that fails: the others still work. */
+   * vendor that fails: the others still work. Read at every open, so that
+   * managers of one process may choose differently. */
+  want = getenv(OCL_PLATFORM_ENV);
   for (i = 0; i < platform_count; i++) {
+    char name[128];
+    if (want != NULL && want[0] != '\0' && !platform_named(platforms[i], want, name, sizeof(name))) {
+      um__log(opts, UM_LOG_INFO, "opencl: platform %u (%s) skipped: " OCL_PLATFORM_ENV "=\"%s\"", (unsigned)i,
+              name, want);
+      continue;
+    }
     status = open_platform(state, platforms[i], opts);
     if (status == UM_ENOMEM)
       goto fail;

@@ -2,7 +2,8 @@
  * compiled by PoCL, every result checked element by element:
  *  - vector add;
  *  - a chain copy -> kernel -> copy -> kernel -> copy back across two
- *    devices, issued without a single wait until the end;
+ *    devices, issued without a single wait until the end: on the device
+ *    queues alone within one context, through workers between two;
  *  - a kernel writing a buffer that is then mapped;
  *  - a kernel racing a release;
  *  - the same chain in a context and queue the test made itself
@@ -189,15 +190,39 @@ static void count_worker_runs(um__test_point point, void *arg) {
     atomic_fetch_add(&worker_runs, 1);
 }
 
+/* The last of e's devices in d's context (d itself when it is alone in
+ * it). */
+static um_device *last_in_context(const ou_env *e, um_device *d) {
+  um_device_native nd, ni;
+  cr_assert_eq(um_device_native_get(d, &nd), UM_OK);
+  for (int i = e->ndev - 1; i >= 0; i--) {
+    cr_assert_eq(um_device_native_get(e->dev[i], &ni), UM_OK);
+    if (ni.cl_context == nd.cl_context)
+      return e->dev[i];
+  }
+  return d;
+}
+
 /* ... and no host thread of unimem's in between: every step waits for the
  * one before on the device queues (wait lists across the context's
- * queues), so no worker runs an operation of the chain. */
+ * queues), so no worker runs an operation of the chain. That holds within
+ * one context only: events and buffers never cross contexts, so the two
+ * devices are the first and the last of the first device's context
+ * (ou_open opens PoCL's platform alone, one context; chain_across_contexts
+ * below is what happens between two). */
 OU_TEST_1_AND_2(opencl_kernels, chain_across_devices_without_waiting) {
   ou_env e = ou_open(NULL, 1);
   kdev k0, k1;
   um_stats before = ut_stats(e.m, NULL), after;
+  um_device *last = last_in_context(&e, e.dev[0]);
+  if (e.ndev > 1 && last == e.dev[0]) {
+    ou_close(&e);
+    cr_skip_test("SKIPPED: %d OpenCL devices, but none shares the first one's context: a chain between "
+                 "contexts goes through host threads (chain_across_contexts)",
+                 e.ndev);
+  }
   build(&k0, e.dev[0]);
-  build(&k1, e.dev[e.ndev - 1]);
+  build(&k1, last);
   atomic_store(&worker_runs, 0);
   atomic_store(&um__test_hook, count_worker_runs);
   chain(&e, &k0, &k1);
@@ -211,6 +236,54 @@ OU_TEST_1_AND_2(opencl_kernels, chain_across_devices_without_waiting) {
     cr_assert_eq(after.xfer_local - before.xfer_local, 2);
   unbuild(&k0), unbuild(&k1);
   ou_close(&e);
+}
+
+/* The chain between two contexts: PoCL's device as the manager opened it,
+ * and the same device again in a context of the test's own, adopted (what
+ * a manager over two platforms has, e.g. PoCL beside NVIDIA's). Neither
+ * context's events may stand in the other's wait lists nor its buffers in
+ * its commands: the two copies between the devices are staged through
+ * host memory by unimem's workers, and the result is still exact. */
+Test(opencl_kernels, chain_across_contexts) {
+  const char *kind = getenv("UNIMEM_TEST_POCL_DEVICE");
+  if (kind != NULL && strcmp(kind, "basic") == 0)
+    cr_skip_test("SKIP: PoCL's basic device runs a command waiting for a gate inside clSetUserEventStatus, "
+                 "which deadlocks in PoCL 3.1 (opencl.c: submit_lock); the staged copies open gates");
+  ou_env e;
+  kdev k0, k1;
+  um_device_native nat;
+  um_device *other = NULL;
+  cl_device_id id;
+  cl_context context;
+  cl_command_queue queue;
+  cl_int err;
+  um_stats before, after;
+  ou_want_devices(1);
+  e = ou_open(NULL, 1);
+  cr_assert_eq(um_device_native_get(e.dev[0], &nat), UM_OK);
+  id = (cl_device_id)nat.cl_device;
+  context = clCreateContext(NULL, 1, &id, NULL, NULL, &err);
+  cr_assert_eq(err, CL_SUCCESS);
+  queue = clCreateCommandQueueWithProperties(context, id, NULL, &err);
+  cr_assert_eq(err, CL_SUCCESS);
+  cr_assert_eq(um_device_adopt_opencl(e.m, context, id, queue, &other), UM_OK, "%s", um_last_error());
+  cr_assert_eq(um_peer_enabled(e.dev[0], other), 0, "no peer access between contexts");
+  build(&k0, e.dev[0]);
+  build(&k1, other);
+  before = ut_stats(e.m, NULL);
+  atomic_store(&worker_runs, 0);
+  atomic_store(&um__test_hook, count_worker_runs);
+  chain(&e, &k0, &k1);
+  atomic_store(&um__test_hook, NULL);
+  after = ut_stats(e.m, NULL);
+  cr_assert_eq(after.xfer_staged - before.xfer_staged, 2, "the copies between the contexts were staged");
+  cr_assert_eq(after.xfer_peer - before.xfer_peer, 0);
+  cr_assert_geq(atomic_load(&worker_runs), 2, "the staged copies ran on workers (%d operations did)",
+                atomic_load(&worker_runs));
+  unbuild(&k0), unbuild(&k1);
+  ou_close(&e);
+  clReleaseCommandQueue(queue);
+  clReleaseContext(context);
 }
 
 /* A copy already queued on unimem's queue (behind a kernel the test holds
@@ -345,8 +418,25 @@ OU_TEST_1_AND_2(opencl_kernels, kernel_racing_a_release) {
   ou_close(&e);
 }
 
-/* The chain in a context and queue of the test's own: every device of the
- * first platform in one context, adopted into a manager that opened no
+/* PoCL's platform (the first platform is a GPU's where the machine has one:
+ * ocl-icd lists them first), or a skip. */
+static cl_platform_id pocl_platform(void) {
+  cl_platform_id platforms[16];
+  cl_uint n = 0;
+  char name[128];
+  cl_int err = clGetPlatformIDs(16, platforms, &n);
+  if (err != CL_SUCCESS && err != -1001 /* CL_PLATFORM_NOT_FOUND_KHR */)
+    cr_assert_fail("clGetPlatformIDs: %d", (int)err);
+  for (cl_uint i = 0; err == CL_SUCCESS && i < n && i < 16; i++)
+    if (clGetPlatformInfo(platforms[i], CL_PLATFORM_NAME, sizeof(name), name, NULL) == CL_SUCCESS &&
+        strstr(name, OU_POCL_PLATFORM) != NULL)
+      return platforms[i];
+  cr_skip_test("SKIPPED: no PoCL platform here (install pocl-opencl-icd)");
+  return NULL;
+}
+
+/* The chain in a context and queue of the test's own: every device of
+ * PoCL's platform in one context, adopted into a manager that opened no
  * OpenCL device itself. */
 /* A queue's or context's reference count once the driver settled: PoCL
  * drops a finished event's references to its queue and context on its own
@@ -379,7 +469,7 @@ OU_TEST_1_AND_2(opencl_kernels, chain_in_an_adopted_context) {
   ou_env e;
   ou_options(&o);
   snprintf(o.backends, sizeof(o.backends), "cpu"); /* OpenCL only through adoption */
-  cr_assert_eq(clGetPlatformIDs(1, &platform, NULL), CL_SUCCESS);
+  platform = pocl_platform();
   cr_assert_eq(clGetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, 2, ids, &n), CL_SUCCESS);
   context = clCreateContext(NULL, n, ids, NULL, NULL, &err);
   cr_assert_eq(err, CL_SUCCESS);

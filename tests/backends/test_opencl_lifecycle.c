@@ -88,3 +88,36 @@ Test(opencl_lifecycle, fork_child_gets_a_cpu_only_manager, .timeout = 60) {
   ou_close(&e);
 #endif
 }
+
+static atomic_int platforms_skipped;
+
+static void count_platform_skips(void *ctx, um_log_level level, const char *msg) {
+  (void)ctx, (void)level;
+  if (strstr(msg, "skipped: UNIMEM_OPENCL_PLATFORM=\"no such platform\"") != NULL)
+    atomic_fetch_add(&platforms_skipped, 1);
+}
+
+/* UNIMEM_OPENCL_PLATFORM, read at each um_manager_create: a name no
+ * platform has opens no OpenCL device and says which platform it skipped;
+ * PoCL's name (ou_want_pocl) opens PoCL's devices, all in one context. */
+Test(opencl_lifecycle, platform_chosen_by_name) {
+  um_options o;
+  um_manager *m;
+  ou_env e;
+  um_device_native n0, n1;
+  ou_want_devices(2);
+  ou_options(&o);
+  o.log = count_platform_skips;
+  setenv("UNIMEM_OPENCL_PLATFORM", "no such platform", 1);
+  cr_assert_eq(um_manager_create(&o, &m), UM_OK, "%s", um_last_error());
+  cr_assert_eq(um_device_count(m), 1, "the cpu alone");
+  cr_assert_eq(um_manager_destroy(m), UM_OK);
+  if (atomic_load(&platforms_skipped) == 0)
+    cr_skip_test("SKIPPED: no OpenCL platform here (install pocl-opencl-icd)");
+  e = ou_open(NULL, 2);
+  cr_assert_eq(um_device_native_get(e.dev[0], &n0), UM_OK);
+  cr_assert_eq(um_device_native_get(e.dev[e.ndev - 1], &n1), UM_OK);
+  cr_assert_eq(n0.cl_context, n1.cl_context, "one platform, one context");
+  cr_assert_eq(um_peer_enabled(e.dev[0], e.dev[e.ndev - 1]), 1);
+  ou_close(&e);
+}

@@ -2,6 +2,15 @@
  * the cpu and OpenCL backends with one or two PoCL devices, byte patterns,
  * strategy counters, and a gate that holds the manager's workers.
  *
+ * These are PoCL's tests: they choose its device count and kind
+ * (POCL_DEVICES), and the races they go after live in its threads. The
+ * manager opens PoCL's platform only (UNIMEM_OPENCL_PLATFORM, ou_want_pocl),
+ * whatever else the machine has: beside a GPU's platform (NVIDIA's, with
+ * the GPU machine's ICD loader listing GPU platforms first) the devices
+ * would sit in two contexts, every chain between them would go through
+ * host threads, and each manager would also create and release the GPU's
+ * context (hundreds of milliseconds on NVIDIA's driver).
+ *
  * Every test that needs OpenCL skips with the reason when there is none.
  * POCL_DEVICES is read by PoCL when the library first loads, which happens
  * inside um_manager_create; every test runs in its own process (Criterion,
@@ -38,8 +47,17 @@ static UT_UNUSED void ou_log(void *ctx, um_log_level level, const char *msg) {
     fprintf(stderr, "unimem: %s\n", msg);
 }
 
-/* Deterministic options: cpu and opencl, no trim timer, pooling on. */
+/* PoCL's platform's name (CL_PLATFORM_NAME), as UNIMEM_OPENCL_PLATFORM. */
+#define OU_POCL_PLATFORM "Portable Computing Language"
+
+/* Managers made from here on open PoCL's platform only (read at every
+ * um_manager_create). */
+static UT_UNUSED void ou_want_pocl(void) { setenv("UNIMEM_OPENCL_PLATFORM", OU_POCL_PLATFORM, 1); }
+
+/* Deterministic options: cpu and opencl, no trim timer, pooling on; PoCL's
+ * platform only. */
 static UT_UNUSED void ou_options(um_options *o) {
+  ou_want_pocl();
   ut_options(o);
   snprintf(o->backends, sizeof(o->backends), "cpu,opencl");
   o->log = ou_log;
@@ -47,7 +65,7 @@ static UT_UNUSED void ou_options(um_options *o) {
 }
 
 /* Ask PoCL for n (1 or 2) devices in one platform, before the manager
- * loads it. Other platforms are not affected. The kind of PoCL device is
+ * loads it; no other platform is opened. The kind of PoCL device is
  * "pthread" (its callbacks run on its own threads), or what
  * UNIMEM_TEST_POCL_DEVICE names: CTest runs the OpenCL tests again with
  * "basic", which runs commands and their callbacks on the submitting
@@ -62,6 +80,7 @@ static UT_UNUSED void ou_want_devices(int n) {
   else
     snprintf(list, sizeof(list), "%s %s", kind, kind);
   setenv("POCL_DEVICES", list, 1);
+  ou_want_pocl();
 }
 static UT_UNUSED void ou_want_two_devices(void) { ou_want_devices(2); }
 
@@ -87,6 +106,7 @@ static UT_UNUSED ou_env ou_open(const um_options *opts, int min_devices) {
   ou_env e;
   um_options o;
   memset(&e, 0, sizeof(e));
+  ou_want_pocl();
   if (opts == NULL) {
     ou_options(&o);
     opts = &o;
@@ -104,7 +124,7 @@ static UT_UNUSED ou_env ou_open(const um_options *opts, int min_devices) {
     int n = e.ndev;
     um_manager_destroy(e.m);
     if (n == 0)
-      cr_skip_test("SKIPPED: no OpenCL device here (%s); install pocl-opencl-icd",
+      cr_skip_test("SKIPPED: no PoCL device here (%s); install pocl-opencl-icd",
                    ou_log_text[0] ? ou_log_text : "the backend found none");
     cr_skip_test("SKIPPED: needs %d OpenCL devices in one platform, found %d "
                  "(PoCL gives two with POCL_DEVICES=\"pthread pthread\")",
