@@ -1589,9 +1589,13 @@ static int cuda_caller_marker(void *bdev, void **token) {
  * for. Nothing is queued behind the wait on its lane but the gate's record
  * (lanes, above); what the gate's opener waits for is on other streams.
  * Streams share the GPU's hardware queues (CUDA_DEVICE_MAX_CONNECTIONS, 8
- * by default); scripts/gpu_check.sh runs the interop tests again with one
- * connection, every stream on one queue, to show whether a blocked wait
- * holds up another stream's work there.
+ * by default). With one connection every stream's work runs in submission
+ * order, so a gate blocks all device work queued after it, the caller's
+ * too: what the opener waits for must be queued before the gate (seen on
+ * an H100: the caller's kernel queued after the gate, whose event ends
+ * the bracket the gated copy waits for, never ran; docs/guide.md states
+ * it). scripts/gpu_check.sh runs the interop tests again with one
+ * connection; the checks that queue such work after a gate skip there.
  *
  * Without stream memory operations (a driver older than their v2 entry
  * point, or one that answers CUDA_ERROR_NOT_SUPPORTED), and with
