@@ -9,6 +9,7 @@
  * faults in the middle of an operation, which fail that operation only. */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define CAC_MAIN "fake-driver" /* cuda_api_checks.h: main() */
 #include "fakecuda_util.h"
@@ -212,6 +213,36 @@ Test(fakecuda_xfer, release_with_operations_in_flight) {
   cr_assert_eq(s.bytes_pooled, 2 * ut_class(n));
   free(src);
   free(back);
+  fc_destroy(m, UM_OK);
+}
+
+/* Many small copies with events: the events of the copies are kept for
+ * reuse, at most 32 per device, whatever the number of copies: after each
+ * round of 200 copies in flight at once, the live events come back to at
+ * most 32 above where they started (once the watcher has let go of the
+ * last ones, which it does just after their completion was reported). */
+Test(fakecuda_xfer, small_copies_reuse_a_bounded_set_of_events) {
+  um_manager *m = threaded_manager("50");
+  um_device *d = fc_dev(m, 0);
+  enum { N = 200, SIZE = 4096 };
+  um_buffer *dev = cac_alloc(m, d, (size_t)N * SIZE, UM_DEVICE, 0);
+  um_buffer *pin = cac_alloc(m, d, (size_t)N * SIZE, UM_PINNED, 0);
+  um_event *ev[N];
+  long base, after[3] = {0, 0, 0};
+  memset(um_buffer_host_ptr(pin), 0x5A, (size_t)N * SIZE);
+  base = fc_count("events");
+  for (int round = 0; round < 3; round++) {
+    for (int i = 0; i < N; i++)
+      CAC_OK(um_copy(dev, (size_t)i * SIZE, pin, (size_t)i * SIZE, SIZE, &ev[i]));
+    for (int i = 0; i < N; i++)
+      cac_wait_release(ev[i], UM_OK);
+    for (int tries = 0; (after[round] = fc_count("events")) - base > 32 && tries < 5000; tries++)
+      nanosleep(&(struct timespec){0, 1000000}, NULL);
+    cr_assert_leq(after[round] - base, 32, "round %d: %ld events kept", round, after[round] - base);
+    cr_assert_geq(after[round] - base, 1, "round %d: no event kept for reuse", round);
+  }
+  CAC_OK(um_release(pin));
+  CAC_OK(um_release(dev));
   fc_destroy(m, UM_OK);
 }
 
