@@ -60,6 +60,7 @@
 #include "report.h"
 #include "unimem.h"
 
+#define LEN(a) (sizeof(a) / sizeof((a)[0]))
 #define KiB ((size_t)1024)
 #define MiB (1024 * KiB)
 #define EXIT_NO_GPU BENCH_SKIPPED
@@ -353,7 +354,6 @@ static const small_case small_cases[] = {
      "cuMemcpyHtoDAsync_v2 + cuEventRecord + cuEventSynchronize"},
     {SMALL_ROUND_TRIP, "4 KiB round trip", 2, "blocking um_copy h2d, then d2h", "cuMemcpyHtoD_v2 + cuMemcpyDtoH_v2"},
 };
-#define NSMALL_CASES (sizeof(small_cases) / sizeof(small_cases[0]))
 
 /* The memory of the small copies: SMALL_OPS copies' worth on each side. */
 typedef struct small_buffers {
@@ -369,6 +369,7 @@ typedef struct small_buffers {
 typedef struct small_ctx {
   small_kind kind;
   const small_buffers *x;
+  bool unimem; /* the side: unimem's calls, or the driver's */
 } small_ctx;
 
 static int small_raw_once(const small_ctx *c) {
@@ -406,16 +407,10 @@ static int small_unimem_once(const small_ctx *c) {
   }
 }
 
-static int run_small_raw(void *p, int iters) {
+static int run_small(void *p, int iters) {
+  const small_ctx *c = p;
   for (int i = 0; i < iters; i++)
-    if (small_raw_once(p) != 0)
-      return 1;
-  return 0;
-}
-
-static int run_small_unimem(void *p, int iters) {
-  for (int i = 0; i < iters; i++)
-    if (small_unimem_once(p) != 0)
+    if ((c->unimem ? small_unimem_once(c) : small_raw_once(c)) != 0)
       return 1;
   return 0;
 }
@@ -590,7 +585,7 @@ typedef struct bench {
 } bench;
 
 static void note(results *r, const char *fmt, const char *detail) {
-  if (r->nnotes < (int)(sizeof(r->notes) / sizeof(r->notes[0])))
+  if (r->nnotes < (int)LEN(r->notes))
     snprintf(r->notes[r->nnotes++], sizeof(r->notes[0]), fmt, detail);
 }
 
@@ -690,7 +685,7 @@ static int open_copy_buffers(bench *b, size_t bytes, copy_buffers *x) {
 
 static void close_copy_buffers(bench *b, copy_buffers *x) {
   um_buffer *bufs[] = {x->wrap, x->pin, x->dev2, x->dev};
-  for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
+  for (size_t i = 0; i < LEN(bufs); i++)
     if (bufs[i] != NULL)
       um_release(bufs[i]);
   um_pool_trim(b->m, 0);
@@ -779,8 +774,8 @@ static void close_small_buffers(small_buffers *x) {
 }
 
 static int small_row(bench *b, const small_buffers *x, const small_case *sc) {
-  small_ctx c = {sc->kind, x};
-  bc_side sides[2] = {{run_small_raw, &c, 0}, {run_small_unimem, &c, 0}};
+  small_ctx raw = {sc->kind, x, false}, um = {sc->kind, x, true};
+  bc_side sides[2] = {{run_small, &raw, 0}, {run_small, &um, 0}};
   bench_row *row;
   if (measure(&b->plan, sides, 2) != 0) {
     fprintf(stderr, "bench_cuda: small copies, %s, failed: %s\n", sc->name, um_last_error());
@@ -803,7 +798,7 @@ static int small_row(bench *b, const small_buffers *x, const small_case *sc) {
 static int bench_small(bench *b) {
   small_buffers x;
   int bad = open_small_buffers(b, &x) != 0;
-  for (size_t i = 0; !bad && i < NSMALL_CASES; i++)
+  for (size_t i = 0; !bad && i < LEN(small_cases); i++)
     bad = small_row(b, &x, &small_cases[i]) != 0;
   close_small_buffers(&x);
   um_pool_trim(b->m, 0);
@@ -922,15 +917,17 @@ static int run_sizes(bench *b) {
   static const size_t alloc_quick[] = {MiB, 10 * MiB};
   static const size_t copy_full[] = {MiB, 16 * MiB, 256 * MiB};
   static const size_t copy_quick[] = {MiB, 8 * MiB};
-  size_t sizes[6], n;
-  n = b->quick ? sizes_that_fit(b, "allocation", alloc_quick, 2, sizes)
-               : sizes_that_fit(b, "allocation", alloc_full, 6, sizes);
+  size_t sizes[LEN(alloc_full)], n;
+  _Static_assert(LEN(copy_full) <= LEN(alloc_full), "sizes[] holds either list");
+  n = b->quick ? sizes_that_fit(b, "allocation", alloc_quick, LEN(alloc_quick), sizes)
+               : sizes_that_fit(b, "allocation", alloc_full, LEN(alloc_full), sizes);
   for (size_t i = 0; i < n; i++) {
     progress("allocation", sizes[i]);
     if (bench_alloc(b, sizes[i]) != 0)
       return 1;
   }
-  n = b->quick ? sizes_that_fit(b, "copy", copy_quick, 2, sizes) : sizes_that_fit(b, "copy", copy_full, 3, sizes);
+  n = b->quick ? sizes_that_fit(b, "copy", copy_quick, LEN(copy_quick), sizes)
+               : sizes_that_fit(b, "copy", copy_full, LEN(copy_full), sizes);
   for (size_t i = 0; i < n; i++) {
     progress("copies", sizes[i]);
     if (bench_copies(b, sizes[i]) != 0)

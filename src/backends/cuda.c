@@ -296,6 +296,8 @@ typedef struct cuda_watch {
 
 enum { WATCH_H2D, WATCH_D2H, WATCH_LOCAL, WATCH_COUNT };
 
+#define CUDA_SPARE_EVENTS 32 /* per device */
+
 typedef struct cuda_device {
   struct cuda_backend_state *owner;
   int ordinal;
@@ -332,15 +334,12 @@ typedef struct cuda_device {
   CUfunction gate_function;
   cuda_watch watch[WATCH_COUNT];
   /* Transfers' events, kept for reuse (cuEventCreate and cuEventDestroy
-   * per small copy cost more than the copy's own call): at most
-   * CUDA_SPARE_EVENTS, under spare_lock. */
+   * per small copy cost more than the copy's own call), under spare_lock. */
   pthread_mutex_t spare_lock;
   int spare_ready; /* spare_lock initialised */
   int spare_count;
-  CUevent spare[32];
+  CUevent spare[CUDA_SPARE_EVENTS];
 } cuda_device;
-
-#define CUDA_SPARE_EVENTS 32
 
 typedef struct cuda_backend_state {
   um_options opts; /* a copy, for logging */
@@ -371,10 +370,10 @@ static void leave_context(const cuda_device *d, CUcontext previous) {
 
 static void release_interop(cuda_device *d);
 
-/* Undo open_device() however far it got: the one cleanup path. Waits for
- * the device's work first so that destroying the streams loses nothing. */
 static void watch_stop(cuda_watch *w);
 
+/* Undo open_device() however far it got: the one cleanup path. Waits for
+ * the device's work first so that destroying the streams loses nothing. */
 static void release_device(cuda_device *d) {
   CUcontext previous = NULL;
 
@@ -1008,11 +1007,12 @@ typedef struct cuda_token {
   cuda_gate_word *gate;
   uint32_t gate_value; /* gates: what gate_open writes into the word */
   struct cuda_token *next; /* in a watch queue */
-  cuda_device *dev;        /* transfers: whose spare events take its event */
-  CUstream stream;         /* transfers: where the event was recorded */
-  int watched; /* a transfer's: its watcher, not a stream callback, reports
-                  it, and the last owner destroys the event (the watcher
-                  may still wait on it after native_release) */
+  /* Transfers only (NULL for every other token): the device whose watcher,
+   * not a stream callback, reports it, and whose spares take its event
+   * from the last owner (the watcher may still wait on the event after
+   * native_release). */
+  cuda_device *dev;
+  CUstream stream; /* transfers: where the event was recorded */
 } cuda_token;
 
 static void gate_word_put(cuda_device *d, cuda_gate_word *word);
@@ -1044,7 +1044,7 @@ static void spare_event_put(cuda_device *d, CUevent event) {
     cu->cuEventDestroy_v2(event);
 }
 
-/* Drop one owner; the last frees the token. A watched token's last owner
+/* Drop one owner; the last frees the token. A transfer's last owner
  * is the watcher or native_release, both with the context current, never a
  * driver thread. */
 static void token_drop(cuda_token *token) {
@@ -1054,7 +1054,7 @@ static void token_drop(cuda_token *token) {
    * lock below would be a wait on a driver thread. */
   if (token->gate != NULL)
     gate_word_put(token->gate_dev, token->gate);
-  if (token->watched)
+  if (token->dev != NULL)
     spare_event_put(token->dev, token->finished);
   free(token);
 }
@@ -1090,7 +1090,6 @@ static int transfer_token_create(cuda_device *d, CUstream stream, cuda_token **o
     return cuda_status(result, "cuEventCreate");
   }
   atomic_init(&token->owners, 2);
-  token->watched = 1;
   token->dev = d;
   token->stream = stream;
   *out = token;
@@ -1099,7 +1098,7 @@ static int transfer_token_create(cuda_device *d, CUstream stream, cuda_token **o
 
 /* A token that never left the backend; the context is current. */
 static void token_discard(cuda_token *token) {
-  if (token->watched)
+  if (token->dev != NULL)
     spare_event_put(token->dev, token->finished);
   else
     cu->cuEventDestroy_v2(token->finished);
@@ -1127,20 +1126,20 @@ static int wait_tokens(CUstream stream, void *const *tokens, int n) {
  * error and receives it, so the core's event always completes. No CUDA
  * call is allowed here. (A marker's lane holds nothing else, so the
  * callback holding the lane costs nothing; transfers have watchers.) */
-static void CUDA_CB xfer_finished(CUstream stream, CUresult result,
-                                  void *user) {
+static void CUDA_CB marker_finished(CUstream stream, CUresult result, void *user) {
   cuda_token *token = user;
   (void)stream;
   token->done(token->arg, cuda_status(result, NULL));
   token_drop(token);
 }
 
-/* Record token's event on stream, then have its done called after it. */
-static int record_and_watch(cuda_token *token, CUstream stream) {
-  CUresult result = cu->cuEventRecord(token->finished, stream);
+/* Record a marker's event on its lane, then have its done called after it
+ * (a stream callback). */
+static int record_and_call_back(cuda_token *token, CUstream lane) {
+  CUresult result = cu->cuEventRecord(token->finished, lane);
   if (result != CUDA_SUCCESS)
     return cuda_status(result, "cuEventRecord");
-  result = cu->cuStreamAddCallback(stream, xfer_finished, token, 0);
+  result = cu->cuStreamAddCallback(lane, marker_finished, token, 0);
   return result == CUDA_SUCCESS ? UM_OK : cuda_status(result, "cuStreamAddCallback");
 }
 
@@ -1286,7 +1285,7 @@ static void cuda_native_release(void *bdev, void *native) {
    * it when it completes, so releasing before a marker's callback ran is
    * safe. A transfer's event stays until its watcher is done with it. */
   if (enter_context(d, &previous) == UM_OK) {
-    if (!token->watched)
+    if (token->dev == NULL)
       cu->cuEventDestroy_v2(token->finished);
     token_drop(token);
     leave_context(d, previous);
@@ -1484,7 +1483,7 @@ static int queue_marker(cuda_device *d, cuda_token *token, const void *arg) {
   if (status == UM_OK)
     status = wait_tokens(lane, a->x->wait, 2);
   if (status == UM_OK)
-    status = record_and_watch(token, lane);
+    status = record_and_call_back(token, lane);
   return status;
 }
 

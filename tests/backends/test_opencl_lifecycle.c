@@ -99,7 +99,7 @@ static void count_platform_skips(void *ctx, um_log_level level, const char *msg)
 
 /* UNIMEM_OPENCL_PLATFORM, read at each um_manager_create: a name no
  * platform has opens no OpenCL device and says which platform it skipped;
- * PoCL's name (ou_want_pocl) opens PoCL's devices, all in one context. */
+ * PoCL's name (as ou_options sets it) opens PoCL's devices, all in one context. */
 Test(opencl_lifecycle, platform_chosen_by_name) {
   um_options o;
   um_manager *m;

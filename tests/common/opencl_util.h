@@ -4,7 +4,7 @@
  *
  * These are PoCL's tests: they choose its device count and kind
  * (POCL_DEVICES), and the races they go after live in its threads. The
- * manager opens PoCL's platform only (UNIMEM_OPENCL_PLATFORM, ou_want_pocl),
+ * manager opens PoCL's platform only (UNIMEM_OPENCL_PLATFORM, ou_options),
  * whatever else the machine has: beside a GPU's platform (NVIDIA's, with
  * the GPU machine's ICD loader listing GPU platforms first) the devices
  * would sit in two contexts, every chain between them would go through
@@ -50,14 +50,11 @@ static UT_UNUSED void ou_log(void *ctx, um_log_level level, const char *msg) {
 /* PoCL's platform's name (CL_PLATFORM_NAME), as UNIMEM_OPENCL_PLATFORM. */
 #define OU_POCL_PLATFORM "Portable Computing Language"
 
-/* Managers made from here on open PoCL's platform only (read at every
- * um_manager_create). */
-static UT_UNUSED void ou_want_pocl(void) { setenv("UNIMEM_OPENCL_PLATFORM", OU_POCL_PLATFORM, 1); }
-
 /* Deterministic options: cpu and opencl, no trim timer, pooling on; PoCL's
- * platform only. */
+ * platform only (UNIMEM_OPENCL_PLATFORM, read at every um_manager_create:
+ * every manager of these tests is made with options from here). */
 static UT_UNUSED void ou_options(um_options *o) {
-  ou_want_pocl();
+  setenv("UNIMEM_OPENCL_PLATFORM", OU_POCL_PLATFORM, 1);
   ut_options(o);
   snprintf(o->backends, sizeof(o->backends), "cpu,opencl");
   o->log = ou_log;
@@ -65,7 +62,7 @@ static UT_UNUSED void ou_options(um_options *o) {
 }
 
 /* Ask PoCL for n (1 or 2) devices in one platform, before the manager
- * loads it; no other platform is opened. The kind of PoCL device is
+ * loads it (ou_options opens no other platform). The kind of PoCL device is
  * "pthread" (its callbacks run on its own threads), or what
  * UNIMEM_TEST_POCL_DEVICE names: CTest runs the OpenCL tests again with
  * "basic", which runs commands and their callbacks on the submitting
@@ -80,7 +77,6 @@ static UT_UNUSED void ou_want_devices(int n) {
   else
     snprintf(list, sizeof(list), "%s %s", kind, kind);
   setenv("POCL_DEVICES", list, 1);
-  ou_want_pocl();
 }
 static UT_UNUSED void ou_want_two_devices(void) { ou_want_devices(2); }
 
@@ -106,7 +102,6 @@ static UT_UNUSED ou_env ou_open(const um_options *opts, int min_devices) {
   ou_env e;
   um_options o;
   memset(&e, 0, sizeof(e));
-  ou_want_pocl();
   if (opts == NULL) {
     ou_options(&o);
     opts = &o;

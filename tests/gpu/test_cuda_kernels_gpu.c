@@ -85,17 +85,11 @@ static void skip_with_one_connection(const char *why) {
                  why);
 }
 
-/* The test's own hold (cuStreamWaitValue32 on the caller stream) is queued
- * before the blocking um_fill on the same GPU, and opened only after it:
- * behind the hold on the one queue, the fill never runs. */
+/* Why each deadlocks there (no gate built from device-side waits can avoid
+ * the second: docs/guide.md, CUDA notes). */
 #define RACING_RELEASE_ONE_QUEUE                                                                                  \
   "the test's own cuStreamWaitValue32 hold is queued before its blocking um_fill and opened after it: the "     \
   "fill waits behind the hold forever"
-/* b's gate (a lane's cuStreamWaitValue32, or the spinning gate kernel) is
- * queued at um_access_begin(b); the kernel on s2 whose event ends c's
- * bracket, which the gate's opener (the copy b <- c) waits for, is queued
- * after it: behind the gate on the one queue, it never runs. No gate built
- * from device-side waits can avoid that (docs/guide.md, CUDA notes). */
 #define TWO_STREAMS_ONE_QUEUE                                                                                     \
   "b's gate is queued at um_access_begin(b), and the s2 kernel that ends c's bracket, which the gate's opener "  \
   "(the copy b <- c) waits for, is queued after it: it waits behind the gate forever"

@@ -42,7 +42,7 @@ tmp=${TMPDIR:-/tmp}
 [ -d /dev/shm ] && [ -w /dev/shm ] && tmp=/dev/shm
 # One scratch directory: new/ the inputs found (libFuzzer reads its corpus
 # directories recursively, so the workers' logs stay out of it: logs/).
-work=$(mktemp -d "$tmp/unimem-fuzz.XXXXXX")
+work=$(mktemp -d -p "$tmp" --suffix=.unimem-fuzz)
 trap 'rm -rf "$work"' EXIT
 scratch=$work/new
 logs=$work/logs
