@@ -15,7 +15,11 @@
  *    started by a worker thread (event.c's engine) when the earlier one
  *    completes.
  * A native operation completes in the driver's callback where the backend
- * allows it (callbacks_reenter), else on a worker. A path with host-side
+ * allows it (callbacks_reenter), else on a worker. Completions are reported
+ * in the order of the buffers (the gate): a device may report a later
+ * operation before the one it follows (OpenCL calls its callbacks on any of
+ * its threads; CUDA's copy streams have a watcher each), and the later one
+ * then waits for the earlier one's report before it counts as done. A path with host-side
  * asynchronous work (start_async: a network transfer) is started on the
  * thread that may start it and completes on whatever thread reports it
  * done; no worker blocks on it.
@@ -36,6 +40,7 @@
 
 static void op_task_start(um__work *w);
 static void op_task_complete(um__work *w);
+static void run_finish(struct um__run *r, um_event **ready);
 
 static um_event *op_of(um__work *w) {
   return (um_event *)(void *)((char *)w - offsetof(um_event, work));
@@ -175,6 +180,89 @@ static void unlock_buffers(um_buffer **bufs, int n) {
 }
 
 /* ------------------------------------------------------------------------ */
+/* Completion order: the gate */
+
+/* Under the buffers' locks, or before op can be seen by another thread:
+ * op follows p, unfinished, on a buffer; the node takes over a reference
+ * to p. op's array has room (two for an operation, one per buffer; a run
+ * reserves its own, run_reserve). */
+static void prior_add(um_event *op, um_event *p) {
+  um__prior *n;
+  if (op->priors == NULL)
+    op->priors = op->prior_space;
+  n = &op->priors[op->npriors++];
+  n->prior = p;
+  n->waiter = op;
+  n->next = NULL;
+}
+
+/* op finished with status: whether it may be reported done now, every
+ * operation it follows having been. Otherwise it waits, its status kept,
+ * in the prior_waiters of those that have not, and the last of them to
+ * complete finishes it (gate_release). Runs once per operation. */
+static bool gate_passes(um_event *op, int status) {
+  int n = op->npriors;
+  if (n == 0)
+    return true;
+  op->gate_status = status;
+  op->npriors = 0;
+  /* A guard, so that a prior completing meanwhile cannot let op through
+   * before every node is placed. */
+  atomic_store_explicit(&op->priors_pending, 1, memory_order_relaxed);
+  for (int i = 0; i < n; i++) {
+    um__prior *node = &op->priors[i];
+    um_event *p = node->prior;
+    bool waits = false;
+    if (atomic_load_explicit(&p->state, memory_order_acquire) != UM__EV_DONE) {
+      pthread_mutex_lock(&p->lock);
+      waits = atomic_load_explicit(&p->state, memory_order_acquire) != UM__EV_DONE;
+      if (waits) {
+        um__atomic_add_relaxed(&op->priors_pending, 1);
+        node->next = p->prior_waiters;
+        p->prior_waiters = node;
+      }
+      pthread_mutex_unlock(&p->lock);
+    }
+    if (!waits)
+      um__event_unref(p);
+  }
+  return um__atomic_sub_acq_rel(&op->priors_pending, 1) == 1;
+}
+
+/* op completed; waiters are the nodes of the operations that waited for it
+ * at their gates (taken under op->lock with its DONE state). Each drops its
+ * reference to op (the caller still holds one: the engine's), and those op
+ * was the last for go on *ready, to be finished by the caller. */
+static void gate_release(um_event *op, um__prior *waiters, um_event **ready) {
+  while (waiters != NULL) {
+    um__prior *node = waiters;
+    um_event *w = node->waiter;
+    waiters = node->next; /* read before w may be finished elsewhere */
+    um__event_unref(op);
+    if (um__atomic_sub_acq_rel(&w->priors_pending, 1) == 1) {
+      w->gate_next = *ready;
+      *ready = w;
+    }
+  }
+}
+
+static void op_finish(um_event *op, int status, um_event **ready);
+
+/* Finish the operations a completion let through, and those they let
+ * through in turn, on this thread: a loop, not a recursion, however long
+ * the chain of reports that came out of order. */
+static void finish_ready(um_event *ready) {
+  while (ready != NULL) {
+    um_event *op = ready;
+    ready = op->gate_next;
+    if (op->kind == UM__OP_RUN)
+      run_finish(op->run, &ready);
+    else
+      op_finish(op, op->gate_status, &ready);
+  }
+}
+
+/* ------------------------------------------------------------------------ */
 /* Completion */
 
 /* The operations registered to follow op (op_register), taken under
@@ -209,12 +297,14 @@ static void followers_start(followers *f) {
   free(f->more);
 }
 
-/* Under op->lock: op finished with status; its followers go to f. Returns
- * its token. */
-static void *finish_op_locked(um_event *op, int status, followers *f) {
+/* Under op->lock: op finished with status; its followers go to f, the
+ * nodes waiting for it at their gates to *waiters. Returns its token. */
+static void *finish_op_locked(um_event *op, int status, followers *f, um__prior **waiters) {
   void *native = op->native;
   op->status = status;
   followers_take_locked(op, f);
+  *waiters = op->prior_waiters;
+  op->prior_waiters = NULL;
   op->native = NULL;
   atomic_store_explicit(&op->state, UM__EV_DONE, memory_order_release);
   return native;
@@ -226,12 +316,12 @@ static void *finish_op_locked(um_event *op, int status, followers *f) {
  * buffer to be idle, sees every earlier event done. Returns op's token;
  * its followers go to f. */
 static void *finish_locked(um_event *op, int status, um_buffer **bufs, int nbufs, bool *drop_last,
-                           bool *retire, followers *f) {
+                           bool *retire, followers *f, um__prior **waiters) {
   void *native;
   for (int i = 0; i < nbufs; i++)
     um__buffer_op_finish_locked(bufs[i], op, &drop_last[i], &retire[i]);
   pthread_mutex_lock(&op->lock);
-  native = finish_op_locked(op, status, f);
+  native = finish_op_locked(op, status, f, waiters);
   pthread_mutex_unlock(&op->lock);
   return native;
 }
@@ -253,7 +343,10 @@ static void group_member_done(um_event *group, int status, const char *text) {
     um__op_complete(group, atomic_load(&group->group_first_error));
 }
 
-void um__op_complete(um_event *op, int status) {
+/* op is done with status, and reported so: its statistics, buffers,
+ * state, waiters, group and followers. The operations it lets through at
+ * their gates go on *ready. */
+static void op_finish(um_event *op, int status, um_event **ready) {
   um_buffer *bufs[2];
   int nbufs = op_buffers(op, bufs);
   bool drop_last[2] = {false, false}, retire[2] = {false, false};
@@ -261,13 +354,14 @@ void um__op_complete(um_event *op, int status) {
   um_device *ndev = op->native_dev;
   um_manager *m = op->m;
   followers f;
+  um__prior *waiters;
   void *native;
 
   if (status == UM_OK && op->path != NULL)
     op->path->account(op);
   drop_attached(op);
   lock_buffers(bufs, nbufs);
-  native = finish_locked(op, status, bufs, nbufs, drop_last, retire, &f);
+  native = finish_locked(op, status, bufs, nbufs, drop_last, retire, &f, &waiters);
   unlock_buffers(bufs, nbufs);
   for (int i = 0; i < nbufs; i++) {
     if (drop_last[i])
@@ -280,6 +374,7 @@ void um__op_complete(um_event *op, int status) {
   pthread_cond_broadcast(&op->cond);
   if (native != NULL)
     um__event_token_put(op, ndev, native);
+  gate_release(op, waiters, ready);
   if (group != NULL)
     group_member_done(group, status, op->error_text[0] != '\0' ? op->error_text : NULL);
   followers_start(&f);
@@ -287,6 +382,14 @@ void um__op_complete(um_event *op, int status) {
    * object on the manager's free list, which must not outlive the count. */
   um__event_unref(op);
   um__engine_op_done(m);
+}
+
+void um__op_complete(um_event *op, int status) {
+  um_event *ready = NULL;
+  if (!gate_passes(op, status))
+    return; /* the last operation it follows to complete finishes it */
+  op_finish(op, status, &ready);
+  finish_ready(ready);
 }
 
 static void op_task_complete(um__work *w) {
@@ -496,18 +599,22 @@ static int op_collect_deps(um_event *op, um_buffer **bufs, int nbufs, um_event *
  * runs on this thread. Called with the locks dropped. */
 static int op_run_unpublished(um_event *op) {
   int st;
+  /* Behind operations its queue orders, whose reports may come after its
+   * own: its completion waits at the gate, and so does this thread. */
+  bool gated = op->npriors > 0;
   atomic_store_explicit(&op->state, UM__EV_RUNNING, memory_order_relaxed);
   um__engine_op_begin(op->m);
   um__event_ref(op); /* um__op_complete drops the engine's reference */
   run_host(op);
   /* A run failed on this thread, which has its text already. */
-  st = op->path->start_async != NULL ? um__event_wait_result(op) : op->status;
+  st = op->path->start_async != NULL || gated ? um__event_wait_result(op) : op->status;
   um__event_unref(op);
   return st;
 }
 
-/* Make op the buffers' last operation, then drop the locks and the
- * references the buffers held on their previous last operations. */
+/* Make op the buffers' last operation, then drop the locks. The
+ * references the buffers held on their previous last operations are
+ * dropped, or kept for op's gate where those had not finished. */
 static void op_publish(um_event *op, um_buffer **bufs, int nbufs) {
   um_event *old_last[2] = {NULL, NULL};
   for (int i = 0; i < nbufs; i++) {
@@ -516,10 +623,28 @@ static void op_publish(um_event *op, um_buffer **bufs, int nbufs) {
     bufs[i]->last = op;
   }
   unlock_buffers(bufs, nbufs);
-  for (int i = 0; i < nbufs; i++)
-    if (old_last[i])
+  /* op has not started: nobody reads its priors before its gate. */
+  for (int i = 0; i < nbufs; i++) {
+    if (old_last[i] == NULL)
+      continue;
+    if (atomic_load_explicit(&old_last[i]->state, memory_order_acquire) != UM__EV_DONE)
+      prior_add(op, old_last[i]);
+    else
       um__event_unref(old_last[i]);
+  }
   um__engine_op_begin(op->m);
+}
+
+/* Under the locks: an operation that is not published (it runs on the
+ * issuing thread) still follows the buffers' unfinished last operations. */
+static void op_priors_unpublished(um_event *op, um_buffer **bufs, int nbufs) {
+  for (int i = 0; i < nbufs; i++) {
+    um_event *last = bufs[i]->last;
+    if (last != NULL && atomic_load_explicit(&last->state, memory_order_acquire) != UM__EV_DONE) {
+      um__event_ref(last);
+      prior_add(op, last);
+    }
+  }
 }
 
 static bool op_register(um_event *op, um_event **deps, int ndeps);
@@ -677,6 +802,7 @@ int um__op_issue(um_event *op, um_event **done) {
   um__path_plan(op);
   ndeps = op_collect_deps(op, bufs, nbufs, deps, &all_native);
   if (op->blocking && ndeps == 0) {
+    op_priors_unpublished(op, bufs, nbufs);
     unlock_buffers(bufs, nbufs);
     return op_run_unpublished(op);
   }
@@ -781,6 +907,8 @@ typedef struct um__run {
     uint64_t n, bytes;
   } tally[RUN_PATHS];
   int ntally;
+  /* Room in op->priors: its prior_space, then a heap array. */
+  int cappriors;
   int status;
   um__work work; /* completing on a worker, for backends whose callbacks
                     may not re-enter */
@@ -798,6 +926,9 @@ static um__run *run_new(um_event *group, um_device *d) {
   r->dev = d;
   r->bufs = r->inline_bufs;
   r->capbufs = RUN_INLINE_BUFFERS;
+  r->op->run = r;
+  r->op->priors = r->op->prior_space;
+  r->cappriors = 2;
   r->op->native_dev = d;
   r->op->group = group;
   r->op->detached = true;
@@ -823,19 +954,35 @@ static um__run *run_of(um_event *group, um_device *d) {
   return r != NULL ? r : run_new(group, d);
 }
 
-/* Room for two more buffers in r->bufs. */
+/* An array of n elements of size bytes, room for *cap, in first or on the
+ * heap: with room for two more, moved to a heap array twice as large when
+ * full. NULL when out of memory (arr is unchanged). */
+static void *room_for_two(void *arr, const void *first, int n, int *cap, size_t size) {
+  void *grown;
+  if (n + 2 <= *cap)
+    return arr;
+  if ((grown = malloc((size_t)*cap * 2 * size)) == NULL)
+    return NULL;
+  memcpy(grown, arr, (size_t)n * size);
+  if (arr != first)
+    free(arr);
+  *cap *= 2;
+  return grown;
+}
+
+/* Room for two more buffers in r->bufs, and two more priors of its
+ * operation (before the run's gate only this thread reads them, so they
+ * may move). */
 static bool run_reserve(um__run *r) {
+  um_event *op = r->op;
+  um__prior *priors = room_for_two(op->priors, op->prior_space, op->npriors, &r->cappriors, sizeof(*priors));
   um_buffer **bufs;
-  if (r->nbufs + 2 <= r->capbufs)
-    return true;
-  bufs = malloc((size_t)r->capbufs * 2 * sizeof(*bufs));
-  if (bufs == NULL)
+  if (priors == NULL)
     return false;
-  memcpy(bufs, r->bufs, (size_t)r->nbufs * sizeof(*bufs));
-  if (r->bufs != r->inline_bufs)
-    free(r->bufs);
+  op->priors = priors;
+  if ((bufs = room_for_two(r->bufs, r->inline_bufs, r->nbufs, &r->capbufs, sizeof(*bufs))) == NULL)
+    return false;
   r->bufs = bufs;
-  r->capbufs *= 2;
   return true;
 }
 
@@ -978,20 +1125,28 @@ static bool segment_in_run(um_event *group, um_event *member, const um_copy_op *
   while (k < n && same_way(&ops[0], &ops[k]))
     k++;
   unlock_buffers(bufs, nbufs);
-  for (int i = 0; i < nbufs; i++)
-    if (old_last[i] != NULL)
+  /* As op_publish: the run follows the unfinished ones (queued ahead). */
+  for (int i = 0; i < nbufs; i++) {
+    if (old_last[i] == NULL)
+      continue;
+    if (atomic_load_explicit(&old_last[i]->state, memory_order_acquire) != UM__EV_DONE)
+      prior_add(r->op, old_last[i]);
+    else
       um__event_unref(old_last[i]);
+  }
   queued = run_queue_quiet(group, member, ops, k);
   run_tally(r, member->path, queued, queued * member->bytes);
   *taken = k;
   return true;
 }
 
-/* The run finished with r->status (its mark's): the copies' statistics,
- * then its buffers, its state and followers, then the group. */
-static void run_complete(um__run *r) {
+/* The run is done with r->status (its mark's), and reported so: the
+ * copies' statistics, then its buffers, its state, waiters and followers,
+ * then the group. The operations it lets through go on *ready. */
+static void run_finish(um__run *r, um_event **ready) {
   um_event *op = r->op, *group = op->group;
   um_manager *m = op->m;
+  um__prior *waiters;
   followers f;
   if (r->status == UM_OK)
     for (int i = 0; i < r->ntally; i++)
@@ -1008,16 +1163,30 @@ static void run_complete(um__run *r) {
       um__buffer_retire(b, NULL);
   }
   pthread_mutex_lock(&op->lock);
-  finish_op_locked(op, r->status, &f);
+  finish_op_locked(op, r->status, &f, &waiters);
   pthread_mutex_unlock(&op->lock);
   pthread_cond_broadcast(&op->cond);
   if (r->bufs != r->inline_bufs)
     free(r->bufs);
+  if (op->priors != op->prior_space)
+    free(op->priors);
+  op->priors = NULL;
+  op->run = NULL;
+  gate_release(op, waiters, ready);
   group_member_done(group, r->status, op->error_text[0] != '\0' ? op->error_text : NULL);
   free(r);
   followers_start(&f);
   um__event_unref(op);
   um__engine_op_done(m);
+}
+
+/* The run finished: reported done once the operations it follows are. */
+static void run_complete(um__run *r) {
+  um_event *ready = NULL;
+  if (!gate_passes(r->op, r->status))
+    return;
+  run_finish(r, &ready);
+  finish_ready(ready);
 }
 
 static void run_task(um__work *w) {

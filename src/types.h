@@ -256,6 +256,16 @@ typedef struct um__path um__path; /* path.c */
 
 #define UM__MAX_DEPENDENTS 3
 
+/* An operation's place in the completion order (op.c's gate): it is
+ * reported done only after prior, an operation it follows on a buffer.
+ * While prior is unfinished at the gate, the node is in prior's
+ * prior_waiters list. */
+typedef struct um__prior {
+  um_event *prior; /* a reference, until the gate lets waiter through */
+  um_event *waiter;
+  struct um__prior *next;
+} um__prior;
+
 /* Event objects are made in slabs and reused through the manager's free
  * list; they are freed only with the manager, so a stale handle (an event
  * the caller released) is still readable and answers UM_ESTATE. */
@@ -309,6 +319,21 @@ struct um_event {
   int nmore_dependents;
   um_event *group; /* batch this operation belongs to */
   atomic_int group_first_error;
+
+  /* completion order (op.c's gate): the operations it follows on its
+   * buffers that had not finished when it was published, in prior_space
+   * (or a run's array); at the gate, how many it still waits for, and its
+   * status meanwhile; the later operations waiting at their gates for
+   * this one (under lock); a completing thread's list of operations its
+   * completions let through */
+  um__prior prior_space[2];
+  um__prior *priors;
+  int npriors;
+  atomic_int priors_pending;
+  int gate_status;
+  um__prior *prior_waiters;
+  um_event *gate_next;
+  struct um__run *run; /* kind RUN: the run it stands for */
 
   /* how it runs: its path (path.c), chosen at issue under the buffers'
    * locks, and the device whose queue runs it (NULL: host threads) */

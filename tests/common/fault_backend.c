@@ -59,6 +59,15 @@ struct fault_dev {
   fault_job *head, *tail;
   bool busy, stopping, has_thread;
   bool held; /* fault_hold: the queue starts nothing */
+  /* fault_hold_report: the next report is to be kept (armed), and the
+   * one kept (done non-NULL), until fault_release_report; under lock */
+  bool report_armed;
+  struct {
+    um__done_fn done;
+    void *arg;
+    int status;
+  } kept;
+  atomic_uint_fast64_t reports; /* done calls made */
   uint64_t next_seq;
   /* fault-queue: the first failure of a quiet transfer since the last
    * queue mark, which reports it (or a synchronize, when no mark was
@@ -262,6 +271,26 @@ static void job_unref(fault_job *j) {
     free(j);
 }
 
+/* A transfer's done, unless fault_hold_report asked for this one to be
+ * kept: then its report waits for fault_release_report, while the jobs
+ * behind it run and report. */
+static void report(fault_dev *d, um__done_fn done, void *arg, int st) {
+  bool keep;
+  pthread_mutex_lock(&d->lock);
+  keep = d->report_armed;
+  if (keep) {
+    d->report_armed = false;
+    d->kept.done = done;
+    d->kept.arg = arg;
+    d->kept.status = st;
+  }
+  pthread_mutex_unlock(&d->lock);
+  if (keep)
+    return;
+  atomic_fetch_add(&d->reports, 1);
+  done(arg, st);
+}
+
 /* Run j, whoever runs it (the queue thread, or the submitting thread of
  * the inline flavour): with d->busy set, so one at a time, in order. */
 static void job_run(fault_dev *d, fault_job *j) {
@@ -276,7 +305,7 @@ static void job_run(fault_dev *d, fault_job *j) {
     st = j->inject != UM_OK ? j->inject : run_xfer(d, &j->x);
   }
   if (j->done != NULL)
-    j->done(j->arg, st);
+    report(d, j->done, j->arg, st);
   else if (st != UM_OK && d->quiet_failure == UM_OK)
     d->quiet_failure = st; /* a quiet transfer: its mark reports it */
   job_unref(j);
@@ -777,6 +806,48 @@ int fault_hold(um_device *d, bool held) {
   pthread_cond_signal(&fd->cond);
   pthread_mutex_unlock(&fd->lock);
   return UM_OK;
+}
+
+/* d's fault_dev when it is a device of the asynchronous flavour. */
+static fault_dev *queue_dev(um_device *d) {
+  return fault_is_device(d) && ((fault_dev *)d->bdev)->has_thread ? d->bdev : NULL;
+}
+
+int fault_hold_report(um_device *d) {
+  fault_dev *fd = queue_dev(d);
+  if (fd == NULL)
+    return UM_EINVAL;
+  pthread_mutex_lock(&fd->lock);
+  fd->report_armed = true;
+  pthread_mutex_unlock(&fd->lock);
+  return UM_OK;
+}
+
+bool fault_release_report(um_device *d) {
+  fault_dev *fd = queue_dev(d);
+  um__done_fn done = NULL;
+  void *arg = NULL;
+  int st = UM_OK;
+  if (fd == NULL)
+    return false;
+  pthread_mutex_lock(&fd->lock);
+  if (fd->kept.done != NULL) {
+    done = fd->kept.done;
+    arg = fd->kept.arg;
+    st = fd->kept.status;
+    fd->kept.done = NULL;
+  }
+  pthread_mutex_unlock(&fd->lock);
+  if (done == NULL)
+    return false;
+  atomic_fetch_add(&fd->reports, 1);
+  done(arg, st);
+  return true;
+}
+
+uint64_t fault_reports(um_device *d) {
+  fault_dev *fd = queue_dev(d);
+  return fd != NULL ? atomic_load(&fd->reports) : 0;
 }
 
 uint64_t fault_device_live_bytes(const um_device *d) {

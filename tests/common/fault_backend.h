@@ -128,6 +128,20 @@ int fault_restore(um_device *d);
  * for it. UM_EINVAL when d is not a device of the asynchronous flavour. */
 int fault_hold(um_device *d, bool held);
 
+/* Keep back the report of d's next transfer that reports (its done): it
+ * runs in its turn, and the transfers behind it run and report, but its
+ * done is called only by fault_release_report, on that caller's thread
+ * (a device whose reports come out of order: OpenCL's callbacks run on
+ * any of its threads). The kept report must be released before d's
+ * manager is destroyed. UM_EINVAL when d is not of the asynchronous
+ * flavour. */
+int fault_hold_report(um_device *d);
+/* Make the report fault_hold_report kept: true, or false when none is
+ * kept (yet: its transfer has not run). */
+bool fault_release_report(um_device *d);
+/* How many reports d's transfers have made (a kept one once released). */
+uint64_t fault_reports(um_device *d);
+
 /* The next queue mark submitted to a fault-queue device is refused
  * (UM_EBACKEND, "fault: queue mark refused"), the transfers queued ahead
  * of it untouched. fault_reset disarms it. */
