@@ -46,8 +46,8 @@ typedef enum {
                       the tokens of wait[] are (xfer_async only; backends
                       with interop, below) */
   UM__XFER_QUEUE_MARK /* nothing moves: done once everything queued on this
-                         device before it is (xfer_async only; single_queue
-                         backends, below) */
+                         device's queue x->queue before it is (xfer_async
+                         only; single_queue and queue_of backends, below) */
 } um__xfer_kind;
 
 typedef struct um__xfer {
@@ -66,6 +66,8 @@ typedef struct um__xfer {
   void *src_bdev;        /* PEER: the device owning src */
   void *wait[2];         /* MARKER: tokens of this device's backend (a gate,
                             an adopted caller's event), or NULL */
+  int queue;             /* QUEUE_MARK: the queue it marks (queue_of; 0 on a
+                            single_queue backend) */
   void *done_space;      /* xfer_async: NULL, or UM__DONE_SPACE bytes of the
                             caller's, aligned for pointers and untouched by
                             it until done has been called: the backend may
@@ -143,9 +145,10 @@ typedef struct um__backend {
    * valid until native_release, and done(arg, status) will be called once
    * the transfer finishes. On failure, done is never called and *native is
    * untouched.
-   * Quiet transfers (single_queue backends only): done and native both
-   * NULL: the transfer is queued with no token and no report; the core
-   * follows it with a UM__XFER_QUEUE_MARK, whose report covers it. */
+   * Quiet transfers (single_queue and queue_of backends only): done and
+   * native both NULL: the transfer is queued with no token and no report;
+   * the core follows it with a UM__XFER_QUEUE_MARK on its queue, whose
+   * report covers it. */
   int (*xfer_async)(void *bdev, const um__xfer *x, void *const *after,
                     int nafter, um__done_fn done, void *arg, void **native);
   void (*native_release)(void *bdev, void *native);
@@ -235,7 +238,17 @@ typedef struct um__backend {
    * runs after it with no token in after[] (and quiet transfers, with
    * UM__XFER_QUEUE_MARK, are available). */
   int single_queue;
+  /* Optional (NULL: none, unless single_queue). For a backend that is not
+   * single_queue but keeps an in-order queue per kind of transfer on each
+   * device (CUDA: a stream for uploads, one for downloads, one for work on
+   * the device): the queue, 0 <= q < UM__MAX_QUEUES, that xfer and
+   * xfer_async use for a transfer of kind. Transfers of one queue run in
+   * the order of the calls, with no token in after[]; quiet transfers and
+   * UM__XFER_QUEUE_MARK (x->queue) are available. */
+  int (*queue_of)(um__xfer_kind kind);
 } um__backend;
+
+#define UM__MAX_QUEUES 8
 
 /* The backends this build knows, for the manager's table. Each is defined
  * in src/backends/<name>.c. */

@@ -194,8 +194,10 @@ struct um__path {
   /* Operations of at most this many bytes run on the issuing thread even
    * when an event was asked for (host work cheaper than a hand-off). */
   size_t inline_bytes;
-  /* start_native queues a command on the device's queue (not a join). */
+  /* start_native queues a command on the device's queue (not a join), a
+   * transfer of this kind (what xfer fills in). */
   bool queued;
+  um__xfer_kind kind;
   /* Start host-side asynchronous work (no device queue) without blocking
    * the calling thread: UM_OK, then done(op, status) exactly once from any
    * thread, possibly before it returns (it then touches neither op nor its

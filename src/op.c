@@ -89,14 +89,25 @@ static void native_done(void *arg, int status) {
     um__op_complete(op, status);
 }
 
-/* op goes to its device's single in-order queue and dep is queued there
- * already, so the queue runs op after dep without a token. Not for an
- * operation that is no command of that queue (a bracket: the caller's
- * kernel runs on another queue and needs dep's token in its wait list). */
+/* The in-order queue of d that an operation planned on path goes to: the
+ * device's one queue (single_queue), or its backend's queue for the path's
+ * kind of transfer (queue_of); -1 for none. Not for an operation that is
+ * no command of such a queue (a bracket: the caller's kernel runs on
+ * another queue and needs its predecessor's token in its wait list). */
+static int queue_of(const um_device *d, const um__path *path) {
+  if (d == NULL || !path->queued)
+    return -1;
+  if (d->be->single_queue)
+    return 0;
+  return d->be->queue_of != NULL ? d->be->queue_of(path->kind) : -1;
+}
+
+/* op goes to an in-order queue of its device and dep is queued there
+ * already, so the queue runs op after dep without a token. */
 static bool queued_before(um_event *dep, const um_event *op) {
   const um_device *d = op->native_dev;
-  return d != NULL && d->be->single_queue && op->path->queued &&
-         atomic_load_explicit(&dep->queued_on, memory_order_acquire) == d;
+  int q = queue_of(d, op->path);
+  return q >= 0 && atomic_load_explicit(&dep->queued_on, memory_order_acquire) == d && dep->queued_q == q;
 }
 
 /* Under dep->lock: dep's token for a wait list, with one more owner, or
@@ -122,7 +133,7 @@ static void keep_native(um_event *op, void *native) {
     op->caller_native = native;
   if (!done)
     op->native = native;
-  if (op->path->queued)
+  if ((op->queued_q = queue_of(op->native_dev, op->path)) >= 0)
     atomic_store_explicit(&op->queued_on, op->native_dev, memory_order_release);
   if (!done || caller)
     atomic_store_explicit(&op->native_refs, (int)!done + (int)caller, memory_order_relaxed);
@@ -397,15 +408,16 @@ static void op_task_complete(um__work *w) {
   um__op_complete(op, op->native_status);
 }
 
-/* Queue a UM__XFER_QUEUE_MARK on single-queue device d: done(arg, status)
- * once everything queued there before it has run. The mark's token is not
+/* Queue a UM__XFER_QUEUE_MARK on queue q of d: done(arg, status) once
+ * everything queued there before it has run. The mark's token is not
  * kept. */
-static int queue_mark(um_device *d, um__done_fn done, void *arg) {
+static int queue_mark(um_device *d, int q, um__done_fn done, void *arg) {
   um__xfer x;
   void *token = NULL;
   int st;
   memset(&x, 0, sizeof(x));
   x.kind = UM__XFER_QUEUE_MARK;
+  x.queue = q;
   st = d->be->xfer_async(d->bdev, &x, NULL, 0, done, arg, &token);
   if (st == UM_OK && d->be->native_release != NULL)
     d->be->native_release(d->bdev, token); /* done may have run already */
@@ -435,7 +447,7 @@ static void complete_refused(um_event *op, int st) {
   um_device *d = op->native_dev;
   op->native_status = st;
   if (d != NULL && d->be->single_queue) {
-    if (queue_mark(d, refused_marked, op) == UM_OK)
+    if (queue_mark(d, 0, refused_marked, op) == UM_OK)
       return;
     (void)d->be->synchronize(d->bdev);
   }
@@ -872,11 +884,13 @@ void *um__op_token_borrow(um_event *dep, um_device *d) {
 /* ------------------------------------------------------------------------ */
 /* Groups (um_copy_batch): an operation that completes with its members */
 
-/* Runs. A batch's copies that go to a single-queue device, with nothing to
- * wait for but what that queue orders anyway, are queued there with no
- * event, no callback and no flush of their own (on PoCL those cost more
- * than a 4 KiB write), and with no operation object either: the device's
- * run, one operation of kind RUN, stands for all of them. It becomes the
+/* Runs. A batch's copies that go to an in-order queue of a device (an
+ * OpenCL device's one queue; a CUDA device's stream for their kind of
+ * transfer: queue_of), with nothing to wait for but what that queue orders
+ * anyway, are queued there with no event, no callback and no flush of their
+ * own (on PoCL those cost more than a 4 KiB write; on CUDA an event and its
+ * report cost more than the copy), and with no operation object either:
+ * the queue's run, one operation of kind RUN, stands for all of them. It becomes the
  * last operation of every buffer they touch (one pending count per buffer,
  * however many copies), and completes when a queue mark behind them does:
  * the end of the group's issuing queues one mark per run. Completing 1000
@@ -896,6 +910,7 @@ void *um__op_token_borrow(um_event *dep, um_device *d) {
 
 typedef struct um__run {
   um_device *dev;
+  int queue; /* the in-order queue of dev that its copies go to (queue_of) */
   um_event *op; /* kind RUN: the last operation of bufs */
   /* The buffers op is last on, one pending count each. */
   um_buffer **bufs;
@@ -915,7 +930,7 @@ typedef struct um__run {
   struct um__run *next;
 } um__run;
 
-static um__run *run_new(um_event *group, um_device *d) {
+static um__run *run_new(um_event *group, um_device *d, int q) {
   um__run *r = calloc(1, sizeof(*r));
   if (r == NULL)
     return NULL;
@@ -924,6 +939,7 @@ static um__run *run_new(um_event *group, um_device *d) {
     return NULL;
   }
   r->dev = d;
+  r->queue = q;
   r->bufs = r->inline_bufs;
   r->capbufs = RUN_INLINE_BUFFERS;
   r->op->run = r;
@@ -940,18 +956,19 @@ static um__run *run_new(um_event *group, um_device *d) {
   return r;
 }
 
-/* The open run of group on d, or NULL. */
-static um__run *open_run_on(um_event *group, const um_device *d) {
+/* The open run of group on queue q of d, or NULL. */
+static um__run *open_run_on(um_event *group, const um_device *d, int q) {
   for (um__run *r = group->runs; r != NULL; r = r->next)
-    if (r->dev == d)
+    if (r->dev == d && r->queue == q)
       return r;
   return NULL;
 }
 
-/* The open run of group on d, made on first use; NULL when out of memory. */
-static um__run *run_of(um_event *group, um_device *d) {
-  um__run *r = open_run_on(group, d);
-  return r != NULL ? r : run_new(group, d);
+/* The open run of group on queue q of d, made on first use; NULL when out
+ * of memory. */
+static um__run *run_of(um_event *group, um_device *d, int q) {
+  um__run *r = open_run_on(group, d, q);
+  return r != NULL ? r : run_new(group, d, q);
 }
 
 /* An array of n elements of size bytes, room for *cap, in first or on the
@@ -1007,13 +1024,12 @@ static void run_tally(um__run *r, const um__path *path, uint64_t n, uint64_t byt
   r->tally[i].bytes += bytes;
 }
 
-/* Under the member's buffers' locks, planned: whether it may go in a run of
- * its device: a single backend call on a single-queue device, every buffer
- * idle, or its last operation done, queued on that queue, or the run
- * itself. */
-static bool run_takes(const um_event *member, um_buffer **bufs, int nbufs, const um__run *open) {
-  const um_device *d = member->native_dev;
-  if (d == NULL || !d->be->single_queue || !member->path->queued || member->path->account_queued == NULL)
+/* Under the member's buffers' locks, planned: whether it may go in the run
+ * of its device's queue q: a single backend call on an in-order queue
+ * (queue_of), every buffer idle, or its last operation done, queued on that
+ * queue, or the run itself. */
+static bool run_takes(const um_event *member, um_buffer **bufs, int nbufs, int q, const um__run *open) {
+  if (q < 0 || member->path->account_queued == NULL)
     return false;
   for (int i = 0; i < nbufs; i++) {
     um_event *last = bufs[i]->last;
@@ -1104,7 +1120,7 @@ static size_t run_queue_quiet(um_event *group, um_event *member, const um_copy_o
 static bool segment_in_run(um_event *group, um_event *member, const um_copy_op *ops, size_t n, size_t *taken) {
   um_buffer *bufs[2];
   um_event *old_last[2] = {NULL, NULL};
-  int nbufs = op_buffers(member, bufs), st;
+  int nbufs = op_buffers(member, bufs), st, q;
   size_t k = 1, queued;
   um__run *r;
   lock_buffers(bufs, nbufs);
@@ -1115,8 +1131,9 @@ static bool segment_in_run(um_event *group, um_event *member, const um_copy_op *
     return true;
   }
   um__path_plan(member);
-  if (!run_takes(member, bufs, nbufs, open_run_on(group, member->native_dev)) ||
-      (r = run_of(group, member->native_dev)) == NULL || !run_reserve(r) ||
+  q = queue_of(member->native_dev, member->path);
+  if (!run_takes(member, bufs, nbufs, q, open_run_on(group, member->native_dev, q)) ||
+      (r = run_of(group, member->native_dev, q)) == NULL || !run_reserve(r) ||
       !run_can_tally(r, member->path)) {
     unlock_buffers(bufs, nbufs);
     return false;
@@ -1219,8 +1236,9 @@ static void close_runs(um_event *group) {
     um_device *d = r->dev; /* r may be gone once the mark is queued */
     int st;
     group->runs = r->next;
+    r->op->queued_q = r->queue;
     atomic_store_explicit(&r->op->queued_on, d, memory_order_release);
-    if ((st = queue_mark(d, run_marked, r)) != UM_OK) {
+    if ((st = queue_mark(d, r->queue, run_marked, r)) != UM_OK) {
       (void)d->be->synchronize(d->bdev);
       r->status = st;
       keep_error_text(r->op);

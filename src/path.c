@@ -137,7 +137,8 @@ const um__path um__path_fill_host = {.name = "fill-host", .plan = plan_fill_host
                                      .account = account_fill, .inline_bytes = INLINE_HOST_BYTES};
 const um__path um__path_fill_device = {.name = "fill-device", .plan = plan_fill_device, .run = run_single,
                                        .start_native = start_single, .account = account_fill,
-                                       .account_queued = tally_fill, .xfer = xfer_fill, .queued = true};
+                                       .account_queued = tally_fill, .xfer = xfer_fill, .queued = true,
+                                       .kind = UM__XFER_FILL};
 
 /* ------------------------------------------------------------------------ */
 /* memcpy: both ends host-addressable */
@@ -216,13 +217,14 @@ static bool plan_peer(um_event *op) {
 }
 
 /* One backend call each: queued on the device's queue when it has one. */
-#define SINGLE_CALL(n, p, a, t, x)                                                                 \
+#define SINGLE_CALL(n, p, a, t, x, k)                                                              \
   {.name = n, .plan = p, .run = run_single, .start_native = start_single, .account = a,             \
-   .account_queued = t, .xfer = x, .queued = true}
-const um__path um__path_h2d = SINGLE_CALL("h2d", plan_h2d, account_h2d, tally_h2d, xfer_h2d);
-const um__path um__path_d2h = SINGLE_CALL("d2h", plan_d2h, account_d2h, tally_d2h, xfer_d2h);
-const um__path um__path_local = SINGLE_CALL("local", plan_local, account_local, tally_local, xfer_local);
-const um__path um__path_peer = SINGLE_CALL("peer", plan_peer, account_peer, tally_peer, xfer_peer);
+   .account_queued = t, .xfer = x, .queued = true, .kind = k}
+const um__path um__path_h2d = SINGLE_CALL("h2d", plan_h2d, account_h2d, tally_h2d, xfer_h2d, UM__XFER_H2D);
+const um__path um__path_d2h = SINGLE_CALL("d2h", plan_d2h, account_d2h, tally_d2h, xfer_d2h, UM__XFER_D2H);
+const um__path um__path_local =
+    SINGLE_CALL("local", plan_local, account_local, tally_local, xfer_local, UM__XFER_D2D);
+const um__path um__path_peer = SINGLE_CALL("peer", plan_peer, account_peer, tally_peer, xfer_peer, UM__XFER_PEER);
 
 /* ------------------------------------------------------------------------ */
 /* The table and the plan */

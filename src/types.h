@@ -362,9 +362,11 @@ struct um_event {
   /* The token kept for the caller's um_event_native (one of native_refs),
    * until um_event_release. */
   void *caller_native;
-  /* The device whose single in-order queue holds it (stored, release, once
-   * queued): a later transfer of that device needs no token to follow it. */
+  /* The device whose in-order queue queued_q holds it (stored, release,
+   * once queued; queued_q before it): a later transfer of that queue needs
+   * no token to follow it. */
   _Atomic(um_device *) queued_on;
+  int queued_q;
   /* No caller event and no wait (a batch member, op.c). */
   bool detached;
 

@@ -894,16 +894,25 @@ static CUdeviceptr device_address(const um__mem *mem, size_t offset) {
 }
 
 /* Uploads, downloads and on-device work each have a stream, so a download
- * never waits behind an unrelated upload. */
-static CUstream stream_for(const cuda_device *d, um__xfer_kind kind) {
+ * never waits behind an unrelated upload: the core's queues (queue_of), one
+ * watcher each. */
+static int cuda_queue_of(um__xfer_kind kind) {
   switch (kind) {
   case UM__XFER_H2D:
-    return d->h2d_stream;
+    return WATCH_H2D;
   case UM__XFER_D2H:
-    return d->d2h_stream;
+    return WATCH_D2H;
   default:
-    return d->local_stream;
+    return WATCH_LOCAL;
   }
+}
+
+static CUstream queue_stream(const cuda_device *d, int q) {
+  return q == WATCH_H2D ? d->h2d_stream : q == WATCH_D2H ? d->d2h_stream : d->local_stream;
+}
+
+static CUstream stream_for(const cuda_device *d, um__xfer_kind kind) {
+  return queue_stream(d, cuda_queue_of(kind));
 }
 
 /* Queue x on stream; the device's context is current. Pageable host memory
@@ -1143,18 +1152,6 @@ static int record_and_call_back(cuda_token *token, CUstream lane) {
   return result == CUDA_SUCCESS ? UM_OK : cuda_status(result, "cuStreamAddCallback");
 }
 
-/* The watcher of a transfer kind's stream (stream_for). */
-static cuda_watch *watch_for(cuda_device *d, um__xfer_kind kind) {
-  switch (kind) {
-  case UM__XFER_H2D:
-    return &d->watch[WATCH_H2D];
-  case UM__XFER_D2H:
-    return &d->watch[WATCH_D2H];
-  default:
-    return &d->watch[WATCH_LOCAL];
-  }
-}
-
 static void *watch_main(void *arg) {
   cuda_watch *w = arg;
   cuda_device *d = w->d;
@@ -1226,6 +1223,22 @@ static void watch_stop(cuda_watch *w) {
 static int start_marker(cuda_device *d, const um__xfer *x, void *const *after,
                         int nafter, um__done_fn done, void *arg, void **native);
 
+/* A quiet transfer (a batch's run, op.c): queued on its kind's stream with
+ * no event and no report; the queue mark the core queues behind the run
+ * reports it, and a failure of it shows there (the driver's errors on a
+ * stream are the context's, and stick). */
+static int start_quiet(cuda_device *d, const um__xfer *x, int nafter) {
+  CUcontext previous = NULL;
+  int status;
+  if (nafter != 0 || x->kind == UM__XFER_QUEUE_MARK)
+    return um__set_error(UM_EINVAL, "cuda: a quiet transfer waits for nothing and moves something");
+  if ((status = enter_context(d, &previous)) != UM_OK)
+    return status;
+  status = issue_xfer(d, x, stream_for(d, x->kind));
+  leave_context(d, previous);
+  return status;
+}
+
 static int cuda_xfer_async(void *bdev, const um__xfer *x, void *const *after,
                            int nafter, um__done_fn done, void *arg,
                            void **native) {
@@ -1237,9 +1250,18 @@ static int cuda_xfer_async(void *bdev, const um__xfer *x, void *const *after,
   int issued = 0;
   int status;
 
+  int q;
+
   if (x->kind == UM__XFER_MARKER)
     return start_marker(d, x, after, nafter, done, arg, native);
-  stream = stream_for(d, x->kind);
+  if (done == NULL && native == NULL)
+    return start_quiet(d, x, nafter);
+  /* A queue mark: an event recorded on its queue's stream, reported by
+   * that stream's watcher once everything queued there before it ran. */
+  q = x->kind == UM__XFER_QUEUE_MARK ? x->queue : cuda_queue_of(x->kind);
+  if (q < 0 || q >= WATCH_COUNT)
+    return um__set_error(UM_EINVAL, "cuda: no queue %d", q);
+  stream = queue_stream(d, q);
   status = enter_context(d, &previous);
   if (status != UM_OK)
     return status;
@@ -1250,12 +1272,14 @@ static int cuda_xfer_async(void *bdev, const um__xfer *x, void *const *after,
     goto fail;
   token->done = done;
   token->arg = arg;
-  status = issue_xfer(d, x, stream);
-  if (status != UM_OK)
-    goto fail;
-  issued = 1;
+  if (x->kind != UM__XFER_QUEUE_MARK) {
+    status = issue_xfer(d, x, stream);
+    if (status != UM_OK)
+      goto fail;
+    issued = 1;
+  }
   result = cu->cuEventRecord(token->finished, stream);
-  status = result == CUDA_SUCCESS ? watch_push(watch_for(d, x->kind), token) : cuda_status(result, "cuEventRecord");
+  status = result == CUDA_SUCCESS ? watch_push(&d->watch[q], token) : cuda_status(result, "cuEventRecord");
   if (status != UM_OK)
     goto fail;
   leave_context(d, previous);
@@ -1834,4 +1858,5 @@ const um__backend um__backend_cuda = {
     .adopt = NULL, /* SPEC §8 adopts OpenCL contexts only */
     /* No CUDA call is allowed in a stream callback. */
     .callbacks_reenter = 0,
+    .queue_of = cuda_queue_of,
 };

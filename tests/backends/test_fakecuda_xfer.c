@@ -299,6 +299,61 @@ Test(fakecuda_xfer, batch_across_devices_and_locations) {
   fc_destroy(m, UM_OK);
 }
 
+/* A batch's copies go to their kind's stream quietly, one run per stream
+ * (op.c): 1000 uploads and 1000 downloads record two events in all (the
+ * runs' queue marks), not one per copy; a copy whose buffer an earlier run
+ * of the same batch writes on another stream follows it, and reads what it
+ * wrote. */
+Test(fakecuda_xfer, batch_copies_go_in_one_run_per_stream) {
+  um_manager *m = threaded_manager("0");
+  um_device *d = fc_dev(m, 0);
+  enum { N = 1000, SIZE = 4096 };
+  um_buffer *dev = cac_alloc(m, d, (size_t)N * SIZE, UM_DEVICE, 0);
+  um_buffer *dev2 = cac_alloc(m, d, (size_t)N * SIZE, UM_DEVICE, 0);
+  um_buffer *pin = cac_alloc(m, d, (size_t)N * SIZE, UM_PINNED, 0);
+  um_buffer *back = cac_alloc(m, d, (size_t)N * SIZE, UM_PINNED, 0);
+  unsigned char *want = cac_xmalloc((size_t)N * SIZE);
+  um_copy_op *ops = calloc(2 * N + 1, sizeof(*ops));
+  um_stats s0, s1;
+  long records;
+  cr_assert_not_null(ops);
+  ut_pattern(want, (size_t)N * SIZE, 29);
+  memcpy(um_buffer_host_ptr(pin), want, (size_t)N * SIZE);
+  CAC_OK(um_fill(dev2, 0, 0x3C, (size_t)N * SIZE, NULL));
+  for (int i = 0; i < N; i++) {
+    ops[i] = (um_copy_op){.dst = dev, .dst_off = (size_t)i * SIZE, .src = pin, .src_off = (size_t)i * SIZE,
+                          .bytes = SIZE};
+    ops[N + i] = (um_copy_op){.dst = back, .dst_off = (size_t)i * SIZE, .src = dev2,
+                              .src_off = (size_t)i * SIZE, .bytes = SIZE};
+  }
+  s0 = ut_stats(m, d);
+  records = fc_count("event_records");
+  CAC_OK(um_copy_batch(m, ops, 2 * N, NULL));
+  cr_assert_eq(fc_count("event_records") - records, 2, "%ld events recorded for two runs of %d copies",
+               fc_count("event_records") - records, N);
+  s1 = ut_stats(m, d);
+  cr_assert_eq(s1.xfer_direct - s0.xfer_direct, 2 * N);
+  cr_assert_eq(s1.bytes_h2d - s0.bytes_h2d, (uint64_t)N * SIZE);
+  cr_assert_eq(s1.bytes_d2h - s0.bytes_d2h, (uint64_t)N * SIZE);
+  for (size_t i = 0; i < (size_t)N * SIZE; i++)
+    cr_assert_eq(((unsigned char *)um_buffer_host_ptr(back))[i], 0x3C, "byte %zu", i);
+
+  /* Uploads into dev2, then the download of what they wrote: the download
+   * follows the upload run (another stream) and sees its bytes. */
+  for (int i = 0; i < N; i++)
+    ops[i].dst = dev2;
+  ops[N] = (um_copy_op){.dst = back, .src = dev2, .bytes = (size_t)N * SIZE};
+  CAC_OK(um_copy_batch(m, ops, N + 1, NULL));
+  cr_assert_arr_eq(um_buffer_host_ptr(back), want, (size_t)N * SIZE);
+  CAC_OK(um_release(dev));
+  CAC_OK(um_release(dev2));
+  CAC_OK(um_release(pin));
+  CAC_OK(um_release(back));
+  free(ops);
+  free(want);
+  fc_destroy(m, UM_OK);
+}
+
 typedef struct stream_check {
   const unsigned char *src;
   size_t next;

@@ -190,7 +190,7 @@ static _Thread_local long host_waits_here;
 
 static atomic_long live_streams, live_events, stream_ordered_allocs,
     calls_in_callbacks, callbacks_run, live_modules, kernels_run, races,
-    unrecorded_waits, host_waits, wait_values, host_allocs, kernels_waiting;
+    unrecorded_waits, host_waits, wait_values, host_allocs, kernels_waiting, event_records;
 
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                   */
@@ -1197,6 +1197,7 @@ CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream) {
   op.generation = ++hEvent->recorded;
   hEvent->refs++;
   pthread_mutex_unlock(&fake_lock);
+  atomic_fetch_add(&event_records, 1);
   return enqueue(hStream, &op);
 }
 
@@ -1580,6 +1581,8 @@ long fake_cuda_count(const char *what) {
     return atomic_load(&wait_values);
   if (strcmp(what, "host_allocs") == 0)
     return atomic_load(&host_allocs);
+  if (strcmp(what, "event_records") == 0) /* cuEventRecord calls, never reset */
+    return atomic_load(&event_records);
   pthread_mutex_lock(&fake_lock);
   if (strcmp(what, "context_retains") == 0) {
     for (int i = 0; i < FAKE_MAX_DEVICES; i++)
