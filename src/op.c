@@ -212,9 +212,18 @@ static void prior_add(um_event *op, um_event *p) {
  * in the prior_waiters of those that have not, and the last of them to
  * complete finishes it (gate_release). Runs once per operation. */
 static bool gate_passes(um_event *op, int status) {
-  int n = op->npriors;
+  int n = op->npriors, done = 0;
   if (n == 0)
     return true;
+  /* Mostly they have been reported (in order): then no count and no lock. */
+  while (done < n && atomic_load_explicit(&op->priors[done].prior->state, memory_order_acquire) == UM__EV_DONE)
+    done++;
+  if (done == n) {
+    for (int i = 0; i < n; i++)
+      um__event_unref(op->priors[i].prior);
+    op->npriors = 0;
+    return true;
+  }
   op->gate_status = status;
   op->npriors = 0;
   /* A guard, so that a prior completing meanwhile cannot let op through
