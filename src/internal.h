@@ -216,6 +216,8 @@ struct um__path {
     UM__STAT_ADD(op->end->dev, bytes_field, op->bytes);                                           \
     UM__STAT_ADD(op->end->dev, xfer_field, 1);                                                    \
   }
+/* Choose op's path, and with it native_dev and queued_q (the in-order
+ * queue of native_dev it goes to, -1 for none). */
 void um__path_plan(um_event *op);
 bool um__path_runs_inline(const um_event *op);
 /* The host side of a copy: its pointer, or the buffer's host view at the

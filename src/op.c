@@ -89,25 +89,12 @@ static void native_done(void *arg, int status) {
     um__op_complete(op, status);
 }
 
-/* The in-order queue of d that an operation planned on path goes to: the
- * device's one queue (single_queue), or its backend's queue for the path's
- * kind of transfer (queue_of); -1 for none. Not for an operation that is
- * no command of such a queue (a bracket: the caller's kernel runs on
- * another queue and needs its predecessor's token in its wait list). */
-static int queue_of(const um_device *d, const um__path *path) {
-  if (d == NULL || !path->queued)
-    return -1;
-  if (d->be->single_queue)
-    return 0;
-  return d->be->queue_of != NULL ? d->be->queue_of(path->kind) : -1;
-}
-
-/* op goes to an in-order queue of its device and dep is queued there
- * already, so the queue runs op after dep without a token. */
+/* op goes to an in-order queue of its device (queued_q, from its plan) and
+ * dep is queued there already, so the queue runs op after dep without a
+ * token. */
 static bool queued_before(um_event *dep, const um_event *op) {
-  const um_device *d = op->native_dev;
-  int q = queue_of(d, op->path);
-  return q >= 0 && atomic_load_explicit(&dep->queued_on, memory_order_acquire) == d && dep->queued_q == q;
+  return op->queued_q >= 0 && atomic_load_explicit(&dep->queued_on, memory_order_acquire) == op->native_dev &&
+         dep->queued_q == op->queued_q;
 }
 
 /* Under dep->lock: dep's token for a wait list, with one more owner, or
@@ -133,7 +120,7 @@ static void keep_native(um_event *op, void *native) {
     op->caller_native = native;
   if (!done)
     op->native = native;
-  if ((op->queued_q = queue_of(op->native_dev, op->path)) >= 0)
+  if (op->queued_q >= 0)
     atomic_store_explicit(&op->queued_on, op->native_dev, memory_order_release);
   if (!done || caller)
     atomic_store_explicit(&op->native_refs, (int)!done + (int)caller, memory_order_relaxed);
@@ -217,19 +204,15 @@ static bool gate_passes(um_event *op, int status) {
     return true;
   /* Mostly they have been reported (in order): then no count and no lock. */
   while (done < n && atomic_load_explicit(&op->priors[done].prior->state, memory_order_acquire) == UM__EV_DONE)
-    done++;
-  if (done == n) {
-    for (int i = 0; i < n; i++)
-      um__event_unref(op->priors[i].prior);
-    op->npriors = 0;
-    return true;
-  }
-  op->gate_status = status;
+    um__event_unref(op->priors[done++].prior);
   op->npriors = 0;
+  if (done == n)
+    return true;
+  op->gate_status = status;
   /* A guard, so that a prior completing meanwhile cannot let op through
    * before every node is placed. */
   atomic_store_explicit(&op->priors_pending, 1, memory_order_relaxed);
-  for (int i = 0; i < n; i++) {
+  for (int i = done; i < n; i++) {
     um__prior *node = &op->priors[i];
     um_event *p = node->prior;
     bool waits = false;
@@ -633,9 +616,23 @@ static int op_run_unpublished(um_event *op) {
   return st;
 }
 
-/* Make op the buffers' last operation, then drop the locks. The
- * references the buffers held on their previous last operations are
- * dropped, or kept for op's gate where those had not finished. */
+/* op (not started: nobody reads its priors before its gate) replaced
+ * old_last[0..n) as its buffers' last operation: the buffers' references
+ * to them are kept as op's priors where they had not finished, else
+ * dropped. */
+static void follow_replaced(um_event *op, um_event **old_last, int n) {
+  for (int i = 0; i < n; i++) {
+    if (old_last[i] == NULL)
+      continue;
+    if (atomic_load_explicit(&old_last[i]->state, memory_order_acquire) != UM__EV_DONE)
+      prior_add(op, old_last[i]);
+    else
+      um__event_unref(old_last[i]);
+  }
+}
+
+/* Make op the buffers' last operation, then drop the locks; op follows the
+ * operations it replaced (follow_replaced). */
 static void op_publish(um_event *op, um_buffer **bufs, int nbufs) {
   um_event *old_last[2] = {NULL, NULL};
   for (int i = 0; i < nbufs; i++) {
@@ -644,15 +641,7 @@ static void op_publish(um_event *op, um_buffer **bufs, int nbufs) {
     bufs[i]->last = op;
   }
   unlock_buffers(bufs, nbufs);
-  /* op has not started: nobody reads its priors before its gate. */
-  for (int i = 0; i < nbufs; i++) {
-    if (old_last[i] == NULL)
-      continue;
-    if (atomic_load_explicit(&old_last[i]->state, memory_order_acquire) != UM__EV_DONE)
-      prior_add(op, old_last[i]);
-    else
-      um__event_unref(old_last[i]);
-  }
+  follow_replaced(op, old_last, nbufs);
   um__engine_op_begin(op->m);
 }
 
@@ -919,8 +908,8 @@ void *um__op_token_borrow(um_event *dep, um_device *d) {
 
 typedef struct um__run {
   um_device *dev;
-  int queue; /* the in-order queue of dev that its copies go to (queue_of) */
-  um_event *op; /* kind RUN: the last operation of bufs */
+  um_event *op; /* kind RUN: the last operation of bufs; its queued_q is
+                   the queue of dev that the copies go to */
   /* The buffers op is last on, one pending count each. */
   um_buffer **bufs;
   int nbufs, capbufs;
@@ -948,7 +937,7 @@ static um__run *run_new(um_event *group, um_device *d, int q) {
     return NULL;
   }
   r->dev = d;
-  r->queue = q;
+  r->op->queued_q = q;
   r->bufs = r->inline_bufs;
   r->capbufs = RUN_INLINE_BUFFERS;
   r->op->run = r;
@@ -968,7 +957,7 @@ static um__run *run_new(um_event *group, um_device *d, int q) {
 /* The open run of group on queue q of d, or NULL. */
 static um__run *open_run_on(um_event *group, const um_device *d, int q) {
   for (um__run *r = group->runs; r != NULL; r = r->next)
-    if (r->dev == d && r->queue == q)
+    if (r->dev == d && r->op->queued_q == q)
       return r;
   return NULL;
 }
@@ -1140,7 +1129,7 @@ static bool segment_in_run(um_event *group, um_event *member, const um_copy_op *
     return true;
   }
   um__path_plan(member);
-  q = queue_of(member->native_dev, member->path);
+  q = member->queued_q;
   if (!run_takes(member, bufs, nbufs, q, open_run_on(group, member->native_dev, q)) ||
       (r = run_of(group, member->native_dev, q)) == NULL || !run_reserve(r) ||
       !run_can_tally(r, member->path)) {
@@ -1151,15 +1140,7 @@ static bool segment_in_run(um_event *group, um_event *member, const um_copy_op *
   while (k < n && same_way(&ops[0], &ops[k]))
     k++;
   unlock_buffers(bufs, nbufs);
-  /* As op_publish: the run follows the unfinished ones (queued ahead). */
-  for (int i = 0; i < nbufs; i++) {
-    if (old_last[i] == NULL)
-      continue;
-    if (atomic_load_explicit(&old_last[i]->state, memory_order_acquire) != UM__EV_DONE)
-      prior_add(r->op, old_last[i]);
-    else
-      um__event_unref(old_last[i]);
-  }
+  follow_replaced(r->op, old_last, nbufs);
   queued = run_queue_quiet(group, member, ops, k);
   run_tally(r, member->path, queued, queued * member->bytes);
   *taken = k;
@@ -1245,9 +1226,8 @@ static void close_runs(um_event *group) {
     um_device *d = r->dev; /* r may be gone once the mark is queued */
     int st;
     group->runs = r->next;
-    r->op->queued_q = r->queue;
     atomic_store_explicit(&r->op->queued_on, d, memory_order_release);
-    if ((st = queue_mark(d, r->queue, run_marked, r)) != UM_OK) {
+    if ((st = queue_mark(d, r->op->queued_q, run_marked, r)) != UM_OK) {
       (void)d->be->synchronize(d->bdev);
       r->status = st;
       keep_error_text(r->op);

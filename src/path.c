@@ -242,14 +242,30 @@ static const um__path *const copy_paths[] = {
     &um__path_peer, &um__path_staged, /* takes every copy left */
 };
 
+/* The in-order queue of op's device that its path goes to: the device's
+ * one queue (single_queue), or its backend's queue for the path's kind of
+ * transfer (queue_of); -1 for none, and for an operation that is no
+ * command of such a queue (a bracket: the caller's kernel runs on another
+ * queue and needs its predecessor's token in its wait list). */
+static int queue_of(const um_event *op) {
+  const um_device *d = op->native_dev;
+  if (d == NULL || !op->path->queued)
+    return -1;
+  if (d->be->single_queue)
+    return 0;
+  return d->be->queue_of != NULL ? d->be->queue_of(op->path->kind) : -1;
+}
+
 void um__path_plan(um_event *op) {
   const um__path *const *table = op->kind == UM__OP_COPY ? copy_paths : other_paths;
   size_t n = op->kind == UM__OP_COPY ? sizeof(copy_paths) / sizeof(copy_paths[0])
                                      : sizeof(other_paths) / sizeof(other_paths[0]);
   op->native_dev = NULL;
+  op->queued_q = -1;
   for (size_t i = 0; i < n; i++) {
     if (table[i]->plan(op)) {
       op->path = table[i];
+      op->queued_q = queue_of(op);
       return;
     }
   }

@@ -363,8 +363,9 @@ struct um_event {
    * until um_event_release. */
   void *caller_native;
   /* The device whose in-order queue queued_q holds it (stored, release,
-   * once queued; queued_q before it): a later transfer of that queue needs
-   * no token to follow it. */
+   * once queued): a later transfer of that queue needs no token to follow
+   * it. queued_q is set by the plan (path.c; -1: no such queue), a run's
+   * when it is made (op.c). */
   _Atomic(um_device *) queued_on;
   int queued_q;
   /* No caller event and no wait (a batch member, op.c). */

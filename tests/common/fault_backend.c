@@ -796,21 +796,20 @@ void fault_refuse_next_mark(void) { atomic_store(&refuse_mark, true); }
 
 bool fault_mark_refused(void) { return !atomic_load(&refuse_mark); }
 
+/* d's fault_dev when it is a device of the asynchronous flavour. */
+static fault_dev *queue_dev(um_device *d) {
+  return fault_is_device(d) && ((fault_dev *)d->bdev)->has_thread ? d->bdev : NULL;
+}
+
 int fault_hold(um_device *d, bool held) {
-  fault_dev *fd;
-  if (!fault_is_device(d) || !((fault_dev *)d->bdev)->has_thread)
+  fault_dev *fd = queue_dev(d);
+  if (fd == NULL)
     return UM_EINVAL;
-  fd = d->bdev;
   pthread_mutex_lock(&fd->lock);
   fd->held = held;
   pthread_cond_signal(&fd->cond);
   pthread_mutex_unlock(&fd->lock);
   return UM_OK;
-}
-
-/* d's fault_dev when it is a device of the asynchronous flavour. */
-static fault_dev *queue_dev(um_device *d) {
-  return fault_is_device(d) && ((fault_dev *)d->bdev)->has_thread ? d->bdev : NULL;
 }
 
 int fault_hold_report(um_device *d) {
