@@ -74,9 +74,14 @@ typedef struct um__xfer {
                             keep there what its completion needs instead of
                             allocating it (done may free the space: read
                             it before calling done) */
+  int token_held;        /* xfer_async: 1 when the caller keeps *native
+                            (does not native_release it) until done has
+                            been called, so the backend may rely on the
+                            token's reference until then instead of taking
+                            one of its own */
 } um__xfer;
 
-#define UM__DONE_SPACE 32
+#define UM__DONE_SPACE 48
 
 /* UM_HOST blocks never reach a backend except the cpu's: the core serves
  * UM_HOST on every device with device 0's memory (ordinary pageable host

@@ -69,8 +69,10 @@ static int run_single(um_event *op) {
 static int start_single(um_event *op, void *const *after, int nafter, um__done_fn done, void **native) {
   um__xfer x;
   um_device *d = xfer_of(op, &x);
-  if (done != NULL)
+  if (done != NULL) {
     x.done_space = op->done_space; /* op lives until its completion */
+    x.token_held = 1;              /* op_finish puts it (op.c's keep_native) */
+  }
   return d->be->xfer_async(d->bdev, &x, after, nafter, done, op, native);
 }
 

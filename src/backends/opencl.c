@@ -324,6 +324,12 @@ typedef struct ocl_device {
   /* The driver runs each command inside the call that submits it (PoCL's
    * basic device): calls that submit take submit_lock (below). */
   int runs_inline;
+  /* Watched transfers, oldest first, not reported yet (the watch list,
+   * below), and whether a callback is armed on one of them or a walk
+   * runs (it arms the next). */
+  pthread_mutex_t watch_lock;
+  struct transfer_completion *watch_head, *watch_tail;
+  int watch_busy;
   char name[128];
 } ocl_device;
 
@@ -518,6 +524,7 @@ static void destroy_device(ocl_device *dev) {
     ocl.clFinish(dev->queue);
     ocl.clReleaseCommandQueue(dev->queue);
   }
+  pthread_mutex_destroy(&dev->watch_lock);
   free(dev);
 }
 
@@ -586,6 +593,7 @@ static int open_device(cl_device_id id, cl_context context, int context_devices,
   dev->context = context;
   dev->context_devices = context_devices;
   atomic_init(&dev->bytes_held, 0);
+  pthread_mutex_init(&dev->watch_lock, NULL);
   if (caller_queue != NULL && ocl.clRetainCommandQueue(caller_queue) == CL_SUCCESS)
     dev->caller_queue = caller_queue;
   if ((status = query_device(dev, platform_major, opts)) != UM_OK ||
@@ -1162,13 +1170,18 @@ static int ocl_xfer(void *bdev, const um__xfer *x) {
   return status;
 }
 
-/* What the completion callback needs: in the caller's done_space where it
- * gives one, else allocated (and freed by the callback). */
+/* What a watched transfer's completion needs: in the caller's done_space
+ * where it gives one, else allocated (and freed when reported). */
 typedef struct transfer_completion {
   um__done_fn done;
   void *arg;
   const char *call;
-  int allocated;
+  cl_event event;                   /* the command's */
+  struct transfer_completion *next; /* in the device's watch list */
+  cl_int status;                    /* once complete: its execution status */
+  unsigned char allocated;
+  unsigned char retained; /* holds a reference of its own on event (the
+                             caller does not keep the token until done) */
 } transfer_completion;
 
 _Static_assert(sizeof(transfer_completion) <= UM__DONE_SPACE, "a completion fits the core's done_space");
@@ -1180,7 +1193,11 @@ static transfer_completion *completion_new(const um__xfer *x, um__done_fn done, 
   c->done = done;
   c->arg = arg;
   c->call = transfer_call_name(x->kind);
+  c->event = NULL;
+  c->next = NULL;
+  c->status = CL_COMPLETE;
   c->allocated = x->done_space == NULL;
+  c->retained = 0;
   return c;
 }
 
@@ -1189,24 +1206,174 @@ static void completion_free(transfer_completion *c) {
     free(c);
 }
 
-/* Runs once, when the command completes or fails, on whichever thread the
- * driver picks (PoCL: one of its worker threads, or the issuing thread
- * inside clSetEventCallback when the command has already finished). It holds
- * its own reference on the event, so the event outlives it whatever
- * native_release does meanwhile. done comes last: once it returns, the core
- * may close the backend, so nothing of ours may run after it. */
-static void CL_CALLBACK on_transfer_complete(cl_event event,
-                                             cl_int execution_status,
-                                             void *user_data) {
-  transfer_completion *completion = user_data;
-  um__done_fn done = completion->done;
-  void *arg = completion->arg;
-  int status = execution_status < 0
-                   ? translate_cl_error(execution_status, completion->call)
-                   : UM_OK;
-  completion_free(completion); /* the core's space may go with done */
-  ocl.clReleaseEvent(event);
-  done(arg, status);
+/* ------------------------------------------------------------------------ */
+/* The watch list: completions reported with one callback for many commands
+ *
+ * A callback per command costs its registration on the issuing thread
+ * (clSetEventCallback allocates and takes the event's lock) and its
+ * dispatch on the driver's thread, about as much again as unimem's own
+ * work for a small copy. The device's queue is in order, so the completion
+ * of its newest command says that those before it have completed too.
+ * Each watched command goes on the device's list; at most one callback is
+ * registered (armed) at a time, on the newest entry. When it fires, every
+ * entry whose command has completed (its own status queried, so a failure
+ * is reported as such) is reported, in the order of the list, and the
+ * callback is armed again on the newest entry left, if any. A command's
+ * report may so come later than its completion, by at most the commands
+ * that were queued while the callback before it was armed: a waiter sleeps
+ * until then (the spin of wait_spin_ns sees the device's own state through
+ * token_query).
+ *
+ * Entries keep their event alive until reported: through the caller's
+ * token (um__xfer.token_held: the core's operations keep theirs until
+ * done), else with a reference of their own. The armed entry is reported
+ * by its own callback only, never by a walk that finds it complete first:
+ * the driver may still be about to call the callback, and the report may
+ * release the event's last reference. */
+
+/* Set while this thread registers the armed callback of a device: a driver
+ * that calls it inside clSetEventCallback (the command completed already)
+ * finds it here, and the registering thread walks once the call returned. */
+static _Thread_local ocl_device *arming_dev;
+static _Thread_local int armed_fired;
+static _Thread_local cl_int armed_status;
+
+static void watch_walk(ocl_device *dev, cl_event fired, cl_int fired_status);
+
+static void CL_CALLBACK on_watch_fired(cl_event event, cl_int execution_status, void *user_data) {
+  ocl_device *dev = user_data;
+  if (arming_dev == dev) {
+    armed_fired = 1;
+    armed_status = execution_status;
+    return;
+  }
+  watch_walk(dev, event, execution_status);
+}
+
+/* Register the callback on c's command. Returns 0 when it is armed (the
+ * callback reports later), 1 with the command's execution status when it
+ * has completed already, or when no callback could be registered (the
+ * command was waited for here: its report cannot be lost). */
+static int watch_arm(ocl_device *dev, transfer_completion *c, cl_int *status) {
+  cl_int err;
+  arming_dev = dev;
+  armed_fired = 0;
+  err = ocl.clSetEventCallback(c->event, CL_COMPLETE, on_watch_fired, dev);
+  arming_dev = NULL;
+  if (err != CL_SUCCESS) {
+    /* A failed wait is the command's failure: its own status where it
+     * says one, else the wait's error. */
+    cl_int st = CL_COMPLETE, werr = ocl.clWaitForEvents(1, &c->event);
+    if (werr != CL_SUCCESS &&
+        (ocl.clGetEventInfo(c->event, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(st), &st, NULL) != CL_SUCCESS ||
+         st >= 0))
+      st = werr;
+    *status = st;
+    return 1;
+  }
+  if (armed_fired) {
+    *status = armed_status;
+    return 1;
+  }
+  return 0;
+}
+
+/* Whether c's command has ended (complete, or failed), with its status. */
+static int watch_ended(transfer_completion *c) {
+  cl_int st = CL_QUEUED;
+  if (ocl.clGetEventInfo(c->event, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(st), &st, NULL) != CL_SUCCESS ||
+      st > CL_COMPLETE)
+    return 0; /* left for the callback armed on it or behind it */
+  c->status = st;
+  return 1;
+}
+
+/* Report the entries of ready, in order. done comes last for each, and
+ * after the last nothing of ours runs: once it returns, the core may
+ * close the backend. */
+static void watch_report(transfer_completion *ready) {
+  while (ready != NULL) {
+    transfer_completion *c = ready;
+    um__done_fn done = c->done;
+    void *arg = c->arg;
+    int status = c->status < 0 ? translate_cl_error(c->status, c->call) : UM_OK;
+    ready = c->next; /* the core's space may go with done */
+    if (c->retained)
+      ocl.clReleaseEvent(c->event);
+    completion_free(c);
+    done(arg, status);
+  }
+}
+
+/* The armed callback fired (fired, with fired_status): take the ended
+ * entries off the list, arm the callback again on the newest one left,
+ * then report what ended. */
+static void watch_walk(ocl_device *dev, cl_event fired, cl_int fired_status) {
+  transfer_completion *ready = NULL, **ready_end = &ready;
+  for (;;) {
+    transfer_completion *list, *rest = NULL, *rest_last = NULL, *arm = NULL;
+    pthread_mutex_lock(&dev->watch_lock);
+    list = dev->watch_head;
+    dev->watch_head = dev->watch_tail = NULL;
+    pthread_mutex_unlock(&dev->watch_lock);
+    while (list != NULL) {
+      transfer_completion *c = list;
+      list = c->next;
+      c->next = NULL;
+      if (c->event == fired) {
+        c->status = fired_status;
+      } else if (!watch_ended(c)) {
+        if (rest_last != NULL)
+          rest_last->next = c;
+        else
+          rest = c;
+        rest_last = c;
+        continue;
+      }
+      *ready_end = c;
+      ready_end = &c->next;
+    }
+    pthread_mutex_lock(&dev->watch_lock);
+    if (rest != NULL) { /* older than what was added meanwhile */
+      rest_last->next = dev->watch_head;
+      if (dev->watch_head == NULL)
+        dev->watch_tail = rest_last;
+      dev->watch_head = rest;
+    }
+    if (dev->watch_head != NULL)
+      arm = dev->watch_tail;
+    else
+      dev->watch_busy = 0;
+    pthread_mutex_unlock(&dev->watch_lock);
+    if (arm == NULL || !watch_arm(dev, arm, &fired_status))
+      break;
+    fired = arm->event; /* it had completed: walk again */
+  }
+  watch_report(ready);
+}
+
+/* Watch c's command (c->event): submit it, and arm the callback on it when
+ * none is armed on the device. */
+static void watch_add(ocl_device *dev, transfer_completion *c) {
+  int arm;
+  cl_int status;
+  pthread_mutex_lock(&dev->watch_lock);
+  if (dev->watch_tail != NULL)
+    dev->watch_tail->next = c;
+  else
+    dev->watch_head = c;
+  dev->watch_tail = c;
+  arm = !dev->watch_busy;
+  dev->watch_busy = 1;
+  pthread_mutex_unlock(&dev->watch_lock);
+  /* Commands may sit in the queue until flushed; nobody may ever wait on
+   * this one, so submit it now. A failing flush leaves the command queued,
+   * and its callback still runs when the queue is finished. */
+  submit_begin(dev);
+  ocl.clFlush(dev->queue);
+  submit_end(dev);
+  if (arm && watch_arm(dev, c, &status))
+    watch_walk(dev, c->event, status);
 }
 
 /* after[] lists longer than this take one malloc. */
@@ -1234,29 +1401,6 @@ static cl_uint build_wait_list(ocl_device *dev, const um__xfer *x, void *const *
     if (x->wait[i] != NULL)
       list[waits++] = (cl_event)x->wait[i];
   return waits;
-}
-
-/* Have done(arg, status) called when event completes: a callback with its
- * own reference on the event (the enqueue's becomes the caller's token). A
- * failing clSetEventCallback cannot take the queued command back, so it is
- * finished here and reported through done, as if the callback had run. */
-static void watch_completion(ocl_device *dev, cl_event event, transfer_completion *completion) {
-  ocl.clRetainEvent(event);
-  if (ocl.clSetEventCallback(event, CL_COMPLETE, on_transfer_complete, completion) != CL_SUCCESS) {
-    int status = wait_for_command(event, completion->call);
-    um__done_fn done = completion->done;
-    void *arg = completion->arg;
-    ocl.clReleaseEvent(event);
-    completion_free(completion);
-    done(arg, status);
-    return;
-  }
-  /* Commands may sit in the queue until flushed; nobody may ever wait on
-   * this one, so submit it now. A failing flush leaves the command queued,
-   * and its callback still runs when the queue is finished. */
-  submit_begin(dev);
-  ocl.clFlush(dev->queue);
-  submit_end(dev);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1370,7 +1514,12 @@ static int ocl_xfer_async(void *bdev, const um__xfer *x, void *const *after, int
   status = enqueue_transfer(dev, x, CL_FALSE, waits, waits > 0 ? wait_list : NULL, &event);
   if (status != UM_OK)
     goto fail;
-  watch_completion(dev, event, completion);
+  completion->event = event;
+  if (!x->token_held) { /* the caller may release the token before done */
+    ocl.clRetainEvent(event);
+    completion->retained = 1;
+  }
+  watch_add(dev, completion);
   if (wait_list != inline_wait_list)
     free(wait_list);
   *native = event;
