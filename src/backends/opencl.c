@@ -325,11 +325,12 @@ typedef struct ocl_device {
    * basic device): calls that submit take submit_lock (below). */
   int runs_inline;
   /* Watched transfers, oldest first, not reported yet (the watch list,
-   * below), and whether a callback is armed on one of them or a walk
-   * runs (it arms the next). */
+   * below); the newest of them with no callback of its own; whether the
+   * lazy callback is armed (0 or 1); walks running. */
   pthread_mutex_t watch_lock;
-  struct transfer_completion *watch_head, *watch_tail;
-  int watch_busy;
+  struct transfer_completion *watch_head, *watch_tail, *watch_unarmed;
+  int watch_lazy;
+  int watch_walks;
   char name[128];
 } ocl_device;
 
@@ -1182,7 +1183,19 @@ typedef struct transfer_completion {
   unsigned char allocated;
   unsigned char retained; /* holds a reference of its own on event (the
                              caller does not keep the token until done) */
+  unsigned char armed;    /* a callback of its own is registered on event:
+                             WATCH_OWN, or WATCH_LAZY (it covers the small
+                             commands before it) */
 } transfer_completion;
+
+enum { WATCH_OWN = 1, WATCH_LAZY = 2 };
+
+/* Commands that move this much or more, and queue marks (each stands for a
+ * run of copies), get a callback of their own: a report that waited for
+ * the next callback could come a whole large command late (a double-
+ * buffered pipeline would wait for the next buffer's transfer), and a
+ * callback is a small part of such a command's time. */
+#define WATCH_OWN_BYTES (64u * 1024u)
 
 _Static_assert(sizeof(transfer_completion) <= UM__DONE_SPACE, "a completion fits the core's done_space");
 
@@ -1198,6 +1211,7 @@ static transfer_completion *completion_new(const um__xfer *x, um__done_fn done, 
   c->status = CL_COMPLETE;
   c->allocated = x->done_space == NULL;
   c->retained = 0;
+  c->armed = 0;
   return c;
 }
 
@@ -1213,23 +1227,24 @@ static void completion_free(transfer_completion *c) {
  * (clSetEventCallback allocates and takes the event's lock) and its
  * dispatch on the driver's thread, about as much again as unimem's own
  * work for a small copy. The device's queue is in order, so the completion
- * of its newest command says that those before it have completed too.
- * Each watched command goes on the device's list; at most one callback is
- * registered (armed) at a time, on the newest entry. When it fires, every
- * entry whose command has completed (its own status queried, so a failure
- * is reported as such) is reported, in the order of the list, and the
- * callback is armed again on the newest entry left, if any. A command's
- * report may so come later than its completion, by at most the commands
- * that were queued while the callback before it was armed: a waiter sleeps
- * until then (the spin of wait_spin_ns sees the device's own state through
- * token_query).
+ * of a command says that those before it have completed too. Each watched
+ * command goes on the device's list. Large ones (WATCH_OWN_BYTES) get a
+ * callback of their own; of the small ones, only one at a time gets a
+ * callback, the lazy one, on the newest small command when it is armed.
+ * When a callback fires, every entry whose command has ended (its own
+ * status queried, so a failure is reported as such) is reported, in the
+ * order of the list, and the lazy callback is armed again on the newest
+ * small entry left, if any. A small command's report may so come later
+ * than its completion, by at most the small commands queued while the
+ * lazy callback before it was armed (a waiter's wait_spin_ns spin sees the
+ * device's own state through token_query).
  *
  * Entries keep their event alive until reported: through the caller's
  * token (um__xfer.token_held: the core's operations keep theirs until
- * done), else with a reference of their own. The armed entry is reported
- * by its own callback only, never by a walk that finds it complete first:
- * the driver may still be about to call the callback, and the report may
- * release the event's last reference. */
+ * done), else with a reference of their own. An entry with a callback is
+ * reported by its own callback only, never by a walk that finds it
+ * complete first: the driver may still be about to call the callback, and
+ * the report may release the event's last reference. */
 
 /* Set while this thread registers the armed callback of a device: a driver
  * that calls it inside clSetEventCallback (the command completed already)
@@ -1305,16 +1320,18 @@ static void watch_report(transfer_completion *ready) {
   }
 }
 
-/* The armed callback fired (fired, with fired_status): take the ended
- * entries off the list, arm the callback again on the newest one left,
- * then report what ended. */
+/* A callback fired (fired, with fired_status): take the ended entries off
+ * the list, arm the lazy callback again on the newest small entry left
+ * when no other walk will, then report what ended. */
 static void watch_walk(ocl_device *dev, cl_event fired, cl_int fired_status) {
   transfer_completion *ready = NULL, **ready_end = &ready;
+  pthread_mutex_lock(&dev->watch_lock);
   for (;;) {
-    transfer_completion *list, *rest = NULL, *rest_last = NULL, *arm = NULL;
-    pthread_mutex_lock(&dev->watch_lock);
-    list = dev->watch_head;
-    dev->watch_head = dev->watch_tail = NULL;
+    transfer_completion *list = dev->watch_head, *rest = NULL, *rest_last = NULL, *rest_unarmed = NULL;
+    transfer_completion *arm = NULL;
+    int fired_lazy = 0;
+    dev->watch_walks++;
+    dev->watch_head = dev->watch_tail = dev->watch_unarmed = NULL;
     pthread_mutex_unlock(&dev->watch_lock);
     while (list != NULL) {
       transfer_completion *c = list;
@@ -1322,12 +1339,15 @@ static void watch_walk(ocl_device *dev, cl_event fired, cl_int fired_status) {
       c->next = NULL;
       if (c->event == fired) {
         c->status = fired_status;
-      } else if (!watch_ended(c)) {
+        fired_lazy = c->armed == WATCH_LAZY;
+      } else if (c->armed || !watch_ended(c)) {
         if (rest_last != NULL)
           rest_last->next = c;
         else
           rest = c;
         rest_last = c;
+        if (!c->armed)
+          rest_unarmed = c;
         continue;
       }
       *ready_end = c;
@@ -1339,23 +1359,31 @@ static void watch_walk(ocl_device *dev, cl_event fired, cl_int fired_status) {
       if (dev->watch_head == NULL)
         dev->watch_tail = rest_last;
       dev->watch_head = rest;
+      if (dev->watch_unarmed == NULL)
+        dev->watch_unarmed = rest_unarmed;
     }
-    if (dev->watch_head != NULL)
-      arm = dev->watch_tail;
-    else
-      dev->watch_busy = 0;
+    dev->watch_walks--;
+    dev->watch_lazy -= fired_lazy;
+    if (dev->watch_lazy == 0 && dev->watch_walks == 0 && dev->watch_unarmed != NULL) {
+      arm = dev->watch_unarmed; /* it covers the small entries before it */
+      arm->armed = WATCH_LAZY;
+      dev->watch_lazy = 1;
+      dev->watch_unarmed = NULL;
+    }
     pthread_mutex_unlock(&dev->watch_lock);
     if (arm == NULL || !watch_arm(dev, arm, &fired_status))
       break;
     fired = arm->event; /* it had completed: walk again */
+    pthread_mutex_lock(&dev->watch_lock);
   }
   watch_report(ready);
 }
 
-/* Watch c's command (c->event): submit it, and arm the callback on it when
- * none is armed on the device. */
-static void watch_add(ocl_device *dev, transfer_completion *c) {
-  int arm;
+/* Watch c's command (c->event): submit it, and register a callback on it
+ * when it is large, or small with no lazy callback armed and no walk to
+ * arm one. */
+static void watch_add(ocl_device *dev, transfer_completion *c, int own) {
+  int arm = 1;
   cl_int status;
   pthread_mutex_lock(&dev->watch_lock);
   if (dev->watch_tail != NULL)
@@ -1363,8 +1391,16 @@ static void watch_add(ocl_device *dev, transfer_completion *c) {
   else
     dev->watch_head = c;
   dev->watch_tail = c;
-  arm = !dev->watch_busy;
-  dev->watch_busy = 1;
+  if (own) {
+    c->armed = WATCH_OWN;
+  } else if (dev->watch_lazy == 0 && dev->watch_walks == 0) {
+    c->armed = WATCH_LAZY;
+    dev->watch_lazy = 1;
+    dev->watch_unarmed = NULL;
+  } else {
+    dev->watch_unarmed = c;
+    arm = 0;
+  }
   pthread_mutex_unlock(&dev->watch_lock);
   /* Commands may sit in the queue until flushed; nobody may ever wait on
    * this one, so submit it now. A failing flush leaves the command queued,
@@ -1519,7 +1555,7 @@ static int ocl_xfer_async(void *bdev, const um__xfer *x, void *const *after, int
     ocl.clRetainEvent(event);
     completion->retained = 1;
   }
-  watch_add(dev, completion);
+  watch_add(dev, completion, x->kind == UM__XFER_QUEUE_MARK || x->bytes >= WATCH_OWN_BYTES);
   if (wait_list != inline_wait_list)
     free(wait_list);
   *native = event;

@@ -9,7 +9,9 @@
  *  - events released before their copies ran, then a synchronize;
  *  - four threads issuing and reading back at once;
  *  - batches (whose queue marks hold an event reference of their own)
- *    between single copies. */
+ *    between single copies;
+ *  - large copies (a callback each) between small ones (one callback for
+ *    many), waited for in the order of a double-buffered pipeline. */
 #include <pthread.h>
 
 #include "opencl_util.h"
@@ -163,6 +165,38 @@ OU_TEST_1_AND_2(opencl_watch, batches_between_single_copies) {
   }
   back = ou_read_all(b);
   ou_assert_bytes(back, src, n, "batches and single copies");
+  um_release(b);
+  free(back), free(src);
+  ou_close(&e);
+}
+
+/* Large copies (64 KiB and more: a callback of their own) between small
+ * ones (the lazy callback): a pipeline that issues copy k + 1 before it
+ * waits for copy k, into two halves of a buffer, then reads both back. */
+OU_TEST_1_AND_2(opencl_watch, large_copies_between_small_ones) {
+  enum { ROUNDS = 24, BIG = 256 * 1024 };
+  ou_env e = ou_open(NULL, 1);
+  size_t n = (size_t)ROUNDS * (BIG + SMALL);
+  unsigned char *src = ou_malloc(n), *back;
+  um_buffer *b = ou_alloc(e.m, e.dev[0], n, UM_DEVICE);
+  um_event *big[ROUNDS], *small[ROUNDS];
+  size_t off = 0;
+  ou_pattern(src, n, 21);
+  for (int r = 0; r < ROUNDS; r++) {
+    cr_assert_eq(um_copy_from_host(b, off, src + off, BIG, &big[r]), UM_OK, "%s", um_last_error());
+    off += BIG;
+    cr_assert_eq(um_copy_from_host(b, off, src + off, SMALL, &small[r]), UM_OK, "%s", um_last_error());
+    off += SMALL;
+    if (r > 0) {
+      ou_wait(big[r - 1], UM_OK);
+      ou_wait(small[r - 1], UM_OK);
+    }
+  }
+  ou_wait(small[ROUNDS - 1], UM_OK);
+  cr_assert_eq(um_event_query(big[ROUNDS - 1]), UM_OK, "the large copy before the last small one is done");
+  ou_wait(big[ROUNDS - 1], UM_OK);
+  back = ou_read_all(b);
+  ou_assert_bytes(back, src, n, "large and small copies");
   um_release(b);
   free(back), free(src);
   ou_close(&e);
