@@ -387,12 +387,15 @@ static void op_finish(um_event *op, int status, um_event **ready) {
   um__engine_op_done(m);
 }
 
+/* An operation, or a run's (kind RUN: its run's status), completed with
+ * status: finished here once the gate lets it through, with what it lets
+ * through in turn. */
 void um__op_complete(um_event *op, int status) {
-  um_event *ready = NULL;
   if (!gate_passes(op, status))
     return; /* the last operation it follows to complete finishes it */
-  op_finish(op, status, &ready);
-  finish_ready(ready);
+  op->gate_status = status;
+  op->gate_next = NULL;
+  finish_ready(op);
 }
 
 static void op_task_complete(um__work *w) {
@@ -942,7 +945,7 @@ static um__run *run_new(um_event *group, um_device *d, int q) {
   r->capbufs = RUN_INLINE_BUFFERS;
   r->op->run = r;
   r->op->priors = r->op->prior_space;
-  r->cappriors = 2;
+  r->cappriors = (int)(sizeof(r->op->prior_space) / sizeof(r->op->prior_space[0]));
   r->op->native_dev = d;
   r->op->group = group;
   r->op->detached = true;
@@ -1188,13 +1191,7 @@ static void run_finish(um__run *r, um_event **ready) {
 }
 
 /* The run finished: reported done once the operations it follows are. */
-static void run_complete(um__run *r) {
-  um_event *ready = NULL;
-  if (!gate_passes(r->op, r->status))
-    return;
-  run_finish(r, &ready);
-  finish_ready(ready);
-}
+static void run_complete(um__run *r) { um__op_complete(r->op, r->status); }
 
 static void run_task(um__work *w) {
   run_complete((um__run *)(void *)((char *)w - offsetof(um__run, work)));

@@ -1249,7 +1249,6 @@ static int cuda_xfer_async(void *bdev, const um__xfer *x, void *const *after,
   CUresult result;
   int issued = 0;
   int status;
-
   int q;
 
   if (x->kind == UM__XFER_MARKER)

@@ -346,8 +346,9 @@ typedef struct ocl_state {
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                   */
 
-/* Wait for one command and return its execution status as UM_* code. */
-static int wait_for_command(cl_event event, const char *call) {
+/* Wait for one command: CL_SUCCESS, or why it failed (its own execution
+ * status where it says one, else the wait's error). */
+static cl_int wait_command_status(cl_event event) {
   cl_int err = ocl.clWaitForEvents(1, &event);
   cl_int execution_status = CL_COMPLETE;
   if (err == CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST) {
@@ -358,7 +359,12 @@ static int wait_for_command(cl_event event, const char *call) {
         execution_status < 0)
       err = execution_status;
   }
-  return translate_cl_error(err, call);
+  return err;
+}
+
+/* Wait for one command and return its execution status as UM_* code. */
+static int wait_for_command(cl_event event, const char *call) {
+  return translate_cl_error(wait_command_status(event), call);
 }
 
 /* Submitting on a device that runs commands inline.
@@ -1179,7 +1185,7 @@ typedef struct transfer_completion {
   const char *call;
   cl_event event;                   /* the command's */
   struct transfer_completion *next; /* in the device's watch list */
-  cl_int status;                    /* once complete: its execution status */
+  cl_int status;                    /* once ended: its execution status (set by the walk) */
   unsigned char allocated;
   unsigned char retained; /* holds a reference of its own on event (the
                              caller does not keep the token until done) */
@@ -1208,7 +1214,6 @@ static transfer_completion *completion_new(const um__xfer *x, um__done_fn done, 
   c->call = transfer_call_name(x->kind);
   c->event = NULL;
   c->next = NULL;
-  c->status = CL_COMPLETE;
   c->allocated = x->done_space == NULL;
   c->retained = 0;
   c->armed = 0;
@@ -1276,14 +1281,7 @@ static int watch_arm(ocl_device *dev, transfer_completion *c, cl_int *status) {
   err = ocl.clSetEventCallback(c->event, CL_COMPLETE, on_watch_fired, dev);
   arming_dev = NULL;
   if (err != CL_SUCCESS) {
-    /* A failed wait is the command's failure: its own status where it
-     * says one, else the wait's error. */
-    cl_int st = CL_COMPLETE, werr = ocl.clWaitForEvents(1, &c->event);
-    if (werr != CL_SUCCESS &&
-        (ocl.clGetEventInfo(c->event, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(st), &st, NULL) != CL_SUCCESS ||
-         st >= 0))
-      st = werr;
-    *status = st;
+    *status = wait_command_status(c->event);
     return 1;
   }
   if (armed_fired) {
