@@ -81,7 +81,7 @@ typedef struct um__xfer {
                             one of its own */
 } um__xfer;
 
-#define UM__DONE_SPACE 48
+#define UM__DONE_SPACE 56
 
 /* UM_HOST blocks never reach a backend except the cpu's: the core serves
  * UM_HOST on every device with device 0's memory (ordinary pageable host

@@ -237,7 +237,8 @@ static bool event_spin_wait(um_event *e, uint32_t ns) {
   event_spin s = {.e = e};
   bool done;
   pthread_mutex_lock(&e->lock);
-  if (atomic_load_explicit(&e->state, memory_order_acquire) != UM__EV_DONE && e->native != NULL &&
+  void *native = atomic_load_explicit(&e->native, memory_order_acquire);
+  if (atomic_load_explicit(&e->state, memory_order_acquire) != UM__EV_DONE && native != NULL &&
       e->native_dev->be->token_query != NULL) {
     /* Borrowed as an issuer borrows a dependency's (op.c). The borrow may
      * outlive the operation, and its release is a backend call: the spin
@@ -247,7 +248,7 @@ static bool event_spin_wait(um_event *e, uint32_t ns) {
      * not 0. */
     um__engine_op_begin(e->m);
     um__atomic_add_relaxed(&e->native_refs, 1);
-    s.token = e->native;
+    s.token = native;
     s.dev = e->native_dev;
   }
   pthread_mutex_unlock(&e->lock);
@@ -430,6 +431,11 @@ int um_event_wait(um_event *e) {
   int st = check_event(e);
   if (st != UM_OK)
     return st;
+  /* Done, and done well: nothing to wait for and no text to copy, so no
+   * reference either (the object is never freed before the manager, and a
+   * release racing this wait is the caller's misuse, as for check_event). */
+  if (atomic_load_explicit(&e->state, memory_order_acquire) == UM__EV_DONE && e->status == UM_OK)
+    return UM_OK;
   /* Hold the object for the wait: another thread may release the handle
    * meanwhile (a misuse, but not one that may reach freed memory). And
    * count this thread in: a destroy on another thread finishes the wait
@@ -481,12 +487,7 @@ int um_event_release(um_event *e) {
   if (!atomic_compare_exchange_strong_explicit(&e->caller_holds, &held, false, memory_order_acq_rel,
                                                memory_order_acquire))
     return um__set_error(UM_ESTATE, "event %p was released already", (void *)e);
-  pthread_mutex_lock(&e->lock);
-  void *native = e->caller_native;
-  e->caller_native = NULL;
-  pthread_mutex_unlock(&e->lock);
-  if (native != NULL) /* the share keep_native (op.c) took for um_event_native */
-    um__event_token_put(e, e->native_dev, native);
+  um__event_caller_native_drop(e); /* the share keep_native (op.c) took for um_event_native */
   um__event_unref(e);
   return UM_OK;
 }
@@ -499,10 +500,8 @@ int um_event_native(um_event *e, void **native) {
     return st;
   if (native == NULL)
     return um__set_error(UM_EINVAL, "um_event_native: NULL native");
-  pthread_mutex_lock(&e->lock);
-  tok = e->caller_native;
+  tok = atomic_load(&e->caller_native);
   d = e->native_dev;
-  pthread_mutex_unlock(&e->lock);
   if (d == NULL || d->be->token_native == NULL)
     return um__set_error(UM_ENOTSUP, "the operation runs on host threads: it has no native event");
   if (tok == NULL)

@@ -221,11 +221,27 @@ struct um__path {
 void um__path_plan(um_event *op);
 bool um__path_runs_inline(const um_event *op);
 /* The host side of a copy: its pointer, or the buffer's host view at the
- * offset; NULL when that end has no host view. */
-char *um__path_host_src(const um_event *op);
-char *um__path_host_dst(const um_event *op);
-/* b's memory is page-locked for device d (one direct DMA, no staging). */
-bool um__path_dma_ready(const um_buffer *b, const um_device *d);
+ * offset; NULL when that end has no host view. Inline: every plan asks. */
+static inline char *um__path_host_src(const um_event *op) {
+  if (op->host_src != NULL)
+    return (char *)op->host_src;
+  return op->src->mem.host ? (char *)op->src->mem.host + op->src_off : NULL;
+}
+
+static inline char *um__path_host_dst(const um_event *op) {
+  if (op->host_dst != NULL)
+    return op->host_dst;
+  return op->dst->mem.host ? (char *)op->dst->mem.host + op->dst_off : NULL;
+}
+
+/* b's memory is page-locked for device d: a PINNED block of d, or a
+ * UM_WRAP_PIN wrap registered with d's backend. A copy between it and d's
+ * memory is one direct DMA, with no staging. */
+/* (handle.c) Whether d's backend registered b, a UM_WRAP_PIN wrap. */
+bool um__wrap_registered(const um_buffer *b, const um_device *d);
+static inline bool um__path_dma_ready(const um_buffer *b, const um_device *d) {
+  return b != NULL && ((b->loc == UM_PINNED && b->dev == d) || um__wrap_registered(b, d));
+}
 extern const um__path um__path_fill_host, um__path_fill_device, um__path_memcpy, um__path_h2d,
     um__path_d2h, um__path_local, um__path_peer;
 
@@ -248,6 +264,9 @@ int um__event_wait_internal(um_event *e);
 int um__event_wait_result(um_event *e);
 /* Drop one owner of e's token (e->native_refs); the last releases it. */
 void um__event_token_put(um_event *e, um_device *ndev, void *native);
+/* Drop the caller's share of e's token (um_event_release; op.c's
+ * keep_native when the release came first). */
+void um__event_caller_native_drop(um_event *e);
 /* Manager destroy: free every event object. */
 void um__events_free_all(um_manager *m);
 /* A thread's cache goes (thread exit): its stash of event objects back to
@@ -304,7 +323,7 @@ void um__buffer_retire(um_buffer *b, um__tcache *tc);
 /* UM_WRAP_PIN: register a live wrap with the other backends; whether d's
  * backend registered it (d may DMA from and to it directly). */
 void um__wrap_register_devices(um_buffer *b);
-bool um__wrap_registered(const um_buffer *b, const um_device *d);
+/* um__wrap_registered is declared above, with um__path_dma_ready. */
 
 /* trim.c: move the caches' blocks to the bins, then free idle blocks,
  * oldest first, until at most keep bytes stay idle in the manager (dev ==

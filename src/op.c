@@ -98,35 +98,57 @@ static bool queued_before(um_event *dep, const um_event *op) {
 }
 
 /* Under dep->lock: dep's token for a wait list, with one more owner, or
- * NULL when dep has finished or has not stored its token yet. */
+ * NULL when dep has finished or has not stored its token yet. The
+ * operation's own share is put only after finish_op_locked took the token
+ * under this lock, so a token seen here with dep not done is alive. */
 static void *token_borrow_locked(um_event *dep) {
-  if (atomic_load_explicit(&dep->state, memory_order_acquire) == UM__EV_DONE || dep->native == NULL)
+  void *native;
+  if (atomic_load_explicit(&dep->state, memory_order_acquire) == UM__EV_DONE ||
+      (native = atomic_load_explicit(&dep->native, memory_order_acquire)) == NULL)
     return NULL;
   um__atomic_add_relaxed(&dep->native_refs, 1);
-  return dep->native;
+  return native;
 }
 
-/* Keep a started operation's token, or release it when the operation has
+/* What finish_op_locked leaves in op->native: the operation finished, and
+ * a token stored after it is the storer's to put. */
+static char native_finished;
+#define NATIVE_FINISHED ((void *)&native_finished)
+
+/* Drop the caller's share of op's token if it is still here: whichever of
+ * um_event_release and keep_native takes it from caller_native puts it. */
+void um__event_caller_native_drop(um_event *op) {
+  void *native = atomic_exchange(&op->caller_native, NULL);
+  if (native != NULL)
+    um__event_token_put(op, op->native_dev, native);
+}
+
+/* Keep a started operation's token, or put it when the operation has
  * finished already. Until then op->native is NULL, which a later issuer
- * treats as "not started yet" and orders by registration instead. */
+ * treats as "not started yet" and orders by registration instead. No lock:
+ * the owners are counted before the token is published; op->native goes
+ * from NULL to the token here, or to NATIVE_FINISHED in finish_op_locked,
+ * whichever comes first (a compare-and-swap against an exchange); the
+ * caller's share is handed over as um_event_release takes it (caller_holds
+ * is set to false before caller_native is taken; here caller_native is
+ * stored before caller_holds is read again: one of the two sees the
+ * other, both sequentially consistent). */
 static void keep_native(um_event *op, void *native) {
-  bool done, caller;
-  pthread_mutex_lock(&op->lock);
-  done = atomic_load_explicit(&op->state, memory_order_acquire) == UM__EV_DONE;
+  void *expected = NULL;
   /* The caller's event keeps the token for um_event_native until it is
-   * released (um_event_release drops that share under this lock). */
-  caller = atomic_load_explicit(&op->caller_holds, memory_order_relaxed);
-  if (caller)
-    op->caller_native = native;
-  if (!done)
-    op->native = native;
+   * released. */
+  bool caller = atomic_load(&op->caller_holds);
+  atomic_store_explicit(&op->native_refs, 1 + (int)caller, memory_order_relaxed);
   if (op->queued_q >= 0)
     atomic_store_explicit(&op->queued_on, op->native_dev, memory_order_release);
-  if (!done || caller)
-    atomic_store_explicit(&op->native_refs, (int)!done + (int)caller, memory_order_relaxed);
-  pthread_mutex_unlock(&op->lock);
-  if (done && !caller && op->native_dev->be->native_release)
-    op->native_dev->be->native_release(op->native_dev->bdev, native);
+  if (caller) {
+    atomic_store(&op->caller_native, native);
+    if (!atomic_load(&op->caller_holds)) /* released meanwhile */
+      um__event_caller_native_drop(op);
+  }
+  if (!atomic_compare_exchange_strong_explicit(&op->native, &expected, native, memory_order_acq_rel,
+                                               memory_order_acquire))
+    um__event_token_put(op, op->native_dev, native); /* finished already: the operation's share */
 }
 
 /* Start op on its device's queue behind the tokens of after; the token is
@@ -303,14 +325,13 @@ static void followers_start(followers *f) {
 /* Under op->lock: op finished with status; its followers go to f, the
  * nodes waiting for it at their gates to *waiters. Returns its token. */
 static void *finish_op_locked(um_event *op, int status, followers *f, um__prior **waiters) {
-  void *native = op->native;
+  void *native = atomic_exchange_explicit(&op->native, NATIVE_FINISHED, memory_order_acq_rel);
   op->status = status;
   followers_take_locked(op, f);
   *waiters = op->prior_waiters;
   op->prior_waiters = NULL;
-  op->native = NULL;
   atomic_store_explicit(&op->state, UM__EV_DONE, memory_order_release);
-  return native;
+  return native; /* NULL: not kept yet, keep_native puts it */
 }
 
 /* The buffers' bookkeeping and the operation's state change together,
@@ -547,8 +568,12 @@ static int op_check_locked(um_event *op, um_buffer **bufs, int nbufs) {
     uint32_t gen = b == op->dst ? op->dst_gen : op->src_gen;
     /* touched before the state check, both seq_cst, against um_release's
      * state CAS then touched load: a release that misses touched comes
-     * after this check in the total order, so the check sees RELEASED. */
-    atomic_store(&b->touched, true);
+     * after this check in the total order, so the check sees RELEASED.
+     * Once touched, a buffer stays so until it is reused: a release then
+     * takes the lock held here (buffer.c's release_slow), so the store
+     * (a full barrier) is made once per buffer, not once per operation. */
+    if (!atomic_load_explicit(&b->touched, memory_order_relaxed))
+      atomic_store(&b->touched, true);
     if (atomic_load(&b->state) != UM__BUF_LIVE || b->gen != gen)
       return um__set_error(UM_ESTATE, "buffer %p was released", (void *)b);
     if (b->mapped)
@@ -635,12 +660,14 @@ static void follow_replaced(um_event *op, um_event **old_last, int n) {
 }
 
 /* Make op the buffers' last operation, then drop the locks; op follows the
- * operations it replaced (follow_replaced). */
-static void op_publish(um_event *op, um_buffer **bufs, int nbufs) {
+ * operations it replaced (follow_replaced). The buffers' references, and
+ * extra_refs more for the caller, are taken at once before anyone can see
+ * op. */
+static void op_publish(um_event *op, um_buffer **bufs, int nbufs, int extra_refs) {
   um_event *old_last[2] = {NULL, NULL};
+  um__atomic_add_relaxed(&op->refs, nbufs + extra_refs);
   for (int i = 0; i < nbufs; i++) {
     old_last[i] = bufs[i]->last;
-    um__event_ref(op);
     bufs[i]->last = op;
   }
   unlock_buffers(bufs, nbufs);
@@ -819,9 +846,8 @@ int um__op_issue(um_event *op, um_event **done) {
     unlock_buffers(bufs, nbufs);
     return op_run_unpublished(op);
   }
-  op_publish(op, bufs, nbufs);
-  um__event_ref(op); /* the issuing reference: the caller's event, or ours
-                        until the wait below */
+  op_publish(op, bufs, nbufs, 1); /* and the issuing reference: the caller's
+                                     event, or ours until the wait below */
   if (done != NULL) /* before the start: the caller's share of the token */
     atomic_store_explicit(&op->caller_holds, true, memory_order_relaxed);
   op_start_ordered(op, deps, ndeps, all_native);
@@ -855,7 +881,7 @@ int um__op_hold(um_event *op, um_event **dep) {
   }
   um__path_plan(op);
   ndeps = op_collect_deps(op, bufs, nbufs, deps, &all_native);
-  op_publish(op, bufs, nbufs);
+  op_publish(op, bufs, nbufs, 0);
   for (int i = 1; i < ndeps; i++) /* one buffer: at most one */
     um__event_unref(deps[i]);
   *dep = ndeps > 0 ? deps[0] : NULL;

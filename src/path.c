@@ -30,25 +30,6 @@
  * (~5-20 us), as much as the copy itself at ~10 GB/s. */
 #define INLINE_HOST_BYTES (256u * 1024u)
 
-char *um__path_host_src(const um_event *op) {
-  if (op->host_src != NULL)
-    return (char *)op->host_src;
-  return op->src->mem.host ? (char *)op->src->mem.host + op->src_off : NULL;
-}
-
-char *um__path_host_dst(const um_event *op) {
-  if (op->host_dst != NULL)
-    return op->host_dst;
-  return op->dst->mem.host ? (char *)op->dst->mem.host + op->dst_off : NULL;
-}
-
-/* b's memory is page-locked for device d: a PINNED block of d, or a
- * UM_WRAP_PIN wrap registered with d's backend. A copy between it and d's
- * memory is one direct DMA, with no staging. */
-bool um__path_dma_ready(const um_buffer *b, const um_device *d) {
-  return b != NULL && ((b->loc == UM_PINNED && b->dev == d) || um__wrap_registered(b, d));
-}
-
 /* The device's queue runs op when its backend queues transfers. */
 static bool native_on(um_event *op, um_device *d) {
   op->native_dev = d->be->xfer_async != NULL ? d : NULL;

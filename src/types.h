@@ -289,6 +289,18 @@ struct um_event {
   /* The backend's room for a native transfer's completion (backend.h:
    * um__xfer.done_space), so that it allocates nothing per operation. */
   void *done_space[UM__DONE_SPACE / sizeof(void *)];
+  /* Written before they are read in each operation, so not reset either
+   * (the reset writes every cache line it covers, and the object was last
+   * written by the thread that completed its previous operation): the
+   * first followers (counted by ndependents), the gate's nodes (counted by
+   * npriors), the gate's count, status and ready list (set as it closes,
+   * op.c's gate_passes and um__op_complete), and the engine's work item. */
+  um_event *dependents[UM__MAX_DEPENDENTS];
+  um__prior prior_space[2];
+  atomic_int priors_pending;
+  int gate_status;
+  um_event *gate_next;
+  um__work work; /* the engine's queue: start it, or complete it */
 
   /* Reset for each operation: everything from here on. */
   atomic_int refs;          /* 0: on the free list */
@@ -313,8 +325,7 @@ struct um_event {
    * batch's run is the last operation of many buffers, each of which may
    * get a follower), a heap array of nmore_dependents, freed at completion */
   atomic_int deps_pending;
-  um_event *dependents[UM__MAX_DEPENDENTS];
-  int ndependents;
+  int ndependents; /* of dependents[], above */
   um_event **more_dependents;
   int nmore_dependents;
   um_event *group; /* batch this operation belongs to */
@@ -325,14 +336,11 @@ struct um_event {
    * (or a run's array); at the gate, how many it still waits for, and its
    * status meanwhile; the later operations waiting at their gates for
    * this one (under lock); a completing thread's list of operations its
-   * completions let through */
-  um__prior prior_space[2];
+   * completions let through (prior_space, priors_pending, gate_status and
+   * gate_next are above, not reset) */
   um__prior *priors;
   int npriors;
-  atomic_int priors_pending;
-  int gate_status;
   um__prior *prior_waiters;
-  um_event *gate_next;
   struct um__run *run; /* kind RUN: the run it stands for */
 
   /* how it runs: its path (path.c), chosen at issue under the buffers'
@@ -348,11 +356,13 @@ struct um_event {
   void *attached;
   void (*attached_drop)(um_event *op);
 
-  /* The backend's token while the operation runs on a device queue (under
-   * lock), and its owners: one for the operation, one per issuer that
-   * borrowed it for a wait list (op.c's token_borrow_locked). The last
-   * owner releases it, so no lock is held across the backend's calls. */
-  void *native;
+  /* The backend's token while the operation runs on a device queue (set
+   * by op.c's keep_native without the lock, taken under lock when it
+   * finishes), and its owners: one for the operation, one per issuer that
+   * borrowed it for a wait list (op.c's token_borrow_locked, under lock).
+   * The last owner releases it, so no lock is held across the backend's
+   * calls. */
+  _Atomic(void *) native;
   atomic_int native_refs;
   int native_status;
   /* The backend reported completion inside xfer_async, on the issuing
@@ -360,8 +370,9 @@ struct um_event {
    * the backend call returned. Touched by that thread only. */
   bool complete_deferred;
   /* The token kept for the caller's um_event_native (one of native_refs),
-   * until um_event_release. */
-  void *caller_native;
+   * until um_event_release: whichever of it and keep_native exchanges it
+   * for NULL puts that share. */
+  _Atomic(void *) caller_native;
   /* The device whose in-order queue queued_q holds it (stored, release,
    * once queued): a later transfer of that queue needs no token to follow
    * it. queued_q is set by the plan (path.c; -1: no such queue), a run's
@@ -387,8 +398,6 @@ struct um_event {
   /* A group (um_copy_batch): its open runs, one per single-queue device
    * (op.c), while the group is being issued. */
   struct um__run *runs;
-
-  um__work work; /* the engine's queue: start it, or complete it */
 };
 
 typedef struct um__event_slab {

@@ -330,7 +330,12 @@ typedef struct ocl_device {
   pthread_mutex_t watch_lock;
   struct transfer_completion *watch_head, *watch_tail, *watch_unarmed;
   int watch_lazy;
-  int watch_walks;
+  int watch_walking; /* a walk runs (one at a time) */
+  int watch_again;   /* a callback fired during it: it goes round again */
+  /* Commands put on the list without the order lock (order_begin), and
+   * the lock: a watched command is enqueued and listed in one hold. */
+  atomic_uint watch_unordered;
+  pthread_mutex_t order_lock;
   char name[128];
 } ocl_device;
 
@@ -532,6 +537,7 @@ static void destroy_device(ocl_device *dev) {
     ocl.clReleaseCommandQueue(dev->queue);
   }
   pthread_mutex_destroy(&dev->watch_lock);
+  pthread_mutex_destroy(&dev->order_lock);
   free(dev);
 }
 
@@ -601,6 +607,8 @@ static int open_device(cl_device_id id, cl_context context, int context_devices,
   dev->context_devices = context_devices;
   atomic_init(&dev->bytes_held, 0);
   pthread_mutex_init(&dev->watch_lock, NULL);
+  pthread_mutex_init(&dev->order_lock, NULL);
+  atomic_init(&dev->watch_unordered, 0);
   if (caller_queue != NULL && ocl.clRetainCommandQueue(caller_queue) == CL_SUCCESS)
     dev->caller_queue = caller_queue;
   if ((status = query_device(dev, platform_major, opts)) != UM_OK ||
@@ -1182,16 +1190,24 @@ static int ocl_xfer(void *bdev, const um__xfer *x) {
 typedef struct transfer_completion {
   um__done_fn done;
   void *arg;
-  const char *call;
+  struct ocl_device *dev;           /* whose watch list it is on */
   cl_event event;                   /* the command's */
   struct transfer_completion *next; /* in the device's watch list */
-  cl_int status;                    /* once ended: its execution status (set by the walk) */
+  cl_int status;                    /* once ended: its execution status */
+  unsigned char kind;               /* um__xfer_kind, for the error's text */
   unsigned char allocated;
   unsigned char retained; /* holds a reference of its own on event (the
                              caller does not keep the token until done) */
   unsigned char armed;    /* a callback of its own is registered on event:
                              WATCH_OWN, or WATCH_LAZY (it covers the small
-                             commands before it) */
+                             commands before it); under watch_lock */
+  unsigned char ordered;  /* enqueued and put on the list in one hold of
+                             the device's order_lock, with no other command
+                             of this thread put on the list meanwhile: the
+                             entries before it on the list were enqueued
+                             before it */
+  atomic_uchar fired;     /* its callback ran, status is set (set under
+                             watch_lock) */
 } transfer_completion;
 
 enum { WATCH_OWN = 1, WATCH_LAZY = 2 };
@@ -1205,18 +1221,22 @@ enum { WATCH_OWN = 1, WATCH_LAZY = 2 };
 
 _Static_assert(sizeof(transfer_completion) <= UM__DONE_SPACE, "a completion fits the core's done_space");
 
-static transfer_completion *completion_new(const um__xfer *x, um__done_fn done, void *arg) {
+static transfer_completion *completion_new(ocl_device *dev, const um__xfer *x, um__done_fn done, void *arg) {
   transfer_completion *c = x->done_space;
   if (c == NULL && (c = malloc(sizeof(*c))) == NULL)
     return NULL;
   c->done = done;
   c->arg = arg;
-  c->call = transfer_call_name(x->kind);
+  c->dev = dev;
   c->event = NULL;
   c->next = NULL;
+  c->status = CL_QUEUED;
+  c->kind = (unsigned char)x->kind;
   c->allocated = x->done_space == NULL;
   c->retained = 0;
   c->armed = 0;
+  c->ordered = 0;
+  atomic_init(&c->fired, 0);
   return c;
 }
 
@@ -1236,59 +1256,87 @@ static void completion_free(transfer_completion *c) {
  * command goes on the device's list. Large ones (WATCH_OWN_BYTES) get a
  * callback of their own; of the small ones, only one at a time gets a
  * callback, the lazy one, on the newest small command when it is armed.
- * When a callback fires, every entry whose command has ended (its own
- * status queried, so a failure is reported as such) is reported, in the
- * order of the list, and the lazy callback is armed again on the newest
- * small entry left, if any. A small command's report may so come later
- * than its completion, by at most the small commands queued while the
- * lazy callback before it was armed (a waiter's wait_spin_ns spin sees the
- * device's own state through token_query).
+ * A callback marks its entry fired and walks the list; one walk runs at a
+ * time per device (a callback that finds one running leaves its entry to
+ * it and asks it to go round again, so no fired entry is missed by a walk
+ * that had taken the list before the entry fired). A walk reports:
+ *  - every fired entry;
+ *  - the small entries before the last fired entry that is ordered (its
+ *    place on the list is its place in the queue) and completed well:
+ *    complete too, without asking the driver, since the queue ran them
+ *    first (a failed command fails the in-order queue's later ones, or
+ *    leaves the queue in the state the specification leaves undefined);
+ *  - the small entries after it that the driver says have ended, each
+ *    with its own status, up to the first still running (the queue runs
+ *    them in order: the later ones are left for the next callback).
+ * Then it arms the lazy callback again on the newest small entry left, if
+ * any. A small command's report may so come later than its completion, by
+ * at most the small commands queued while the lazy callback before it was
+ * armed (a waiter's wait_spin_ns spin sees the device's own state through
+ * token_query).
  *
  * Entries keep their event alive until reported: through the caller's
  * token (um__xfer.token_held: the core's operations keep theirs until
  * done), else with a reference of their own. An entry with a callback is
- * reported by its own callback only, never by a walk that finds it
+ * reported only once its callback has run, never by a walk that finds it
  * complete first: the driver may still be about to call the callback, and
  * the report may release the event's last reference. */
 
-/* Set while this thread registers the armed callback of a device: a driver
- * that calls it inside clSetEventCallback (the command completed already)
- * finds it here, and the registering thread walks once the call returned. */
-static _Thread_local ocl_device *arming_dev;
+/* The entry whose callback this thread is registering: a driver that calls
+ * the callback inside clSetEventCallback (the command completed already)
+ * marks it fired, and the registering thread walks once the call returned
+ * (not inside the driver's call, which may hold the event's lock). */
+static _Thread_local transfer_completion *arming;
 static _Thread_local int armed_fired;
-static _Thread_local cl_int armed_status;
 
-static void watch_walk(ocl_device *dev, cl_event fired, cl_int fired_status);
+static void watch_walk_locked(ocl_device *dev);
+
+/* Under watch_lock: become the device's walker, or leave the walk to the
+ * one running (it goes round again). */
+static void watch_walk_or_hand_over(ocl_device *dev) {
+  if (dev->watch_walking) {
+    dev->watch_again = 1;
+    pthread_mutex_unlock(&dev->watch_lock);
+    return; /* nothing of ours runs after this unlock */
+  }
+  dev->watch_walking = 1;
+  watch_walk_locked(dev);
+}
 
 static void CL_CALLBACK on_watch_fired(cl_event event, cl_int execution_status, void *user_data) {
-  ocl_device *dev = user_data;
-  if (arming_dev == dev) {
+  transfer_completion *c = user_data;
+  ocl_device *dev = c->dev;
+  (void)event;
+  pthread_mutex_lock(&dev->watch_lock);
+  c->status = execution_status;
+  atomic_store_explicit(&c->fired, 1, memory_order_release);
+  if (arming == c) {
     armed_fired = 1;
-    armed_status = execution_status;
+    pthread_mutex_unlock(&dev->watch_lock);
     return;
   }
-  watch_walk(dev, event, execution_status);
+  watch_walk_or_hand_over(dev);
 }
 
 /* Register the callback on c's command. Returns 0 when it is armed (the
- * callback reports later), 1 with the command's execution status when it
- * has completed already, or when no callback could be registered (the
- * command was waited for here: its report cannot be lost). */
-static int watch_arm(ocl_device *dev, transfer_completion *c, cl_int *status) {
+ * callback reports later), 1 when c is fired already: its callback ran
+ * inside the registration, or none could be registered (the command was
+ * waited for here: its report cannot be lost). The caller walks then. */
+static int watch_arm(ocl_device *dev, transfer_completion *c) {
   cl_int err;
-  arming_dev = dev;
+  arming = c;
   armed_fired = 0;
-  err = ocl.clSetEventCallback(c->event, CL_COMPLETE, on_watch_fired, dev);
-  arming_dev = NULL;
+  err = ocl.clSetEventCallback(c->event, CL_COMPLETE, on_watch_fired, c);
+  arming = NULL;
   if (err != CL_SUCCESS) {
-    *status = wait_command_status(c->event);
+    cl_int st = wait_command_status(c->event);
+    pthread_mutex_lock(&dev->watch_lock);
+    c->status = st;
+    atomic_store_explicit(&c->fired, 1, memory_order_release);
+    pthread_mutex_unlock(&dev->watch_lock);
     return 1;
   }
-  if (armed_fired) {
-    *status = armed_status;
-    return 1;
-  }
-  return 0;
+  return armed_fired;
 }
 
 /* Whether c's command has ended (complete, or failed), with its status. */
@@ -1309,7 +1357,7 @@ static void watch_report(transfer_completion *ready) {
     transfer_completion *c = ready;
     um__done_fn done = c->done;
     void *arg = c->arg;
-    int status = c->status < 0 ? translate_cl_error(c->status, c->call) : UM_OK;
+    int status = c->status < 0 ? translate_cl_error(c->status, transfer_call_name((um__xfer_kind)c->kind)) : UM_OK;
     ready = c->next; /* the core's space may go with done */
     if (c->retained)
       ocl.clReleaseEvent(c->event);
@@ -1318,38 +1366,62 @@ static void watch_report(transfer_completion *ready) {
   }
 }
 
-/* A callback fired (fired, with fired_status): take the ended entries off
- * the list, arm the lazy callback again on the newest small entry left
- * when no other walk will, then report what ended. */
-static void watch_walk(ocl_device *dev, cl_event fired, cl_int fired_status) {
+/* The last entry of list that fired, is ordered and completed well: the
+ * small entries before it have completed. */
+static transfer_completion *watch_last_sure(transfer_completion *list) {
+  transfer_completion *sure = NULL;
+  for (transfer_completion *c = list; c != NULL; c = c->next)
+    if (c->armed && c->ordered && atomic_load_explicit(&c->fired, memory_order_acquire) &&
+        c->status == CL_COMPLETE)
+      sure = c;
+  return sure;
+}
+
+/* Called with watch_lock held, as the device's walker; returns with it
+ * dropped. Takes the reportable entries off the list (the comment above),
+ * going round again while callbacks fired meanwhile, arms the lazy
+ * callback again on the newest small entry left, then reports. */
+static void watch_walk_locked(ocl_device *dev) {
   transfer_completion *ready = NULL, **ready_end = &ready;
-  pthread_mutex_lock(&dev->watch_lock);
   for (;;) {
     transfer_completion *list = dev->watch_head, *rest = NULL, *rest_last = NULL, *rest_unarmed = NULL;
-    transfer_completion *arm = NULL;
-    int fired_lazy = 0;
-    dev->watch_walks++;
+    transfer_completion *arm = NULL, *sure;
+    int fired_lazy = 0, running = 0, before_sure;
+    dev->watch_again = 0;
     dev->watch_head = dev->watch_tail = dev->watch_unarmed = NULL;
     pthread_mutex_unlock(&dev->watch_lock);
+    sure = watch_last_sure(list);
+    before_sure = sure != NULL;
     while (list != NULL) {
       transfer_completion *c = list;
       list = c->next;
       c->next = NULL;
-      if (c->event == fired) {
-        c->status = fired_status;
-        fired_lazy = c->armed == WATCH_LAZY;
-      } else if (c->armed || !watch_ended(c)) {
-        if (rest_last != NULL)
-          rest_last->next = c;
-        else
-          rest = c;
-        rest_last = c;
-        if (!c->armed)
-          rest_unarmed = c;
+      if (c == sure)
+        before_sure = 0;
+      if (c->armed) {
+        if (atomic_load_explicit(&c->fired, memory_order_acquire)) {
+          fired_lazy += c->armed == WATCH_LAZY;
+          *ready_end = c;
+          ready_end = &c->next;
+          continue;
+        }
+      } else if (before_sure) {
+        c->status = CL_COMPLETE;
+        *ready_end = c;
+        ready_end = &c->next;
+        continue;
+      } else if (!running && !(running = !watch_ended(c))) {
+        *ready_end = c;
+        ready_end = &c->next;
         continue;
       }
-      *ready_end = c;
-      ready_end = &c->next;
+      if (rest_last != NULL)
+        rest_last->next = c;
+      else
+        rest = c;
+      rest_last = c;
+      if (!c->armed)
+        rest_unarmed = c;
     }
     pthread_mutex_lock(&dev->watch_lock);
     if (rest != NULL) { /* older than what was added meanwhile */
@@ -1360,30 +1432,65 @@ static void watch_walk(ocl_device *dev, cl_event fired, cl_int fired_status) {
       if (dev->watch_unarmed == NULL)
         dev->watch_unarmed = rest_unarmed;
     }
-    dev->watch_walks--;
     dev->watch_lazy -= fired_lazy;
-    if (dev->watch_lazy == 0 && dev->watch_walks == 0 && dev->watch_unarmed != NULL) {
+    if (dev->watch_again)
+      continue;
+    if (dev->watch_lazy == 0 && dev->watch_unarmed != NULL) {
       arm = dev->watch_unarmed; /* it covers the small entries before it */
       arm->armed = WATCH_LAZY;
       dev->watch_lazy = 1;
       dev->watch_unarmed = NULL;
     }
-    pthread_mutex_unlock(&dev->watch_lock);
-    if (arm == NULL || !watch_arm(dev, arm, &fired_status))
-      break;
-    fired = arm->event; /* it had completed: walk again */
-    pthread_mutex_lock(&dev->watch_lock);
+    if (arm != NULL) {
+      pthread_mutex_unlock(&dev->watch_lock);
+      watch_arm(dev, arm); /* fired already: it is on the list, marked */
+      pthread_mutex_lock(&dev->watch_lock);
+      if (dev->watch_again || atomic_load_explicit(&arm->fired, memory_order_relaxed))
+        continue;
+    }
+    break;
   }
+  dev->watch_walking = 0;
+  pthread_mutex_unlock(&dev->watch_lock);
   watch_report(ready);
 }
 
-/* Watch c's command (c->event): submit it, and register a callback on it
- * when it is large, or small with no lazy callback armed and no walk to
- * arm one. */
-static void watch_add(ocl_device *dev, transfer_completion *c, int own) {
+/* The order lock of a device: a watched command is enqueued and put on the
+ * list in one hold of it, so that the list's order is the queue's (the
+ * walk relies on it to report the small entries before a completed one
+ * unasked). Taken with trylock, so no thread ever waits for it: a thread
+ * that issues from inside a driver's callback might otherwise wait for a
+ * thread that holds it and waits for the driver. A command enqueued
+ * without it is not ordered, nor is one whose hold saw such a command put
+ * on the list (watch_unordered moved): its place on the list may not be
+ * its place in the queue. */
+static int order_begin(ocl_device *dev, unsigned *unordered0) {
+  if (pthread_mutex_trylock(&dev->order_lock) != 0)
+    return 0;
+  *unordered0 = atomic_load_explicit(&dev->watch_unordered, memory_order_relaxed);
+  return 1;
+}
+
+static void order_end(ocl_device *dev, int held) {
+  if (held)
+    pthread_mutex_unlock(&dev->order_lock);
+}
+
+/* Watch c's command (c->event), enqueued under the order lock when held
+ * (with watch_unordered at unordered0 then): put it on the list, drop the
+ * order lock, submit it, and register a callback on it when it is large,
+ * or small with no lazy callback armed and no walk to arm one. */
+static void watch_add(ocl_device *dev, transfer_completion *c, int own, int held, unsigned unordered0) {
   int arm = 1;
-  cl_int status;
   pthread_mutex_lock(&dev->watch_lock);
+  if (held) {
+    c->ordered = atomic_load_explicit(&dev->watch_unordered, memory_order_relaxed) == unordered0;
+  } else {
+    c->ordered = 0;
+    atomic_store_explicit(&dev->watch_unordered,
+                          atomic_load_explicit(&dev->watch_unordered, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+  }
   if (dev->watch_tail != NULL)
     dev->watch_tail->next = c;
   else
@@ -1391,7 +1498,7 @@ static void watch_add(ocl_device *dev, transfer_completion *c, int own) {
   dev->watch_tail = c;
   if (own) {
     c->armed = WATCH_OWN;
-  } else if (dev->watch_lazy == 0 && dev->watch_walks == 0) {
+  } else if (dev->watch_lazy == 0 && !dev->watch_walking) {
     c->armed = WATCH_LAZY;
     dev->watch_lazy = 1;
     dev->watch_unarmed = NULL;
@@ -1400,14 +1507,17 @@ static void watch_add(ocl_device *dev, transfer_completion *c, int own) {
     arm = 0;
   }
   pthread_mutex_unlock(&dev->watch_lock);
+  order_end(dev, held);
   /* Commands may sit in the queue until flushed; nobody may ever wait on
    * this one, so submit it now. A failing flush leaves the command queued,
    * and its callback still runs when the queue is finished. */
   submit_begin(dev);
   ocl.clFlush(dev->queue);
   submit_end(dev);
-  if (arm && watch_arm(dev, c, &status))
-    watch_walk(dev, c->event, status);
+  if (arm && watch_arm(dev, c)) {
+    pthread_mutex_lock(&dev->watch_lock);
+    watch_walk_or_hand_over(dev);
+  }
 }
 
 /* after[] lists longer than this take one malloc. */
@@ -1531,13 +1641,14 @@ static int ocl_xfer_async(void *bdev, const um__xfer *x, void *const *after, int
   cl_event event = NULL;
   transfer_completion *completion = NULL;
   cl_uint waits;
-  int status;
+  unsigned unordered0 = 0;
+  int status, held;
 
   if (done == NULL || native == NULL || nafter < 0 || (nafter > 0 && after == NULL))
     return um__set_error(UM_EINVAL, "opencl: bad asynchronous transfer");
   if ((status = check_transfer(dev, x)) != UM_OK)
     return status;
-  completion = completion_new(x, done, arg);
+  completion = completion_new(dev, x, done, arg);
   if (nafter + 2 > OCL_INLINE_WAIT_LIST)
     wait_list = malloc((size_t)(nafter + 2) * sizeof(*wait_list));
   if (completion == NULL || wait_list == NULL) {
@@ -1545,15 +1656,18 @@ static int ocl_xfer_async(void *bdev, const um__xfer *x, void *const *after, int
     goto fail;
   }
   waits = build_wait_list(dev, x, after, nafter, wait_list);
+  held = order_begin(dev, &unordered0);
   status = enqueue_transfer(dev, x, CL_FALSE, waits, waits > 0 ? wait_list : NULL, &event);
-  if (status != UM_OK)
+  if (status != UM_OK) {
+    order_end(dev, held);
     goto fail;
+  }
   completion->event = event;
   if (!x->token_held) { /* the caller may release the token before done */
     ocl.clRetainEvent(event);
     completion->retained = 1;
   }
-  watch_add(dev, completion, x->kind == UM__XFER_QUEUE_MARK || x->bytes >= WATCH_OWN_BYTES);
+  watch_add(dev, completion, x->kind == UM__XFER_QUEUE_MARK || x->bytes >= WATCH_OWN_BYTES, held, unordered0);
   if (wait_list != inline_wait_list)
     free(wait_list);
   *native = event;
