@@ -36,6 +36,8 @@
 #include <CL/cl.h>
 #include <dlfcn.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -327,7 +329,7 @@ typedef struct ocl_device {
   /* Watched transfers, oldest first, not reported yet (the watch list,
    * below); the newest of them with no callback of its own; whether the
    * lazy callback is armed (0 or 1); walks running. */
-  pthread_mutex_t watch_lock;
+  atomic_bool watch_locked; /* watch_lock() */
   struct transfer_completion *watch_head, *watch_tail, *watch_unarmed;
   int watch_lazy;
   int watch_walking; /* a walk runs (one at a time) */
@@ -335,7 +337,7 @@ typedef struct ocl_device {
   /* Commands put on the list without the order lock (order_begin), and
    * the lock: a watched command is enqueued and listed in one hold. */
   atomic_uint watch_unordered;
-  pthread_mutex_t order_lock;
+  atomic_bool order_held; /* the order lock: only ever tried, never waited for */
   char name[128];
 } ocl_device;
 
@@ -536,8 +538,6 @@ static void destroy_device(ocl_device *dev) {
     ocl.clFinish(dev->queue);
     ocl.clReleaseCommandQueue(dev->queue);
   }
-  pthread_mutex_destroy(&dev->watch_lock);
-  pthread_mutex_destroy(&dev->order_lock);
   free(dev);
 }
 
@@ -606,8 +606,8 @@ static int open_device(cl_device_id id, cl_context context, int context_devices,
   dev->context = context;
   dev->context_devices = context_devices;
   atomic_init(&dev->bytes_held, 0);
-  pthread_mutex_init(&dev->watch_lock, NULL);
-  pthread_mutex_init(&dev->order_lock, NULL);
+  atomic_init(&dev->watch_locked, false);
+  atomic_init(&dev->order_held, false);
   atomic_init(&dev->watch_unordered, 0);
   if (caller_queue != NULL && ocl.clRetainCommandQueue(caller_queue) == CL_SUCCESS)
     dev->caller_queue = caller_queue;
@@ -1202,7 +1202,7 @@ typedef struct transfer_completion {
                              WATCH_OWN, or WATCH_LAZY (it covers the small
                              commands before it); under watch_lock */
   unsigned char ordered;  /* enqueued and put on the list in one hold of
-                             the device's order_lock, with no other command
+                             the device's order lock, with no other command
                              of this thread put on the list meanwhile: the
                              entries before it on the list were enqueued
                              before it */
@@ -1282,6 +1282,28 @@ static void completion_free(transfer_completion *c) {
  * complete first: the driver may still be about to call the callback, and
  * the report may release the event's last reference. */
 
+/* The watch list's lock (watch_locked): held for a few dozen instructions
+ * at a time (an entry put on the list, the list taken or put back, an
+ * entry marked fired), never across a driver call, so a spin; a thread
+ * that finds the holder preempted yields its CPU to it. */
+static void watch_lock(ocl_device *dev) {
+  int spins = 0;
+  while (atomic_exchange_explicit(&dev->watch_locked, true, memory_order_acquire))
+    while (atomic_load_explicit(&dev->watch_locked, memory_order_relaxed)) {
+      if (++spins < 64) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+      } else {
+        sched_yield();
+      }
+    }
+}
+
+static void watch_unlock(ocl_device *dev) {
+  atomic_store_explicit(&dev->watch_locked, false, memory_order_release);
+}
+
 /* The entry whose callback this thread is registering: a driver that calls
  * the callback inside clSetEventCallback (the command completed already)
  * marks it fired, and the registering thread walks once the call returned
@@ -1296,7 +1318,7 @@ static void watch_walk_locked(ocl_device *dev);
 static void watch_walk_or_hand_over(ocl_device *dev) {
   if (dev->watch_walking) {
     dev->watch_again = 1;
-    pthread_mutex_unlock(&dev->watch_lock);
+    watch_unlock(dev);
     return; /* nothing of ours runs after this unlock */
   }
   dev->watch_walking = 1;
@@ -1307,12 +1329,12 @@ static void CL_CALLBACK on_watch_fired(cl_event event, cl_int execution_status, 
   transfer_completion *c = user_data;
   ocl_device *dev = c->dev;
   (void)event;
-  pthread_mutex_lock(&dev->watch_lock);
+  watch_lock(dev);
   c->status = execution_status;
   atomic_store_explicit(&c->fired, 1, memory_order_release);
   if (arming == c) {
     armed_fired = 1;
-    pthread_mutex_unlock(&dev->watch_lock);
+    watch_unlock(dev);
     return;
   }
   watch_walk_or_hand_over(dev);
@@ -1330,10 +1352,10 @@ static int watch_arm(ocl_device *dev, transfer_completion *c) {
   arming = NULL;
   if (err != CL_SUCCESS) {
     cl_int st = wait_command_status(c->event);
-    pthread_mutex_lock(&dev->watch_lock);
+    watch_lock(dev);
     c->status = st;
     atomic_store_explicit(&c->fired, 1, memory_order_release);
-    pthread_mutex_unlock(&dev->watch_lock);
+    watch_unlock(dev);
     return 1;
   }
   return armed_fired;
@@ -1389,7 +1411,7 @@ static void watch_walk_locked(ocl_device *dev) {
     int fired_lazy = 0, running = 0, before_sure;
     dev->watch_again = 0;
     dev->watch_head = dev->watch_tail = dev->watch_unarmed = NULL;
-    pthread_mutex_unlock(&dev->watch_lock);
+    watch_unlock(dev);
     sure = watch_last_sure(list);
     before_sure = sure != NULL;
     while (list != NULL) {
@@ -1423,7 +1445,7 @@ static void watch_walk_locked(ocl_device *dev) {
       if (!c->armed)
         rest_unarmed = c;
     }
-    pthread_mutex_lock(&dev->watch_lock);
+    watch_lock(dev);
     if (rest != NULL) { /* older than what was added meanwhile */
       rest_last->next = dev->watch_head;
       if (dev->watch_head == NULL)
@@ -1442,30 +1464,31 @@ static void watch_walk_locked(ocl_device *dev) {
       dev->watch_unarmed = NULL;
     }
     if (arm != NULL) {
-      pthread_mutex_unlock(&dev->watch_lock);
+      watch_unlock(dev);
       watch_arm(dev, arm); /* fired already: it is on the list, marked */
-      pthread_mutex_lock(&dev->watch_lock);
+      watch_lock(dev);
       if (dev->watch_again || atomic_load_explicit(&arm->fired, memory_order_relaxed))
         continue;
     }
     break;
   }
   dev->watch_walking = 0;
-  pthread_mutex_unlock(&dev->watch_lock);
+  watch_unlock(dev);
   watch_report(ready);
 }
 
-/* The order lock of a device: a watched command is enqueued and put on the
- * list in one hold of it, so that the list's order is the queue's (the
+/* The order lock of a device (order_held): a watched command is enqueued
+ * and put on the list in one hold of it, so that the list's order is the queue's (the
  * walk relies on it to report the small entries before a completed one
- * unasked). Taken with trylock, so no thread ever waits for it: a thread
+ * unasked). Only ever tried, so no thread ever waits for it: a thread
  * that issues from inside a driver's callback might otherwise wait for a
  * thread that holds it and waits for the driver. A command enqueued
  * without it is not ordered, nor is one whose hold saw such a command put
  * on the list (watch_unordered moved): its place on the list may not be
  * its place in the queue. */
 static int order_begin(ocl_device *dev, unsigned *unordered0) {
-  if (pthread_mutex_trylock(&dev->order_lock) != 0)
+  if (atomic_load_explicit(&dev->order_held, memory_order_relaxed) ||
+      atomic_exchange_explicit(&dev->order_held, true, memory_order_acquire))
     return 0;
   *unordered0 = atomic_load_explicit(&dev->watch_unordered, memory_order_relaxed);
   return 1;
@@ -1473,7 +1496,7 @@ static int order_begin(ocl_device *dev, unsigned *unordered0) {
 
 static void order_end(ocl_device *dev, int held) {
   if (held)
-    pthread_mutex_unlock(&dev->order_lock);
+    atomic_store_explicit(&dev->order_held, false, memory_order_release);
 }
 
 /* Watch c's command (c->event), enqueued under the order lock when held
@@ -1482,7 +1505,7 @@ static void order_end(ocl_device *dev, int held) {
  * or small with no lazy callback armed and no walk to arm one. */
 static void watch_add(ocl_device *dev, transfer_completion *c, int own, int held, unsigned unordered0) {
   int arm = 1;
-  pthread_mutex_lock(&dev->watch_lock);
+  watch_lock(dev);
   if (held) {
     c->ordered = atomic_load_explicit(&dev->watch_unordered, memory_order_relaxed) == unordered0;
   } else {
@@ -1506,7 +1529,7 @@ static void watch_add(ocl_device *dev, transfer_completion *c, int own, int held
     dev->watch_unarmed = c;
     arm = 0;
   }
-  pthread_mutex_unlock(&dev->watch_lock);
+  watch_unlock(dev);
   order_end(dev, held);
   /* Commands may sit in the queue until flushed; nobody may ever wait on
    * this one, so submit it now. A failing flush leaves the command queued,
@@ -1515,7 +1538,7 @@ static void watch_add(ocl_device *dev, transfer_completion *c, int own, int held
   ocl.clFlush(dev->queue);
   submit_end(dev);
   if (arm && watch_arm(dev, c)) {
-    pthread_mutex_lock(&dev->watch_lock);
+    watch_lock(dev);
     watch_walk_or_hand_over(dev);
   }
 }
