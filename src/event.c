@@ -274,8 +274,11 @@ int um__event_wait_internal(um_event *e) {
   if (spin_ns != 0 && atomic_load_explicit(&e->state, memory_order_acquire) != UM__EV_DONE)
     event_spin_wait(e, spin_ns);
   pthread_mutex_lock(&e->lock);
-  while (atomic_load_explicit(&e->state, memory_order_acquire) != UM__EV_DONE)
+  while (atomic_load_explicit(&e->state, memory_order_acquire) != UM__EV_DONE) {
+    e->cond_waiters++; /* the completing thread wakes only counted waiters */
     pthread_cond_wait(&e->cond, &e->lock);
+    e->cond_waiters--;
+  }
   st = e->status;
   pthread_mutex_unlock(&e->lock);
   return st;

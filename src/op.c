@@ -324,8 +324,9 @@ static void followers_start(followers *f) {
 
 /* Under op->lock: op finished with status; its followers go to f, the
  * nodes waiting for it at their gates to *waiters. Returns its token. */
-static void *finish_op_locked(um_event *op, int status, followers *f, um__prior **waiters) {
+static void *finish_op_locked(um_event *op, int status, followers *f, um__prior **waiters, bool *wake) {
   void *native = atomic_exchange_explicit(&op->native, NATIVE_FINISHED, memory_order_acq_rel);
+  *wake = op->cond_waiters > 0; /* a broadcast with nobody to wake costs a call */
   op->status = status;
   followers_take_locked(op, f);
   *waiters = op->prior_waiters;
@@ -340,12 +341,12 @@ static void *finish_op_locked(um_event *op, int status, followers *f, um__prior 
  * buffer to be idle, sees every earlier event done. Returns op's token;
  * its followers go to f. */
 static void *finish_locked(um_event *op, int status, um_buffer **bufs, int nbufs, bool *drop_last,
-                           bool *retire, followers *f, um__prior **waiters) {
+                           bool *retire, followers *f, um__prior **waiters, bool *wake) {
   void *native;
   for (int i = 0; i < nbufs; i++)
     um__buffer_op_finish_locked(bufs[i], op, &drop_last[i], &retire[i]);
   pthread_mutex_lock(&op->lock);
-  native = finish_op_locked(op, status, f, waiters);
+  native = finish_op_locked(op, status, f, waiters, wake);
   pthread_mutex_unlock(&op->lock);
   return native;
 }
@@ -380,12 +381,13 @@ static void op_finish(um_event *op, int status, um_event **ready) {
   followers f;
   um__prior *waiters;
   void *native;
+  bool wake;
 
   if (status == UM_OK && op->path != NULL)
     op->path->account(op);
   drop_attached(op);
   lock_buffers(bufs, nbufs);
-  native = finish_locked(op, status, bufs, nbufs, drop_last, retire, &f, &waiters);
+  native = finish_locked(op, status, bufs, nbufs, drop_last, retire, &f, &waiters, &wake);
   unlock_buffers(bufs, nbufs);
   for (int i = 0; i < nbufs; i++) {
     if (drop_last[i])
@@ -395,7 +397,8 @@ static void op_finish(um_event *op, int status, um_event **ready) {
   }
   /* Waiters are woken after the unlock, so that they do not wake only to
    * block on the lock; the engine's reference keeps op alive meanwhile. */
-  pthread_cond_broadcast(&op->cond);
+  if (wake)
+    pthread_cond_broadcast(&op->cond);
   if (native != NULL)
     um__event_token_put(op, ndev, native);
   gate_release(op, waiters, ready);
@@ -1184,6 +1187,7 @@ static void run_finish(um__run *r, um_event **ready) {
   um_manager *m = op->m;
   um__prior *waiters;
   followers f;
+  bool wake;
   if (r->status == UM_OK)
     for (int i = 0; i < r->ntally; i++)
       r->tally[i].path->account_queued(r->dev, r->tally[i].n, r->tally[i].bytes);
@@ -1199,9 +1203,10 @@ static void run_finish(um__run *r, um_event **ready) {
       um__buffer_retire(b, NULL);
   }
   pthread_mutex_lock(&op->lock);
-  finish_op_locked(op, r->status, &f, &waiters);
+  finish_op_locked(op, r->status, &f, &waiters, &wake);
   pthread_mutex_unlock(&op->lock);
-  pthread_cond_broadcast(&op->cond);
+  if (wake)
+    pthread_cond_broadcast(&op->cond);
   if (r->bufs != r->inline_bufs)
     free(r->bufs);
   if (op->priors != op->prior_space)

@@ -281,6 +281,10 @@ struct um_event {
   pthread_mutex_t lock;
   pthread_cond_t cond;
   um_event *free_next; /* manager's free list (m->event_lock) */
+  /* Threads waiting on cond (under lock): the operation's completion
+   * broadcasts only when there are some. Back to 0 before the object is
+   * reused (a waiter holds a reference). */
+  int cond_waiters;
   /* Why the operation failed, written before it completes by the thread
    * that saw the failure (op.c, or a path's asynchronous start), read by
    * waiters once it is done. Only its first byte is reset for a new
