@@ -25,6 +25,17 @@
                                           memory_order_acq_rel,                \
                                           memory_order_acquire)
 
+/* Tell the core that this is a spin loop: on x86 PAUSE keeps the loop from
+ * flooding the memory pipeline and gives the sibling hyperthread the core;
+ * aarch64's YIELD is the same hint. */
+static inline void um__cpu_pause(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield" ::: "memory");
+#endif
+}
+
 /* Raise *p to v if v is larger (a peak gauge). */
 static inline void um__atomic_max_relaxed(atomic_uint_fast64_t *p, uint64_t v) {
   uint_fast64_t cur = atomic_load_explicit(p, memory_order_relaxed);

@@ -204,6 +204,15 @@ void um__event_token_put(um_event *e, um_device *ndev, void *native) {
     ndev->be->native_release(ndev->bdev, native);
 }
 
+/* Drop the caller's share of e's token if it is still here: whichever of
+ * um_event_release and op.c's keep_native takes it from caller_native puts
+ * it. */
+void um__event_caller_native_drop(um_event *e) {
+  void *native = atomic_exchange(&e->caller_native, NULL);
+  if (native != NULL)
+    um__event_token_put(e, e->native_dev, native);
+}
+
 /* A waiter's spin (um_options.wait_spin_ns): it polls the event's state,
  * and every POLLS_PER_QUERY polls the device's own view of the operation's
  * token, where the backend can say (token_query). */

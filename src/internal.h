@@ -234,11 +234,11 @@ static inline char *um__path_host_dst(const um_event *op) {
   return op->dst->mem.host ? (char *)op->dst->mem.host + op->dst_off : NULL;
 }
 
+/* (handle.c) Whether d's backend registered b, a UM_WRAP_PIN wrap. */
+bool um__wrap_registered(const um_buffer *b, const um_device *d);
 /* b's memory is page-locked for device d: a PINNED block of d, or a
  * UM_WRAP_PIN wrap registered with d's backend. A copy between it and d's
  * memory is one direct DMA, with no staging. */
-/* (handle.c) Whether d's backend registered b, a UM_WRAP_PIN wrap. */
-bool um__wrap_registered(const um_buffer *b, const um_device *d);
 static inline bool um__path_dma_ready(const um_buffer *b, const um_device *d) {
   return b != NULL && ((b->loc == UM_PINNED && b->dev == d) || um__wrap_registered(b, d));
 }
@@ -323,7 +323,7 @@ void um__buffer_retire(um_buffer *b, um__tcache *tc);
 /* UM_WRAP_PIN: register a live wrap with the other backends; whether d's
  * backend registered it (d may DMA from and to it directly). */
 void um__wrap_register_devices(um_buffer *b);
-/* um__wrap_registered is declared above, with um__path_dma_ready. */
+/* um__wrap_registered: above, before um__path_dma_ready. */
 
 /* trim.c: move the caches' blocks to the bins, then free idle blocks,
  * oldest first, until at most keep bytes stay idle in the manager (dev ==

@@ -115,14 +115,6 @@ static void *token_borrow_locked(um_event *dep) {
 static char native_finished;
 #define NATIVE_FINISHED ((void *)&native_finished)
 
-/* Drop the caller's share of op's token if it is still here: whichever of
- * um_event_release and keep_native takes it from caller_native puts it. */
-void um__event_caller_native_drop(um_event *op) {
-  void *native = atomic_exchange(&op->caller_native, NULL);
-  if (native != NULL)
-    um__event_token_put(op, op->native_dev, native);
-}
-
 /* Keep a started operation's token, or put it when the operation has
  * finished already. Until then op->native is NULL, which a later issuer
  * treats as "not started yet" and orders by registration instead. No lock:

@@ -11,19 +11,9 @@
 #include <stdatomic.h>
 #include <time.h>
 
+#include "atomic.h"
 #include "backend.h"
 #include "testhook.h"
-
-/* Tell the core that this is a spin loop: on x86 PAUSE keeps the loop from
- * flooding the memory pipeline and gives the sibling hyperthread the core;
- * aarch64's YIELD is the same hint. */
-static inline void cpu_pause(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ __volatile__("yield" ::: "memory");
-#endif
-}
 
 static uint64_t monotonic_ns(void) {
   struct timespec t;
@@ -41,7 +31,7 @@ int um__spin_until(uint32_t ns, int (*done)(void *arg), void *arg) {
     UM__TEST_POINT(UM__TP_WAIT_POLL, arg);
     if ((r = done(arg)) != 0)
       return r;
-    cpu_pause();
+    um__cpu_pause();
     /* The clock is read on every round: with a TSC clock source it costs
      * about as much as the poll, and it keeps the budget exact for polls
      * of any cost (a driver query takes a lock). */

@@ -1193,7 +1193,8 @@ typedef struct transfer_completion {
   struct ocl_device *dev;           /* whose watch list it is on */
   cl_event event;                   /* the command's */
   struct transfer_completion *next; /* in the device's watch list */
-  cl_int status;                    /* once ended: its execution status */
+  cl_int status;                    /* once ended: its execution status (set by
+                                       the callback or the walk) */
   unsigned char kind;               /* um__xfer_kind, for the error's text */
   unsigned char allocated;
   unsigned char retained; /* holds a reference of its own on event (the
@@ -1202,10 +1203,10 @@ typedef struct transfer_completion {
                              WATCH_OWN, or WATCH_LAZY (it covers the small
                              commands before it); under watch_lock */
   unsigned char ordered;  /* enqueued and put on the list in one hold of
-                             the device's order lock, with no other command
-                             of this thread put on the list meanwhile: the
-                             entries before it on the list were enqueued
-                             before it */
+                             the device's order lock, with no unordered
+                             entry put on the list meanwhile: the entries
+                             before it on the list were enqueued before it
+                             (set by watch_add) */
   atomic_uchar fired;     /* its callback ran, status is set (set under
                              watch_lock) */
 } transfer_completion;
@@ -1230,12 +1231,10 @@ static transfer_completion *completion_new(ocl_device *dev, const um__xfer *x, u
   c->dev = dev;
   c->event = NULL;
   c->next = NULL;
-  c->status = CL_QUEUED;
   c->kind = (unsigned char)x->kind;
   c->allocated = x->done_space == NULL;
   c->retained = 0;
   c->armed = 0;
-  c->ordered = 0;
   atomic_init(&c->fired, 0);
   return c;
 }
@@ -1290,13 +1289,10 @@ static void watch_lock(ocl_device *dev) {
   int spins = 0;
   while (atomic_exchange_explicit(&dev->watch_locked, true, memory_order_acquire))
     while (atomic_load_explicit(&dev->watch_locked, memory_order_relaxed)) {
-      if (++spins < 64) {
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-#endif
-      } else {
+      if (++spins < 64)
+        um__cpu_pause();
+      else
         sched_yield();
-      }
     }
 }
 
@@ -1399,6 +1395,24 @@ static transfer_completion *watch_last_sure(transfer_completion *list) {
   return sure;
 }
 
+/* Whether the walk reports c now (with its status set): when it has a
+ * callback of its own, once that fired; else when the sure entry after it
+ * vouches for it; else when the driver says it ended. The driver is asked
+ * until one entry is still running (*running set): the queue runs the
+ * later ones after it. */
+static int watch_reportable(transfer_completion *c, int before_sure, int *running) {
+  if (c->armed)
+    return atomic_load_explicit(&c->fired, memory_order_acquire);
+  if (before_sure) {
+    c->status = CL_COMPLETE;
+    return 1;
+  }
+  if (*running)
+    return 0;
+  *running = !watch_ended(c);
+  return !*running;
+}
+
 /* Called with watch_lock held, as the device's walker; returns with it
  * dropped. Takes the reportable entries off the list (the comment above),
  * going round again while callbacks fired meanwhile, arms the lazy
@@ -1420,19 +1434,8 @@ static void watch_walk_locked(ocl_device *dev) {
       c->next = NULL;
       if (c == sure)
         before_sure = 0;
-      if (c->armed) {
-        if (atomic_load_explicit(&c->fired, memory_order_acquire)) {
-          fired_lazy += c->armed == WATCH_LAZY;
-          *ready_end = c;
-          ready_end = &c->next;
-          continue;
-        }
-      } else if (before_sure) {
-        c->status = CL_COMPLETE;
-        *ready_end = c;
-        ready_end = &c->next;
-        continue;
-      } else if (!running && !(running = !watch_ended(c))) {
+      if (watch_reportable(c, before_sure, &running)) {
+        fired_lazy += c->armed == WATCH_LAZY;
         *ready_end = c;
         ready_end = &c->next;
         continue;
@@ -1478,9 +1481,9 @@ static void watch_walk_locked(ocl_device *dev) {
 }
 
 /* The order lock of a device (order_held): a watched command is enqueued
- * and put on the list in one hold of it, so that the list's order is the queue's (the
- * walk relies on it to report the small entries before a completed one
- * unasked). Only ever tried, so no thread ever waits for it: a thread
+ * and put on the list in one hold of it, so that the list's order is the
+ * queue's (the walk relies on it to report the small entries before a
+ * completed one unasked). Only ever tried, so no thread ever waits for it: a thread
  * that issues from inside a driver's callback might otherwise wait for a
  * thread that holds it and waits for the driver. A command enqueued
  * without it is not ordered, nor is one whose hold saw such a command put
@@ -1510,9 +1513,7 @@ static void watch_add(ocl_device *dev, transfer_completion *c, int own, int held
     c->ordered = atomic_load_explicit(&dev->watch_unordered, memory_order_relaxed) == unordered0;
   } else {
     c->ordered = 0;
-    atomic_store_explicit(&dev->watch_unordered,
-                          atomic_load_explicit(&dev->watch_unordered, memory_order_relaxed) + 1,
-                          memory_order_relaxed);
+    um__atomic_add_relaxed(&dev->watch_unordered, 1);
   }
   if (dev->watch_tail != NULL)
     dev->watch_tail->next = c;
