@@ -236,7 +236,9 @@ typedef struct um__backend {
    * waiting): the core then finishes an operation inside done() instead of
    * waking one of its threads for it, which costs a thread switch per
    * operation. OpenCL allows non-blocking calls in event callbacks; CUDA
-   * forbids every call in a stream callback (0). */
+   * forbids every call in a stream callback (0). A backend whose done()
+   * calls also come from threads of its own (CUDA's stream watchers) marks
+   * those threads with um__thread_completes_inline. */
   int callbacks_reenter;
   /* 1 when every xfer_async of a device runs on one in-order queue, in the
    * order of the calls: a transfer started after another on the same device
@@ -289,6 +291,12 @@ unsigned um__process_generation(void);
  * when the caller need not sleep, 0 when it should (at once, without a
  * single poll, when ns is 0). done must not block. */
 int um__spin_until(uint32_t ns, int (*done)(void *arg), void *arg);
+/* The calling thread is the backend's own (not a driver's), calls done()
+ * with no lock of the backend held, and may take the backend's
+ * non-blocking calls: operations reported done on it are finished right
+ * there, as under callbacks_reenter, instead of on one of the core's
+ * threads (op.c). Called once, at the start of such a thread. */
+void um__thread_completes_inline(void);
 /* Log through the options' log callback (stderr when none). */
 void um__log(const um_options *opts, um_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -74,6 +74,16 @@ static void drop_attached(um_event *op) {
  * inside that call: it is finished once the call returned. */
 static _Thread_local um_event *starting_native;
 
+/* A backend's own reporting thread (um__thread_completes_inline). */
+static _Thread_local bool completes_inline;
+
+void um__thread_completes_inline(void) { completes_inline = true; }
+
+/* Whether a report from d on this thread is finished here, without waking
+ * a worker: the driver allows it in its callbacks, or this thread is one
+ * of the backend's own. */
+static bool finish_here(const um_device *d) { return d->be->callbacks_reenter || completes_inline; }
+
 /* A native operation finished, on a driver thread (or inside xfer_async on
  * the issuing thread). Finishing it right here where the backend allows
  * saves a worker wake-up per operation: on PoCL, 1000 queued 4 KiB writes
@@ -81,7 +91,7 @@ static _Thread_local um_event *starting_native;
 static void native_done(void *arg, int status) {
   um_event *op = arg;
   op->native_status = status;
-  if (!op->native_dev->be->callbacks_reenter)
+  if (!finish_here(op->native_dev))
     engine_push_op(op, op_task_complete, true); /* completions first */
   else if (starting_native == op)
     op->complete_deferred = true;
@@ -440,7 +450,7 @@ static int queue_mark(um_device *d, int q, um__done_fn done, void *arg) {
 static void refused_marked(void *arg, int status) {
   um_event *op = arg;
   (void)status;
-  if (op->native_dev->be->callbacks_reenter)
+  if (finish_here(op->native_dev))
     um__op_complete(op, op->native_status);
   else
     engine_push_op(op, op_task_complete, true);
@@ -1227,7 +1237,7 @@ static void run_marked(void *arg, int status) {
   r->status = status;
   if (status != UM_OK)
     keep_error_text(r->op);
-  if (r->dev->be->callbacks_reenter) {
+  if (finish_here(r->dev)) {
     run_complete(r);
   } else {
     r->work.fn = run_task;
