@@ -7,6 +7,7 @@
  * threads and slow copies, so that the native waits through stream events
  * really wait; batches, streaming; driver failures at issue and device
  * faults in the middle of an operation, which fail that operation only. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -249,6 +250,59 @@ Test(fakecuda_xfer, small_copies_reuse_a_bounded_set_of_events) {
 Test(fakecuda_xfer, threads_at_once) {
   um_manager *m = threaded_manager("50");
   cac_check_threads(m, fc_dev(m, 0), 4, 25);
+  fc_destroy(m, UM_OK);
+}
+
+/* Four threads each queue uploads and downloads with events on buffers of
+ * their own, drop every event and buffer at once, and the manager is
+ * destroyed while the copies still run (5 ms each on the fake's stream
+ * threads): the watchers finish them, the buffers retire on the watcher
+ * threads as their last copy is reported, the destroy waits for all of it,
+ * and everything made in the driver is given back. */
+typedef struct inflight_thread {
+  um_manager *m;
+  um_device *d;
+  int status;
+} inflight_thread;
+
+static void *queue_and_drop(void *arg) {
+  inflight_thread *t = arg;
+  enum { N = 16, SIZE = 16384 };
+  um_buffer *dev = NULL, *pin = NULL;
+  t->status = um_alloc(t->m, t->d, (size_t)N * SIZE, UM_DEVICE, 0, &dev);
+  if (t->status == UM_OK)
+    t->status = um_alloc(t->m, t->d, (size_t)N * SIZE, UM_PINNED, 0, &pin);
+  for (int i = 0; i < N && t->status == UM_OK; i++) {
+    um_event *up = NULL, *down = NULL;
+    size_t off = (size_t)i * SIZE;
+    t->status = um_copy(dev, off, pin, off, SIZE, &up);
+    if (t->status == UM_OK)
+      t->status = um_copy(pin, off, dev, off, SIZE, &down);
+    if (up != NULL)
+      um_event_release(up);
+    if (down != NULL)
+      um_event_release(down);
+  }
+  if (dev != NULL && um_release(dev) != UM_OK)
+    t->status = UM_EINVAL;
+  if (pin != NULL && um_release(pin) != UM_OK)
+    t->status = UM_EINVAL;
+  return NULL;
+}
+
+Test(fakecuda_xfer, destroy_while_the_watchers_finish_copies) {
+  um_manager *m = threaded_manager("5000");
+  inflight_thread t[4];
+  pthread_t th[4];
+  for (int i = 0; i < 4; i++) {
+    t[i] = (inflight_thread){.m = m, .d = fc_dev(m, 0), .status = UM_OK};
+    cr_assert_eq(pthread_create(&th[i], NULL, queue_and_drop, &t[i]), 0);
+  }
+  for (int i = 0; i < 4; i++) {
+    pthread_join(th[i], NULL);
+    cr_assert_eq(t[i].status, UM_OK, "thread %d: %s (%s)", i, um_err_name(t[i].status), um_last_error());
+  }
+  cr_assert_gt(fc_count("queued_ops"), 0, "the copies were to be still running at the destroy");
   fc_destroy(m, UM_OK);
 }
 
