@@ -17,13 +17,21 @@
 
 TestSuite(fakecuda_xfer, .timeout = 240);
 
-/* A default fake manager whose streams run on their own threads, each copy
- * taking delay_us more: completions come late, from driver threads. */
-static um_manager *threaded_manager(const char *delay_us) {
+/* The fake's streams run on their own threads, each copy taking delay_us
+ * more: completions come late, from driver threads. The default options
+ * of a fake manager go to o. */
+static void threaded_options(um_options *o, const char *delay_us) {
   fc_env(UM_FAKE_CUDA_FULL);
   fc_set("FAKE_CUDA_STREAM_THREADS", "1");
   fc_set("FAKE_CUDA_OP_DELAY_US", delay_us);
-  return fc_default();
+  cac_options(o, "cpu,cuda");
+}
+
+/* A default fake manager over such streams. */
+static um_manager *threaded_manager(const char *delay_us) {
+  um_options o;
+  threaded_options(&o, delay_us);
+  return fc_manager(&o);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -424,10 +432,7 @@ Test(fakecuda_xfer, the_watcher_finishes_its_copies_without_a_worker) {
   um_event *up, *down;
   unsigned char *src = cac_xmalloc(n), *back = cac_xmalloc(n), got[SMALL], want[SMALL];
   long records;
-  fc_env(UM_FAKE_CUDA_FULL);
-  fc_set("FAKE_CUDA_STREAM_THREADS", "1");
-  fc_set("FAKE_CUDA_OP_DELAY_US", "100000");
-  cac_options(&o, "cpu,cuda");
+  threaded_options(&o, "100000");
   o.max_concurrent_transfers = 1;
   m = fc_manager(&o);
   d = fc_dev(m, 0);
