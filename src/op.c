@@ -84,6 +84,29 @@ void um__thread_completes_inline(void) { completes_inline = true; }
  * of the backend's own. */
 static bool finish_here(const um_device *d) { return d->be->callbacks_reenter || completes_inline; }
 
+static void retire_task(um__work *w) {
+  um_buffer *b = (um_buffer *)(void *)((char *)w - offsetof(um_buffer, retire_work));
+  um_manager *m = b->m;
+  um__buffer_retire(b, NULL);
+  um__engine_op_done(m); /* the last touch of m */
+}
+
+/* b's last operation finished and its release was deferred: it retires.
+ * Not on a backend's reporting thread: a retire may free device memory
+ * (cuMemFree waits for the whole device, whose work may wait in turn on a
+ * report that thread has yet to make), unregister a pinned range, or call
+ * a foreign memory's owner back. There it goes to a worker, counted as in
+ * flight until done, so that a drain waits for it. */
+static void retire_where_it_may_block(um_buffer *b) {
+  if (!completes_inline) {
+    um__buffer_retire(b, NULL);
+    return;
+  }
+  um__engine_op_begin(b->m);
+  b->retire_work.fn = retire_task;
+  um__engine_push(b->m, &b->retire_work, true);
+}
+
 /* A native operation finished, on a driver thread (or inside xfer_async on
  * the issuing thread). Finishing it right here where the backend allows
  * saves a worker wake-up per operation: on PoCL, 1000 queued 4 KiB writes
@@ -395,7 +418,7 @@ static void op_finish(um_event *op, int status, um_event **ready) {
     if (drop_last[i])
       um__event_unref(op); /* not the last reference: the engine holds one */
     if (retire[i])
-      um__buffer_retire(bufs[i], NULL);
+      retire_where_it_may_block(bufs[i]);
   }
   /* Waiters are woken after the unlock, so that they do not wake only to
    * block on the lock; the engine's reference keeps op alive meanwhile. */
@@ -1202,7 +1225,7 @@ static void run_finish(um__run *r, um_event **ready) {
     if (drop_last)
       um__event_unref(op); /* not the last reference: the engine holds one */
     if (retire)
-      um__buffer_retire(b, NULL);
+      retire_where_it_may_block(b);
   }
   pthread_mutex_lock(&op->lock);
   finish_op_locked(op, r->status, &f, &waiters, &wake);

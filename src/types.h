@@ -143,6 +143,13 @@ typedef struct um__wrap_reg {
   um__mem mem;
 } um__wrap_reg;
 
+/* A piece of work for the engine's threads (event.c): the engine calls fn
+ * with the item, as libuv's thread pool calls a request's work callback. */
+typedef struct um__work {
+  void (*fn)(struct um__work *w);
+  struct um__work *next;
+} um__work;
+
 struct um_buffer {
   uint32_t magic;
   atomic_int state; /* um__buf_state */
@@ -206,6 +213,10 @@ struct um_buffer {
   int access_state;
   um_event *access_op;
 
+  /* A retire handed to the engine by a thread that must not block (op.c:
+   * a backend's own reporting thread). */
+  um__work retire_work;
+
   /* pool links (under the bin's lock) */
   um_buffer *pool_prev, *pool_next;
   uint64_t idle_since_ns;
@@ -245,12 +256,6 @@ typedef enum {
   UM__EV_DONE = 2
 } um__ev_state;
 
-/* A piece of work for the engine's threads (event.c): the engine calls fn
- * with the item, as libuv's thread pool calls a request's work callback. */
-typedef struct um__work {
-  void (*fn)(struct um__work *w);
-  struct um__work *next;
-} um__work;
 
 typedef struct um__path um__path; /* path.c */
 

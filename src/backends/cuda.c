@@ -330,6 +330,10 @@ typedef struct cuda_device {
   struct cuda_gate_word *free_words;
   int gate_kernel; /* 1: gates spin in a kernel (no stream memory operations,
                       or UNIMEM_CUDA_GATE_KERNEL=1) */
+  /* Gates queued and not opened yet, and the frees held meanwhile
+   * (hold_free). */
+  int gates_closed;
+  struct cuda_held_free *held_frees;
   CUmodule gate_module;
   CUfunction gate_function;
   cuda_watch watch[WATCH_COUNT];
@@ -372,6 +376,8 @@ static void release_interop(cuda_device *d);
 
 static void watch_stop(cuda_watch *w);
 
+static void free_held(cuda_device *d);
+
 /* Undo open_device() however far it got: the one cleanup path. Waits for
  * the device's work first so that destroying the streams loses nothing. */
 static void release_device(cuda_device *d) {
@@ -394,6 +400,10 @@ static void release_device(cuda_device *d) {
     if (d->caller_stream != NULL)
       cu->cuStreamDestroy_v2(d->caller_stream);
     release_interop(d);
+    if (d->interop_ready) {
+      d->gates_closed = 0; /* every gate was opened: the context is idle */
+      free_held(d);
+    }
     for (int i = 0; i < d->spare_count; i++)
       cu->cuEventDestroy_v2(d->spare[i]);
     d->spare_count = 0;
@@ -759,13 +769,66 @@ fail:
   return status;
 }
 
+/* A free held while a gate was closed (hold_free). */
+typedef struct cuda_held_free {
+  um_location loc;
+  size_t bytes;
+  um__mem mem;
+  struct cuda_held_free *next;
+} cuda_held_free;
+
+/* cuMemFree and cuMemFreeHost wait for the device's work ("may perform
+ * implicit synchronization", and do), and a lane waiting at a closed gate
+ * is work that waits for the host: for the gate's operation, which the
+ * core runs on one of its workers once the operations it follows are
+ * reported. A free on a worker or a watcher could then wait for itself.
+ * While a gate of d is closed, its frees are held instead, and made when
+ * the last gate opens (or at close). True when the free was held. */
+static int hold_free(cuda_device *d, um_location loc, size_t bytes, const um__mem *mem) {
+  cuda_held_free *h;
+  int held = 0;
+  /* cuMemFreeAsync waits for nothing, and HOST memory is never ours. */
+  if (!d->interop_ready || (loc == UM_DEVICE && d->stream_ordered_alloc) || loc == UM_HOST)
+    return 0;
+  pthread_mutex_lock(&d->interop_lock);
+  if (d->gates_closed > 0 && (h = malloc(sizeof(*h))) != NULL) {
+    *h = (cuda_held_free){.loc = loc, .bytes = bytes, .mem = *mem, .next = d->held_frees};
+    d->held_frees = h;
+    held = 1;
+  }
+  pthread_mutex_unlock(&d->interop_lock);
+  return held;
+}
+
+static void cuda_mem_free(void *bdev, um_location loc, size_t bytes, um__mem *mem);
+
+/* Make the frees held on d, while no gate of d is closed; those left when
+ * one closes again go back to wait for it. */
+static void free_held(cuda_device *d) {
+  for (;;) {
+    cuda_held_free *h = NULL;
+    pthread_mutex_lock(&d->interop_lock);
+    if (d->gates_closed == 0 && (h = d->held_frees) != NULL)
+      d->held_frees = h->next;
+    pthread_mutex_unlock(&d->interop_lock);
+    if (h == NULL)
+      return;
+    cuda_mem_free(d, h->loc, h->bytes, &h->mem);
+    free(h);
+  }
+}
+
 static void cuda_mem_free(void *bdev, um_location loc, size_t bytes,
                           um__mem *mem) {
   cuda_device *d = bdev;
   CUcontext previous = NULL;
   const char *call = NULL;
   CUresult result = CUDA_SUCCESS;
-  int status = enter_context(d, &previous);
+  int status;
+
+  if (hold_free(d, loc, bytes, mem))
+    return;
+  status = enter_context(d, &previous);
 
   if (status == UM_OK) {
     switch (loc) {
@@ -1784,6 +1847,7 @@ static int gate_queue(cuda_device *d, cuda_token *gate, const void *unused) {
   }
   gate->gate_dev = d;
   gate->gate = word;
+  d->gates_closed++;
   return UM_OK;
 }
 
@@ -1803,10 +1867,17 @@ static int cuda_gate_new(void *bdev, void **token) {
  * the core's own event of the operation reports it. */
 static void cuda_gate_open(void *bdev, void *token, int status) {
   cuda_token *gate = token;
+  cuda_device *d = gate->gate_dev;
+  int last;
   (void)bdev;
   (void)status;
   __atomic_store_n(gate->gate->host, gate->gate_value, __ATOMIC_RELEASE);
+  pthread_mutex_lock(&d->interop_lock);
+  last = --d->gates_closed == 0 && d->held_frees != NULL;
+  pthread_mutex_unlock(&d->interop_lock);
   token_drop(gate); /* the opener's */
+  if (last)
+    free_held(d);
 }
 
 /* close: every gate was opened and every lane has finished (the context was

@@ -34,6 +34,17 @@ static um_manager *threaded_manager(const char *delay_us) {
   return fc_manager(&o);
 }
 
+/* Such a manager (into *m) with `workers` workers, pooling on or off; its
+ * first device. */
+static um_device *threaded_device(const char *delay_us, int workers, int pooling, um_manager **m) {
+  um_options o;
+  threaded_options(&o, delay_us);
+  o.max_concurrent_transfers = workers;
+  o.enable_pooling = pooling;
+  *m = fc_manager(&o);
+  return fc_dev(*m, 0);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Round trips */
 
@@ -261,6 +272,99 @@ Test(fakecuda_xfer, threads_at_once) {
   fc_destroy(m, UM_OK);
 }
 
+/* The end of a test that wrote src into big: big reads back as src, then
+ * big and other are released, the host copies freed, m destroyed. */
+static void read_back_and_close(um_manager *m, um_buffer *big, um_buffer *other, unsigned char *src,
+                                unsigned char *back, size_t n) {
+  CAC_OK(um_copy_to_host(big, 0, back, n, NULL));
+  cr_assert_arr_eq(back, src, n);
+  CAC_OK(um_release(big));
+  CAC_OK(um_release(other));
+  free(src);
+  free(back);
+  fc_destroy(m, UM_OK);
+}
+
+/* A free of device memory waits for the whole device (the fake's cuMemFree
+ * does, as the driver's may), and a bracket's gate is device work that
+ * waits for the host. Here a bracket on b holds a gate until a pipelined
+ * upload into b is done, its chunks reported by the watcher that also
+ * reports the copy whose end retires a (released meanwhile, pooling off,
+ * so a's memory is freed). Freed on the watcher, a's memory would wait for
+ * the gate, the gate for the upload, the upload for the watcher; freed on
+ * the only worker, the gate would wait for the worker. The retire leaves
+ * the watcher, and the CUDA backend holds the free until the gate opens. */
+static void retire_behind_a_gate(int workers) {
+  enum { SMALL = 4096 };
+  const size_t n = 4 * CAC_CHUNK;
+  um_manager *m;
+  um_device *d;
+  um_buffer *a, *b, *pin;
+  um_event *ea, *eb;
+  void *wait = NULL;
+  unsigned char *src = cac_xmalloc(n), *back = cac_xmalloc(n);
+  int st = UM_EAGAIN;
+  d = threaded_device("20000", workers, 0, &m); /* pooling off: a's retire frees its memory */
+  a = cac_alloc(m, d, SMALL, UM_DEVICE, 0);
+  pin = cac_alloc(m, d, SMALL, UM_PINNED, 0);
+  b = cac_alloc(m, d, n, UM_DEVICE, 0);
+  ut_pattern(src, n, 47);
+  CAC_OK(um_copy(a, 0, pin, 0, SMALL, &ea));      /* the upload stream's watcher reports it */
+  CAC_OK(um_copy_from_host(b, 0, src, n, &eb));   /* pipelined, its chunks behind on that stream */
+  CAC_OK(um_access_begin(b, UM_MAP_READ, &wait)); /* a gate, open once the upload is done */
+  cr_assert_not_null(wait, "the bracket waits for the upload");
+  CAC_OK(um_release(a)); /* deferred behind ea's copy */
+  um_event_release(ea);
+  for (int tries = 0; st == UM_EAGAIN && tries < 10000; tries++) {
+    st = um_event_query(eb);
+    if (st == UM_EAGAIN)
+      nanosleep(&(struct timespec){0, 1000000}, NULL);
+  }
+  cr_assert_eq(st, UM_OK, "%d workers: the pipelined upload did not finish in 10 s (%s): a free waits for the gate",
+               workers, um_err_name(st));
+  cac_wait_release(eb, UM_OK);
+  CAC_OK(um_access_end(b, NULL));
+  read_back_and_close(m, b, pin, src, back, n);
+}
+
+Test(fakecuda_xfer, a_free_behind_a_gate_waits_for_it) { retire_behind_a_gate(4); }
+Test(fakecuda_xfer, a_free_behind_a_gate_waits_for_it_not_the_worker) { retire_behind_a_gate(1); }
+
+/* A free waits for all of the device's work, however long: it does not
+ * hold up a watcher's reports meanwhile. a is released behind an upload
+ * (pooling off: its retire frees its memory) while five 100 ms downloads
+ * run on the other stream; the upload after a's is reported once done,
+ * with the downloads still running. */
+Test(fakecuda_xfer, a_free_does_not_hold_up_the_watcher) {
+  enum { SMALL = 4096, DOWNS = 5 };
+  um_manager *m;
+  um_device *d;
+  um_buffer *a, *c, *src, *pin;
+  um_event *ea, *ec, *down[DOWNS];
+  unsigned char back[DOWNS][SMALL];
+  d = threaded_device("100000", 4, 0, &m);
+  a = cac_alloc(m, d, SMALL, UM_DEVICE, 0);
+  c = cac_alloc(m, d, SMALL, UM_DEVICE, 0);
+  src = cac_alloc(m, d, SMALL, UM_DEVICE, 0);
+  pin = cac_alloc(m, d, SMALL, UM_PINNED, 0);
+  memset(um_buffer_host_ptr(pin), 0x6B, SMALL);
+  CAC_OK(um_copy(a, 0, pin, 0, SMALL, &ea));
+  for (int i = 0; i < DOWNS; i++)
+    CAC_OK(um_copy_to_host(src, 0, back[i], SMALL, &down[i]));
+  CAC_OK(um_copy(c, 0, pin, 0, SMALL, &ec));
+  CAC_OK(um_release(a)); /* retires when ea's copy is reported: cuMemFree, ~500 ms */
+  um_event_release(ea);
+  cac_wait_release(ec, UM_OK);
+  cr_assert_eq(um_event_query(down[DOWNS - 1]), UM_EAGAIN,
+               "the upload's report waited for the downloads: the watcher freed a's memory");
+  for (int i = 0; i < DOWNS; i++)
+    cac_wait_release(down[i], UM_OK);
+  CAC_OK(um_release(c));
+  CAC_OK(um_release(src));
+  CAC_OK(um_release(pin));
+  fc_destroy(m, UM_OK);
+}
+
 /* Four threads each queue uploads and downloads with events on buffers of
  * their own, drop every event and buffer at once, and the manager is
  * destroyed while the copies still run (5 ms each on the fake's stream
@@ -425,17 +529,13 @@ Test(fakecuda_xfer, batch_copies_go_in_one_run_per_stream) {
 Test(fakecuda_xfer, the_watcher_finishes_its_copies_without_a_worker) {
   enum { SMALL = 4096 };
   const size_t n = 4 * CAC_CHUNK;
-  um_options o;
   um_manager *m;
   um_device *d;
   um_buffer *big, *small;
   um_event *up, *down;
   unsigned char *src = cac_xmalloc(n), *back = cac_xmalloc(n), got[SMALL], want[SMALL];
   long records;
-  threaded_options(&o, "100000");
-  o.max_concurrent_transfers = 1;
-  m = fc_manager(&o);
-  d = fc_dev(m, 0);
+  d = threaded_device("100000", 1, 1, &m);
   big = cac_alloc(m, d, n, UM_DEVICE, 0);
   small = cac_alloc(m, d, SMALL, UM_DEVICE, 0);
   ut_pattern(src, n, 41);
@@ -455,13 +555,7 @@ Test(fakecuda_xfer, the_watcher_finishes_its_copies_without_a_worker) {
   cr_assert_arr_eq(got, want, SMALL);
   cr_assert_eq(um_event_query(up), UM_EAGAIN, "the download's report waited for the worker's upload");
   cac_wait_release(up, UM_OK);
-  CAC_OK(um_copy_to_host(big, 0, back, n, NULL));
-  cr_assert_arr_eq(back, src, n);
-  CAC_OK(um_release(big));
-  CAC_OK(um_release(small));
-  free(src);
-  free(back);
-  fc_destroy(m, UM_OK);
+  read_back_and_close(m, big, small, src, back, n);
 }
 
 typedef struct stream_check {

@@ -830,15 +830,11 @@ CUresult CUDAAPI cuCtxGetCurrent(CUcontext *pctx) {
   return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuCtxSynchronize(void) {
+/* Under fake_lock: wait until no stream of the current context has work
+ * queued or running. */
+static void context_idle_locked(void) {
   const struct CUstream_st *s;
-  CUresult result = CUDA_SUCCESS;
   int busy;
-  ENTER("cuCtxSynchronize");
-  NEED_CONTEXT();
-  atomic_fetch_add(&host_waits, 1);
-  host_waits_here++;
-  pthread_mutex_lock(&fake_lock);
   do {
     busy = 0;
     for (s = streams; s != NULL; s = s->next)
@@ -847,6 +843,17 @@ CUresult CUDAAPI cuCtxSynchronize(void) {
     if (busy)
       pthread_cond_wait(&fake_changed, &fake_lock);
   } while (busy);
+}
+
+CUresult CUDAAPI cuCtxSynchronize(void) {
+  const struct CUstream_st *s;
+  CUresult result = CUDA_SUCCESS;
+  ENTER("cuCtxSynchronize");
+  NEED_CONTEXT();
+  atomic_fetch_add(&host_waits, 1);
+  host_waits_here++;
+  pthread_mutex_lock(&fake_lock);
+  context_idle_locked();
   for (s = streams; s != NULL; s = s->next)
     if (s->ctx == current_context && s->error != CUDA_SUCCESS)
       result = s->error;
@@ -904,9 +911,16 @@ CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
 }
 #endif
 
+/* Like the driver's, a free of memory from cuMemAlloc (and of page-locked
+ * memory, cuMemFreeHost) waits for the device's work first (the driver documents that it "may perform implicit
+ * synchronization", and does): a caller that frees on a thread the
+ * device's work waits for deadlocks here as it would on a GPU. */
 CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
   ENTER("cuMemFree_v2");
   NEED_CONTEXT();
+  pthread_mutex_lock(&fake_lock);
+  context_idle_locked();
+  pthread_mutex_unlock(&fake_lock);
   return untrack((uintptr_t)dptr, (1u << MEM_DEVICE) | (1u << MEM_MANAGED))
              ? CUDA_SUCCESS
              : CUDA_ERROR_INVALID_VALUE;
@@ -932,6 +946,9 @@ CUresult CUDAAPI cuMemHostAlloc(void **pp, size_t bytesize,
 CUresult CUDAAPI cuMemFreeHost(void *p) {
   ENTER("cuMemFreeHost");
   NEED_CONTEXT();
+  pthread_mutex_lock(&fake_lock); /* waits for the device, as cuMemFree_v2 */
+  context_idle_locked();
+  pthread_mutex_unlock(&fake_lock);
   return untrack((uintptr_t)p, 1u << MEM_HOST) ? CUDA_SUCCESS
                                                : CUDA_ERROR_INVALID_VALUE;
 }
