@@ -256,7 +256,6 @@ typedef enum {
   UM__EV_DONE = 2
 } um__ev_state;
 
-
 typedef struct um__path um__path; /* path.c */
 
 #define UM__MAX_DEPENDENTS 3
