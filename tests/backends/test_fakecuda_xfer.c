@@ -285,6 +285,44 @@ static void read_back_and_close(um_manager *m, um_buffer *big, um_buffer *other,
   fc_destroy(m, UM_OK);
 }
 
+/* A stream's watcher finishes the operations it reports itself (cuda.c
+ * marks it um__thread_completes_inline): the report of a copy needs no
+ * worker. With the only worker (max_concurrent_transfers 1) held by a
+ * pipelined upload of four 100 ms chunks, a 4 KiB download on the other
+ * stream is done once its own 100 ms copy ran, while the upload still runs;
+ * when its report went through the worker it came only after the upload. */
+Test(fakecuda_xfer, the_watcher_finishes_its_copies_without_a_worker) {
+  enum { SMALL = 4096 };
+  const size_t n = 4 * CAC_CHUNK;
+  um_manager *m;
+  um_device *d;
+  um_buffer *big, *small;
+  um_event *up, *down;
+  unsigned char *src = cac_xmalloc(n), *back = cac_xmalloc(n), got[SMALL], want[SMALL];
+  long records;
+  d = threaded_device("100000", 1, 1, &m);
+  big = cac_alloc(m, d, n, UM_DEVICE, 0);
+  small = cac_alloc(m, d, SMALL, UM_DEVICE, 0);
+  ut_pattern(src, n, 41);
+  ut_pattern(want, SMALL, 43);
+  CAC_OK(um_copy_from_host(small, 0, want, SMALL, NULL));
+  memset(got, 0, sizeof(got));
+
+  records = fc_count("event_records");
+  CAC_OK(um_copy_from_host(big, 0, src, n, &up)); /* pageable, 4 chunks: pipelined on the worker */
+  /* The worker is inside it once its first chunk's event is recorded. */
+  for (int tries = 0; fc_count("event_records") == records && tries < 5000; tries++)
+    nanosleep(&(struct timespec){0, 1000000}, NULL);
+  cr_assert_gt(fc_count("event_records"), records, "the pipelined upload never started");
+
+  CAC_OK(um_copy_to_host(small, 0, got, SMALL, &down));
+  cac_wait_release(down, UM_OK);
+  cr_assert_arr_eq(got, want, SMALL);
+  cr_assert_eq(um_event_query(up), UM_EAGAIN, "the download's report waited for the worker's upload");
+  cac_wait_release(up, UM_OK);
+  read_back_and_close(m, big, small, src, back, n);
+}
+
 /* A free of device memory waits for the whole device (the fake's cuMemFree
  * does, as the driver's may), and a bracket's gate is device work that
  * waits for the host. Here a bracket on b holds a gate until a pipelined
@@ -518,44 +556,6 @@ Test(fakecuda_xfer, batch_copies_go_in_one_run_per_stream) {
   free(ops);
   free(want);
   fc_destroy(m, UM_OK);
-}
-
-/* A stream's watcher finishes the operations it reports itself (cuda.c
- * marks it um__thread_completes_inline): the report of a copy needs no
- * worker. With the only worker (max_concurrent_transfers 1) held by a
- * pipelined upload of four 100 ms chunks, a 4 KiB download on the other
- * stream is done once its own 100 ms copy ran, while the upload still runs;
- * when its report went through the worker it came only after the upload. */
-Test(fakecuda_xfer, the_watcher_finishes_its_copies_without_a_worker) {
-  enum { SMALL = 4096 };
-  const size_t n = 4 * CAC_CHUNK;
-  um_manager *m;
-  um_device *d;
-  um_buffer *big, *small;
-  um_event *up, *down;
-  unsigned char *src = cac_xmalloc(n), *back = cac_xmalloc(n), got[SMALL], want[SMALL];
-  long records;
-  d = threaded_device("100000", 1, 1, &m);
-  big = cac_alloc(m, d, n, UM_DEVICE, 0);
-  small = cac_alloc(m, d, SMALL, UM_DEVICE, 0);
-  ut_pattern(src, n, 41);
-  ut_pattern(want, SMALL, 43);
-  CAC_OK(um_copy_from_host(small, 0, want, SMALL, NULL));
-  memset(got, 0, sizeof(got));
-
-  records = fc_count("event_records");
-  CAC_OK(um_copy_from_host(big, 0, src, n, &up)); /* pageable, 4 chunks: pipelined on the worker */
-  /* The worker is inside it once its first chunk's event is recorded. */
-  for (int tries = 0; fc_count("event_records") == records && tries < 5000; tries++)
-    nanosleep(&(struct timespec){0, 1000000}, NULL);
-  cr_assert_gt(fc_count("event_records"), records, "the pipelined upload never started");
-
-  CAC_OK(um_copy_to_host(small, 0, got, SMALL, &down));
-  cac_wait_release(down, UM_OK);
-  cr_assert_arr_eq(got, want, SMALL);
-  cr_assert_eq(um_event_query(up), UM_EAGAIN, "the download's report waited for the worker's upload");
-  cac_wait_release(up, UM_OK);
-  read_back_and_close(m, big, small, src, back, n);
 }
 
 typedef struct stream_check {

@@ -845,6 +845,14 @@ static void context_idle_locked(void) {
   } while (busy);
 }
 
+/* Wait until the current context's streams are idle (the implicit
+ * synchronization of a free). */
+static void context_idle(void) {
+  pthread_mutex_lock(&fake_lock);
+  context_idle_locked();
+  pthread_mutex_unlock(&fake_lock);
+}
+
 CUresult CUDAAPI cuCtxSynchronize(void) {
   const struct CUstream_st *s;
   CUresult result = CUDA_SUCCESS;
@@ -912,15 +920,14 @@ CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
 #endif
 
 /* Like the driver's, a free of memory from cuMemAlloc (and of page-locked
- * memory, cuMemFreeHost) waits for the device's work first (the driver documents that it "may perform implicit
- * synchronization", and does): a caller that frees on a thread the
- * device's work waits for deadlocks here as it would on a GPU. */
+ * memory, cuMemFreeHost) waits for the device's work first (the driver
+ * documents that it "may perform implicit synchronization", and does): a
+ * caller that frees on a thread the device's work waits for deadlocks here
+ * as it would on a GPU. */
 CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
   ENTER("cuMemFree_v2");
   NEED_CONTEXT();
-  pthread_mutex_lock(&fake_lock);
-  context_idle_locked();
-  pthread_mutex_unlock(&fake_lock);
+  context_idle();
   return untrack((uintptr_t)dptr, (1u << MEM_DEVICE) | (1u << MEM_MANAGED))
              ? CUDA_SUCCESS
              : CUDA_ERROR_INVALID_VALUE;
@@ -946,9 +953,7 @@ CUresult CUDAAPI cuMemHostAlloc(void **pp, size_t bytesize,
 CUresult CUDAAPI cuMemFreeHost(void *p) {
   ENTER("cuMemFreeHost");
   NEED_CONTEXT();
-  pthread_mutex_lock(&fake_lock); /* waits for the device, as cuMemFree_v2 */
-  context_idle_locked();
-  pthread_mutex_unlock(&fake_lock);
+  context_idle(); /* as cuMemFree_v2 */
   return untrack((uintptr_t)p, 1u << MEM_HOST) ? CUDA_SUCCESS
                                                : CUDA_ERROR_INVALID_VALUE;
 }
