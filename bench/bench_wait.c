@@ -16,6 +16,18 @@
  *                    of its rounds, so that its polling threads cost the
  *                    other contenders nothing.
  *
+ * The gap (--gap-us, default 20): before each round trip every contender
+ * waits, busy, until that long has passed since its previous round trip
+ * returned, as a program that works on what it read before it reads
+ * again. StarPU's step that makes the device's copy the only valid one
+ * happens inside its gap (its median length is printed). The gap matters
+ * on PoCL: a read issued within a microsecond or so of the previous one's
+ * completion meets PoCL's worker still finishing that one and takes
+ * 30-50 us; one issued 2-5 us after finds the worker still awake (3-20
+ * us); from about 10 us on the worker sleeps and is woken (about 21 us).
+ * With --gap-us 0 unimem and the raw calls go back to back, while StarPU
+ * still has its step between round trips: not the same pattern.
+ *
  * CPU seconds per second (getrusage(RUSAGE_SELF) over --idle-ms):
  *   idle             a manager alive, nothing pending
  *   waiting          one thread inside a blocking um_copy_to_host queued
@@ -49,6 +61,7 @@
 
 #define BW_BYTES 4096
 #define BW_MAX_ROUNDS 15
+#define BW_MAX_GAPS 8
 
 typedef struct bw_args {
   int quick;
@@ -56,7 +69,15 @@ typedef struct bw_args {
   int ops;        /* round trips per contender per round */
   uint32_t spin_ns;
   int idle_ms;
+  int ngaps;
+  double gap_ns[BW_MAX_GAPS]; /* busy wait from one round trip's return to the next's start */
 } bw_args;
+
+/* Waits, busy, until gap_ns has passed since since_ns (a bench_now_ns). */
+static void gap_after(double since_ns, double gap_ns) {
+  while (bench_now_ns() - since_ns < gap_ns)
+    ;
+}
 
 enum { C_UM0, C_UMSPIN, C_RAW_BLOCK, C_RAW_POLL, C_STARPU, NCONT };
 static const char *const cont_name[NCONT] = {"unimem spin 0", "unimem spin", "raw blocking",
@@ -65,9 +86,10 @@ static const char *const cont_key[NCONT] = {"unimem_spin0", "unimem_spin", "raw_
                                             "raw_polling", "starpu"};
 
 typedef struct bw_results {
-  double rt_ns[NCONT][BW_MAX_ROUNDS]; /* per-round medians; < 0: not measured */
+  double rt_ns[BW_MAX_GAPS][NCONT][BW_MAX_ROUNDS]; /* per-round medians; < 0: not measured */
   int nrounds;
   char starpu_note[160];
+  double starpu_step_ns[BW_MAX_GAPS][BW_MAX_ROUNDS]; /* median of StarPU's untimed step per round */
   double cpu_idle[2], cpu_wait[2], cpu_starpu_idle; /* CPU s per s; < 0: not measured */
 } bw_results;
 
@@ -128,13 +150,17 @@ static void unimem_close(bw_unimem *u) {
     um_manager_destroy(u->m);
 }
 
-static double unimem_round(bw_unimem *u, int ops, double *scratch) {
+static double unimem_round(bw_unimem *u, int ops, double gap_ns, double *scratch) {
   char host[BW_BYTES];
+  double end = bench_now_ns();
   for (int i = 0; i < ops; i++) {
-    double t0 = bench_now_ns();
+    double t0;
+    gap_after(end, gap_ns);
+    t0 = bench_now_ns();
     if (um_copy_to_host(u->buf, 0, host, BW_BYTES, NULL) != UM_OK)
       return -1;
-    scratch[i] = bench_now_ns() - t0;
+    end = bench_now_ns();
+    scratch[i] = end - t0;
   }
   return median_of_ops(scratch, ops);
 }
@@ -219,23 +245,30 @@ static void raw_close(bw_raw *r) {
     r->clReleaseContext(r->ctx);
 }
 
-static double raw_blocking_round(bw_raw *r, int ops, double *scratch) {
+static double raw_blocking_round(bw_raw *r, int ops, double gap_ns, double *scratch) {
   char host[BW_BYTES];
+  double end = bench_now_ns();
   for (int i = 0; i < ops; i++) {
-    double t0 = bench_now_ns();
+    double t0;
+    gap_after(end, gap_ns);
+    t0 = bench_now_ns();
     if (r->clEnqueueReadBuffer(r->q, r->mem, CL_TRUE, 0, BW_BYTES, host, 0, NULL, NULL) != CL_SUCCESS)
       return -1;
-    scratch[i] = bench_now_ns() - t0;
+    end = bench_now_ns();
+    scratch[i] = end - t0;
   }
   return median_of_ops(scratch, ops);
 }
 
-static double raw_polling_round(bw_raw *r, int ops, double *scratch) {
+static double raw_polling_round(bw_raw *r, int ops, double gap_ns, double *scratch) {
   char host[BW_BYTES];
+  double end = bench_now_ns();
   for (int i = 0; i < ops; i++) {
     cl_event ev;
     cl_int st = CL_QUEUED;
-    double t0 = bench_now_ns();
+    double t0;
+    gap_after(end, gap_ns);
+    t0 = bench_now_ns();
     if (r->clEnqueueReadBuffer(r->q, r->mem, CL_FALSE, 0, BW_BYTES, host, 0, NULL, &ev) != CL_SUCCESS)
       return -1;
     r->clFlush(r->q);
@@ -245,7 +278,8 @@ static double raw_polling_round(bw_raw *r, int ops, double *scratch) {
     r->clReleaseEvent(ev);
     if (st < 0)
       return -1;
-    scratch[i] = bench_now_ns() - t0;
+    end = bench_now_ns();
+    scratch[i] = end - t0;
   }
   return median_of_ops(scratch, ops);
 }
@@ -360,12 +394,13 @@ static int starpu_load(bw_starpu *s, char *why, size_t cap) {
  * time ops acquire(R)+release round trips of a vector made device-only
  * before each, measure its idle CPU when asked, shut it down. Returns the
  * median, or -1 with the reason in why. */
-static double starpu_round(bw_starpu *s, int ops, double *scratch, int idle_ms, double *idle_cpu, char *why,
-                           size_t cap) {
+static double starpu_round(bw_starpu *s, int ops, double gap_ns, double *scratch, double *step_ns, int idle_ms,
+                           double *idle_cpu, char *why, size_t cap) {
   static char host[BW_BYTES];
   struct starpu_conf conf;
   starpu_data_handle_t h;
   int worker, node, rc;
+  double end;
   s->starpu_conf_init(&conf);
   conf.ncpus = 0;
   conf.ncuda = 0;
@@ -382,81 +417,114 @@ static double starpu_round(bw_starpu *s, int ops, double *scratch, int idle_ms, 
   }
   node = (int)s->starpu_worker_get_memory_node((unsigned)worker);
   s->starpu_vector_data_register(&h, STARPU_MAIN_RAM, (uintptr_t)host, BW_BYTES, 1);
+  end = bench_now_ns();
   for (int i = 0; i < ops; i++) {
     double t0;
-    /* the device's copy becomes the only valid one */
+    /* the device's copy becomes the only valid one: inside the gap */
     s->starpu_data_acquire_on_node(h, node, STARPU_W);
     s->starpu_data_release_on_node(h, node);
+    scratch[i] = bench_now_ns() - end;
+    gap_after(end, gap_ns);
     t0 = bench_now_ns();
     s->starpu_data_acquire(h, STARPU_R);
     s->starpu_data_release(h);
-    scratch[i] = bench_now_ns() - t0;
+    end = bench_now_ns();
+    scratch[ops + i] = end - t0;
   }
+  *step_ns = median_of_ops(scratch, ops);
   if (idle_cpu != NULL)
     *idle_cpu = cpu_while_idle(idle_ms);
   s->starpu_data_unregister(h);
   s->starpu_shutdown();
-  return median_of_ops(scratch, ops);
+  return median_of_ops(scratch + ops, ops);
 }
 #endif /* BW_HAVE_STARPU */
 
 /* ------------------------------------------------------------------------ */
 /* The run */
 
+/* The gaps of --gap-us: microseconds, comma-separated. */
+static int parse_gaps(const char *list, bw_args *a) {
+  a->ngaps = 0;
+  for (const char *p = list;;) {
+    char *end;
+    double us = strtod(p, &end);
+    if (end == p || !(us >= 0 && us <= 1e6) || a->ngaps == BW_MAX_GAPS || (*end != ',' && *end != '\0'))
+      return -1;
+    a->gap_ns[a->ngaps++] = us * 1e3;
+    if (*end == '\0')
+      return 0;
+    p = end + 1;
+  }
+}
+
 static int parse_args(int argc, char **argv, bw_args *a) {
   *a = (bw_args){.quick = 0, .rounds = 5, .ops = 2000, .spin_ns = 50000, .idle_ms = 1500};
+  const char *gaps = "0,2,5,10,20,50";
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--quick") == 0) {
       a->quick = 1;
       a->rounds = 3;
       a->ops = 300;
       a->idle_ms = 300;
+      gaps = "0,20";
     } else if (strcmp(argv[i], "--spin-ns") == 0 && i + 1 < argc) {
       a->spin_ns = (uint32_t)strtoul(argv[++i], NULL, 10);
     } else if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc) {
       a->rounds = atoi(argv[++i]);
+    } else if (strcmp(argv[i], "--gap-us") == 0 && i + 1 < argc) {
+      gaps = argv[++i];
     } else {
-      fprintf(stderr, "usage: %s [--quick] [--rounds N] [--spin-ns NS] [--json FILE]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--quick] [--rounds N] [--spin-ns NS] [--gap-us US] [--json FILE]\n", argv[0]);
       return -1;
     }
   }
-  if (a->rounds < 1 || a->rounds > BW_MAX_ROUNDS || a->spin_ns == 0 || a->spin_ns > 1000000000u) {
-    fprintf(stderr, "--rounds is 1..%d, --spin-ns 1..1000000000\n", BW_MAX_ROUNDS);
+  if (a->rounds < 1 || a->rounds > BW_MAX_ROUNDS || a->spin_ns == 0 || a->spin_ns > 1000000000u ||
+      parse_gaps(gaps, a) != 0) {
+    fprintf(stderr, "--rounds is 1..%d, --spin-ns 1..1000000000, --gap-us a list of 1..%d values 0..1000000,"
+            " comma-separated\n", BW_MAX_ROUNDS, BW_MAX_GAPS);
     return -1;
   }
   return 0;
 }
 
 static void round_trips(const bw_args *a, bw_unimem um[2], void *raw, bw_results *res) {
-  double *scratch = malloc((size_t)a->ops * sizeof(double));
+  double *scratch = malloc(2 * (size_t)a->ops * sizeof(double));
 #ifdef BW_HAVE_STARPU
   bw_starpu sp = {0};
   int starpu_ok = starpu_load(&sp, res->starpu_note, sizeof(res->starpu_note)) == 0;
 #else
   snprintf(res->starpu_note, sizeof(res->starpu_note), "not built: starpu.h was not found");
 #endif
-  for (int c = 0; c < NCONT; c++)
-    for (int r = 0; r < BW_MAX_ROUNDS; r++)
-      res->rt_ns[c][r] = -1;
+  for (int g = 0; g < BW_MAX_GAPS; g++)
+    for (int r = 0; r < BW_MAX_ROUNDS; r++) {
+      for (int c = 0; c < NCONT; c++)
+        res->rt_ns[g][c][r] = -1;
+      res->starpu_step_ns[g][r] = -1;
+    }
   res->cpu_starpu_idle = -1;
   if (scratch == NULL)
     return;
+  /* Each round runs every gap, each gap every contender. */
   for (int r = 0; r < a->rounds; r++) {
-    res->rt_ns[C_UM0][r] = unimem_round(&um[0], a->ops, scratch);
-    res->rt_ns[C_UMSPIN][r] = unimem_round(&um[1], a->ops, scratch);
+    for (int g = 0; g < a->ngaps; g++) {
+      double gap = a->gap_ns[g], (*rt)[BW_MAX_ROUNDS] = res->rt_ns[g];
+      rt[C_UM0][r] = unimem_round(&um[0], a->ops, gap, scratch);
+      rt[C_UMSPIN][r] = unimem_round(&um[1], a->ops, gap, scratch);
 #ifdef BW_HAVE_CL
-    res->rt_ns[C_RAW_BLOCK][r] = raw_blocking_round(raw, a->ops, scratch);
-    res->rt_ns[C_RAW_POLL][r] = raw_polling_round(raw, a->ops, scratch);
+      rt[C_RAW_BLOCK][r] = raw_blocking_round(raw, a->ops, gap, scratch);
+      rt[C_RAW_POLL][r] = raw_polling_round(raw, a->ops, gap, scratch);
 #else
-    (void)raw;
+      (void)raw;
 #endif
 #ifdef BW_HAVE_STARPU
-    if (starpu_ok)
-      res->rt_ns[C_STARPU][r] = starpu_round(&sp, a->ops, scratch, a->idle_ms,
-                                             r == 0 ? &res->cpu_starpu_idle : NULL, res->starpu_note,
-                                             sizeof(res->starpu_note));
-    starpu_ok = starpu_ok && res->rt_ns[C_STARPU][r] >= 0;
+      if (starpu_ok)
+        rt[C_STARPU][r] =
+            starpu_round(&sp, a->ops, gap, scratch, &res->starpu_step_ns[g][r], a->idle_ms,
+                         r == 0 && g == 0 ? &res->cpu_starpu_idle : NULL, res->starpu_note, sizeof(res->starpu_note));
+      starpu_ok = starpu_ok && rt[C_STARPU][r] >= 0;
 #endif
+    }
     fprintf(stderr, "  round %d/%d\n", r + 1, a->rounds);
   }
   res->nrounds = a->rounds;
@@ -476,29 +544,35 @@ static void cpu_table(const bw_args *a, bw_unimem um[2], void *raw, bw_results *
   }
 }
 
-/* Median and spread of a contender's round medians, in us. */
-static int summary_of(const bw_results *res, int c, double *med, double *lo, double *hi) {
+/* Median and spread, in us, of per-round medians in ns (< 0: not
+ * measured); the number of rounds measured. */
+static int rounds_summary(const double *ns, int nrounds, double *med, double *lo, double *hi) {
   double v[BW_MAX_ROUNDS];
   int n = 0;
-  for (int r = 0; r < res->nrounds; r++)
-    if (res->rt_ns[c][r] >= 0)
-      v[n++] = res->rt_ns[c][r] / 1e3;
-  if (n < res->nrounds || n == 0)
+  for (int r = 0; r < nrounds; r++)
+    if (ns[r] >= 0)
+      v[n++] = ns[r] / 1e3;
+  if (n == 0)
     return 0;
   *med = bench_median(v, n);
   *lo = v[0];
   *hi = v[n - 1];
-  return 1;
+  return n;
 }
 
-static void report(const bw_args *a, const bw_results *res, bench_report *rep) {
-  double base = -1, med, lo, hi;
-  printf("Blocking 4 KiB device->host round trip (%d interleaved rounds of %d; median of round medians,"
-         " [min, max] of rounds)\n", res->nrounds, a->ops);
+/* A contender's summary, only where it ran every round. */
+static int summary_of(const bw_results *res, int g, int c, double *med, double *lo, double *hi) {
+  return rounds_summary(res->rt_ns[g][c], res->nrounds, med, lo, hi) == res->nrounds;
+}
+
+/* One gap's table: each contender's median and spread. */
+static void report_gap(const bw_args *a, const bw_results *res, int g, bench_report *rep) {
+  double base = -1, med = 0, lo = 0, hi = 0;
+  printf("\ngap %.1f us%s\n", a->gap_ns[g] / 1e3, a->gap_ns[g] == 0 ? " (back to back)" : "");
   printf("%-22s %10s %22s %10s\n", "", "us", "rounds", "vs spin 0");
   for (int c = 0; c < NCONT; c++) {
     bench_row *row;
-    if (!summary_of(res, c, &med, &lo, &hi)) {
+    if (!summary_of(res, g, c, &med, &lo, &hi)) {
       printf("%-22s %10s   %s\n", cont_name[c], "-", c == C_STARPU ? res->starpu_note : "not measured");
       continue;
     }
@@ -506,10 +580,44 @@ static void report(const bw_args *a, const bw_results *res, bench_report *rep) {
       base = med;
     printf("%-22s %10.2f   [%7.2f, %7.2f] %10.2f\n", cont_name[c], med, lo, hi, base > 0 ? base / med : 0);
     row = bench_add_row(rep, "roundtrip", cont_key[c]);
+    bench_set(row, "gap_us", a->gap_ns[g] / 1e3);
     bench_set(row, "us", med);
     bench_set(row, "min_us", lo);
     bench_set(row, "max_us", hi);
+    if (c == C_STARPU && rounds_summary(res->starpu_step_ns[g], res->nrounds, &med, &lo, &hi) > 0) {
+      printf("%-22s %10.2f   [%7.2f, %7.2f]   StarPU's untimed step, inside the gap%s\n", "  its step", med, lo,
+             hi, med * 1e3 > a->gap_ns[g] ? " (longer than the gap)" : "");
+      bench_set(row, "step_us", med);
+    }
   }
+}
+
+/* Per gap, a peer's median over unimem spin's: > 1, unimem is faster. */
+static void report_ratios(const bw_args *a, const bw_results *res) {
+  static const int peers[] = {C_STARPU, C_RAW_POLL};
+  printf("\n%-26s", "peer / unimem spin, gap us");
+  for (int g = 0; g < a->ngaps; g++)
+    printf(" %7.1f", a->gap_ns[g] / 1e3);
+  printf("\n");
+  for (size_t k = 0; k < sizeof(peers) / sizeof(peers[0]); k++) {
+    printf("%-26s", cont_name[peers[k]]);
+    for (int g = 0; g < a->ngaps; g++) {
+      double um = 0, peer = 0, lo, hi;
+      if (summary_of(res, g, C_UMSPIN, &um, &lo, &hi) && summary_of(res, g, peers[k], &peer, &lo, &hi))
+        printf(" %7.2f", peer / um);
+      else
+        printf(" %7s", "-");
+    }
+    printf("\n");
+  }
+}
+
+static void report(const bw_args *a, const bw_results *res, bench_report *rep) {
+  printf("Blocking 4 KiB device->host round trip (%d interleaved rounds of %d; median of round medians,"
+         " [min, max] of rounds), after a busy gap from the previous one's return\n", res->nrounds, a->ops);
+  for (int g = 0; g < a->ngaps; g++)
+    report_gap(a, res, g, rep);
+  report_ratios(a, res);
   printf("\nCPU seconds per second (getrusage, %d ms)\n", a->idle_ms);
   printf("%-22s %12s %12s\n", "", "idle", "waiting");
   for (int k = 0; k < 2; k++) {
