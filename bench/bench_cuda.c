@@ -28,7 +28,10 @@
  * so that every side sees the same machine; a sample of a fast operation
  * repeats it and divides. Bandwidth is bytes moved / time (GB = 1e9 B).
  *
- *   bench_cuda [--quick] [--json FILE]
+ *   bench_cuda [--quick] [--small] [--json FILE]
+ *
+ * --small runs the small operations alone (a few seconds: cheap to repeat,
+ * and to run again with UNIMEM_WAIT_SPIN_NS set).
  *
  * The report's rows: table "alloc" (unimem_pool_hit_ns, cumemalloc_free_ns,
  * cumemallocasync_free_ns per pair, and the ratios), table "copies"
@@ -433,6 +436,14 @@ static bool in_table(const bench_row *row, const char *table) {
   return strcmp(bench_get_text(row, "table"), table) == 0;
 }
 
+/* Whether the report has rows of table (--small leaves two without). */
+static bool has_table(const bench_report *rep, const char *table) {
+  for (int i = 0; i < rep->nrows; i++)
+    if (in_table(&rep->rows[i], table))
+      return true;
+  return false;
+}
+
 static void print_alloc(const bench_report *rep) {
   static const double seeds_claim[] = {11, 44, 352};
   printf("\nAllocate + free DEVICE memory, median ns per pair\n");
@@ -549,8 +560,10 @@ static void print_results(const results *r, const bench_report *rep, bool quick)
   printf("driver library: %s%s\n", cu.path, quick ? "; --quick: few samples" : "");
   for (int i = 0; i < r->nnotes; i++)
     printf("note: %s\n", r->notes[i]);
-  print_alloc(rep);
-  print_copies(rep);
+  if (has_table(rep, "alloc"))
+    print_alloc(rep);
+  if (has_table(rep, "copies"))
+    print_copies(rep);
   print_small(rep);
   print_targets(rep, r->staging_chunk);
   print_small_targets(rep);
@@ -573,6 +586,7 @@ static void record_run(const results *r, bool quick, bench_report *rep) {
 typedef struct bench {
   bc_plan plan;
   bool quick;
+  bool small_only; /* --small: the small-operation table alone */
   um_manager *m;
   um_device *dev; /* unimem's device for CUDA ordinal 0 */
   CUdevice cudev;
@@ -919,6 +933,8 @@ static int run_sizes(bench *b) {
   static const size_t copy_quick[] = {MiB, 8 * MiB};
   size_t sizes[LEN(alloc_full)], n;
   _Static_assert(LEN(copy_full) <= LEN(alloc_full), "sizes[] holds either list");
+  if (b->small_only)
+    goto small;
   n = b->quick ? sizes_that_fit(b, "allocation", alloc_quick, LEN(alloc_quick), sizes)
                : sizes_that_fit(b, "allocation", alloc_full, LEN(alloc_full), sizes);
   for (size_t i = 0; i < n; i++) {
@@ -933,6 +949,7 @@ static int run_sizes(bench *b) {
     if (bench_copies(b, sizes[i]) != 0)
       return 1;
   }
+small:
   progress("small copies", SMALL_BYTES);
   return bench_small(b);
 }
@@ -943,8 +960,10 @@ static int run(bench *b) {
     return st;
   if (strncmp(b->r.gpu, "Fake CUDA Device", 16) == 0)
     note(&b->r, "%s", "the test suite's fake driver: copies are host memcpy, the figures say nothing about a GPU");
-  printf("bench_cuda: %s, driver %d, %s%s\n", b->r.gpu, b->r.driver_version, cu.path, b->quick ? " (--quick)" : "");
+  printf("bench_cuda: %s, driver %d, %s%s%s\n", b->r.gpu, b->r.driver_version, cu.path, b->quick ? " (--quick)" : "",
+         b->small_only ? " (--small: small operations only)" : "");
   record_run(&b->r, b->quick, b->rep);
+  bench_set_bool(&b->rep->facts, "small_only", b->small_only);
   if (run_sizes(b) != 0)
     return 1;
   print_results(&b->r, b->rep, b->quick);
@@ -960,8 +979,10 @@ int um_bench_cuda_main(int argc, char **argv, bench_report *rep) {
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--quick") == 0) {
       b.quick = true;
+    } else if (strcmp(argv[i], "--small") == 0) {
+      b.small_only = true;
     } else {
-      fprintf(stderr, "usage: %s [--quick] [--json FILE]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--quick] [--small] [--json FILE]\n", argv[0]);
       return strcmp(argv[i], "--help") == 0 ? 0 : 2;
     }
   }

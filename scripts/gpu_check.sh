@@ -23,7 +23,9 @@
 #   3c. the CUDA tests under compute-sanitizer (memcheck, every process:
 #      Criterion runs each test in a child), where it is installed;
 #   4. bench_cuda, full: the figures for the CUDA section of
-#      docs/benchmarks.md (table and JSON); the frameworks' allocators
+#      docs/benchmarks.md (table and JSON); its small operations again
+#      (--small), twice as they are and three times with
+#      UNIMEM_WAIT_SPIN_NS=50000; the frameworks' allocators
 #      (bench/bench_frameworks.py, bench/bench_gpu_alloc.py) where PyTorch
 #      or CuPy is installed; `unimem bench all --quick`;
 #   5. the whole test suite (last: GPU_CHECK_FULL_TIMEOUT seconds, default
@@ -218,6 +220,21 @@ stage_benches() {
     esac
   else
     record "bench_cuda" "FAIL" "not built"
+  fi
+  # The small operations again: two more plain runs (three in all, for
+  # medians and spreads), and three with waiters that poll before they
+  # sleep (UNIMEM_WAIT_SPIN_NS, CUDA's spin scheduling for unimem's waits),
+  # all in one file.
+  if [ -x "$build/bench/bench_cuda" ] && [ $gpu_present = 1 ]; then
+    : >"$out/bench_cuda_small.txt"
+    for spin in 0 0 50000 50000 50000; do
+      echo "== bench_cuda --small, UNIMEM_WAIT_SPIN_NS=$spin" >>"$out/bench_cuda_small.txt"
+      UNIMEM_WAIT_SPIN_NS=$spin timeout 120 "$build/bench/bench_cuda" --small >>"$out/bench_cuda_small.txt" 2>&1
+      rc=$?
+      [ $rc = 0 ] || { record "bench_cuda --small" "FAIL" "exit status $rc (spin $spin)"; break; }
+    done
+    [ $rc = 0 ] && record "bench_cuda --small" "ok" "2 plain + 3 spinning runs; bench_cuda_small.txt"
+    grep -E "^== |^(batch 1000|4 KiB)|^  (batch 1000|4 KiB copy)" "$out/bench_cuda_small.txt" || true
   fi
   if [ -x "$build/tools/unimem" ]; then
     "$build/tools/unimem" info >"$out/unimem-info.txt" 2>&1 || true

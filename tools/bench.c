@@ -71,7 +71,7 @@ const char tool_bench_help[] =
     "              in one um_copy_batch against 1000 cuMemcpyHtoDAsync on one stream, one\n"
     "              with an event against cuMemcpyHtoDAsync + cuEventRecord +\n"
     "              cuEventSynchronize, and a blocking round trip; on the first NVIDIA\n"
-    "              GPU (skipped without one).\n"
+    "              GPU (skipped without one). --small: the small copies alone.\n"
     "    net       um_net put and get bandwidth and put latency per size between two\n"
     "              processes of this machine, next to ucx_perftest on the same UCX\n"
     "              transport (UCX_TLS), in alternating rounds: medians and spreads\n"

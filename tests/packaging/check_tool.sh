@@ -1,6 +1,7 @@
 #!/bin/sh
 # Run a command; pass when it exits with the expected status and its output
-# (stdout and stderr together) matches every pattern (grep -E).
+# (stdout and stderr together) matches every pattern (grep -E), and no
+# line matches a pattern written with a leading '!'.
 #
 #   check_tool.sh STATUS PATTERN... -- COMMAND [ARGS...]
 set -u
@@ -22,9 +23,19 @@ if [ "$rc" -ne "$want" ]; then
   exit 1
 fi
 while IFS= read -r p; do
-  if ! printf '%s\n' "$out" | grep -Eq -- "$p"; then
-    echo "FAIL: the output of '$*' does not match '$p'" >&2
-    exit 1
-  fi
+  case $p in
+    !*)
+      if printf '%s\n' "$out" | grep -Eq -- "${p#!}"; then
+        echo "FAIL: the output of '$*' matches '${p#!}'" >&2
+        exit 1
+      fi
+      ;;
+    *)
+      if ! printf '%s\n' "$out" | grep -Eq -- "$p"; then
+        echo "FAIL: the output of '$*' does not match '$p'" >&2
+        exit 1
+      fi
+      ;;
+  esac
 done <"$patterns_file"
 echo "PASS: $*"
