@@ -19,6 +19,7 @@
 #ifndef UNIMEM_BACKEND_H
 #define UNIMEM_BACKEND_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -210,6 +211,15 @@ typedef struct um__backend {
    * (um_options.wait_spin_ns) to see a completion the driver has not
    * reported through done() yet. */
   int (*token_query)(void *bdev, void *token);
+  /* Optional (NULL: token_query alone). token_query's answer, and where the
+   * work has ended but the backend's own reporting thread (a stream's
+   * watcher) has not reported it yet, the report made right here: done()
+   * runs on the calling thread, which the core has marked as completing
+   * inline (um__thread_completes_inline_set), with no lock of the backend
+   * held. Exactly one of this call and the backend's thread reports a
+   * token. A spinning waiter calls it, so that it need not wait for the
+   * reporting thread to wake from the driver's blocking wait. */
+  int (*token_reap)(void *bdev, void *token);
   /* Adopt the caller's own context, device and queue as one more device:
    * open() and describe() for it. *ctx is the backend's per-manager state,
    * NULL when the manager did not open the backend (adopt makes it; close
@@ -297,6 +307,9 @@ int um__spin_until(uint32_t ns, int (*done)(void *arg), void *arg);
  * there, as under callbacks_reenter, instead of on one of the core's
  * threads (op.c). Called once, at the start of such a thread. */
 void um__thread_completes_inline(void);
+/* The same for a while (a waiter's token_reap): sets the calling thread's
+ * mark to on and returns what it was, to be set back after. */
+bool um__thread_completes_inline_set(bool on);
 /* Log through the options' log callback (stderr when none). */
 void um__log(const um_options *opts, um_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -215,7 +215,11 @@ void um__event_caller_native_drop(um_event *e) {
 
 /* A waiter's spin (um_options.wait_spin_ns): it polls the event's state,
  * and every POLLS_PER_QUERY polls the device's own view of the operation's
- * token, where the backend can say (token_query). */
+ * token, where the backend can say (token_query). Where the backend can
+ * also report an ended token on the waiter's thread (token_reap: CUDA,
+ * whose stream watchers sleep in the driver's blocking wait), the waiter
+ * asks that instead, and finishes the operation itself rather than wait
+ * for the watcher to wake. */
 typedef struct event_spin {
   um_event *e;
   um_device *dev; /* the device of token, or NULL */
@@ -233,8 +237,16 @@ static int event_spin_poll(void *arg) {
   event_spin *s = arg;
   if (atomic_load_explicit(&s->e->state, memory_order_acquire) == UM__EV_DONE)
     return 1;
-  if (s->token != NULL && !s->device_done && ++s->polls % POLLS_PER_QUERY == 0)
-    s->device_done = s->dev->be->token_query(s->dev->bdev, s->token) != 0;
+  if (s->token != NULL && !s->device_done && ++s->polls % POLLS_PER_QUERY == 0) {
+    const um__backend *be = s->dev->be;
+    if (be->token_reap != NULL) {
+      bool was = um__thread_completes_inline_set(true);
+      s->device_done = be->token_reap(s->dev->bdev, s->token) != 0;
+      um__thread_completes_inline_set(was);
+      return atomic_load_explicit(&s->e->state, memory_order_acquire) == UM__EV_DONE;
+    }
+    s->device_done = be->token_query(s->dev->bdev, s->token) != 0;
+  }
   return 0;
 }
 

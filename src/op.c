@@ -79,6 +79,12 @@ static _Thread_local bool completes_inline;
 
 void um__thread_completes_inline(void) { completes_inline = true; }
 
+bool um__thread_completes_inline_set(bool on) {
+  bool was = completes_inline;
+  completes_inline = on;
+  return was;
+}
+
 /* Whether a report from d on this thread is finished here, without waking
  * a worker: the driver allows it in its callbacks, or this thread is one
  * of the backend's own. */

@@ -1085,6 +1085,9 @@ typedef struct cuda_token {
    * native_release). */
   cuda_device *dev;
   CUstream stream; /* transfers: where the event was recorded */
+  atomic_int reported; /* transfers: done() was called, by the watcher or by
+                          a spinning waiter (cuda_token_reap), whichever
+                          set this first */
 } cuda_token;
 
 static void gate_word_put(cuda_device *d, cuda_gate_word *word);
@@ -1237,7 +1240,8 @@ static void *watch_main(void *arg) {
       w->tail = NULL;
     pthread_mutex_unlock(&w->lock);
     result = cu->cuEventSynchronize(token->finished);
-    token->done(token->arg, cuda_status(result, NULL));
+    if (atomic_exchange(&token->reported, 1) == 0)
+      token->done(token->arg, cuda_status(result, NULL));
     token_drop(token);
     pthread_mutex_lock(&w->lock);
   }
@@ -1468,6 +1472,24 @@ static int cuda_token_query(void *bdev, void *token) {
   leave_context(d, previous);
   /* CUDA_ERROR_NOT_READY: still running; any other answer means the work
    * ended, and done() reports how. */
+  return result != CUDA_ERROR_NOT_READY;
+}
+
+/* A spinning waiter's look at a token (token_reap): a transfer whose event
+ * has completed is reported here unless its watcher got there first; the
+ * watcher, awake later, then only drops its share. The waiter borrows the
+ * core's share of the token meanwhile, so the token and its event live. */
+static int cuda_token_reap(void *bdev, void *token_) {
+  cuda_device *d = bdev;
+  cuda_token *token = token_;
+  CUcontext previous = NULL;
+  CUresult result;
+  if (enter_context(d, &previous) != UM_OK)
+    return 0; /* not known: the waiter goes by the core's own state */
+  result = cu->cuEventQuery(token->finished);
+  if (result != CUDA_ERROR_NOT_READY && token->dev != NULL && atomic_exchange(&token->reported, 1) == 0)
+    token->done(token->arg, cuda_status(result, NULL));
+  leave_context(d, previous);
   return result != CUDA_ERROR_NOT_READY;
 }
 
@@ -1929,6 +1951,7 @@ const um__backend um__backend_cuda = {
     .caller_marker = cuda_caller_marker,
     .token_wait = cuda_token_wait,
     .token_query = cuda_token_query,
+    .token_reap = cuda_token_reap,
     .adopt = NULL, /* SPEC §8 adopts OpenCL contexts only */
     /* No CUDA call is allowed in a stream callback. */
     .callbacks_reenter = 0,

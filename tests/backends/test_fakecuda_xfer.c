@@ -34,6 +34,15 @@ static um_manager *threaded_manager(const char *delay_us) {
   return fc_manager(&o);
 }
 
+/* Such a manager whose waiters spin for spin_ns before they sleep
+ * (wait_spin_ns). */
+static um_manager *spinning_manager(const char *delay_us, uint32_t spin_ns) {
+  um_options o;
+  threaded_options(&o, delay_us);
+  o.wait_spin_ns = spin_ns;
+  return fc_manager(&o);
+}
+
 /* Such a manager (into *m) with `workers` workers, pooling on or off; its
  * first device. */
 static um_device *threaded_device(const char *delay_us, int workers, int pooling, um_manager **m) {
@@ -321,6 +330,83 @@ Test(fakecuda_xfer, the_watcher_finishes_its_copies_without_a_worker) {
   cr_assert_eq(um_event_query(up), UM_EAGAIN, "the download's report waited for the worker's upload");
   cac_wait_release(up, UM_OK);
   read_back_and_close(m, big, small, src, back, n);
+}
+
+/* The fail-safe of a test that holds the fake's host waits: lets them go
+ * after 10 s unless the test said it is done first, and says whether it
+ * had to. */
+typedef struct hold_guard {
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  void (*hold)(int);
+  int done;      /* the test got what it waited for */
+  int let_go;    /* the guard let the waits go: the test's wait hung */
+} hold_guard;
+
+static void *hold_guard_main(void *arg) {
+  hold_guard *g = arg;
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += 10;
+  pthread_mutex_lock(&g->lock);
+  while (!g->done && pthread_cond_timedwait(&g->cond, &g->lock, &until) == 0)
+    ;
+  g->let_go = !g->done;
+  pthread_mutex_unlock(&g->lock);
+  g->hold(0);
+  return NULL;
+}
+
+/* A waiter that spins (wait_spin_ns) reports an ended copy itself: with
+ * every cuEventSynchronize of the fake held, the stream's watcher sleeps
+ * in it after the copy ran, yet um_event_wait returns, the operation done
+ * and its bytes on the device. Without the waiter's report it would sleep
+ * until the guard lets the watcher go (10 s). The watcher, let go after,
+ * reports nothing twice: the destroy's checks find every driver object
+ * given back. */
+Test(fakecuda_xfer, a_spinning_waiter_reports_the_copy_itself) {
+  enum { SIZE = 4096 };
+  um_manager *m;
+  um_device *d;
+  um_buffer *b;
+  um_event *ev;
+  unsigned char src[SIZE], back[SIZE];
+  hold_guard g = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+  pthread_t guard;
+  int st;
+  m = spinning_manager("1000", 1000000000); /* the most: the copy ends inside it, even under a sanitizer */
+  d = fc_dev(m, 0);
+  b = cac_alloc(m, d, SIZE, UM_DEVICE, 0);
+  ut_pattern(src, SIZE, 47);
+  memset(back, 0, sizeof(back));
+  g.hold = fc_host_waits_holder();
+
+  g.hold(1);
+  cr_assert_eq(pthread_create(&guard, NULL, hold_guard_main, &g), 0);
+  CAC_OK(um_copy_from_host(b, 0, src, SIZE, &ev));
+  st = um_event_wait(ev);
+  pthread_mutex_lock(&g.lock);
+  g.done = 1;
+  pthread_cond_signal(&g.cond);
+  pthread_mutex_unlock(&g.lock);
+  pthread_join(guard, NULL);
+  cr_assert_eq(st, UM_OK, "%s: %s", um_err_name(st), um_last_error());
+  cr_assert_not(g.let_go, "the wait returned only once the watcher was let go");
+  cr_assert_eq(um_event_query(ev), UM_OK);
+  CAC_OK(um_event_release(ev));
+  CAC_OK(um_copy_to_host(b, 0, back, SIZE, NULL));
+  cr_assert_arr_eq(back, src, SIZE);
+  CAC_OK(um_release(b));
+  fc_destroy(m, UM_OK);
+}
+
+/* Spinning waiters and the watchers race to report the same copies: four
+ * threads' copies, each reported once (a second report would complete an
+ * operation twice), with every byte where it belongs. */
+Test(fakecuda_xfer, spinning_waiters_and_watchers_at_once) {
+  um_manager *m = spinning_manager("20", 100000);
+  cac_check_threads(m, fc_dev(m, 0), 4, 25);
+  fc_destroy(m, UM_OK);
 }
 
 /* A free of device memory waits for the whole device (the fake's cuMemFree

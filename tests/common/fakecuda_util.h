@@ -32,6 +32,22 @@ static UT_UNUSED long fc_count(const char *what) {
   return fc_count_fn(what);
 }
 
+/* The fake's fake_cuda_hold_host_waits(on): while on, no
+ * cuEventSynchronize returns (a stream's watcher asleep in one stays
+ * asleep). Callable from any thread; needs the driver loaded (a manager
+ * made). */
+static UT_UNUSED void (*fc_host_waits_holder(void))(int) {
+  void (*hold)(int) = NULL;
+  void *lib = FC_HAVE_FAKE ? dlopen(UM_FAKE_CUDA_FULL, RTLD_NOW | RTLD_NOLOAD) : NULL;
+  void *sym;
+  cr_assert_not_null(lib, "the fake driver is not loaded");
+  sym = dlsym(lib, "fake_cuda_hold_host_waits");
+  memcpy(&hold, &sym, sizeof(sym));
+  dlclose(lib); /* the backend keeps its own reference */
+  cr_assert_not_null(hold, "fake_cuda_hold_host_waits missing");
+  return hold;
+}
+
 /* Start from a clean slate of knobs, then pick the driver. */
 static UT_UNUSED void fc_env(const char *library) {
   static const char *const knobs[] = {

@@ -180,6 +180,7 @@ static struct CUstream_st *streams;
 static struct CUevent_st *live_event_list;
 static struct CUmod_st *modules;
 static fake_active *active;
+static int host_waits_held; /* fake_cuda_hold_host_waits */
 
 static _Thread_local struct CUctx_st *current_context;
 static _Thread_local int in_callback;
@@ -1194,7 +1195,7 @@ CUresult CUDAAPI cuEventSynchronize(CUevent hEvent) {
   host_waits_here++;
   target = hEvent->recorded;
   hEvent->refs++; /* a destroy meanwhile must not free it under us */
-  while (hEvent->completed < target)
+  while (hEvent->completed < target || host_waits_held)
     pthread_cond_wait(&fake_changed, &fake_lock);
   result = hEvent->error;
   event_drop_locked(hEvent);
@@ -1569,6 +1570,17 @@ void fake_cuda_forget_current(void) { current_context = NULL; }
  * the thread back the context it had. */
 const void *fake_cuda_current_context(void);
 const void *fake_cuda_current_context(void) { return current_context; }
+
+/* While on, cuEventSynchronize does not return, even for an event that has
+ * completed: a thread asleep in it (a stream's watcher) stays asleep until
+ * the test turns it off. cuEventQuery answers as ever. */
+void fake_cuda_hold_host_waits(int on);
+void fake_cuda_hold_host_waits(int on) {
+  pthread_mutex_lock(&fake_lock);
+  host_waits_held = on;
+  pthread_cond_broadcast(&fake_changed);
+  pthread_mutex_unlock(&fake_lock);
+}
 
 long fake_cuda_count(const char *what);
 long fake_cuda_count(const char *what) {
