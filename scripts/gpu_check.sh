@@ -41,8 +41,10 @@
 # python3 on PATH that imports numpy (the frameworks' interpreter on a GPU
 # machine), else /usr/bin/python3.
 #
-# Usage: scripts/gpu_check.sh [--no-full] [--only-full]
-#   --no-full: skip stage 5; --only-full: build, then stage 5 alone
+# Usage: scripts/gpu_check.sh [--no-full] [--only-full] [--quick]
+#   --no-full: skip stage 5; --only-full: build, then stage 5 alone;
+#   --quick: what a lease of a few minutes affords -- stages 1, 2, 3
+#   (without 3b's second pass and 3c) and 4 without 4b and 4c, no stage 5
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -53,11 +55,13 @@ build=${UNIMEM_GPU_BUILD:-$root/build-gpu}
 jobs=$(nproc 2>/dev/null || echo 4)
 full=1
 only_full=0
+quick=0
 case "${1:-}" in
   --no-full) full=0 ;;
   --only-full) only_full=1 ;;
+  --quick) full=0; quick=1 ;;
   "") ;;
-  *) echo "usage: scripts/gpu_check.sh [--no-full|--only-full]" >&2; exit 2 ;;
+  *) echo "usage: scripts/gpu_check.sh [--no-full|--only-full|--quick]" >&2; exit 2 ;;
 esac
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 
@@ -165,7 +169,9 @@ stage_gpu_tests() {
 
   echo "== 3b. interop: the caller's own kernels on the GPU"
   interop='^(test_cuda_kernels_gpu|gpu_cuda_interop_real|example_cuda_kernels)$'
-  for conns in default 1; do
+  conn_passes="default 1"
+  [ $quick = 1 ] && conn_passes=default
+  for conns in $conn_passes; do
     log="$out/ctest-interop-$conns.log"
     if [ $conns = default ]; then
       (cd "$build" && ctest -R "$interop" --output-on-failure -V --timeout 300) >"$log" 2>&1
@@ -188,7 +194,9 @@ stage_gpu_tests() {
 
   echo "== 3c. compute-sanitizer (memcheck) over the GPU tests"
   sanitizer=$(command -v compute-sanitizer || ls "$CUDA_HOME"/bin/compute-sanitizer 2>/dev/null || true)
-  if [ -z "$sanitizer" ] || [ $gpu_present = 0 ]; then
+  if [ $quick = 1 ]; then
+    record "compute-sanitizer" "skip" "--quick"
+  elif [ -z "$sanitizer" ] || [ $gpu_present = 0 ]; then
     record "compute-sanitizer" "skip" "$([ -z "$sanitizer" ] && echo 'not installed' || echo 'no GPU')"
   else
     : >"$out/sanitizer.log"
@@ -240,6 +248,10 @@ stage_benches() {
     "$build/tools/unimem" info >"$out/unimem-info.txt" 2>&1 || true
   fi
   echo "== 4b. the frameworks' allocators"
+  if [ $quick = 1 ]; then
+    record "frameworks" "skip" "--quick"
+    return 0
+  fi
   if [ -d "$build/python/unimem" ]; then
     for b in bench_frameworks bench_gpu_alloc; do
       [ -f "$root/bench/$b.py" ] || continue

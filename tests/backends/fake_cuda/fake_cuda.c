@@ -78,6 +78,7 @@ struct CUevent_st {
   struct CUctx_st *ctx; /* the context current at cuEventCreate */
   uint64_t recorded;    /* generation of the last cuEventRecord */
   uint64_t completed;   /* generation the stream has reached */
+  unsigned flags;       /* cuEventCreate's */
   CUresult error;       /* the recording stream's failure, once reached:
                            cuEventSynchronize and cuEventQuery answer it,
                            as the driver answers a device fault */
@@ -191,7 +192,8 @@ static _Thread_local long host_waits_here;
 
 static atomic_long live_streams, live_events, stream_ordered_allocs,
     calls_in_callbacks, callbacks_run, live_modules, kernels_run, races,
-    unrecorded_waits, host_waits, wait_values, host_allocs, kernels_waiting, event_records;
+    unrecorded_waits, host_waits, wait_values, host_allocs, kernels_waiting, event_records, blocking_records,
+    spinning_waits;
 
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                   */
@@ -1140,6 +1142,7 @@ CUresult CUDAAPI cuEventCreate(CUevent *phEvent, unsigned int Flags) {
   if (event == NULL)
     return CUDA_ERROR_OUT_OF_MEMORY;
   event->refs = 1;
+  event->flags = Flags;
   event->ctx = current_context;
   pthread_mutex_lock(&fake_lock);
   event->next_live = live_event_list;
@@ -1194,6 +1197,11 @@ CUresult CUDAAPI cuEventSynchronize(CUevent hEvent) {
   atomic_fetch_add(&host_waits, 1);
   host_waits_here++;
   target = hEvent->recorded;
+  /* The driver sleeps here only on a blocking-sync event: on any other it
+   * spins (or yields) on a CPU under the context's default scheduling
+   * (CU_CTX_SCHED_AUTO, whenever the GPUs are fewer than the CPUs). */
+  if (hEvent->completed < target && !(hEvent->flags & CU_EVENT_BLOCKING_SYNC))
+    atomic_fetch_add(&spinning_waits, 1);
   hEvent->refs++; /* a destroy meanwhile must not free it under us */
   while (hEvent->completed < target || host_waits_held)
     pthread_cond_wait(&fake_changed, &fake_lock);
@@ -1219,6 +1227,8 @@ CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream) {
   }
   op.generation = ++hEvent->recorded;
   hEvent->refs++;
+  if (hEvent->flags & CU_EVENT_BLOCKING_SYNC)
+    atomic_fetch_add(&blocking_records, 1);
   pthread_mutex_unlock(&fake_lock);
   atomic_fetch_add(&event_records, 1);
   return enqueue(hStream, &op);
@@ -1617,6 +1627,10 @@ long fake_cuda_count(const char *what) {
     return atomic_load(&host_allocs);
   if (strcmp(what, "event_records") == 0) /* cuEventRecord calls, never reset */
     return atomic_load(&event_records);
+  if (strcmp(what, "blocking_records") == 0) /* those of blocking-sync events */
+    return atomic_load(&blocking_records);
+  if (strcmp(what, "spinning_waits") == 0) /* cuEventSynchronize that waited on a plain event */
+    return atomic_load(&spinning_waits);
   pthread_mutex_lock(&fake_lock);
   if (strcmp(what, "context_retains") == 0) {
     for (int i = 0; i < FAKE_MAX_DEVICES; i++)
