@@ -567,6 +567,8 @@ static void print_small(const bench_report *rep) {
            bench_get(b, "unimem_issue_ns"), bench_get(b, "raw_issue_ns"),
            bench_get(b, "unimem_issue_ns") - bench_get(b, "raw_issue_ns"), bench_get(b, "unimem_wait_ns"),
            bench_get(b, "raw_wait_ns"), bench_get(b, "unimem_wait_ns") - bench_get(b, "raw_wait_ns"));
+    printf("  %s, raw with a blocking-sync event: issue %.0f ns, wait %.0f ns\n", bench_get_text(b, "name"),
+           bench_get(b, "raw_blocking_issue_ns"), bench_get(b, "raw_blocking_wait_ns"));
   }
 }
 
@@ -885,7 +887,11 @@ static int small_row(bench *b, const small_buffers *x, const small_case *sc) {
  * they return) and the wait, each side's median over PHASE_BLOCKS blocks
  * of PHASE_OPS copies, the sides' blocks alternating. Timed apart from the
  * row above, so that its clock reads do not weigh on that figure. */
-static int phase_block(const small_buffers *x, bool unimem, double *issue_ns, double *wait_ns) {
+/* side 0: raw (a plain event), 1: unimem, 2: raw with the blocking-sync
+ * event (what recording one costs the issuing thread). */
+static int phase_block(const small_buffers *x, int side, double *issue_ns, double *wait_ns) {
+  bool unimem = side == 1;
+  CUevent ev = side == 2 ? x->sleep_event : x->event;
   double issue = 0, wait = 0;
   for (int i = 0; i < PHASE_OPS; i++) {
     double t0 = bench_now_ns(), t1;
@@ -895,7 +901,7 @@ static int phase_block(const small_buffers *x, bool unimem, double *issue_ns, do
       bad = um_copy(x->dev, 0, x->pin, 0, SMALL_BYTES, &done) != UM_OK;
     else
       bad = cu.cuMemcpyHtoDAsync_v2(x->dptr, x->host, SMALL_BYTES, x->stream) != 0 ||
-            cu.cuEventRecord(x->event, x->stream) != 0;
+            cu.cuEventRecord(ev, x->stream) != 0;
     t1 = bench_now_ns();
     if (bad)
       return 1;
@@ -903,7 +909,7 @@ static int phase_block(const small_buffers *x, bool unimem, double *issue_ns, do
       st = um_event_wait(done);
       st |= um_event_release(done);
     } else {
-      st = cu.cuEventSynchronize(x->event) != 0;
+      st = cu.cuEventSynchronize(ev) != 0;
     }
     wait += bench_now_ns() - t1;
     issue += t1 - t0;
@@ -916,11 +922,11 @@ static int phase_block(const small_buffers *x, bool unimem, double *issue_ns, do
 }
 
 static int phase_row(bench *b, const small_buffers *x) {
-  double issue[2][PHASE_BLOCKS], wait[2][PHASE_BLOCKS];
+  double issue[3][PHASE_BLOCKS], wait[3][PHASE_BLOCKS];
   bench_row *row;
   for (int k = 0; k < PHASE_BLOCKS; k++)
-    for (int side = 0; side < 2; side++)
-      if (phase_block(x, side == 1, &issue[side][k], &wait[side][k]) != 0) {
+    for (int side = 0; side < 3; side++)
+      if (phase_block(x, side, &issue[side][k], &wait[side][k]) != 0) {
         fprintf(stderr, "bench_cuda: phases of a copy with an event failed: %s\n", um_last_error());
         return 1;
       }
@@ -929,6 +935,8 @@ static int phase_row(bench *b, const small_buffers *x) {
   bench_set(row, "raw_wait_ns", bench_median(wait[0], PHASE_BLOCKS));
   bench_set(row, "unimem_issue_ns", bench_median(issue[1], PHASE_BLOCKS));
   bench_set(row, "unimem_wait_ns", bench_median(wait[1], PHASE_BLOCKS));
+  bench_set(row, "raw_blocking_issue_ns", bench_median(issue[2], PHASE_BLOCKS));
+  bench_set(row, "raw_blocking_wait_ns", bench_median(wait[2], PHASE_BLOCKS));
   return 0;
 }
 

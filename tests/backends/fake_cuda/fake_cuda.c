@@ -193,7 +193,7 @@ static _Thread_local long host_waits_here;
 static atomic_long live_streams, live_events, stream_ordered_allocs,
     calls_in_callbacks, callbacks_run, live_modules, kernels_run, races,
     unrecorded_waits, host_waits, wait_values, host_allocs, kernels_waiting, event_records, blocking_records,
-    spinning_waits;
+    spinning_waits, stream_queries;
 
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                   */
@@ -825,6 +825,17 @@ CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx) {
   return CUDA_SUCCESS;
 }
 
+/* The scheduling flags of every context: FAKE_CUDA_CTX_FLAGS, else 0
+ * (CU_CTX_SCHED_AUTO, the driver's default). */
+CUresult CUDAAPI cuCtxGetFlags(unsigned int *flags) {
+  ENTER("cuCtxGetFlags");
+  NEED_CONTEXT();
+  if (flags == NULL)
+    return CUDA_ERROR_INVALID_VALUE;
+  *flags = (unsigned)env_long("FAKE_CUDA_CTX_FLAGS", 0);
+  return CUDA_SUCCESS;
+}
+
 CUresult CUDAAPI cuCtxGetCurrent(CUcontext *pctx) {
   ENTER("cuCtxGetCurrent");
   if (pctx == NULL)
@@ -1283,6 +1294,7 @@ CUresult CUDAAPI cuStreamAddCallback(CUstream hStream,
 CUresult CUDAAPI cuStreamQuery(CUstream hStream) {
   CUresult result;
   ENTER("cuStreamQuery");
+  atomic_fetch_add(&stream_queries, 1);
   result = stream_usable(hStream);
   if (result != CUDA_SUCCESS)
     return result;
@@ -1631,6 +1643,8 @@ long fake_cuda_count(const char *what) {
     return atomic_load(&blocking_records);
   if (strcmp(what, "spinning_waits") == 0) /* cuEventSynchronize that waited on a plain event */
     return atomic_load(&spinning_waits);
+  if (strcmp(what, "stream_queries") == 0) /* cuStreamQuery calls */
+    return atomic_load(&stream_queries);
   pthread_mutex_lock(&fake_lock);
   if (strcmp(what, "context_retains") == 0) {
     for (int i = 0; i < FAKE_MAX_DEVICES; i++)
