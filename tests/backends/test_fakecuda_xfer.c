@@ -250,14 +250,20 @@ Test(fakecuda_xfer, release_with_operations_in_flight) {
  * round of 200 copies in flight at once, the live events come back to at
  * most 32 above where they started (once the watcher has let go of the
  * last ones, which it does just after their completion was reported). */
+/* A DEVICE and a PINNED buffer of bytes each on m's first device. */
+static void device_and_pinned(um_manager *m, size_t bytes, um_buffer **dev, um_buffer **pin) {
+  um_device *d = fc_dev(m, 0);
+  *dev = cac_alloc(m, d, bytes, UM_DEVICE, 0);
+  *pin = cac_alloc(m, d, bytes, UM_PINNED, 0);
+}
+
 Test(fakecuda_xfer, small_copies_reuse_a_bounded_set_of_events) {
   um_manager *m = threaded_manager("50");
-  um_device *d = fc_dev(m, 0);
   enum { N = 200, SIZE = 4096 };
-  um_buffer *dev = cac_alloc(m, d, (size_t)N * SIZE, UM_DEVICE, 0);
-  um_buffer *pin = cac_alloc(m, d, (size_t)N * SIZE, UM_PINNED, 0);
+  um_buffer *dev, *pin;
   um_event *ev[N];
   long base, after[3] = {0, 0, 0};
+  device_and_pinned(m, (size_t)N * SIZE, &dev, &pin);
   memset(um_buffer_host_ptr(pin), 0x5A, (size_t)N * SIZE);
   base = fc_count("events");
   for (int round = 0; round < 3; round++) {
@@ -283,13 +289,12 @@ Test(fakecuda_xfer, small_copies_reuse_a_bounded_set_of_events) {
  * spins under the context's default scheduling; the fake counts those. */
 Test(fakecuda_xfer, the_watchers_sleep_without_blocking_events_at_issue) {
   um_manager *m = threaded_manager("2000");
-  um_device *d = fc_dev(m, 0);
   enum { N = 8, SIZE = 4096 };
-  um_buffer *dev = cac_alloc(m, d, (size_t)N * SIZE, UM_DEVICE, 0);
-  um_buffer *pin = cac_alloc(m, d, (size_t)N * SIZE, UM_PINNED, 0);
+  um_buffer *dev, *pin;
   um_event *up[N], *down[N];
   long spins = fc_count("spinning_waits"), records = fc_count("event_records"),
        sleeps = fc_count("blocking_records");
+  device_and_pinned(m, (size_t)N * SIZE, &dev, &pin);
   ut_pattern(um_buffer_host_ptr(pin), (size_t)N * SIZE, 41);
   for (int i = 0; i < N; i++)
     CAC_OK(um_copy(dev, (size_t)i * SIZE, pin, (size_t)i * SIZE, SIZE, &up[i]));
@@ -318,7 +323,6 @@ Test(fakecuda_xfer, the_watchers_sleep_without_blocking_events_at_issue) {
  * ms each on the fake's stream threads, so a poll finds them running. */
 static long queries_of_blocking_copies(const char *ctx_flags) {
   um_manager *m;
-  um_device *d;
   um_buffer *dev, *pin;
   long queries;
   um_options o;
@@ -326,9 +330,7 @@ static long queries_of_blocking_copies(const char *ctx_flags) {
   fc_set("FAKE_CUDA_CTX_FLAGS", ctx_flags);
   o.wait_spin_ns = 200000000; /* 200 ms: longer than any copy here */
   m = fc_manager(&o);
-  d = fc_dev(m, 0);
-  dev = cac_alloc(m, d, 4096, UM_DEVICE, 0);
-  pin = cac_alloc(m, d, 4096, UM_PINNED, 0);
+  device_and_pinned(m, 4096, &dev, &pin);
   ut_pattern(um_buffer_host_ptr(pin), 4096, 43);
   queries = fc_count("stream_queries");
   for (int i = 0; i < 4; i++) {
