@@ -362,6 +362,7 @@ typedef enum {
   SMALL_EVENT_H2D,
   SMALL_EVENT_SLEEP_H2D,
   SMALL_EVENT_CALLBACK_H2D,
+  SMALL_EVENTS_H2D,
   SMALL_ROUND_TRIP
 } small_kind;
 
@@ -382,6 +383,9 @@ static const small_case small_cases[] = {
     {SMALL_EVENT_CALLBACK_H2D, "4 KiB h2d + event, callback", 1,
      "um_copy with an event + um_event_wait + um_event_release",
      "cuMemcpyHtoDAsync_v2 + cuEventRecord + cuStreamAddCallback + cuEventSynchronize, then until the callback ran"},
+    {SMALL_EVENTS_H2D, "1000 x 4 KiB h2d, events", SMALL_OPS,
+     "1000 um_copy with an event each, then um_event_wait + um_event_release of each",
+     "1000 cuMemcpyHtoDAsync_v2 + cuEventRecord on one stream, then cuEventSynchronize of each"},
     {SMALL_ROUND_TRIP, "4 KiB round trip", 2, "blocking um_copy h2d, then d2h", "cuMemcpyHtoD_v2 + cuMemcpyDtoH_v2"},
 };
 
@@ -393,6 +397,8 @@ typedef struct small_buffers {
   CUevent event;       /* recorded after each copy of SMALL_EVENT_H2D */
   CUevent sleep_event; /* SMALL_EVENT_SLEEP_H2D's: CU_EVENT_BLOCKING_SYNC */
   atomic_int *called;  /* SMALL_EVENT_CALLBACK_H2D: set by the callback */
+  CUevent *events;     /* SMALL_EVENTS_H2D's: SMALL_OPS of them, */
+  um_event **um_events; /* and unimem's */
   um_manager *m;
   um_buffer *dev, *pin;
   um_copy_op *ops; /* pin -> dev at SMALL_OPS distinct offsets */
@@ -426,6 +432,15 @@ static int small_raw_once(const small_ctx *c) {
     return cu.cuMemcpyHtoDAsync_v2(x->dptr, x->host, SMALL_BYTES, x->stream) != 0 ||
            cu.cuEventRecord(ev, x->stream) != 0 || cu.cuEventSynchronize(ev) != 0;
   }
+  case SMALL_EVENTS_H2D:
+    for (size_t k = 0; k < SMALL_OPS; k++)
+      if (cu.cuMemcpyHtoDAsync_v2(x->dptr + k * SMALL_BYTES, x->host + k * SMALL_BYTES, SMALL_BYTES, x->stream) != 0 ||
+          cu.cuEventRecord(x->events[k], x->stream) != 0)
+        return 1;
+    for (size_t k = 0; k < SMALL_OPS; k++)
+      if (cu.cuEventSynchronize(x->events[k]) != 0)
+        return 1;
+    return 0;
   case SMALL_EVENT_CALLBACK_H2D:
     if (cu.cuMemcpyHtoDAsync_v2(x->dptr, x->host, SMALL_BYTES, x->stream) != 0 ||
         cu.cuEventRecord(x->event, x->stream) != 0 ||
@@ -448,6 +463,20 @@ static int small_unimem_once(const small_ctx *c) {
   switch (c->kind) {
   case SMALL_BATCH_H2D:
     return um_copy_batch(x->m, x->ops, SMALL_OPS, NULL) != UM_OK;
+  case SMALL_EVENTS_H2D: {
+    size_t issued = 0;
+    int bad = 0;
+    for (; issued < SMALL_OPS; issued++)
+      if (um_copy(x->dev, issued * SMALL_BYTES, x->pin, issued * SMALL_BYTES, SMALL_BYTES, &x->um_events[issued]) !=
+          UM_OK)
+        break;
+    bad = issued < SMALL_OPS;
+    for (size_t k = 0; k < issued; k++) {
+      bad |= um_event_wait(x->um_events[k]) != UM_OK;
+      bad |= um_event_release(x->um_events[k]) != UM_OK;
+    }
+    return bad;
+  }
   case SMALL_EVENT_H2D:
   case SMALL_EVENT_SLEEP_H2D:
   case SMALL_EVENT_CALLBACK_H2D:
@@ -833,7 +862,14 @@ static int open_small_buffers(bench *b, small_buffers *x) {
   }
   x->host = host;
   x->ops = calloc(SMALL_OPS, sizeof(*x->ops));
-  if (x->ops == NULL || um_alloc(b->m, b->dev, total, UM_DEVICE, 0, &x->dev) != UM_OK ||
+  x->events = calloc(SMALL_OPS, sizeof(*x->events));
+  x->um_events = calloc(SMALL_OPS, sizeof(*x->um_events));
+  for (size_t k = 0; x->events != NULL && k < SMALL_OPS; k++)
+    if (cu.cuEventCreate(&x->events[k], BC_EVENT_DISABLE_TIMING) != 0) {
+      fprintf(stderr, "bench_cuda: the events of the small copies\n");
+      return 1;
+    }
+  if (x->ops == NULL || x->events == NULL || x->um_events == NULL || um_alloc(b->m, b->dev, total, UM_DEVICE, 0, &x->dev) != UM_OK ||
       um_alloc(b->m, b->dev, total, UM_PINNED, 0, &x->pin) != UM_OK) {
     fprintf(stderr, "bench_cuda: unimem buffers of the small copies: %s\n", um_last_error());
     return 1;
@@ -852,6 +888,10 @@ static void close_small_buffers(small_buffers *x) {
   if (x->dev != NULL)
     um_release(x->dev);
   free(x->ops);
+  for (size_t k = 0; x->events != NULL && k < SMALL_OPS && x->events[k] != NULL; k++)
+    cu.cuEventDestroy_v2(x->events[k]);
+  free(x->events);
+  free(x->um_events);
   if (x->event != NULL)
     cu.cuEventDestroy_v2(x->event);
   if (x->sleep_event != NULL)
