@@ -531,12 +531,16 @@ static void print_alloc(const bench_report *rep) {
          "cuMemAllocAsync+Free", "ratio", "seeds claim");
   for (int i = 0; i < rep->nrows; i++) {
     const bench_row *a = &rep->rows[i];
-    double pool = bench_get(a, "unimem_pool_hit_ns"), raw = bench_get(a, "cumemalloc_free_ns"),
-           async = bench_get(a, "cumemallocasync_free_ns");
-    size_t bytes = (size_t)bench_get(a, "bytes");
+    double pool, raw, async;
+    size_t bytes;
     char size[32];
+    /* Only this table's rows have its figures (a missing one reads -1). */
     if (!in_table(a, "alloc"))
       continue;
+    pool = bench_get(a, "unimem_pool_hit_ns");
+    raw = bench_get(a, "cumemalloc_free_ns");
+    async = bench_get(a, "cumemallocasync_free_ns");
+    bytes = (size_t)bench_get(a, "bytes");
     bench_size_text(size, sizeof(size), bytes);
     printf("%-9s %14.0f %16.0f %7.1fx", size, pool, raw, raw / pool);
     if (async > 0)
@@ -633,12 +637,17 @@ static void print_targets(const bench_report *rep, size_t staging_chunk) {
   printf("\nTargets (at each size):\n");
   for (int i = 0; i < rep->nrows; i++) {
     const bench_row *b = &rep->rows[i], *pinned;
-    const char *what = bench_get_text(b, "direction"), *memory = bench_get_text(b, "memory");
-    double um_ns = bench_get(b, "unimem_ns"), raw_ns = bench_get(b, "raw_ns");
-    size_t bytes = (size_t)bench_get(b, "bytes");
+    const char *what, *memory;
+    double um_ns, raw_ns;
+    size_t bytes;
     char size[32], name[64];
     if (!in_table(b, "copies"))
       continue;
+    what = bench_get_text(b, "direction");
+    memory = bench_get_text(b, "memory");
+    um_ns = bench_get(b, "unimem_ns");
+    raw_ns = bench_get(b, "raw_ns");
+    bytes = (size_t)bench_get(b, "bytes");
     bench_size_text(size, sizeof(size), bytes);
     if (!strcmp(memory, "pinned") && raw_ns > 0)
       printf("  %s %-8s pinned   unimem %5.1f%% of cuMemcpy%s (target >= 90%%): %s\n", what, size,
@@ -971,6 +980,7 @@ static int phase_row(bench *b, const small_buffers *x) {
         return 1;
       }
   row = bench_add_row(b->rep, "phases", "4 KiB h2d + event");
+  bench_set(row, "bytes", SMALL_BYTES);
   bench_set(row, "raw_issue_ns", bench_median(issue[0], PHASE_BLOCKS));
   bench_set(row, "raw_wait_ns", bench_median(wait[0], PHASE_BLOCKS));
   bench_set(row, "unimem_issue_ns", bench_median(issue[1], PHASE_BLOCKS));
