@@ -80,7 +80,12 @@ Test(fault_inline, a_held_queue_runs_later_in_order_then_inline_again) {
   memset(out, 0, sizeof(out));
   cr_assert_eq(um_copy_to_host(b, 0, out, N, NULL), UM_OK, "%s", um_last_error());
   cr_assert_arr_eq(out, c, N, "the later write is the one that stays");
-  /* idle again: the next copy runs inline */
+  /* idle again: the next copy runs inline. Idle once the queue thread has
+   * let go of its last job: it reports a job's completion (which wakes the
+   * blocking copy above) before it clears its busy flag, so without this
+   * synchronize the copy could find the queue still busy and be queued
+   * (seen in 3 of 200 runs on a loaded machine). */
+  cr_assert_eq(um_device_synchronize(d), UM_OK, "%s", um_last_error());
   cr_assert_eq(um_copy_from_host(b, 0, z, N, &e3), UM_OK, "%s", um_last_error());
   cr_assert_eq(um_event_query(e3), UM_OK);
   cr_assert_eq(um_copy_to_host(b, 0, out, N, NULL), UM_OK, "%s", um_last_error());
