@@ -49,9 +49,27 @@ OU_TEST_1_AND_2(opencl_lifecycle, destroy_waits_for_the_driver_thread) {
 
 /* The child of a process whose manager loaded OpenCL: the driver is not
  * usable there, so a new manager has the cpu only, and says why. */
+/* AddressSanitizer of clang 14 does not hold its allocator's locks across
+ * fork(): a child whose parent had threads allocating (PoCL's, unimem's)
+ * can inherit one locked, and the child's new threads then wait forever
+ * inside ASan's own free() as they start (seen in CI's ASan stage: the
+ * child's um_manager_destroy joining workers stuck in
+ * __sanitizer::SizeClassAllocator64::GetFromAllocator). */
+#if defined(__SANITIZE_ADDRESS__)
+#define LC_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define LC_ASAN 1
+#endif
+#endif
+
 Test(opencl_lifecycle, fork_child_gets_a_cpu_only_manager, .timeout = 60) {
 #ifdef UT_TSAN
   cr_skip_test("SKIP: ThreadSanitizer ends a forked child that starts threads (die_after_fork)");
+#elif defined(LC_ASAN)
+  cr_skip_test("SKIP: AddressSanitizer (clang 14) can hand a forked child its allocator's lock held by "
+               "another thread of the parent, and the child's threads then deadlock inside ASan; "
+               "the gcc and clang stages run this test");
 #else
   ou_env e;
   um_buffer *b;
