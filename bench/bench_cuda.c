@@ -396,7 +396,6 @@ typedef struct small_buffers {
   CUstream stream;
   CUevent event;       /* recorded after each copy of SMALL_EVENT_H2D */
   CUevent sleep_event; /* SMALL_EVENT_SLEEP_H2D's: CU_EVENT_BLOCKING_SYNC */
-  atomic_int *called;  /* SMALL_EVENT_CALLBACK_H2D: set by the callback */
   CUevent *events;     /* SMALL_EVENTS_H2D's: SMALL_OPS of them, */
   um_event **um_events; /* and unimem's */
   um_manager *m;
@@ -410,12 +409,14 @@ typedef struct small_ctx {
   bool unimem; /* the side: unimem's calls, or the driver's */
 } small_ctx;
 
+/* SMALL_EVENT_CALLBACK_H2D's: set by the callback, cleared by its waiter. */
 static atomic_int small_called;
 
 static void small_callback(CUstream stream, CUresult status, void *user) {
   (void)stream;
   (void)status;
-  atomic_store_explicit((atomic_int *)user, 1, memory_order_release);
+  (void)user;
+  atomic_store_explicit(&small_called, 1, memory_order_release);
 }
 
 static int small_raw_once(const small_ctx *c) {
@@ -444,11 +445,11 @@ static int small_raw_once(const small_ctx *c) {
   case SMALL_EVENT_CALLBACK_H2D:
     if (cu.cuMemcpyHtoDAsync_v2(x->dptr, x->host, SMALL_BYTES, x->stream) != 0 ||
         cu.cuEventRecord(x->event, x->stream) != 0 ||
-        cu.cuStreamAddCallback(x->stream, small_callback, x->called, 0) != 0 || cu.cuEventSynchronize(x->event) != 0)
+        cu.cuStreamAddCallback(x->stream, small_callback, NULL, 0) != 0 || cu.cuEventSynchronize(x->event) != 0)
       return 1;
-    while (atomic_load_explicit(x->called, memory_order_acquire) == 0)
+    while (atomic_load_explicit(&small_called, memory_order_acquire) == 0)
       ;
-    atomic_store_explicit(x->called, 0, memory_order_relaxed);
+    atomic_store_explicit(&small_called, 0, memory_order_relaxed);
     return 0;
   default:
     return cu.cuMemcpyHtoD_v2(x->dptr, x->host, SMALL_BYTES) != 0 ||
@@ -862,7 +863,6 @@ static int open_small_buffers(bench *b, small_buffers *x) {
   memset(x, 0, sizeof(*x));
   x->m = b->m;
   x->stream = b->stream;
-  x->called = &small_called;
   if (cu.cuMemAlloc_v2(&x->dptr, total) != 0 || cu.cuMemHostAlloc(&host, total, BC_MEMHOSTALLOC_PORTABLE) != 0 ||
       cu.cuEventCreate(&x->event, BC_EVENT_DISABLE_TIMING) != 0 ||
       cu.cuEventCreate(&x->sleep_event, BC_EVENT_DISABLE_TIMING | BC_EVENT_BLOCKING_SYNC) != 0) {
