@@ -371,22 +371,25 @@ typedef struct small_case {
   const char *name;
   int copies; /* per operation */
   const char *unimem_calls, *raw_calls;
+  const char *peer; /* copies with an event: the target's reading of raw */
 } small_case;
 
 static const small_case small_cases[] = {
     {SMALL_BATCH_H2D, "batch 1000 x 4 KiB h2d", SMALL_OPS, "one um_copy_batch of 1000 ops, PINNED -> DEVICE",
-     "1000 cuMemcpyHtoDAsync_v2 on one stream + cuStreamSynchronize"},
+     "1000 cuMemcpyHtoDAsync_v2 on one stream + cuStreamSynchronize", NULL},
     {SMALL_EVENT_H2D, "4 KiB h2d + event", 1, "um_copy with an event + um_event_wait + um_event_release",
-     "cuMemcpyHtoDAsync_v2 + cuEventRecord + cuEventSynchronize"},
+     "cuMemcpyHtoDAsync_v2 + cuEventRecord + cuEventSynchronize", "cuEventRecord + cuEventSynchronize"},
     {SMALL_EVENT_SLEEP_H2D, "4 KiB h2d + event, sleep", 1, "um_copy with an event + um_event_wait + um_event_release",
-     "cuMemcpyHtoDAsync_v2 + cuEventRecord + cuEventSynchronize, blocking-sync event"},
+     "cuMemcpyHtoDAsync_v2 + cuEventRecord + cuEventSynchronize, blocking-sync event",
+     "a blocking-sync cuEventSynchronize (it sleeps, as unimem's default wait does)"},
     {SMALL_EVENT_CALLBACK_H2D, "4 KiB h2d + event, callback", 1,
      "um_copy with an event + um_event_wait + um_event_release",
-     "cuMemcpyHtoDAsync_v2 + cuEventRecord + cuStreamAddCallback + cuEventSynchronize, then until the callback ran"},
+     "cuMemcpyHtoDAsync_v2 + cuEventRecord + cuStreamAddCallback + cuEventSynchronize, then until the callback ran",
+     "cuEventRecord + a completion callback (SPEC's peer)"},
     {SMALL_EVENTS_H2D, "1000 x 4 KiB h2d, events", SMALL_OPS,
      "1000 um_copy with an event each, then um_event_wait + um_event_release of each",
-     "1000 cuMemcpyHtoDAsync_v2 + cuEventRecord on one stream, then cuEventSynchronize of each"},
-    {SMALL_ROUND_TRIP, "4 KiB round trip", 2, "blocking um_copy h2d, then d2h", "cuMemcpyHtoD_v2 + cuMemcpyDtoH_v2"},
+     "1000 cuMemcpyHtoDAsync_v2 + cuEventRecord on one stream, then cuEventSynchronize of each", NULL},
+    {SMALL_ROUND_TRIP, "4 KiB round trip", 2, "blocking um_copy h2d, then d2h", "cuMemcpyHtoD_v2 + cuMemcpyDtoH_v2", NULL},
 };
 
 /* The memory of the small copies: SMALL_OPS copies' worth on each side. */
@@ -610,24 +613,19 @@ static void print_small(const bench_report *rep) {
  * driver's calls: a batch at >= 0.9x the raw asynchronous copies, and a
  * copy with an event adding <= 0.3 us. */
 static void print_small_targets(const bench_report *rep) {
-  static const char *const peers[] = {
-      "cuEventRecord + cuEventSynchronize",
-      "a blocking-sync cuEventSynchronize (it sleeps, as unimem's default wait does)",
-      "cuEventRecord + a completion callback (SPEC's peer)",
-  };
   const bench_row *batch = bench_find_row(rep, "small", "name", small_cases[0].name);
   if (batch != NULL) {
     double ratio = bench_get(batch, "ratio");
     printf("  batch 1000 x 4 KiB    unimem %.2fx cuMemcpyHtoDAsync loop (target >= 0.9x): %s\n", ratio,
            ratio >= 0.9 ? "met" : "MISSED");
   }
-  for (int i = 0; i < 3; i++) {
-    const bench_row *event = bench_find_row(rep, "small", "name", small_cases[1 + i].name);
+  for (size_t i = 0; i < LEN(small_cases); i++) {
+    const bench_row *event = bench_find_row(rep, "small", "name", small_cases[i].name);
     double added;
-    if (event == NULL)
+    if (small_cases[i].peer == NULL || event == NULL)
       continue;
     added = (bench_get(event, "unimem_ns") - bench_get(event, "raw_ns")) / 1e3;
-    printf("  4 KiB copy + event    unimem adds %+.2f us over %s (target <= 0.3 us): %s\n", added, peers[i],
+    printf("  4 KiB copy + event    unimem adds %+.2f us over %s (target <= 0.3 us): %s\n", added, small_cases[i].peer,
            added <= 0.3 ? "met" : "MISSED");
   }
 }
