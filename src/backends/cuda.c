@@ -273,8 +273,8 @@ struct cuda_token;
  * (WATCH_H2D, WATCH_D2H, WATCH_LOCAL: one each, so that a long copy on one
  * stream does not hold back the reports of another's). A transfer records
  * its token's event and joins the queue, in the order of the stream; the
- * thread waits for each event asleep (watch_wait: behind a blocking-sync
- * event of its own; polling with cuEventQuery, as wait_spin_ns asks of
+ * thread waits for each event asleep (watch_wait: the event is a
+ * blocking-sync one; polling with cuEventQuery, as wait_spin_ns asks of
  * waiters, made a batch slower on an H100: the queries take the driver's
  * locks that the issuing thread needs), calls done and drops its
  * owner's reference. Not a stream callback: a callback (cuStreamAddCallback,
@@ -293,11 +293,6 @@ typedef struct cuda_watch {
   int ready;   /* lock and cond initialised */
   int running; /* thread started */
   int stop;
-  /* Where the thread sleeps (watch_wait): its own stream, which waits for
-   * the transfer's event, and a blocking-sync event recorded behind that
-   * wait. Made with the device's streams, used by the thread alone. */
-  CUstream sleep_stream;
-  CUevent sleeper;
 } cuda_watch;
 
 enum { WATCH_H2D, WATCH_D2H, WATCH_LOCAL, WATCH_COUNT };
@@ -407,15 +402,6 @@ static void release_device(cuda_device *d) {
       cu->cuStreamDestroy_v2(d->local_stream);
     if (d->caller_stream != NULL)
       cu->cuStreamDestroy_v2(d->caller_stream);
-    for (int i = 0; i < WATCH_COUNT; i++) {
-      cuda_watch *w = &d->watch[i];
-      if (w->sleeper != NULL)
-        cu->cuEventDestroy_v2(w->sleeper);
-      if (w->sleep_stream != NULL)
-        cu->cuStreamDestroy_v2(w->sleep_stream);
-      w->sleeper = NULL;
-      w->sleep_stream = NULL;
-    }
     release_interop(d);
     if (d->interop_ready) {
       d->gates_closed = 0; /* every gate was opened: the context is idle */
@@ -527,14 +513,6 @@ static CUresult create_streams(cuda_device *d, const char **call) {
     result = cu->cuStreamCreate(&d->local_stream, CU_STREAM_NON_BLOCKING);
   if (result == CUDA_SUCCESS)
     result = cu->cuStreamCreate(&d->caller_stream, CU_STREAM_NON_BLOCKING);
-  for (int i = 0; i < WATCH_COUNT && result == CUDA_SUCCESS; i++) {
-    result = cu->cuStreamCreate(&d->watch[i].sleep_stream, CU_STREAM_NON_BLOCKING);
-    if (result == CUDA_SUCCESS) {
-      *call = "cuEventCreate";
-      result = cu->cuEventCreate(&d->watch[i].sleeper, CU_EVENT_DISABLE_TIMING | CU_EVENT_BLOCKING_SYNC);
-      *call = "cuStreamCreate";
-    }
-  }
   /* How the driver's own waits wait: the primary context's scheduling is
    * the application's to set. Spin and yield (and auto, one of the two)
    * poll already; only blocking sync sleeps. */
@@ -1129,12 +1107,19 @@ typedef struct cuda_token {
 
 static void gate_word_put(cuda_device *d, cuda_gate_word *word);
 
-/* A transfer's event: a spare one, or a new one; the context is current.
- * A plain event, not a blocking-sync one: recording a blocking-sync event
- * cost the issuing thread 1.5-1.8 us more per copy on an H200 (2.3-3.0 us
- * for a 4 KiB cuMemcpyHtoDAsync + cuEventRecord, 4.1-4.6 us with a
- * blocking-sync event); the watcher sleeps on an event of its own instead
- * (watch_wait). */
+/* A transfer's event: a spare one, or a new blocking-sync one (its watcher
+ * sleeps in cuEventSynchronize); the context is current. Recording a
+ * blocking-sync event costs the issuing thread 1.5-1.8 us more per copy
+ * than a plain one on an H200, but nothing cheaper lets the watcher sleep:
+ * making a stream of its own wait for a plain event on the device
+ * (cuStreamWaitEvent) and sleeping behind that put a device-side wait into
+ * a hardware queue the streams share (one of CUDA_DEVICE_MAX_CONNECTIONS,
+ * which runs its streams' work in submission order): work queued after it
+ * on any stream of that queue waited for the transfer, and a wait queued
+ * before the watcher's (a gate, the caller's cuStreamWaitValue32) held the
+ * watcher's report back until it opened. On an H100 with one connection
+ * test_cuda_kernels_gpu hung that way; test_fakecuda_kernels'
+ * a_report_never_waits_behind_a_shared_queue models it. */
 static CUresult spare_event_get(cuda_device *d, CUevent *out) {
   pthread_mutex_lock(&d->spare_lock);
   if (d->spare_count > 0) {
@@ -1143,7 +1128,7 @@ static CUresult spare_event_get(cuda_device *d, CUevent *out) {
     return CUDA_SUCCESS;
   }
   pthread_mutex_unlock(&d->spare_lock);
-  return cu->cuEventCreate(out, CU_EVENT_DISABLE_TIMING);
+  return cu->cuEventCreate(out, CU_EVENT_DISABLE_TIMING | CU_EVENT_BLOCKING_SYNC);
 }
 
 /* A transfer's event no owner refers to any more (its last record has
@@ -1259,27 +1244,14 @@ static int record_and_call_back(cuda_token *token, CUstream lane) {
   return result == CUDA_SUCCESS ? UM_OK : cuda_status(result, "cuStreamAddCallback");
 }
 
-/* Wait for a transfer's event without spinning; the driver's answer for it.
- * Its event is a plain one, on which cuEventSynchronize spins under the
- * context's default scheduling (CU_CTX_SCHED_AUTO, whenever the GPUs are
- * fewer than the CPUs), so the watcher makes its own stream wait for the
- * event, records its blocking-sync event behind that wait and sleeps on
- * it; the transfer's event has then completed (or the context has failed),
- * and cuEventSynchronize on it only reads its state. A transfer a spinning
- * waiter reported already (cuda_token_reap saw its event complete), or
- * one that has ended by the time the watcher looks, needs none of that. */
-static CUresult watch_wait(cuda_watch *w, cuda_token *token) {
-  CUresult result;
+/* Wait for a transfer's event, asleep (it is a blocking-sync event); the
+ * driver's answer for it. A transfer a spinning waiter reported already
+ * (cuda_token_reap saw its event complete) is not waited for: the answer
+ * would go unused. The wait is the host's alone: nothing is queued on the
+ * device for it (see spare_event_get). */
+static CUresult watch_wait(const cuda_token *token) {
   if (atomic_load_explicit(&token->reported, memory_order_acquire) != 0)
-    return CUDA_SUCCESS; /* not reported again: the answer goes unused */
-  result = cu->cuEventQuery(token->finished);
-  if (result != CUDA_ERROR_NOT_READY)
-    return result;
-  /* A failure to queue the wait or the record leaves the final call to
-   * wait (spinning, if the context's scheduling says so) and to report. */
-  if (cu->cuStreamWaitEvent(w->sleep_stream, token->finished, CU_EVENT_WAIT_DEFAULT) == CUDA_SUCCESS &&
-      cu->cuEventRecord(w->sleeper, w->sleep_stream) == CUDA_SUCCESS)
-    cu->cuEventSynchronize(w->sleeper);
+    return CUDA_SUCCESS;
   return cu->cuEventSynchronize(token->finished);
 }
 
@@ -1304,7 +1276,7 @@ static void *watch_main(void *arg) {
     if ((w->head = token->next) == NULL)
       w->tail = NULL;
     pthread_mutex_unlock(&w->lock);
-    result = watch_wait(w, token);
+    result = watch_wait(token);
     if (atomic_exchange(&token->reported, 1) == 0)
       token->done(token->arg, cuda_status(result, NULL));
     token_drop(token);

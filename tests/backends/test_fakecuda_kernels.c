@@ -62,10 +62,9 @@ Test(fakecuda_kernels, native_handles) {
   ck_check_native_handles(m, &k1, 1);
   cr_assert_neq(k0.nat.cu_context, k1.nat.cu_context);
   cr_assert_neq(k0.nat.cu_stream, k1.nat.cu_stream);
-  /* Per device: h2d, d2h, local and the caller's stream, and the three
-   * watchers' sleep streams (cuda.c, watch_wait), nothing else before any
-   * interop work. */
-  cr_assert_eq(fc_count("streams"), 14);
+  /* Per device: h2d, d2h, local and the caller's stream, nothing else
+   * before any interop work (the watchers wait on the host alone). */
+  cr_assert_eq(fc_count("streams"), 8);
   ck_unbuild(&k0);
   ck_unbuild(&k1);
   fc_destroy(m, UM_OK);
@@ -73,6 +72,24 @@ Test(fakecuda_kernels, native_handles) {
 
 Test(fakecuda_kernels, vector_add) { run_one(0, ck_check_vector_add); }
 Test(fakecuda_kernels, vector_add_threaded) { run_one(1, ck_check_vector_add); }
+
+/* Every stream on one hardware queue (FAKE_CUDA_CONNECTIONS=1), on threads
+ * of their own, each copy 50 ms: the test's hold goes in while the upload
+ * stream's watcher still waits for the first of two copies. */
+Test(fakecuda_kernels, a_report_never_waits_behind_a_shared_queue) {
+  um_manager *m;
+  ck_kdev k;
+  fc_env(UM_FAKE_CUDA_FULL);
+  fc_set("FAKE_CUDA_CONNECTIONS", "1");
+  fc_set("FAKE_CUDA_STREAM_THREADS", "1");
+  fc_set("FAKE_CUDA_OP_DELAY_US", "50000");
+  m = fc_default();
+  ck_load(UM_FAKE_CUDA_FULL);
+  ck_build(&k, fc_dev(m, 0));
+  ck_check_report_past_a_hold(m, &k, 4096);
+  ck_unbuild(&k);
+  fc_destroy(m, UM_OK);
+}
 
 Test(fakecuda_kernels, wait_is_the_pending_copys_event) { run_one(0, ck_check_wait_is_the_copy_event); }
 Test(fakecuda_kernels, wait_is_the_pending_copys_event_threaded) { run_one(1, ck_check_wait_is_the_copy_event); }

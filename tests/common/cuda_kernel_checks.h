@@ -17,6 +17,7 @@
 
 #include <cuda.h>
 #include <dlfcn.h>
+#include <time.h>
 
 #include "cuda_api_checks.h"
 
@@ -439,6 +440,57 @@ static UT_UNUSED void ck_check_wait_is_a_gate(um_manager *m, ck_kdev *k) {
   ck_hold_free(&h);
   CAC_OK(um_release(x));
 }
+/* A copy's completion is reported while a device-side wait queued after
+ * it, on another stream, is still closed (the test's hold on a stream of
+ * its own, as a gate or the caller's cuStreamWaitValue32 would be): how
+ * unimem learns that its copy ended must not queue device work behind such
+ * a wait. Streams share hardware queues (all of them with
+ * CUDA_DEVICE_MAX_CONNECTIONS=1 on a GPU, and FAKE_CUDA_CONNECTIONS=1 on
+ * the fake), and a queue runs its work in submission order: a watcher that
+ * slept behind a stream wait of its own for the copy's event got its
+ * report only when the hold opened, and never where the hold's opener
+ * waits for that report (test_cuda_kernels_gpu hung that way on an H100).
+ * Two copies of bytes each in a row on the upload stream, long enough that
+ * the stream's watcher is still waiting for the first when the hold goes
+ * in, so it meets the second after it. */
+static UT_UNUSED void ck_check_report_past_a_hold(um_manager *m, ck_kdev *k, size_t bytes) {
+  um_buffer *pin = cac_alloc(m, k->d, 2 * bytes, UM_PINNED, 0);
+  um_buffer *dev = cac_alloc(m, k->d, 2 * bytes, UM_DEVICE, 0);
+  unsigned char *want = um_buffer_host_ptr(pin), *got;
+  ck_hold h = ck_hold_new();
+  um_event *first, *second;
+  CUstream s;
+  int st1 = UM_EAGAIN, st2 = UM_EAGAIN;
+  ut_pattern(want, 2 * bytes, 57);
+  CK_CU(ck.cuCtxSetCurrent((CUcontext)k->nat.cu_context));
+  CK_CU(ck.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CAC_OK(um_copy(dev, 0, pin, 0, bytes, &first));
+  CAC_OK(um_copy(dev, bytes, pin, bytes, bytes, &second));
+  ck_hold_wait(&h, s);
+  /* 10 s for both reports, the hold closed all along. */
+  for (int ms = 0; ms < 10000 && (st1 == UM_EAGAIN || st2 == UM_EAGAIN); ms++) {
+    if (st1 == UM_EAGAIN)
+      st1 = um_event_query(first);
+    if (st2 == UM_EAGAIN)
+      st2 = um_event_query(second);
+    if (st1 == UM_EAGAIN || st2 == UM_EAGAIN)
+      nanosleep(&(struct timespec){0, 1000000}, NULL);
+  }
+  ck_hold_open(&h);
+  CK_CU(ck.cuStreamSynchronize(s));
+  CK_CU(ck.cuStreamDestroy_v2(s));
+  ck_hold_free(&h);
+  cr_assert_eq(st1, UM_OK, "the first copy: %s after 10 s behind a closed wait queued after it", um_err_name(st1));
+  cr_assert_eq(st2, UM_OK, "the second copy: %s after 10 s behind a closed wait queued after it", um_err_name(st2));
+  cac_wait_release(first, UM_OK);
+  cac_wait_release(second, UM_OK);
+  got = cac_download(dev);
+  cr_assert_eq(memcmp(got, want, 2 * bytes), 0, "the copies' bytes");
+  free(got);
+  CAC_OK(um_release(dev));
+  CAC_OK(um_release(pin));
+}
+
 /* A bracket ended with NULL: the caller waited for its kernel itself. */
 static UT_UNUSED void ck_check_null_done(um_manager *m, ck_kdev *k) {
   um_buffer *x = ck_vector(m, k->d, CK_N, ck_iota);

@@ -55,7 +55,7 @@ static UT_UNUSED void fc_env(const char *library) {
       "FAKE_CUDA_NO_MANAGED", "FAKE_CUDA_STREAM_THREADS", "FAKE_CUDA_OP_DELAY_US",
       "FAKE_CUDA_NO_MEMOPS",  "UNIMEM_CUDA_GATE_KERNEL",
       "FAKE_CUDA_FAIL",       "FAKE_CUDA_FAIL_CODE",     "FAKE_CUDA_DEVICE_FAULT",
-      "UNIMEM_CUDA_ASYNC_ALLOC", "FAKE_CUDA_CTX_FLAGS"};
+      "UNIMEM_CUDA_ASYNC_ALLOC", "FAKE_CUDA_CTX_FLAGS",   "FAKE_CUDA_CONNECTIONS"};
   if (!FC_HAVE_FAKE)
     cr_skip_test("built without the CUDA backend (cuda.h was not found at configure time): "
                  "no fake driver to test against");

@@ -101,6 +101,12 @@ Test(cuda_kernels_gpu, vector_add) { run_gpu(0, ck_check_vector_add); }
 Test(cuda_kernels_gpu, wait_is_the_pending_copys_event) { run_gpu(0, ck_check_wait_is_the_copy_event); }
 Test(cuda_kernels_gpu, wait_is_a_gate_for_host_thread_work) { run_gpu(0, ck_check_wait_is_a_gate); }
 Test(cuda_kernels_gpu, wait_is_a_gate_spinning_in_a_kernel) { run_gpu(1, ck_check_wait_is_a_gate); }
+/* Two 64 MiB uploads (about 1.3 ms each over PCIe 5): the test's hold on a
+ * stream of its own goes in while the watcher still waits for the first.
+ * Meant for CUDA_DEVICE_MAX_CONNECTIONS=1 too (scripts/gpu_check.sh runs
+ * it so), where every stream's kernels and waits share one queue. */
+static void check_report_past_a_hold(um_manager *m, ck_kdev *k) { ck_check_report_past_a_hold(m, k, (size_t)64 << 20); }
+Test(cuda_kernels_gpu, a_report_never_waits_behind_a_hold) { run_gpu(0, check_report_past_a_hold); }
 Test(cuda_kernels_gpu, null_done) { run_gpu(0, ck_check_null_done); }
 Test(cuda_kernels_gpu, kernel_then_map) { run_gpu(0, ck_check_kernel_then_map); }
 Test(cuda_kernels_gpu, kernel_racing_a_release) {

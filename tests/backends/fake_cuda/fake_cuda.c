@@ -40,6 +40,14 @@
  *                               as a GPU would, instead of inside the call
  *   FAKE_CUDA_OP_DELAY_US=n     each copy, fill or kernel takes n more
  *                               microseconds
+ *   FAKE_CUDA_CONNECTIONS=1     every stream of a context on one hardware
+ *                               queue, as CUDA_DEVICE_MAX_CONNECTIONS=1
+ *                               makes it on a GPU: a device-side wait that
+ *                               is not met when it is queued (an event not
+ *                               complete, a cuStreamWaitValue32 on a word
+ *                               not written, the gate kernel) holds every
+ *                               operation queued after it, on any stream of
+ *                               the context, until it has run
  *   FAKE_CUDA_FAIL=symbol       (read per call) that entry point answers
  *                               FAKE_CUDA_FAIL_CODE (default 999, UNKNOWN)
  *   FAKE_CUDA_DEVICE_FAULT=symbol (read per call) copies issued through that
@@ -126,6 +134,12 @@ typedef struct fake_op {
   unsigned wait_flags;
   fake_launch launch; /* OP_KERNEL */
   struct fake_op *next;
+  /* FAKE_CUDA_CONNECTIONS=1: the order of submission over every stream,
+   * and, for a wait not met when queued, its place in held_waits. */
+  uint64_t seq;
+  const struct CUctx_st *ctx;
+  int held;
+  struct fake_op *held_next;
 } fake_op;
 
 /* Memory an operation is using right now, for the race check. */
@@ -182,6 +196,9 @@ static struct CUevent_st *live_event_list;
 static struct CUmod_st *modules;
 static fake_active *active;
 static int host_waits_held; /* fake_cuda_hold_host_waits */
+static int one_queue;          /* FAKE_CUDA_CONNECTIONS=1 */
+static uint64_t submit_seq;    /* one_queue: operations queued so far */
+static fake_op *held_waits;    /* one_queue: waits not met, queued, not run */
 
 static _Thread_local struct CUctx_st *current_context;
 static _Thread_local int in_callback;
@@ -193,7 +210,7 @@ static _Thread_local long host_waits_here;
 static atomic_long live_streams, live_events, stream_ordered_allocs,
     calls_in_callbacks, callbacks_run, live_modules, kernels_run, races,
     unrecorded_waits, host_waits, wait_values, host_allocs, kernels_waiting, event_records, blocking_records,
-    spinning_waits, stream_queries;
+    spinning_waits, stream_queries, stream_waits;
 
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                   */
@@ -400,8 +417,18 @@ static int wait_value_met(const fake_op *op) {
   }
 }
 
-/* Called locked: the operation would have to wait to run now. */
-static int would_block(const fake_op *op) {
+/* Called locked: whether a wait of op's context queued before op is still
+ * held (FAKE_CUDA_CONNECTIONS=1; never otherwise). */
+static int held_in_queue(const fake_op *op) {
+  for (const fake_op *w = held_waits; w != NULL; w = w->held_next)
+    if (w != op && w->ctx == op->ctx && w->seq < op->seq)
+      return 1;
+  return 0;
+}
+
+/* Called locked: the operation would have to wait to run now, for what it
+ * waits for itself. */
+static int would_block_itself(const fake_op *op) {
   switch (op->kind) {
   case OP_WAIT:
     return op->event->completed < op->generation;
@@ -412,6 +439,20 @@ static int would_block(const fake_op *op) {
   default:
     return 0;
   }
+}
+
+/* Called locked: the operation would have to wait to run now. */
+static int would_block(const fake_op *op) { return would_block_itself(op) || held_in_queue(op); }
+
+/* Called locked, after op has run: it holds nothing any more. */
+static void unhold_locked(fake_op *op) {
+  fake_op **p = &held_waits;
+  if (!op->held)
+    return;
+  while (*p != op)
+    p = &(*p)->held_next;
+  *p = op->held_next;
+  op->held = 0;
 }
 
 static void pause_us(long us) {
@@ -536,7 +577,8 @@ static void *stream_worker(void *arg) {
   pthread_mutex_lock(&fake_lock);
   for (;;) {
     fake_op *op;
-    while ((stream->head == NULL && !stream->stopping) || stream->inline_running > 0)
+    while ((stream->head == NULL && !stream->stopping) || stream->inline_running > 0 ||
+           (stream->head != NULL && held_in_queue(stream->head)))
       pthread_cond_wait(&fake_changed, &fake_lock);
     if (stream->head == NULL)
       break;
@@ -544,6 +586,7 @@ static void *stream_worker(void *arg) {
     pthread_mutex_unlock(&fake_lock);
     run_op(stream, op);
     pthread_mutex_lock(&fake_lock);
+    unhold_locked(op);
     stream->head = op->next;
     if (stream->head == NULL)
       stream->tail = NULL;
@@ -564,6 +607,13 @@ static CUresult enqueue(struct CUstream_st *stream, const fake_op *model) {
   *op = *model;
   op->next = NULL;
   pthread_mutex_lock(&fake_lock);
+  op->ctx = stream->ctx;
+  op->seq = ++submit_seq;
+  if (one_queue && would_block_itself(op)) {
+    op->held = 1;
+    op->held_next = held_waits;
+    held_waits = op;
+  }
   if (!stream->threaded && !would_block(op)) {
     stream->inline_running++;
     pthread_mutex_unlock(&fake_lock);
@@ -577,6 +627,7 @@ static CUresult enqueue(struct CUstream_st *stream, const fake_op *model) {
   }
   if (!stream->threaded) {
     if (pthread_create(&stream->worker, NULL, stream_worker, stream) != 0) {
+      unhold_locked(op);
       pthread_mutex_unlock(&fake_lock);
       free(op);
       return CUDA_ERROR_OUT_OF_MEMORY;
@@ -633,6 +684,7 @@ CUresult CUDAAPI cuInit(unsigned int Flags) {
   managed_memory = !env_long("FAKE_CUDA_NO_MANAGED", 0);
   memops = !env_long("FAKE_CUDA_NO_MEMOPS", 0);
   stream_threads = (int)env_long("FAKE_CUDA_STREAM_THREADS", 0) != 0;
+  one_queue = env_long("FAKE_CUDA_CONNECTIONS", 0) == 1;
   for (int i = 0; i < FAKE_MAX_DEVICES; i++) {
     contexts[i].ordinal = i;
     pools[i].ordinal = i;
@@ -1257,6 +1309,7 @@ CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent,
     return CUDA_ERROR_INVALID_VALUE;
   op.kind = OP_WAIT;
   op.event = hEvent;
+  atomic_fetch_add(&stream_waits, 1);
   pthread_mutex_lock(&fake_lock);
   /* An event of another context or device may be waited for. */
   if (!event_live_locked(hEvent)) {
@@ -1645,6 +1698,8 @@ long fake_cuda_count(const char *what) {
     return atomic_load(&spinning_waits);
   if (strcmp(what, "stream_queries") == 0) /* cuStreamQuery calls */
     return atomic_load(&stream_queries);
+  if (strcmp(what, "stream_waits") == 0) /* cuStreamWaitEvent calls */
+    return atomic_load(&stream_waits);
   pthread_mutex_lock(&fake_lock);
   if (strcmp(what, "context_retains") == 0) {
     for (int i = 0; i < FAKE_MAX_DEVICES; i++)
