@@ -301,6 +301,10 @@ unsigned um__process_generation(void);
  * when the caller need not sleep, 0 when it should (at once, without a
  * single poll, when ns is 0). done must not block. */
 int um__spin_until(uint32_t ns, int (*done)(void *arg), void *arg);
+/* The clock of those spins (CLOCK_MONOTONIC, in nanoseconds), and a spin
+ * until it reads at least until_ns. */
+uint64_t um__spin_clock_ns(void);
+void um__spin_to(uint64_t until_ns);
 /* The calling thread is the backend's own (not a driver's), calls done()
  * with no lock of the backend held, and may take the backend's
  * non-blocking calls: operations reported done on it are finished right

@@ -21,6 +21,13 @@ static uint64_t monotonic_ns(void) {
   return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
+uint64_t um__spin_clock_ns(void) { return monotonic_ns(); }
+
+void um__spin_to(uint64_t until_ns) {
+  while (monotonic_ns() < until_ns)
+    um__cpu_pause();
+}
+
 int um__spin_until(uint32_t ns, int (*done)(void *arg), void *arg) {
   uint64_t deadline;
   if (ns == 0)

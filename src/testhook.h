@@ -41,6 +41,14 @@ typedef enum um__test_point {
    * basic device), a call that submits is about to take the backend's
    * submit lock (opencl.c). arg: the backend's device. */
   UM__TP_SUBMIT_INLINE,
+  /* On a CPU device with wait_spin_ns (opencl.c, settle): the device's
+   * settle time is set when it opens (arg: its uint32_t nanoseconds, which
+   * a test may change); a spinning wait of the device saw its command end
+   * (arg: the backend's device); a blocking call waits before it submits,
+   * since that was less than the settle time ago (arg: the device). */
+  UM__TP_SETTLE_TIME,
+  UM__TP_SPUN_END,
+  UM__TP_SETTLE,
   UM__TP_COUNT
 } um__test_point;
 

@@ -56,6 +56,9 @@
 #define OCL_LIBRARY_ENV "UNIMEM_OPENCL_LIBRARY"
 /* Only platforms whose CL_PLATFORM_NAME contains this text are opened. */
 #define OCL_PLATFORM_ENV "UNIMEM_OPENCL_PLATFORM"
+/* settle(): how long after a spinning wait saw a command end a blocking
+ * call on a CPU device leaves the driver's threads before it submits. */
+#define OCL_SETTLE_NS 5000u
 
 /* ------------------------------------------------------------------------ */
 /* Entry points                                                              */
@@ -319,6 +322,11 @@ typedef struct ocl_device {
   uint64_t limit_bytes;     /* device_limit_bytes, 0 for none */
   uint64_t max_alloc_bytes; /* CL_DEVICE_MAX_MEM_ALLOC_SIZE */
   uint32_t spin_ns;         /* wait_spin_ns: blocking calls poll first */
+  /* With spin_ns, on a CPU device with driver threads: how long a
+   * blocking call leaves the driver after a spinning wait saw a command
+   * end (settle), and when one last did (um__spin_clock_ns). */
+  uint32_t settle_ns;
+  _Atomic uint64_t spun_end_ns;
   /* Bytes of DEVICE and UNIFIED blocks alive on the device. PINNED blocks
    * are host memory (that is what CL_MEM_ALLOC_HOST_PTR asks for) and are
    * not counted. */
@@ -434,9 +442,36 @@ static int wait_for_own_command(ocl_device *dev, cl_event event, const char *cal
     submit_begin(dev);
     ocl.clFlush(dev->queue);
     submit_end(dev);
-    um__spin_until(dev->spin_ns, command_ended, event);
+    if (um__spin_until(dev->spin_ns, command_ended, event) != 0 && dev->settle_ns != 0) {
+      atomic_store_explicit(&dev->spun_end_ns, um__spin_clock_ns(), memory_order_relaxed);
+      UM__TEST_POINT(UM__TP_SPUN_END, dev);
+    }
   }
   return wait_for_command(event, call);
+}
+
+/* Before a blocking call with wait_spin_ns submits its command: on a CPU
+ * device whose commands run on the driver's threads (PoCL's pthread
+ * device), those threads share the CPUs with the caller and are still
+ * finishing a command for a few microseconds after its status reads
+ * complete. A command submitted in that window waited for the driver
+ * thread's next wake-up: back-to-back blocking 4 KiB reads with the spin
+ * took 63-70 us each on PoCL, against 16-20 us when 3-5 us passed between
+ * one read's end and the next (bench_wait --gap-us), and 25-30 us for the
+ * driver's own sleeping blocking read. So such a call waits, spinning,
+ * until settle_ns have passed since a spinning wait of the device last saw
+ * a command end (back to back: 21-25 us, docs/benchmarks.md). Calls that
+ * slept, and calls made later than that, do not wait. */
+static void settle(ocl_device *dev) {
+  uint64_t end, until;
+  if (dev->settle_ns == 0)
+    return;
+  end = atomic_load_explicit(&dev->spun_end_ns, memory_order_relaxed);
+  until = end + dev->settle_ns;
+  if (end == 0 || um__spin_clock_ns() >= until)
+    return;
+  UM__TEST_POINT(UM__TP_SETTLE, dev);
+  um__spin_to(until);
 }
 
 /* A string device property, truncated to fit out (the query itself fails
@@ -587,6 +622,10 @@ static int query_device(ocl_device *dev, int platform_major, const um_options *o
     unified = CL_FALSE;
   dev->host_memory = (type & CL_DEVICE_TYPE_CPU) != 0 || unified == CL_TRUE;
   dev->runs_inline = runs_commands_inline(dev);
+  if (dev->spin_ns != 0 && (type & CL_DEVICE_TYPE_CPU) != 0 && !dev->runs_inline) {
+    dev->settle_ns = OCL_SETTLE_NS;
+    UM__TEST_POINT(UM__TP_SETTLE_TIME, &dev->settle_ns);
+  }
   /* Devices before 2.0 reject the query (CL_INVALID_VALUE): no SVM. */
   if (platform_major >= 2 && ocl.clSVMAlloc != NULL &&
       ocl.clGetDeviceInfo(dev->id, CL_DEVICE_SVM_CAPABILITIES, sizeof(svm), &svm, NULL) == CL_SUCCESS)
@@ -1035,6 +1074,7 @@ static int ocl_synchronize(void *bdev) {
     return translate_cl_error(ocl.clFinish(dev->queue), "clFinish");
   /* A marker with an empty wait list completes after everything queued
    * before it (clFinish's meaning), and can be polled. */
+  settle(dev);
   submit_begin(dev);
   err = ocl.clEnqueueMarkerWithWaitList(dev->queue, 0, NULL, &marker);
   submit_end(dev);
@@ -1177,6 +1217,7 @@ static int ocl_xfer(void *bdev, const um__xfer *x) {
   /* Copies and fills have no such flag: a wait on this command's own event,
    * rather than clFinish, so that a blocking copy does not wait for other
    * threads' work queued behind it. */
+  settle(dev);
   status = enqueue_transfer(dev, x, CL_FALSE, 0, NULL, &event);
   if (status != UM_OK)
     return status;
@@ -1742,6 +1783,7 @@ static int ocl_map(void *bdev, um__mem *mem, um_location loc, size_t off,
     return um__set_error(UM_EINVAL, "opencl: unknown map mode %d", (int)mode);
   }
   /* Blocking unless the caller asked to spin (wait_for_own_command). */
+  settle(dev);
   submit_begin(dev);
   mapped = ocl.clEnqueueMapBuffer(dev->queue, (cl_mem)mem->handle, dev->spin_ns == 0 ? CL_TRUE : CL_FALSE,
                                   flags, off, len, 0, NULL, dev->spin_ns == 0 ? NULL : &done, &err);
@@ -1773,6 +1815,7 @@ static int ocl_unmap(void *bdev, um__mem *mem, um_location loc, void *host) {
   if (loc != UM_DEVICE || mem == NULL || host == NULL)
     return um__set_error(UM_EINVAL, "opencl: unmap of a block that was not "
                                     "mapped by map()");
+  settle(dev);
   submit_begin(dev);
   err = ocl.clEnqueueUnmapMemObject(dev->queue, (cl_mem)mem->handle, host, 0,
                                     NULL, &unmapped);
