@@ -213,10 +213,6 @@ struct um_buffer {
   int access_state;
   um_event *access_op;
 
-  /* A retire handed to the engine by a thread that must not block (op.c:
-   * a backend's own reporting thread). */
-  um__work retire_work;
-
   /* pool links (under the bin's lock) */
   um_buffer *pool_prev, *pool_next;
   uint64_t idle_since_ns;
@@ -230,6 +226,12 @@ struct um_buffer {
   um_buffer *quarantine_next; /* debug quarantine (registry_lock) */
   const char *site_file;
   int site_line;
+
+  /* A retire handed to the engine by a thread that must not block (op.c:
+   * a backend's own reporting thread). Last: a cold field, kept out of the
+   * lines that a pool hit reads and writes (it cost a 1 KiB hit 1.2 ns
+   * when it sat before the pool links). */
+  um__work retire_work;
 };
 
 /* ------------------------------------------------------------------------ */
