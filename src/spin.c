@@ -13,18 +13,13 @@
 
 #include "atomic.h"
 #include "backend.h"
+#include "internal.h"
 #include "testhook.h"
 
-static uint64_t monotonic_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
-
-uint64_t um__spin_clock_ns(void) { return monotonic_ns(); }
+uint64_t um__spin_clock_ns(void) { return um__now_ns(); }
 
 void um__spin_to(uint64_t until_ns) {
-  while (monotonic_ns() < until_ns)
+  while (um__now_ns() < until_ns)
     um__cpu_pause();
 }
 
@@ -32,7 +27,7 @@ int um__spin_until(uint32_t ns, int (*done)(void *arg), void *arg) {
   uint64_t deadline;
   if (ns == 0)
     return 0;
-  deadline = monotonic_ns() + ns;
+  deadline = um__now_ns() + ns;
   for (;;) {
     int r;
     UM__TEST_POINT(UM__TP_WAIT_POLL, arg);
@@ -42,7 +37,7 @@ int um__spin_until(uint32_t ns, int (*done)(void *arg), void *arg) {
     /* The clock is read on every round: with a TSC clock source it costs
      * about as much as the poll, and it keeps the budget exact for polls
      * of any cost (a driver query takes a lock). */
-    if (monotonic_ns() >= deadline)
+    if (um__now_ns() >= deadline)
       return 0;
   }
 }

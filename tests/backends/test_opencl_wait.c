@@ -136,19 +136,10 @@ static int round_trips(ou_env *e, int rounds, long pause_ns) {
   return atomic_load(&settles);
 }
 
-static uint64_t now_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
-
 /* Whether the test's PoCL devices run commands on driver threads (the
  * "pthread" device; "basic" runs them inside the submitting call, and a
  * blocking call there has nothing to settle: opencl.c, settle). */
-static int driver_threads(void) {
-  const char *kind = getenv("UNIMEM_TEST_POCL_DEVICE");
-  return kind == NULL || kind[0] == '\0' || strcmp(kind, "pthread") == 0;
-}
+static int driver_threads(void) { return strcmp(ou_pocl_kind(), "pthread") == 0; }
 
 /* Back to back, every blocking call that follows the end of another seen
  * by a spinning wait leaves the driver the settle time before it submits:
@@ -162,14 +153,14 @@ OU_TEST_1_AND_2(opencl_wait, back_to_back_blocking_calls_settle) {
   int n, ends;
   settle_time_ns = 50000000u;
   e = spin_open(UM__WAIT_SPIN_MAX_NS);
-  start = now_ns();
+  start = um__now_ns();
   n = round_trips(&e, 5, 0);
   ends = atomic_load(&spun_ends);
   if (driver_threads()) {
     cr_assert_eq(ends, 10, "%d of 10 spinning waits saw their command end", ends);
     cr_assert_eq(atomic_load(&last_point), UM__TP_SPUN_END);
     cr_assert_eq(n, 9, "%d settles of the 9 calls that followed a spun end", n);
-    cr_assert_geq(now_ns() - start, 9 * 50000000ull, "the calls did not wait out the settle time");
+    cr_assert_geq(um__now_ns() - start, 9 * 50000000ull, "the calls did not wait out the settle time");
   } else {
     cr_assert_eq(n, 0, "%d settles on a device that runs commands inline", n);
   }

@@ -61,6 +61,13 @@ static UT_UNUSED void ou_options(um_options *o) {
   o->log_level = UM_LOG_INFO;
 }
 
+/* The kind of PoCL device the OpenCL tests ask for: "pthread", or what
+ * UNIMEM_TEST_POCL_DEVICE names (see below). */
+static UT_UNUSED const char *ou_pocl_kind(void) {
+  const char *kind = getenv("UNIMEM_TEST_POCL_DEVICE");
+  return kind == NULL || kind[0] == '\0' ? "pthread" : kind;
+}
+
 /* Ask PoCL for n (1 or 2) devices in one platform, before the manager
  * loads it (ou_options opens no other platform). The kind of PoCL device is
  * "pthread" (its callbacks run on its own threads), or what
@@ -68,10 +75,8 @@ static UT_UNUSED void ou_options(um_options *o) {
  * "basic", which runs commands and their callbacks on the submitting
  * thread. */
 static UT_UNUSED void ou_want_devices(int n) {
-  const char *kind = getenv("UNIMEM_TEST_POCL_DEVICE");
+  const char *kind = ou_pocl_kind();
   char list[64];
-  if (kind == NULL || kind[0] == '\0')
-    kind = "pthread";
   if (n == 1)
     snprintf(list, sizeof(list), "%s", kind);
   else
