@@ -568,26 +568,36 @@ static UT_UNUSED void cac_check_wrap_pin(um_manager *m, um_device *d) {
 }
 
 /* Memory figures move with DEVICE allocations. exact: the fake, whose
- * figures move by exactly the bytes allocated; a GPU rounds up and shares
- * its memory with other processes, so only the direction is checked. */
+ * figures move by exactly the bytes allocated. A GPU rounds up and shares
+ * its memory with other processes (ctest -j runs the GPU tests side by
+ * side), whose frees can land between the two readings: there only the
+ * direction is checked, and it must show in one of CAC_MEMORY_TRIES
+ * allocations. */
+enum { CAC_MEMORY_TRIES = 16 };
+
 static UT_UNUSED void cac_check_memory(um_manager *m, um_device *d, int exact) {
   uint64_t free0 = 0, total0 = 0, free1 = 0, total1 = 0, free2 = 0, total2 = 0;
   const size_t n = 3 * CAC_MiB + 4096;
-  um_buffer *b;
+  int tries = 0, fell = 0;
 
-  CAC_OK(um_device_memory(d, &free0, &total0));
-  b = cac_alloc(m, d, n, UM_DEVICE, UM_ALLOC_UNPOOLED);
-  CAC_OK(um_device_memory(d, &free1, &total1));
-  CAC_OK(um_release(b));
-  CAC_OK(um_device_memory(d, &free2, &total2));
-  cr_assert_eq(total1, total0);
-  cr_assert_eq(total2, total0);
+  do {
+    um_buffer *b;
+    CAC_OK(um_device_memory(d, &free0, &total0));
+    b = cac_alloc(m, d, n, UM_DEVICE, UM_ALLOC_UNPOOLED);
+    CAC_OK(um_device_memory(d, &free1, &total1));
+    CAC_OK(um_release(b));
+    CAC_OK(um_device_memory(d, &free2, &total2));
+    cr_assert_eq(total1, total0);
+    cr_assert_eq(total2, total0);
+    fell = free1 < free0;
+    tries++;
+  } while (!exact && !fell && tries < CAC_MEMORY_TRIES);
   if (exact) {
     cr_assert_eq(free0 - free1, n);
     cr_assert_eq(free2, free0);
   } else {
-    cr_assert(free1 < free0, "free %llu after allocating %zu bytes, %llu before",
-              (unsigned long long)free1, n, (unsigned long long)free0);
+    cr_assert(fell, "free %llu after allocating %zu bytes, %llu before (in each of %d tries)",
+              (unsigned long long)free1, n, (unsigned long long)free0, tries);
   }
 }
 
