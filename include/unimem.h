@@ -173,7 +173,9 @@ typedef struct um_options {
                               calls, CPU burnt while waiting; 0 (default):
                               sleep at once. At most 1000000000 (1 s);
                               UNIMEM_WAIT_SPIN_NS takes plain decimal. Only
-                              waiting threads poll: idle, nothing does */
+                              waiting threads poll, and a CUDA stream's
+                              watcher for its next copy after a report;
+                              idle past the budget, nothing does */
   char backends[128];     /* comma list: "cpu,opencl,cuda"; "" means all */
   um_log_level log_level; /* messages above this level are dropped */
   um_log_fn log;          /* NULL: messages go to stderr */

@@ -49,6 +49,9 @@ typedef enum um__test_point {
   UM__TP_SETTLE_TIME,
   UM__TP_SPUN_END,
   UM__TP_SETTLE,
+  /* A CUDA stream watcher is about to sleep until its next token (cuda.c,
+   * after its spin when wait_spin_ns is set). arg: the watcher. */
+  UM__TP_CUDA_WATCH_SLEEP,
   UM__TP_COUNT
 } um__test_point;
 

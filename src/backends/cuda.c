@@ -37,6 +37,7 @@
 
 #include "atomic.h"
 #include "backend.h"
+#include "testhook.h"
 
 #if defined(__CUDA_API_PER_THREAD_DEFAULT_STREAM)
 #error "the cuda backend uses explicit streams; build without per-thread default stream"
@@ -293,6 +294,9 @@ typedef struct cuda_watch {
   int ready;   /* lock and cond initialised */
   int running; /* thread started */
   int stop;
+  /* Set by a push or a stop: what a watcher spinning for its next token
+   * (wait_spin_ns) polls without the lock. */
+  atomic_int poke;
 } cuda_watch;
 
 enum { WATCH_H2D, WATCH_D2H, WATCH_LOCAL, WATCH_COUNT };
@@ -549,6 +553,7 @@ static int open_device(cuda_backend_state *state, int ordinal,
   for (int i = 0; i < WATCH_COUNT; i++) {
     cuda_watch *w = &d->watch[i];
     w->d = d;
+    atomic_init(&w->poke, 0);
     if (pthread_mutex_init(&w->lock, NULL) != 0)
       return um__set_error(UM_ENOMEM, "cuda device %d: no mutex", ordinal);
     if (pthread_cond_init(&w->cond, NULL) != 0) {
@@ -1255,6 +1260,11 @@ static CUresult watch_wait(const cuda_token *token) {
   return cu->cuEventSynchronize(token->finished);
 }
 
+static int watch_poked(void *arg) {
+  cuda_watch *w = arg;
+  return atomic_load_explicit(&w->poke, memory_order_relaxed);
+}
+
 static void *watch_main(void *arg) {
   cuda_watch *w = arg;
   cuda_device *d = w->d;
@@ -1269,8 +1279,23 @@ static void *watch_main(void *arg) {
   for (;;) {
     cuda_token *token;
     CUresult result;
-    while (w->head == NULL && !w->stop)
+    int spun = 0;
+    /* With wait_spin_ns the watcher first spins for the next token, once
+     * per empty queue, then sleeps: a copy issued within the budget then
+     * costs its issuer no futex wake (pthread_cond_signal with no waiter
+     * makes no system call), nor the watcher a thread switch. */
+    while (w->head == NULL && !w->stop) {
+      if (d->spin_ns != 0 && !spun) {
+        spun = 1;
+        atomic_store_explicit(&w->poke, 0, memory_order_relaxed);
+        pthread_mutex_unlock(&w->lock);
+        um__spin_until(d->spin_ns, watch_poked, w);
+        pthread_mutex_lock(&w->lock);
+        continue;
+      }
+      UM__TEST_POINT(UM__TP_CUDA_WATCH_SLEEP, w);
       pthread_cond_wait(&w->cond, &w->lock);
+    }
     if ((token = w->head) == NULL)
       break; /* stopped, and nothing left */
     if ((w->head = token->next) == NULL)
@@ -1307,6 +1332,7 @@ static int watch_push(cuda_watch *w, cuda_token *token) {
   else
     w->head = token;
   w->tail = token;
+  atomic_store_explicit(&w->poke, 1, memory_order_relaxed);
   pthread_mutex_unlock(&w->lock);
   if (wake)
     pthread_cond_signal(&w->cond);
@@ -1318,6 +1344,7 @@ static void watch_stop(cuda_watch *w) {
     return;
   pthread_mutex_lock(&w->lock);
   w->stop = 1;
+  atomic_store_explicit(&w->poke, 1, memory_order_relaxed);
   pthread_mutex_unlock(&w->lock);
   pthread_cond_signal(&w->cond);
   if (w->running)

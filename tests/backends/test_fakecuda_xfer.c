@@ -14,6 +14,7 @@
 
 #define CAC_MAIN "fake-driver" /* cuda_api_checks.h: main() */
 #include "fakecuda_util.h"
+#include "testhook.h"
 
 TestSuite(fakecuda_xfer, .timeout = 240);
 
@@ -317,6 +318,71 @@ Test(fakecuda_xfer, the_watchers_sleep_on_the_transfers_events) {
   CAC_OK(um_release(pin));
   CAC_OK(um_release(dev));
   fc_destroy(m, UM_OK);
+}
+
+/* With wait_spin_ns a stream's watcher spins for its next token before it
+ * sleeps (cuda.c, watch_main): copies issued one after the other within the
+ * budget find it awake, so their issuers pay no futex wake, and a manager
+ * destroyed while it spins stops it at once. Without the budget it sleeps
+ * after its reports. The hook counts the watchers' sleeps. */
+static atomic_long watch_sleeps;
+
+static void count_watch_sleeps(um__test_point point, void *arg) {
+  (void)arg;
+  if (point == UM__TP_CUDA_WATCH_SLEEP)
+    atomic_fetch_add(&watch_sleeps, 1);
+}
+
+static double seconds_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Sleeps of the watchers over 20 copies with an event each, each waited for
+ * before the next; *destroy_s: how long the manager's destroy took. */
+static long watcher_sleeps(uint32_t spin_ns, double *destroy_s) {
+  enum { N = 20, SIZE = 4096 };
+  um_manager *m = spinning_manager("50", spin_ns);
+  um_buffer *dev, *pin;
+  long sleeps;
+  double start;
+  device_and_pinned(m, SIZE, &dev, &pin);
+  ut_pattern(um_buffer_host_ptr(pin), SIZE, 47);
+  /* The first copy starts the watcher; count from its report on. */
+  {
+    um_event *e;
+    CAC_OK(um_copy(dev, 0, pin, 0, SIZE, &e));
+    cac_wait_release(e, UM_OK);
+  }
+  atomic_store(&watch_sleeps, 0);
+  atomic_store(&um__test_hook, count_watch_sleeps);
+  for (int i = 0; i < N; i++) {
+    um_event *e;
+    CAC_OK(um_copy(dev, 0, pin, 0, SIZE, &e));
+    cac_wait_release(e, UM_OK);
+  }
+  sleeps = atomic_load(&watch_sleeps);
+  atomic_store(&um__test_hook, NULL);
+  CAC_OK(um_release(pin));
+  CAC_OK(um_release(dev));
+  start = seconds_now();
+  fc_destroy(m, UM_OK);
+  *destroy_s = seconds_now() - start;
+  return sleeps;
+}
+
+Test(fakecuda_xfer, a_spinning_watcher_stays_awake_between_copies) {
+  double destroy_s = 0;
+  long sleeps_spin = watcher_sleeps(1000000000u, &destroy_s); /* 1 s, the most: longer than the loop */
+  long sleeps_default;
+  double destroy_default_s = 0;
+  cr_assert_eq(sleeps_spin, 0, "a watcher with a 1 s spin slept %ld times between 20 copies", sleeps_spin);
+  /* A stop ends a watcher's spin; a missed one would wait out the rest of
+   * the 1 s budget that began at the last report. */
+  cr_assert_lt(destroy_s, 0.8, "the destroy waited %.2f s for a spinning watcher", destroy_s);
+  sleeps_default = watcher_sleeps(0, &destroy_default_s);
+  cr_assert_geq(sleeps_default, 1, "a watcher without a spin budget never slept between 20 copies");
 }
 
 /* With wait_spin_ns a blocking copy polls its stream (cuStreamQuery) before
