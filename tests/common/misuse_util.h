@@ -191,18 +191,18 @@ static UT_UNUSED int mu_wait_threads_asleep(void) {
     int awake = 0;
     cr_assert_not_null(dir, "/proc/self/task: %s", strerror(errno));
     while ((e = readdir(dir)) != NULL) {
-      char path[96], line[512], *close_paren;
+      char path[64], line[512], *close_paren;
       FILE *f;
       if (e->d_name[0] == '.' || atoi(e->d_name) == self)
         continue;
-      snprintf(path, sizeof(path), "/proc/self/task/%s/stat", e->d_name);
+      snprintf(path, sizeof(path), "/proc/self/task/%.20s/stat", e->d_name);
       if ((f = fopen(path, "r")) == NULL)
         continue; /* the thread ended */
       close_paren = fgets(line, sizeof(line), f) != NULL ? strrchr(line, ')') : NULL;
       fclose(f);
       if (close_paren != NULL && close_paren[1] == ' ' && close_paren[2] != 'S') {
         awake++;
-        snprintf(busy, sizeof(busy), "thread %s in state %c", e->d_name, close_paren[2]);
+        snprintf(busy, sizeof(busy), "thread %.20s in state %c", e->d_name, close_paren[2]);
       }
     }
     closedir(dir);
