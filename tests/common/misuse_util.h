@@ -9,16 +9,9 @@
 #ifndef UNIMEM_MISUSE_UTIL_H
 #define UNIMEM_MISUSE_UTIL_H
 
-#include <dirent.h>
-#include <errno.h>
 #include <malloc.h>
 #include <pthread.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/syscall.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "test_util.h"
 #include "testhook.h"
@@ -171,48 +164,6 @@ static UT_UNUSED void mu_gate_open(void) {
   g->open = 1;
   pthread_cond_broadcast(&g->cond);
   pthread_mutex_unlock(&g->lock);
-}
-
-/* Wait until every other thread of the process is asleep, for a fork under
- * AddressSanitizer. Its allocator (clang 14) takes no lock across fork(): a
- * child forked while another thread was inside it (a thread just made, still
- * in the sanitizer's own start-up, allocates) blocks at its first allocation
- * of that size, for good. Glibc's malloc is fork-safe; the other builds fork
- * with the threads busy. A thread counts as asleep when /proc shows it in
- * state S on three polls in a row, 1 ms apart. Returns the number of polls;
- * fails the test when some thread stays awake for 10 s. */
-static UT_UNUSED int mu_wait_threads_asleep(void) {
-  const pid_t self = (pid_t)syscall(SYS_gettid);
-  int quiet = 0, polls = 0;
-  char busy[64] = "";
-  while (quiet < 3) {
-    DIR *dir = opendir("/proc/self/task");
-    struct dirent *e;
-    int awake = 0;
-    cr_assert_not_null(dir, "/proc/self/task: %s", strerror(errno));
-    while ((e = readdir(dir)) != NULL) {
-      char path[64], line[512], *close_paren;
-      FILE *f;
-      if (e->d_name[0] == '.' || atoi(e->d_name) == self)
-        continue;
-      snprintf(path, sizeof(path), "/proc/self/task/%.20s/stat", e->d_name);
-      if ((f = fopen(path, "r")) == NULL)
-        continue; /* the thread ended */
-      close_paren = fgets(line, sizeof(line), f) != NULL ? strrchr(line, ')') : NULL;
-      fclose(f);
-      if (close_paren != NULL && close_paren[1] == ' ' && close_paren[2] != 'S') {
-        awake++;
-        snprintf(busy, sizeof(busy), "thread %.20s in state %c", e->d_name, close_paren[2]);
-      }
-    }
-    closedir(dir);
-    quiet = awake == 0 ? quiet + 1 : 0;
-    polls++;
-    cr_assert_lt(polls, 10000, "the process's threads never all slept: %s", busy);
-    if (quiet < 3)
-      usleep(1000);
-  }
-  return polls;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -22,17 +22,78 @@
 #else
 #include <criterion/criterion.h>
 #endif
+#include <dirent.h>
+#include <errno.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "internal.h"
 
 #define UT_UNUSED __attribute__((unused))
+
+/* AddressSanitizer builds (forks there wait for the other threads to
+ * sleep: ut_wait_threads_asleep). */
+#if defined(__SANITIZE_ADDRESS__)
+#define UT_ASAN_ON 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define UT_ASAN_ON 1
+#endif
+#endif
+#ifndef UT_ASAN_ON
+#define UT_ASAN_ON 0
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Forks */
+
+/* Wait until every other thread of the process is asleep, for a fork under
+ * AddressSanitizer. Its allocator (clang 14) takes no lock across fork(): a
+ * child forked while another thread was inside it (a thread just made, still
+ * in the sanitizer's own start-up, allocates) blocks at its first allocation
+ * of that size, for good. Glibc's malloc is fork-safe; the other builds fork
+ * with the threads busy. A thread counts as asleep when /proc shows it in
+ * state S on three polls in a row, 1 ms apart. Returns the number of polls;
+ * fails the test when some thread stays awake for 10 s. */
+static UT_UNUSED int ut_wait_threads_asleep(void) {
+  const pid_t self = (pid_t)syscall(SYS_gettid);
+  int quiet = 0, polls = 0;
+  char busy[64] = "";
+  while (quiet < 3) {
+    DIR *dir = opendir("/proc/self/task");
+    struct dirent *e;
+    int awake = 0;
+    cr_assert_not_null(dir, "/proc/self/task: %s", strerror(errno));
+    while ((e = readdir(dir)) != NULL) {
+      char path[64], line[512], *close_paren;
+      FILE *f;
+      if (e->d_name[0] == '.' || atoi(e->d_name) == self)
+        continue;
+      snprintf(path, sizeof(path), "/proc/self/task/%.20s/stat", e->d_name);
+      if ((f = fopen(path, "r")) == NULL)
+        continue; /* the thread ended */
+      close_paren = fgets(line, sizeof(line), f) != NULL ? strrchr(line, ')') : NULL;
+      fclose(f);
+      if (close_paren != NULL && close_paren[1] == ' ' && close_paren[2] != 'S') {
+        awake++;
+        snprintf(busy, sizeof(busy), "thread %.20s in state %c", e->d_name, close_paren[2]);
+      }
+    }
+    closedir(dir);
+    quiet = awake == 0 ? quiet + 1 : 0;
+    polls++;
+    cr_assert_lt(polls, 10000, "the process's threads never all slept: %s", busy);
+    if (quiet < 3)
+      usleep(1000);
+  }
+  return polls;
+}
 
 /* ------------------------------------------------------------------------ */
 /* Options */

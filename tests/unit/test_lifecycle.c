@@ -577,7 +577,9 @@ static int child_after_fork(um_manager *pm, um_buffer *pb, um_event *pe) {
 
 /* A cpu-only manager, whose copy runs on a worker: no thread of the test's
  * own may be inside malloc at the fork (clang 14's ASan allocator then
- * deadlocks in the child, in any program). TSan kills a forked child that
+ * deadlocks in the child, in any program), and under ASan the copy starts
+ * only once every thread of the manager is past its start-up, which
+ * allocates (ut_wait_threads_asleep). TSan kills a forked child that
  * starts threads (die_after_fork), so the test skips there. */
 Test(lifecycle, fork_child_uses_its_own_manager, .timeout = 60) {
 #ifdef UT_TSAN
@@ -591,6 +593,8 @@ Test(lifecycle, fork_child_uses_its_own_manager, .timeout = 60) {
   pid_t pid;
   memset(big, 0x2C, sizeof(big));
   cr_assert_eq(um_alloc(m, um_device_get(m, 0), sizeof(big), UM_HOST, 0, &b), UM_OK);
+  if (UT_ASAN_ON)
+    ut_wait_threads_asleep(); /* every thread past its start-up, before the copy */
   cr_assert_eq(um_copy_from_host(b, 0, big, sizeof(big), &e), UM_OK);
   pid = fork();
   cr_assert_neq(pid, -1);

@@ -475,7 +475,7 @@ static int child_work(void) {
  * malloc on another thread at the fork blocks in the sanitizer's allocator
  * lock, in any program), so there each fork waits until the parent's other
  * threads (its workers, idle or held, and Criterion's) are asleep: a thread
- * just started is inside the sanitizer's allocator (mu_wait_threads_asleep). */
+ * just started is inside the sanitizer's allocator (ut_wait_threads_asleep). */
 typedef struct churn {
   um_manager *m;
   atomic_int stop;
@@ -530,7 +530,7 @@ Test(managers, fork_child_uses_a_new_manager) {
     int status = 0;
     pid_t pid;
     if (!churning)
-      mu_wait_threads_asleep();
+      ut_wait_threads_asleep();
     pid = fork();
     cr_assert_geq(pid, 0, "fork: %s", strerror(errno));
     if (pid == 0) {
