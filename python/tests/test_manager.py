@@ -18,9 +18,12 @@ from conftest import header_macro, header_text, opencl_manager
 def header_option_fields():
     text = header_text()
     body = text[text.index("typedef struct um_options {"):text.index("} um_options;")]
+    # Comments first, across lines: a comment's continuation line may end
+    # like a declaration ("... after a report;").
+    body = re.sub(r"/\*.*?\*/", "", body, flags=re.S)
     fields = []
     for line in body.splitlines()[1:]:
-        line = re.sub(r"/\*.*?(\*/|$)", "", line).strip()
+        line = line.strip()
         m = re.match(r"^[\w\s\*]+?\**\s*(\w+)(\[\d+\])?;$", line)
         if m:
             fields.append(m.group(1))
