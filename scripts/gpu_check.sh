@@ -7,6 +7,8 @@
 #   3. ctest -L "gpu|cuda": the GPU tests (test_cuda_gpu, the backend-level
 #      real-driver case) and the fake-driver tests; on a machine with a GPU
 #      a skipped GPU test is a failure here;
+#      then the same tests again four at a time (ctest -j4), side by side
+#      on the one GPU;
 #   3b. the caller's own kernels (SPEC §8) on the GPU, verbosely: the PTX
 #      kernel tests (test_cuda_kernels_gpu), the backend's interop
 #      operations (gpu_cuda_interop_real) and examples/cuda_kernels.c; then
@@ -166,6 +168,15 @@ stage_gpu_tests() {
   else
     record "ctest gpu|cuda" "ok" "$summary; $skipped skip(s)"
   fi
+
+  # The same tests side by side: a GPU is shared with other processes, and
+  # a check that reads a device-wide figure must hold while they run
+  # (memory_figures failed 3 of 5 such runs on an H100 before 613d69d).
+  (cd "$build" && ctest -L "gpu|cuda" -j4 --output-on-failure --timeout 600) >"$out/ctest-gpu-j4.log" 2>&1
+  rc=$?
+  summary=$(grep -E "tests passed" "$out/ctest-gpu-j4.log" | tail -1)
+  echo "  side by side (-j4): $summary"
+  record "ctest gpu|cuda -j4" "$([ $rc = 0 ] && echo ok || echo FAIL)" "$summary; ctest-gpu-j4.log"
 
   echo "== 3b. interop: the caller's own kernels on the GPU"
   interop='^(test_cuda_kernels_gpu|gpu_cuda_interop_real|example_cuda_kernels)$'
