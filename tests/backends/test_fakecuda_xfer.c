@@ -333,12 +333,6 @@ static void count_watch_sleeps(um__test_point point, void *arg) {
     atomic_fetch_add(&watch_sleeps, 1);
 }
 
-static double seconds_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* Sleeps of the watchers over 20 copies with an event each, each waited for
  * before the next; *destroy_s: how long the manager's destroy took. */
 static long watcher_sleeps(uint32_t spin_ns, double *destroy_s) {
@@ -346,7 +340,7 @@ static long watcher_sleeps(uint32_t spin_ns, double *destroy_s) {
   um_manager *m = spinning_manager("50", spin_ns);
   um_buffer *dev, *pin;
   long sleeps;
-  double start;
+  uint64_t start;
   device_and_pinned(m, SIZE, &dev, &pin);
   ut_pattern(um_buffer_host_ptr(pin), SIZE, 47);
   /* The first copy starts the watcher; count from its report on. */
@@ -366,9 +360,9 @@ static long watcher_sleeps(uint32_t spin_ns, double *destroy_s) {
   atomic_store(&um__test_hook, NULL);
   CAC_OK(um_release(pin));
   CAC_OK(um_release(dev));
-  start = seconds_now();
+  start = um__now_ns();
   fc_destroy(m, UM_OK);
-  *destroy_s = seconds_now() - start;
+  *destroy_s = (double)(um__now_ns() - start) * 1e-9;
   return sleeps;
 }
 

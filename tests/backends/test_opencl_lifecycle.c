@@ -81,8 +81,7 @@ Test(opencl_lifecycle, fork_child_gets_a_cpu_only_manager, .timeout = 60) {
   ou_pattern(src, sizeof(src), 5);
   b = ou_alloc(e.m, e.dev[0], sizeof(src), UM_DEVICE);
   cr_assert_eq(um_copy_from_host(b, 0, src, sizeof(src), NULL), UM_OK);
-  if (UT_ASAN_ON)
-    ut_wait_threads_asleep();
+  ut_wait_threads_asleep();
   pid = fork();
   cr_assert_neq(pid, -1);
   if (pid == 0) {

@@ -399,8 +399,7 @@ OU_TEST_1_AND_2(opencl_misuse, fork_child_uses_a_new_manager) {
   int status = 0;
   pid_t pid;
   ou_pattern(src, n, 13);
-  if (UT_ASAN_ON)
-    ut_wait_threads_asleep(); /* every thread past its start-up, before the copy */
+  ut_wait_threads_asleep(); /* under ASan: every thread past its start-up, before the copy */
   cr_assert_eq(um_copy_from_host(b, 0, src, n, &ev), UM_OK); /* in flight across the fork */
   pid = fork();
   cr_assert_geq(pid, 0, "fork: %s", strerror(errno));

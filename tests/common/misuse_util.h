@@ -16,18 +16,8 @@
 #include "test_util.h"
 #include "testhook.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define MU_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define MU_ASAN 1
-#endif
-#endif
-#ifdef MU_ASAN
+#if UT_ASAN_ON
 #include <sanitizer/allocator_interface.h>
-#define MU_ASAN_ON 1
-#else
-#define MU_ASAN_ON 0
 #endif
 
 /* Fork tests cannot run under ThreadSanitizer: it kills a child of a
@@ -214,7 +204,7 @@ static UT_UNUSED int mu_log_matching(const char *a, const char *b) {
  * count as in use, so compare figures with a margin far below what a real
  * leak of the objects in question would add. */
 static UT_UNUSED size_t mu_heap_in_use(void) {
-#ifdef MU_ASAN
+#if UT_ASAN_ON
   return __sanitizer_get_current_allocated_bytes();
 #else
   struct mallinfo2 mi = mallinfo2();

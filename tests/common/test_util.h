@@ -53,18 +53,22 @@
 /* ------------------------------------------------------------------------ */
 /* Forks */
 
-/* Wait until every other thread of the process is asleep, for a fork under
- * AddressSanitizer. Its allocator (clang 14) takes no lock across fork(): a
- * child forked while another thread was inside it (a thread just made, still
- * in the sanitizer's own start-up, allocates) blocks at its first allocation
- * of that size, for good. Glibc's malloc is fork-safe; the other builds fork
- * with the threads busy. A thread counts as asleep when /proc shows it in
- * state S on three polls in a row, 1 ms apart. Returns the number of polls;
- * fails the test when some thread stays awake for 10 s. */
-static UT_UNUSED int ut_wait_threads_asleep(void) {
-  const pid_t self = (pid_t)syscall(SYS_gettid);
+/* Before a fork under AddressSanitizer: wait until every other thread of
+ * the process is asleep. Its allocator (clang 14) takes no lock across
+ * fork(): a child forked while another thread was inside it (a thread just
+ * made, still in the sanitizer's own start-up, allocates) blocks at its
+ * first allocation of that size, for good. Elsewhere it returns at once:
+ * glibc's malloc is fork-safe, and those builds fork with the threads busy.
+ * A thread counts as asleep when /proc shows it in state S on three polls
+ * in a row, 1 ms apart; the test fails when some thread stays awake for
+ * 10 s. */
+static UT_UNUSED void ut_wait_threads_asleep(void) {
+  pid_t self;
   int quiet = 0, polls = 0;
   char busy[64] = "";
+  if (!UT_ASAN_ON)
+    return;
+  self = (pid_t)syscall(SYS_gettid);
   while (quiet < 3) {
     DIR *dir = opendir("/proc/self/task");
     struct dirent *e;
@@ -92,7 +96,6 @@ static UT_UNUSED int ut_wait_threads_asleep(void) {
     if (quiet < 3)
       usleep(1000);
   }
-  return polls;
 }
 
 /* ------------------------------------------------------------------------ */

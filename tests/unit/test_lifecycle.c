@@ -593,8 +593,7 @@ Test(lifecycle, fork_child_uses_its_own_manager, .timeout = 60) {
   pid_t pid;
   memset(big, 0x2C, sizeof(big));
   cr_assert_eq(um_alloc(m, um_device_get(m, 0), sizeof(big), UM_HOST, 0, &b), UM_OK);
-  if (UT_ASAN_ON)
-    ut_wait_threads_asleep(); /* every thread past its start-up, before the copy */
+  ut_wait_threads_asleep(); /* under ASan: every thread past its start-up, before the copy */
   cr_assert_eq(um_copy_from_host(b, 0, big, sizeof(big), &e), UM_OK);
   pid = fork();
   cr_assert_neq(pid, -1);

@@ -510,7 +510,7 @@ Test(managers, fork_child_uses_a_new_manager) {
   churn c;
   pthread_t churner;
   unsigned char back[4096];
-  const bool churning = !MU_ASAN_ON;
+  const bool churning = !UT_ASAN_ON;
   MU_SKIP_FORK_UNDER_TSAN();
   /* A second parent manager with a trim timer, used by the churn. */
   if (churning) {
@@ -529,8 +529,7 @@ Test(managers, fork_child_uses_a_new_manager) {
   for (int i = 0; i < CHILDREN; i++) {
     int status = 0;
     pid_t pid;
-    if (!churning)
-      ut_wait_threads_asleep();
+    ut_wait_threads_asleep();
     pid = fork();
     cr_assert_geq(pid, 0, "fork: %s", strerror(errno));
     if (pid == 0) {
