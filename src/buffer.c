@@ -44,9 +44,7 @@ static inline __attribute__((always_inline)) void go_live(um_device *d, um__tcac
                                                          size_t bytes, bool hit, um_buffer **out) {
   if (tc != NULL) {
     um__tcounters *c = &tc->ctr[d->index];
-    if (hit)
-      um__tcounter_add(&c->pool_hits, 1);
-    um__tcounter_add(&c->allocations, 1);
+    um__tcounter_add(hit ? &c->pool_hits : &c->not_hits, 1);
     um__tcache_count_in(tc, d, bytes);
   } else {
     if (hit)
@@ -152,15 +150,47 @@ static __attribute__((noinline)) int alloc_args_error(um_manager *m, um_device *
   return UM_OK;
 }
 
-/* um_alloc and um_alloc_at: every check in one test, then the hit in this
- * thread's cached block of the class (tcache.h): no lock, counters only
- * this thread writes. Anything else is alloc_slow's. */
-static inline __attribute__((always_inline)) int alloc_fast(um_manager *m, um_device *d, size_t bytes,
-                                                            um_location loc, unsigned flags, um_buffer **out,
-                                                            const char *file, int line) {
-  um__tcache *tc;
+/* Everything of um_alloc after the argument and process checks, but for
+ * the hit alloc_fast takes itself. */
+static __attribute__((noinline)) int alloc_rest(um_manager *m, um_device *d, size_t bytes, um_location loc,
+                                                unsigned flags, um_buffer **out, const char *file, int line) {
+  um__tcache *tc = um__tcache_for(m, d);
   um_buffer *b;
   int cls, st;
+  if (tc == NULL || (flags & UM_ALLOC_UNPOOLED) || !um__tcache_ready(tc, m))
+    return alloc_slow(m, d, bytes, loc, flags, out, file, line, tc);
+  cls = um__size_class_of(bytes);
+  if (cls >= UM__TCACHE_CLASSES || (b = um__tcache_take(tc, d, loc, cls)) == NULL)
+    return alloc_slow(m, d, bytes, loc, flags, out, file, line, tc);
+  if ((st = reuse_block(b, bytes, flags, file, line)) != UM_OK)
+    return st;
+  go_live(d, tc, b, bytes, true, out);
+  return UM_OK;
+}
+
+/* alloc_rest for um_alloc, which records no site: six arguments, so that
+ * um_alloc reaches it with a jump and needs no frame of its own. */
+static __attribute__((noinline)) int alloc_rest_nosite(um_manager *m, um_device *d, size_t bytes, um_location loc,
+                                                       unsigned flags, um_buffer **out) {
+  return alloc_rest(m, d, bytes, loc, flags, out, NULL, 0);
+}
+
+/* A hit that passed this thread's highest level: carry the new highs. */
+static __attribute__((noinline)) int hit_publish_high(um__tcache *tc) {
+  um__tcache_publish_high(tc);
+  return UM_OK;
+}
+
+/* um_alloc and um_alloc_at: every check in one test, then the hit in this
+ * thread's cached block of the class (tcache.h): no lock, counters only
+ * this thread writes. Every other way out is a jump to a function that
+ * does the rest (alloc_rest), so the hit calls nothing and keeps no frame. */
+static inline __attribute__((always_inline)) int alloc_fast(um_manager *m, um_device *d, size_t bytes,
+                                                            um_location loc, unsigned flags, um_buffer **out,
+                                                            const char *file, int line, bool sited) {
+  um__tcache *tc;
+  um_buffer *b;
+  int cls;
   /* (unsigned)loc < UM_LOCATION_COUNT is implied by the device's bit for
    * it: locations has no bit at or above UM_LOCATION_COUNT. */
   if (__builtin_expect(m == NULL || out == NULL || !um__device_ok(d) || d->m != m || bytes - 1 >= MAX_ALLOC_BYTES ||
@@ -169,26 +199,34 @@ static inline __attribute__((always_inline)) int alloc_fast(um_manager *m, um_de
                        0))
     return alloc_args_error(m, d, bytes, loc, flags, out);
   UM__CHECK_PROCESS(m);
-  tc = um__tcache_for(m, d);
-  if (__builtin_expect(tc == NULL || (flags & UM_ALLOC_UNPOOLED) || !um__tcache_ready(tc, m), 0))
-    return alloc_slow(m, d, bytes, loc, flags, out, file, line, tc);
+  /* The hit: this thread's cache for m, no flag (unpooled or zeroed), no
+   * scrub, a class with slots, and a block in its slot. */
+  tc = um__tcache_last;
   cls = um__size_class_of(bytes);
-  if (__builtin_expect(cls >= UM__TCACHE_CLASSES || (b = um__tcache_take(tc, d, loc, cls)) == NULL, 0))
-    return alloc_slow(m, d, bytes, loc, flags, out, file, line, tc);
-  if ((st = reuse_block(b, bytes, flags, file, line)) != UM_OK)
-    return st;
-  go_live(d, tc, b, bytes, true, out);
+  if (__builtin_expect(tc == NULL || atomic_load_explicit(&tc->m, memory_order_relaxed) != m ||
+                           d->index >= tc->ndevices || flags != 0 || m->opts.scrub || !um__tcache_ready(tc, m) ||
+                           cls >= UM__TCACHE_CLASSES || (b = um__tcache_take(tc, d, loc, cls)) == NULL,
+                       0))
+    return sited ? alloc_rest(m, d, bytes, loc, flags, out, file, line)
+                 : alloc_rest_nosite(m, d, bytes, loc, flags, out);
+  um__buffer_go_live_clean(b, bytes, file, line); /* a slot's block is clean */
+  um__tcounter_add(&tc->ctr[d->index].pool_hits, 1);
+  bool publish = um__tcache_count_in_defer(tc, d, bytes);
+  atomic_store_explicit(&b->state, UM__BUF_LIVE, memory_order_release);
+  *out = b;
+  if (__builtin_expect(publish, 0))
+    return hit_publish_high(tc);
   return UM_OK;
 }
 
 int um_alloc_at(um_manager *m, um_device *d, size_t bytes, um_location loc, unsigned flags,
                 um_buffer **out, const char *file, int line) {
-  return alloc_fast(m, d, bytes, loc, flags, out, file, line);
+  return alloc_fast(m, d, bytes, loc, flags, out, file, line, true);
 }
 
 int um_alloc(um_manager *m, um_device *d, size_t bytes, um_location loc, unsigned flags,
              um_buffer **out) {
-  return alloc_fast(m, d, bytes, loc, flags, out, NULL, 0);
+  return alloc_fast(m, d, bytes, loc, flags, out, NULL, 0, false);
 }
 
 int um_alloc_array_at(um_manager *m, um_device *d, size_t count, size_t elem_size, um_location loc,
@@ -362,36 +400,74 @@ int um_buffer_retain(um_buffer *b) {
   return UM_OK;
 }
 
-int um_release(um_buffer *b) {
-  int live = UM__BUF_LIVE;
-  um_device *d;
-  um__tcache *tc;
-  if (b == NULL || b->magic != UM__BUFFER_MAGIC)
-    return um__set_error(UM_EINVAL, "not a buffer");
-  UM__CHECK_PROCESS(b->m);
-  if (__builtin_expect(atomic_load_explicit(&b->holds, memory_order_relaxed) != 0, 0) && drop_hold(b))
-    return atomic_load(&b->state) == UM__BUF_LIVE
-               ? UM_OK
-               : um__set_error(UM_ESTATE, "buffer %p was released", (void *)b);
-  /* seq_cst: paired with op.c's touched store then state load. */
-  if (!atomic_compare_exchange_strong(&b->state, &live, UM__BUF_RELEASED))
-    return um__set_error(UM_ESTATE, "buffer %p was released", (void *)b);
-  d = b->dev;
-  tc = um__tcache_for(b->m, d);
-  if (__builtin_expect(tc == NULL, 0)) {
+/* The rest of um_release once the buffer is RELEASED, but for the fast
+ * path um_release takes itself: count it, then the slot or release_slow. */
+static __attribute__((noinline)) int release_rest(um_buffer *b) {
+  um_device *d = b->dev;
+  um__tcache *tc = um__tcache_for(b->m, d);
+  if (tc == NULL) {
     UM__STAT_ADD(d, releases, 1);
     um__stat_in_use_sub(d, b->size);
     return release_slow(b, NULL);
   }
   um__tcounter_add(&tc->ctr[d->index].releases, 1);
   um__tcache_count_out(tc, d, b->size);
-  /* Fast path: an untouched pooled block into this thread's reserved, empty
-   * slot of its class: one plain store. */
-  if (__builtin_expect(!atomic_load(&b->touched) && b->slot != UM__NO_SLOT && um__tcache_ready(tc, b->m) &&
-                           um__tcache_put_fast(tc, b),
-                       1))
+  if (!atomic_load(&b->touched) && b->slot != UM__NO_SLOT && um__tcache_ready(tc, b->m) &&
+      um__tcache_put_fast(tc, b))
     return UM_OK;
   return release_slow(b, tc);
+}
+
+/* um_release of a buffer with owners beyond the first (um_buffer_retain):
+ * drop one, or release when none is left. */
+static __attribute__((noinline)) int release_held(um_buffer *b) {
+  int live = UM__BUF_LIVE;
+  if (drop_hold(b))
+    return atomic_load(&b->state) == UM__BUF_LIVE
+               ? UM_OK
+               : um__set_error(UM_ESTATE, "buffer %p was released", (void *)b);
+  if (!atomic_compare_exchange_strong(&b->state, &live, UM__BUF_RELEASED))
+    return um__set_error(UM_ESTATE, "buffer %p was released", (void *)b);
+  return release_rest(b);
+}
+
+int um_release(um_buffer *b) {
+  int live = UM__BUF_LIVE;
+  um__tcache *tc;
+  um_device *d;
+  um__tcounters *c;
+  _Atomic(uintptr_t) *slot;
+  if (b == NULL || b->magic != UM__BUFFER_MAGIC)
+    return um__set_error(UM_EINVAL, "not a buffer");
+  UM__CHECK_PROCESS(b->m);
+  if (__builtin_expect(atomic_load_explicit(&b->holds, memory_order_relaxed) != 0, 0))
+    return release_held(b);
+  /* seq_cst: paired with op.c's touched store then state load. */
+  if (!atomic_compare_exchange_strong(&b->state, &live, UM__BUF_RELEASED))
+    return um__set_error(UM_ESTATE, "buffer %p was released", (void *)b);
+  /* Fast path: an untouched pooled block into this thread's reserved,
+   * empty slot of its class (one plain store: only the owner moves a slot
+   * out of RESERVED), with no new high to carry. Every other case is
+   * release_rest's, reached by a jump, so this path keeps no frame. */
+  tc = um__tcache_last;
+  d = b->dev;
+  if (__builtin_expect(tc == NULL || atomic_load_explicit(&tc->m, memory_order_relaxed) != b->m ||
+                           d->index >= tc->ndevices || tc->high_pending != 0 || atomic_load(&b->touched) ||
+                           b->slot == UM__NO_SLOT || !um__tcache_ready(tc, b->m),
+                       0))
+    return release_rest(b);
+  slot = &tc->slots[b->slot];
+  if (__builtin_expect(atomic_load_explicit(slot, memory_order_relaxed) != UM__TSLOT_RESERVED, 0))
+    return release_rest(b);
+  c = &tc->ctr[d->index];
+  um__tcounter_add(&c->releases, 1);
+  um__tcounter_add(&c->bytes_in_use, (uint64_t)0 - b->size); /* count_out, no high pending */
+  if (__builtin_expect(tc->ndevices > 1, 0))
+    um__tcounter_add(&tc->in_use_total, (uint64_t)0 - b->size);
+  b->idle_key = um__tcache_key_fast(tc);
+  atomic_store_explicit(&b->state, UM__BUF_IDLE, memory_order_relaxed);
+  atomic_store_explicit(slot, (uintptr_t)b, memory_order_release);
+  return UM_OK;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -290,23 +290,39 @@ void um__engine_drain(um_manager *m);
 int um__buffer_check_live(const um_buffer *b);
 /* um__buffer_check_live, and b's generation for a check under its lock. */
 int um__buffer_check_owner(const um_buffer *b, uint32_t *gen);
-/* Reset a descriptor's per-owner state (size, coherence, mapping, chain,
- * site) for a new owner; mem, dev, loc and kind are set by the caller.
- * Inline: it is on the pool hit's path. */
-static inline void um__buffer_init_live(um_buffer *b, size_t bytes, const char *file, int line) {
+/* A descriptor's per-owner state from the last owner's operations,
+ * mappings and bracket (coherence, mapping, chain, flags) back to what a
+ * new owner starts with. A block in a thread cache's slot is kept this way
+ * (tcache.h): a release puts it there with this done, or without (the fast
+ * path) only when no operation, mapping or bracket touched it. */
+static inline void um__buffer_clean(um_buffer *b) {
+  memset(&b->valid, 0, offsetof(um_buffer, access_op) + sizeof(b->access_op) - offsetof(um_buffer, valid));
+  b->valid = b->mem.host ? (UM_VALID_HOST | UM_VALID_DEVICE) : UM_VALID_DEVICE;
+  b->readonly = false;
+  b->pinned_wrap = false;
+  atomic_store_explicit(&b->touched, false, memory_order_relaxed);
+}
+
+/* A clean descriptor (um__buffer_clean) goes to a new owner: its
+ * generation, size and site; mem, dev, loc and kind are set by the caller.
+ * Inline: it is on the pool hit's path. holds and dlpack_tensors are reset
+ * here too, against a stale handle's retain racing the last release. */
+static inline void um__buffer_go_live_clean(um_buffer *b, size_t bytes, const char *file, int line) {
   /* Only the thread making the descriptor live writes gen: no locked add. */
   atomic_store_explicit(&b->gen, atomic_load_explicit(&b->gen, memory_order_relaxed) + 1,
                         memory_order_release);
   b->size = bytes;
-  memset(&b->valid, 0, offsetof(um_buffer, access_op) + sizeof(b->access_op) - offsetof(um_buffer, valid));
-  b->valid = b->mem.host ? (UM_VALID_HOST | UM_VALID_DEVICE) : UM_VALID_DEVICE;
   atomic_store_explicit(&b->holds, 0, memory_order_relaxed);
   atomic_store_explicit(&b->dlpack_tensors, 0, memory_order_relaxed);
-  b->readonly = false;
-  b->pinned_wrap = false;
-  atomic_store_explicit(&b->touched, false, memory_order_relaxed);
   b->site_file = file;
   b->site_line = line;
+}
+
+/* Reset a descriptor's per-owner state for a new owner, whatever its last
+ * owner did with it. */
+static inline void um__buffer_init_live(um_buffer *b, size_t bytes, const char *file, int line) {
+  um__buffer_clean(b);
+  um__buffer_go_live_clean(b, bytes, file, line);
 }
 
 /* An operation on b finished (b's lock held): drop it from b's chain;

@@ -215,7 +215,8 @@ static void merge_and_unlink(um__tcache *tc, um_manager *m) {
   for (int i = 0; i < tc->ndevices; i++) {
     um_device *d = m->devices[i];
     um__tcounters *c = &tc->ctr[i];
-    um__atomic_add_relaxed(&d->stats.allocations, um__atomic_load_relaxed(&c->allocations));
+    um__atomic_add_relaxed(&d->stats.allocations,
+                           um__atomic_load_relaxed(&c->not_hits) + um__atomic_load_relaxed(&c->pool_hits));
     um__atomic_add_relaxed(&d->stats.releases, um__atomic_load_relaxed(&c->releases));
     um__atomic_add_relaxed(&d->stats.pool_hits, um__atomic_load_relaxed(&c->pool_hits));
     um__atomic_add_relaxed(&d->stats.bytes_in_use, um__atomic_load_relaxed(&c->bytes_in_use));
@@ -356,6 +357,7 @@ void um__tcache_put(um__tcache *tc, um_buffer *b) {
   uintptr_t cur;
   if (tc->epoch != atomic_load_explicit(&m->flush_epoch, memory_order_relaxed))
     um__tcache_flush_own(tc, m);
+  um__buffer_clean(b); /* what a slot holds is clean (tcache.h) */
   b->idle_key = um__idle_key_next(m); /* moves the manager's clock too */
   atomic_store_explicit(&b->state, UM__BUF_IDLE, memory_order_relaxed);
   cur = atomic_load_explicit(slot, memory_order_relaxed);
@@ -401,9 +403,11 @@ static int64_t manager_sum(um_manager *m) {
   return total;
 }
 
+/* Every writer of the peaks holds m->tcache_lock (readers do not): a
+ * plain load and store, not a compare-and-swap loop. */
 static void peak_up(atomic_uint_fast64_t *peak, int64_t total) {
-  if (total > 0)
-    um__atomic_max_relaxed(peak, (uint64_t)total);
+  if (total > 0 && (uint64_t)total > um__atomic_load_relaxed(peak))
+    atomic_store_explicit(peak, (uint64_t)total, memory_order_relaxed);
 }
 
 void um__tcache_note_high(um_device *d) {
@@ -455,9 +459,10 @@ void um__tcache_stats_add(um_manager *m, um_device *d, um_stats *s) {
       um__tcounters *c = &tc->ctr[i];
       if (d != NULL && d->index != i)
         continue;
-      s->allocations += um__atomic_load_relaxed(&c->allocations);
+      uint64_t hits = um__atomic_load_relaxed(&c->pool_hits);
+      s->allocations += um__atomic_load_relaxed(&c->not_hits) + hits;
       s->releases += um__atomic_load_relaxed(&c->releases);
-      s->pool_hits += um__atomic_load_relaxed(&c->pool_hits);
+      s->pool_hits += hits;
       s->bytes_in_use += um__atomic_load_relaxed(&c->bytes_in_use);
     }
     if (d == NULL)

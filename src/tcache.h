@@ -15,7 +15,9 @@
  *   0         empty, and holding none of the pool's budget;
  *   RESERVED  empty, holding the budget of one block of its class, so that
  *             a release can fill it without checking the pool's limits;
- *   pointer   an idle block (state UM__BUF_IDLE), which holds the budget.
+ *   pointer   an idle block (state UM__BUF_IDLE), which holds the budget,
+ *             its descriptor clean (um__buffer_clean), so that a hit sets
+ *             only the new owner's generation, size and site.
  * Transitions: 0 -> RESERVED (owner, after um__pool_reserve), RESERVED ->
  * pointer (owner; a plain store, since only the owner ever moves a slot out
  * of RESERVED), pointer -> RESERVED (owner takes the block: see below),
@@ -142,8 +144,11 @@ static inline void um__tcounter_add(atomic_uint_fast64_t *c, uint64_t v) {
  * than a sixteenth of its high and than UM__TCACHE_HIGH_BATCH blocks. */
 #define UM__TCACHE_HIGH_BATCH 64
 
-/* A buffer of bytes went live (in) or was released (out) on this thread. */
-static inline void um__tcache_count_in(um__tcache *tc, um_device *d, uint64_t bytes) {
+/* A buffer of bytes went live on this thread: count it; true when the
+ * new highs must be carried now (um__tcache_publish_high), which the
+ * caller does last, so that the allocation's fast path makes no call
+ * before it returns. */
+static inline bool um__tcache_count_in_defer(um__tcache *tc, um_device *d, uint64_t bytes) {
   um__tcounters *c = &tc->ctr[d->index];
   uint64_t dev_now = (uint64_t)atomic_load_explicit(&c->bytes_in_use, memory_order_relaxed) + bytes;
   int64_t grew = 0, high = 0;
@@ -167,9 +172,15 @@ static inline void um__tcache_count_in(um__tcache *tc, um_device *d, uint64_t by
   }
   if (__builtin_expect(grew != 0, 0)) {
     tc->high_grew += grew;
-    if (++tc->high_pending >= UM__TCACHE_HIGH_BATCH || tc->high_grew * 16 >= high)
-      um__tcache_publish_high(tc);
+    return ++tc->high_pending >= UM__TCACHE_HIGH_BATCH || tc->high_grew * 16 >= high;
   }
+  return false;
+}
+
+/* A buffer of bytes went live (in) or was released (out) on this thread. */
+static inline void um__tcache_count_in(um__tcache *tc, um_device *d, uint64_t bytes) {
+  if (__builtin_expect(um__tcache_count_in_defer(tc, d, bytes), 0))
+    um__tcache_publish_high(tc);
 }
 
 static inline void um__tcache_count_out(um__tcache *tc, um_device *d, uint64_t bytes) {

@@ -425,7 +425,9 @@ typedef struct um__event_slab {
  * stored as uint64_t, read as int64_t. Live buffers are not counted apart:
  * they are allocations - releases (stats.c). */
 typedef struct um__tcounters {
-  atomic_uint_fast64_t allocations;
+  /* Allocations that were not pool hits: a hit counts in pool_hits alone,
+   * so the hit costs one counter (allocations = not_hits + pool_hits). */
+  atomic_uint_fast64_t not_hits;
   atomic_uint_fast64_t releases;
   atomic_uint_fast64_t pool_hits;
   atomic_uint_fast64_t bytes_in_use;

@@ -228,6 +228,50 @@ Test(fast, touched_buffers_and_zeroing) {
   cr_assert_eq(um_manager_destroy(m), UM_OK);
 }
 
+/* A block that comes back from this thread's slot after its last owner's
+ * operation, mapping or bracket starts as a new allocation does: the
+ * release that put it in the slot cleaned its descriptor (the hit sets
+ * only generation, size and site). Then a mapping and a bracket work on
+ * it as on a new buffer. */
+Test(fast, a_hit_after_operations_mappings_and_brackets_starts_clean) {
+  um_manager *m = make(NULL);
+  um_buffer *a = alloc(m, 5000), *b;
+  void *host, *wait;
+  for (int round = 0; round < 3; round++) {
+    if (round == 0) {
+      cr_assert_eq(um_fill(a, 0, 0x5a, 5000, NULL), UM_OK);
+    } else if (round == 1) {
+      cr_assert_eq(um_map(a, UM_MAP_WRITE, 0, 100, &host), UM_OK); /* left mapped */
+    } else {
+      cr_assert_eq(um_access_begin(a, UM_MAP_READ_WRITE, &wait), UM_OK); /* left open */
+    }
+    cr_assert(atomic_load(&a->touched), "round %d", round);
+    cr_assert_eq(um_release(a), UM_OK);
+    b = alloc(m, 4900 + (size_t)round); /* the class of 5000 */
+    cr_assert_eq(b, a, "round %d: a hit in the slot", round);
+    cr_assert_eq(b->valid, UM_VALID_HOST | UM_VALID_DEVICE, "round %d", round);
+    cr_assert(!b->mapped && !b->map_native && !b->map_busy, "round %d", round);
+    cr_assert_null(b->map_ptr, "round %d", round);
+    cr_assert_eq(b->map_off + b->map_len, 0, "round %d", round);
+    cr_assert_null(b->last, "round %d", round);
+    cr_assert_eq(b->pending, 0, "round %d", round);
+    cr_assert(!b->release_deferred, "round %d", round);
+    cr_assert_eq(b->access_state, 0, "round %d", round);
+    cr_assert_null(b->access_op, "round %d", round);
+    cr_assert(!atomic_load(&b->touched), "round %d", round);
+    cr_assert_eq(atomic_load(&b->holds), 0, "round %d", round);
+    cr_assert_eq(um_buffer_size(b), 4900 + (size_t)round);
+    a = b;
+  }
+  cr_assert_eq(um_map(a, UM_MAP_READ_WRITE, 0, 4902, &host), UM_OK);
+  cr_assert_eq(um_unmap(a, host), UM_OK);
+  cr_assert_eq(um_access_begin(a, UM_MAP_READ_WRITE, &wait), UM_OK);
+  cr_assert_eq(um_access_end(a, NULL), UM_OK);
+  cr_assert_eq(um_release(a), UM_OK);
+  cr_assert_eq(stats(m, NULL).pool_hits, 3);
+  cr_assert_eq(um_manager_destroy(m), UM_OK);
+}
+
 static void scrub_on(um_options *o) { o->scrub = 1; }
 
 Test(fast, scrub_on_cache_hits) {
