@@ -57,11 +57,15 @@ static inline __attribute__((always_inline)) void go_live(um_device *d, um__tcac
 }
 
 /* An idle block taken from the pool for a new owner, zeroed when asked;
- * back to the pool when zeroing fails. */
+ * back to the pool when zeroing fails. from_slot: it came from a thread
+ * cache's slot, whose blocks are clean (tcache.h). */
 static inline __attribute__((always_inline)) int reuse_block(um_buffer *b, size_t bytes, unsigned flags,
-                                                             const char *file, int line) {
+                                                             const char *file, int line, bool from_slot) {
   int st = UM_OK;
-  um__buffer_init_live(b, bytes, file, line);
+  if (from_slot)
+    um__buffer_go_live_clean(b, bytes, file, line);
+  else
+    um__buffer_init_live(b, bytes, file, line);
   if (__builtin_expect((flags & UM_ALLOC_ZERO) || b->m->opts.scrub, 0)) {
     st = um__block_zero(b, bytes);
     if (st != UM_OK)
@@ -113,7 +117,7 @@ static __attribute__((noinline)) int alloc_slow(um_manager *m, um_device *d, siz
   if (tc != NULL && tc->epoch != atomic_load_explicit(&m->flush_epoch, memory_order_relaxed))
     um__tcache_flush_own(tc, m); /* a trim asked for the cached blocks back */
   if (pooled && (b = um__pool_take(&d->pools[loc], cls)) != NULL) {
-    if ((st = reuse_block(b, bytes, flags, file, line)) != UM_OK)
+    if ((st = reuse_block(b, bytes, flags, file, line, false)) != UM_OK)
       return st;
     go_live(d, tc, b, bytes, true, out);
     return UM_OK;
@@ -162,7 +166,7 @@ static __attribute__((noinline)) int alloc_rest(um_manager *m, um_device *d, siz
   cls = um__size_class_of(bytes);
   if (cls >= UM__TCACHE_CLASSES || (b = um__tcache_take(tc, d, loc, cls)) == NULL)
     return alloc_slow(m, d, bytes, loc, flags, out, file, line, tc);
-  if ((st = reuse_block(b, bytes, flags, file, line)) != UM_OK)
+  if ((st = reuse_block(b, bytes, flags, file, line, true)) != UM_OK)
     return st;
   go_live(d, tc, b, bytes, true, out);
   return UM_OK;
@@ -203,8 +207,7 @@ static inline __attribute__((always_inline)) int alloc_fast(um_manager *m, um_de
    * scrub, a class with slots, and a block in its slot. */
   tc = um__tcache_last;
   cls = um__size_class_of(bytes);
-  if (__builtin_expect(tc == NULL || atomic_load_explicit(&tc->m, memory_order_relaxed) != m ||
-                           d->index >= tc->ndevices || flags != 0 || m->opts.scrub || !um__tcache_ready(tc, m) ||
+  if (__builtin_expect(!um__tcache_serves(tc, m, d) || flags != 0 || m->opts.scrub || !um__tcache_ready(tc, m) ||
                            cls >= UM__TCACHE_CLASSES || (b = um__tcache_take(tc, d, loc, cls)) == NULL,
                        0))
     return sited ? alloc_rest(m, d, bytes, loc, flags, out, file, line)
@@ -436,7 +439,7 @@ int um_release(um_buffer *b) {
   um__tcache *tc;
   um_device *d;
   um__tcounters *c;
-  _Atomic(uintptr_t) *slot;
+  uint64_t bytes;
   if (b == NULL || b->magic != UM__BUFFER_MAGIC)
     return um__set_error(UM_EINVAL, "not a buffer");
   UM__CHECK_PROCESS(b->m);
@@ -446,27 +449,20 @@ int um_release(um_buffer *b) {
   if (!atomic_compare_exchange_strong(&b->state, &live, UM__BUF_RELEASED))
     return um__set_error(UM_ESTATE, "buffer %p was released", (void *)b);
   /* Fast path: an untouched pooled block into this thread's reserved,
-   * empty slot of its class (one plain store: only the owner moves a slot
-   * out of RESERVED), with no new high to carry. Every other case is
-   * release_rest's, reached by a jump, so this path keeps no frame. */
-  tc = um__tcache_last;
+   * empty slot of its class (um__tcache_put_fast), with no new high to
+   * carry; then the counters. Every other case is release_rest's, reached
+   * by a jump, so this path keeps no frame. The size is read first: once
+   * in the slot, the block may be taken by another thread. */
   d = b->dev;
-  if (__builtin_expect(tc == NULL || atomic_load_explicit(&tc->m, memory_order_relaxed) != b->m ||
-                           d->index >= tc->ndevices || tc->high_pending != 0 || atomic_load(&b->touched) ||
-                           b->slot == UM__NO_SLOT || !um__tcache_ready(tc, b->m),
+  bytes = b->size;
+  tc = um__tcache_last;
+  if (__builtin_expect(!um__tcache_serves(tc, b->m, d) || tc->high_pending != 0 || atomic_load(&b->touched) || b->slot == UM__NO_SLOT ||
+                           !um__tcache_ready(tc, b->m) || !um__tcache_put_fast(tc, b),
                        0))
-    return release_rest(b);
-  slot = &tc->slots[b->slot];
-  if (__builtin_expect(atomic_load_explicit(slot, memory_order_relaxed) != UM__TSLOT_RESERVED, 0))
     return release_rest(b);
   c = &tc->ctr[d->index];
   um__tcounter_add(&c->releases, 1);
-  um__tcounter_add(&c->bytes_in_use, (uint64_t)0 - b->size); /* count_out, no high pending */
-  if (__builtin_expect(tc->ndevices > 1, 0))
-    um__tcounter_add(&tc->in_use_total, (uint64_t)0 - b->size);
-  b->idle_key = um__tcache_key_fast(tc);
-  atomic_store_explicit(&b->state, UM__BUF_IDLE, memory_order_relaxed);
-  atomic_store_explicit(slot, (uintptr_t)b, memory_order_release);
+  um__tcache_count_out_level(tc, c, bytes);
   return UM_OK;
 }
 

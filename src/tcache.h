@@ -94,6 +94,12 @@ static inline um__tcache *um__tcache_of(um_manager *m) {
   return um__tcache_find(m);
 }
 
+/* Whether tc (this thread's last cache, um__tcache_last) serves work of m
+ * on d: the fast paths' test, which looks no further. */
+static inline bool um__tcache_serves(const um__tcache *tc, um_manager *m, const um_device *d) {
+  return tc != NULL && atomic_load_explicit(&tc->m, memory_order_relaxed) == m && d->index < tc->ndevices;
+}
+
 /* This thread's cache for work on d, or NULL: a device adopted after the
  * cache was made has no slots or counters in it. */
 static inline um__tcache *um__tcache_for(um_manager *m, const um_device *d) {
@@ -183,13 +189,18 @@ static inline void um__tcache_count_in(um__tcache *tc, um_device *d, uint64_t by
     um__tcache_publish_high(tc);
 }
 
-static inline void um__tcache_count_out(um__tcache *tc, um_device *d, uint64_t bytes) {
-  um__tcounters *c = &tc->ctr[d->index];
-  if (__builtin_expect(tc->high_pending != 0, 0))
-    um__tcache_publish_high(tc); /* the level turns down: it was a peak */
+/* The levels of um__tcache_count_out go down (c: tc's counters of the
+ * device). With no new high pending, that is all of it. */
+static inline void um__tcache_count_out_level(um__tcache *tc, um__tcounters *c, uint64_t bytes) {
   um__tcounter_add(&c->bytes_in_use, (uint64_t)0 - bytes);
   if (__builtin_expect(tc->ndevices > 1, 0))
     um__tcounter_add(&tc->in_use_total, (uint64_t)0 - bytes);
+}
+
+static inline void um__tcache_count_out(um__tcache *tc, um_device *d, uint64_t bytes) {
+  if (__builtin_expect(tc->high_pending != 0, 0))
+    um__tcache_publish_high(tc); /* the level turns down: it was a peak */
+  um__tcache_count_out_level(tc, &tc->ctr[d->index], bytes);
 }
 
 /* Taking without a locked instruction. The owner's take is the one slot
