@@ -264,6 +264,25 @@ typedef struct bt_case {
   um_copy_op *ops; /* OP_BATCH */
 } bt_case;
 
+/* --split: when the last OP_EVENTS sample of either side had issued its
+ * copies, by the clock and by the issuing thread's CPU clock (nothing is
+ * read unless split_on). */
+static bool split_on;
+static double issued_ns, issued_cpu_ns;
+
+static double thread_cpu_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
+}
+
+static void note_issued(void) {
+  if (!split_on)
+    return;
+  issued_ns = bench_now_ns();
+  issued_cpu_ns = thread_cpu_ns();
+}
+
 static int run_unimem(void *vctx, int iters) {
   bt_case *c = vctx;
   for (int i = 0; i < iters; i++) {
@@ -300,6 +319,7 @@ static int run_unimem(void *vctx, int iters) {
       int n = 0;
       for (; n < BATCH_OPS && st == UM_OK; n++)
         st = um_copy_from_host(c->ops[n].dst, c->ops[n].dst_off, c->ops[n].host_src, c->ops[n].bytes, &ev[n]);
+      note_issued();
       if (st != UM_OK)
         n--;
       for (int k = 0; k < n; k++) {
@@ -407,6 +427,7 @@ static int run_raw(void *vctx, int iters) {
         if (err == CL_SUCCESS)
           err = r->clFlush(q);
       }
+      note_issued();
       if (err != CL_SUCCESS)
         break;
       pthread_mutex_lock(&raw_done_lock);
@@ -445,6 +466,10 @@ typedef struct bt_run {
    * one side only, untimed, for an instruction count (callgrind) */
   const char *count_side;
   int count_rounds;
+  /* --split ROUNDS: the same case on both sides, ROUNDS samples each
+   * (alternated), each timed in two phases: issuing the 1000 copies, and
+   * the whole sample with its waits */
+  int split_rounds;
   char device[128];
   char raw_status[160];
   int failed;
@@ -846,6 +871,68 @@ static void count_events(bt_run *run, bt_env *e, um_buffer *dev, um_copy_op *ops
   run->failed = 1;
 }
 
+/* --split: where the per-copy event's added time is made. Each sample of
+ * 1000 copies with an event each is timed twice: when the last copy is
+ * issued, and when every event has been waited for (unimem) or every
+ * callback counted (raw). Samples alternate between the sides. Printed:
+ * the medians per copy of both phases, and of the issuing thread's CPU
+ * time while it issued (when it is close to the issue's wall time, the
+ * thread was running all along: the time is its own work). */
+#define SPLIT_MAX 1000
+
+typedef struct split_side {
+  double issue[SPLIT_MAX], cpu[SPLIT_MAX], whole[SPLIT_MAX];
+} split_side;
+
+static int split_sample(split_side *sd, int k, int (*fn)(void *, int), void *ctx) {
+  double c0, t0;
+  int failed;
+  c0 = thread_cpu_ns();
+  t0 = bench_now_ns();
+  failed = fn(ctx, 1);
+  sd->whole[k] = (bench_now_ns() - t0) / BATCH_OPS;
+  sd->issue[k] = (issued_ns - t0) / BATCH_OPS;
+  sd->cpu[k] = (issued_cpu_ns - c0) / BATCH_OPS;
+  return failed;
+}
+
+static void split_events(bt_run *run, bt_env *e, um_buffer *dev, um_copy_op *ops) {
+#ifdef BT_HAVE_CL_HEADER
+  static split_side um, raw;
+  bt_case c = {.op = OP_EVENTS, .m = e->m, .ops = ops, .dst = dev};
+  cl_mem rdev = e->have_raw ? raw_device_buffer(&e->raw, 0, (size_t)BATCH_OPS * SMALL_BYTES) : NULL;
+  raw_case rc = {.r = &e->raw, .op = OP_EVENTS, .dst = rdev, .host = e->host_a};
+  int n = run->split_rounds < SPLIT_MAX ? run->split_rounds : SPLIT_MAX;
+  double mu[3], mr[3];
+  if (rdev == NULL) {
+    fprintf(stderr, "bench transfer: --split needs raw OpenCL (%s)\n", run->raw_status);
+    run->failed = 1;
+    return;
+  }
+  split_on = true;
+  for (int k = 0; k < n && !run->failed; k++) {
+    run->failed |= split_sample(&um, k, run_unimem, &c);
+    run->failed |= split_sample(&raw, k, run_raw, &rc);
+  }
+  split_on = false;
+  e->raw.clReleaseMemObject(rdev);
+  if (run->failed)
+    return;
+  mu[0] = bench_median(um.issue, n), mu[1] = bench_median(um.cpu, n), mu[2] = bench_median(um.whole, n);
+  mr[0] = bench_median(raw.issue, n), mr[1] = bench_median(raw.cpu, n), mr[2] = bench_median(raw.whole, n);
+  printf("split: %d samples per side of %d x %zu-byte copies with an event each, on %s; ns per copy, medians\n", n,
+         BATCH_OPS, (size_t)SMALL_BYTES, run->device);
+  printf("  %-7s issue %6.0f (issuing thread's CPU %6.0f)   whole %6.0f\n", "unimem", mu[0], mu[1], mu[2]);
+  printf("  %-7s issue %6.0f (issuing thread's CPU %6.0f)   whole %6.0f\n", "raw", mr[0], mr[1], mr[2]);
+  printf("  %-7s issue %+6.0f (issuing thread's CPU %+6.0f)   whole %+6.0f\n", "added", mu[0] - mr[0], mu[1] - mr[1],
+         mu[2] - mr[2]);
+#else
+  (void)e, (void)dev, (void)ops;
+  fprintf(stderr, "bench transfer: --split needs the OpenCL headers at build time\n");
+  run->failed = 1;
+#endif
+}
+
 static void small_ops_table(bt_run *run, bt_env *e) {
   size_t total = (size_t)BATCH_OPS * SMALL_BYTES;
   um_buffer *dev = NULL;
@@ -861,6 +948,8 @@ static void small_ops_table(bt_run *run, bt_env *e) {
                           .bytes = SMALL_BYTES};
   if (run->count_side != NULL)
     count_events(run, e, dev, ops);
+  else if (run->split_rounds > 0)
+    split_events(run, e, dev, ops);
   else {
     small_ops_row(run, e, "batch: 1000 x 4 KiB", OP_BATCH, dev, ops);
     small_ops_row(run, e, "per op: 1000 x 4 KiB + event", OP_EVENTS, dev, ops);
@@ -1142,8 +1231,13 @@ int um_bench_transfer_main(int argc, char **argv, bench_report *rep) {
       run.count_rounds = atoi(argv[i + 2]);
       run.small_only = 1;
       i += 2;
+    } else if (strcmp(argv[i], "--split") == 0 && i + 1 < argc && atoi(argv[i + 1]) > 0) {
+      run.split_rounds = atoi(argv[i + 1]);
+      run.small_only = 1;
+      i++;
     } else {
-      fprintf(stderr, "usage: %s [--quick] [--small] [--count unimem|raw ROUNDS] [--json FILE]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--quick] [--small] [--count unimem|raw ROUNDS] [--split ROUNDS] [--json FILE]\n",
+              argv[0]);
       return 2;
     }
   }
@@ -1164,7 +1258,7 @@ int um_bench_transfer_main(int argc, char **argv, bench_report *rep) {
       alignment_table(&run, &e);
       overhead_table(&run, &e);
     }
-    if (run.count_side == NULL) {
+    if (run.count_side == NULL && run.split_rounds == 0) {
       print_table(&run);
       print_targets(&run);
     }

@@ -96,6 +96,18 @@ if(TARGET unimem_tool)
   add_test(NAME tool_bench_transfer_count_bad COMMAND ${_um_check} 1 "^usage: .*--count unimem\\|raw ROUNDS" "summary: transfer failed"
            -- ${_um_tool} bench transfer --count both 2)
   list(APPEND _um_tool_tests tool_bench_transfer_count_bad)
+  # Its split mode: both sides' issue and whole times, and the difference.
+  add_test(NAME tool_bench_transfer_split
+           COMMAND ${_um_check} 0 "^split: 3 samples per side of 1000 x 4096-byte copies with an event each, on "
+                   "^  unimem  issue +[0-9]+ \\(issuing thread's CPU +[0-9]+\\)   whole +[0-9]+$"
+                   "^  raw     issue +[0-9]+ \\(issuing thread's CPU +[0-9]+\\)   whole +[0-9]+$"
+                   "^  added   issue +[-+][0-9]+ \\(issuing thread's CPU +[-+][0-9]+\\)   whole +[-+][0-9]+$"
+                   "summary: transfer ok" -- ${_um_tool} bench transfer --split 3)
+  set_tests_properties(tool_bench_transfer_split PROPERTIES ENVIRONMENT "POCL_DEVICES=pthread"
+                       SKIP_REGULAR_EXPRESSION "summary: transfer skipped")
+  add_test(NAME tool_bench_transfer_split_bad COMMAND ${_um_check} 1 "^usage: .*--split ROUNDS" "summary: transfer failed"
+           -- ${_um_tool} bench transfer --split 0)
+  list(APPEND _um_tool_tests tool_bench_transfer_split tool_bench_transfer_split_bad)
 
   # The low-latency wait benchmark (issue 13): every contender present
   # printed, the CPU-time table, its summary; skipped without an OpenCL
