@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "testhook.h"
 
 /* The device whose backend gives d's blocks at loc: UM_HOST on any device
  * is ordinary pageable host memory, the cpu device's (device 0), accounted
@@ -33,6 +34,7 @@ int um__block_alloc(um_device *d, um_location loc, size_t bytes, um__mem *mem) {
 
 void um__block_free(um_device *d, um_location loc, size_t bytes, um__mem *mem) {
   um_device *g = giver(d, loc);
+  UM__TEST_POINT(UM__TP_BLOCK_FREE, d);
   g->be->mem_free(g->bdev, loc, bytes, mem);
   UM__STAT_ADD(d, device_frees, 1);
   UM__STAT_SUB(d, bytes_reserved, bytes);

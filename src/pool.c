@@ -150,13 +150,18 @@ static void bin_unlink(um__pool *p, um__bin *bin, um_buffer *b) {
 }
 
 /* A block in no bin and holding no budget goes back to its device, its
- * descriptor to the husks; one that was idle (pooled) counts as trimmed. */
+ * descriptor to the husks; one that was idle (pooled) counts as trimmed.
+ * The counts move in this order: bytes_reserved down, bytes_trimmed up,
+ * trims up; a reader that waits for trims to move (the trim timer's test)
+ * then finds the others moved too (each count is an atomic add, a full
+ * barrier on x86). */
 static void free_to_device(um_buffer *b, bool was_idle) {
+  um_device *d = b->dev;
+  um__block_free(d, b->loc, b->capacity, &b->mem);
   if (was_idle) {
-    UM__STAT_ADD(b->dev, trims, 1);
-    UM__STAT_ADD(b->dev, bytes_trimmed, b->capacity);
+    UM__STAT_ADD(d, bytes_trimmed, b->capacity);
+    UM__STAT_ADD(d, trims, 1);
   }
-  um__block_free(b->dev, b->loc, b->capacity, &b->mem);
   um__descriptor_put(b->m, b);
 }
 

@@ -52,6 +52,9 @@ typedef enum um__test_point {
   /* A CUDA stream watcher is about to sleep until its next token (cuda.c,
    * after its spin when wait_spin_ns is set). arg: the watcher. */
   UM__TP_CUDA_WATCH_SLEEP,
+  /* A block is about to go back to its device's backend (block.c), its
+   * bytes still in bytes_reserved. arg: the device it is accounted to. */
+  UM__TP_BLOCK_FREE,
   UM__TP_COUNT
 } um__test_point;
 
