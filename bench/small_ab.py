@@ -14,14 +14,29 @@ machine's drift hits both alike), and prints for each build:
   - the batch's ratio (raw time / unimem time): median and quartiles, and
     the share of runs at or over 0.9.
 
+With --split SAMPLES it runs `bench_transfer --split SAMPLES` instead:
+the per-copy event case alone, unimem's and raw's samples interleaved,
+each timed over its issue and over the whole sample (docs/benchmarks.md,
+"two regimes"). It prints for each build, over its invocations: unimem's
+issue time over raw's in the same invocation (a ratio, so that the
+machine's mode of the moment, which both sides share, cancels), and the
+added nanoseconds per copy of the issue and of the whole sample, with the
+count of invocations whose whole sample added at most 300 ns. Telling two
+builds apart, this is the sharper tool: on two shared CPUs an A/A of one
+binary under the default mode differed by 0.23 us at the median of 72
+runs, while --split 30 saw a 220 ns change of raw's issue in 10 of 10
+alternations.
+
 Usage:
-  bench/small_ab.py [-n N] NAME=BUILD_DIR [NAME=BUILD_DIR ...]
+  bench/small_ab.py [-n N] [--split SAMPLES] NAME=BUILD_DIR [NAME=BUILD_DIR ...]
   bench/small_ab.py -n 20 head=build-rel
   bench/small_ab.py -n 30 before=/tmp/wt-base/build-rel after=build-rel
+  bench/small_ab.py -n 12 --split 30 before=/tmp/wt-base/build-rel after=build-rel
 
 BUILD_DIR is a CMake build of the repository (bench/bench_transfer in it).
 POCL_DEVICES defaults to "pthread" (one PoCL CPU device), as in
-docs/benchmarks.md.
+docs/benchmarks.md. Without an OpenCL device bench_transfer has nothing to
+measure: this says so ("small_ab: skipped") and exits 0.
 """
 import argparse
 import os
@@ -31,6 +46,9 @@ import subprocess
 import sys
 
 RUNS = re.compile(r"\(runs[^:]*: (.*)\)")
+SPLIT = re.compile(r"^  (unimem|raw|added) +issue +([-+]?\d+) \(issuing thread's CPU +([-+]?\d+)\) +whole +([-+]?\d+)$",
+                   re.M)
+SKIPPED = 77  # bench_transfer: no OpenCL device
 
 
 def parse(output):
@@ -48,6 +66,29 @@ def parse(output):
     return event, batch
 
 
+def parse_split(output):
+    """{side: (issue, cpu, whole)} of one `--split` invocation, or None."""
+    sides = {m.group(1): tuple(int(m.group(k)) for k in (2, 3, 4)) for m in SPLIT.finditer(output)}
+    return sides if len(sides) == 3 else None
+
+
+def split_summary(name, invocations, samples):
+    """The --split figures of one build, over its invocations."""
+    ratios = [inv["unimem"][0] / inv["raw"][0] for inv in invocations]
+    issue = [inv["added"][0] for inv in invocations]
+    whole = [inv["added"][2] for inv in invocations]
+    n = len(invocations)
+    return "\n".join([
+        "%s: --split %d, %d invocation%s" % (name, samples, n, "" if n == 1 else "s"),
+        "  issue, unimem / raw:    median %.3f (min %.3f, max %.3f)" % (
+            statistics.median(ratios), min(ratios), max(ratios)),
+        "  added ns, issue:        median %+.0f (min %+d, max %+d)" % (statistics.median(issue), min(issue),
+                                                                       max(issue)),
+        "  added ns, whole sample: median %+.0f (min %+d, max %+d), %d of %d at or under 300" % (
+            statistics.median(whole), min(whole), max(whole), sum(1 for v in whole if v <= 300), n),
+    ])
+
+
 def spread(values, good, label):
     values = sorted(values)
     n = len(values)
@@ -60,8 +101,12 @@ def spread(values, good, label):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-n", type=int, default=20, help="invocations per build (default 20)")
+    ap.add_argument("--split", type=int, metavar="SAMPLES",
+                    help="run bench_transfer --split SAMPLES (the per-copy event case, paired) instead of --small")
     ap.add_argument("builds", nargs="+", help="NAME=BUILD_DIR")
     args = ap.parse_args()
+    if args.n < 1 or (args.split is not None and args.split < 1):
+        sys.exit("small_ab: -n and --split want a count of at least 1")
     builds = []
     for spec in args.builds:
         name, sep, path = spec.partition("=")
@@ -71,10 +116,20 @@ def main():
         builds.append((name, exe))
     env = dict(os.environ)
     env.setdefault("POCL_DEVICES", "pthread")
-    results = {name: {"event": [], "batch": [], "invocations": []} for name, _ in builds}
+    results = {name: {"event": [], "batch": [], "invocations": [], "split": []} for name, _ in builds}
+    mode = ["--small"] if args.split is None else ["--split", str(args.split)]
     for i in range(args.n):
         for name, exe in builds:
-            done = subprocess.run([exe, "--small"], capture_output=True, text=True, env=env)
+            done = subprocess.run([exe] + mode, capture_output=True, text=True, env=env)
+            if done.returncode == SKIPPED:
+                print("small_ab: skipped: %s found no OpenCL device (%s)" % (exe, done.stderr.strip()))
+                return
+            if args.split is not None:
+                sides = parse_split(done.stdout)
+                if done.returncode != 0 or sides is None:
+                    sys.exit("small_ab: %s failed (exit %d):\n%s" % (exe, done.returncode, done.stderr))
+                results[name]["split"].append(sides)
+                continue
             event, batch = parse(done.stdout)
             if done.returncode != 0 or not event or not batch:
                 sys.exit("small_ab: %s failed (exit %d):\n%s" % (exe, done.returncode, done.stderr))
@@ -84,6 +139,9 @@ def main():
         print("invocation %d of %d done" % (i + 1, args.n), file=sys.stderr)
     for name, _ in builds:
         r = results[name]
+        if args.split is not None:
+            print(split_summary(name, r["split"], args.split))
+            continue
         print("%s:" % name)
         print("  " + spread(r["event"], lambda v: v <= 0.3, "event added us, runs:       "))
         print("  " + spread(r["invocations"], lambda v: v <= 0.3, "event added us, invocations:"))

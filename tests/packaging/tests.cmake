@@ -108,6 +108,24 @@ if(TARGET unimem_tool)
   add_test(NAME tool_bench_transfer_split_bad COMMAND ${_um_check} 1 "^usage: .*--split ROUNDS" "summary: transfer failed"
            -- ${_um_tool} bench transfer --split 0)
   list(APPEND _um_tool_tests tool_bench_transfer_split tool_bench_transfer_split_bad)
+  # bench/small_ab.py --split, the A/B of builds by the paired method: two
+  # invocations of this build's bench_transfer, its three figures; a bad
+  # count refused.
+  if(UM_PYTHON3 AND UNIMEM_BUILD_BENCH)
+    set(_um_ab ${UM_PYTHON3} ${CMAKE_SOURCE_DIR}/bench/small_ab.py)
+    set(_um_n "[-+][0-9]+")
+    add_test(NAME small_ab_split
+             COMMAND ${_um_check} 0 "^this: --split 3, 2 invocations$"
+                     "^  issue, unimem / raw: +median [0-9.]+ \\(min [0-9.]+, max [0-9.]+\\)$"
+                     "^  added ns, issue: +median ${_um_n} \\(min ${_um_n}, max ${_um_n}\\)$"
+                     "^  added ns, whole sample: +median ${_um_n} \\(min ${_um_n}, max ${_um_n}\\), [0-2] of 2 at or under 300$"
+                     -- ${_um_ab} -n 2 --split 3 this=${CMAKE_BINARY_DIR})
+    set_tests_properties(small_ab_split PROPERTIES ENVIRONMENT "POCL_DEVICES=pthread"
+                         SKIP_REGULAR_EXPRESSION "small_ab: skipped")
+    add_test(NAME small_ab_bad COMMAND ${_um_check} 1 "want a count of at least 1"
+             -- ${_um_ab} -n 1 --split 0 this=${CMAKE_BINARY_DIR})
+    list(APPEND _um_tool_tests small_ab_split small_ab_bad)
+  endif()
 
   # The low-latency wait benchmark (issue 13): every contender present
   # printed, the CPU-time table, its summary; skipped without an OpenCL
