@@ -570,6 +570,21 @@ static double gw_run(bp_env *e, int kind) {
     return -1;
   }
   a.m = m;
+  /* This thread takes the manager's first cache, which biases the manager
+   * to it (tcache.h, "A release without a locked instruction"), and holds
+   * nothing: the case's threads then share the manager, and every case
+   * times the same release (the compare-and-swap), whichever thread made
+   * the first cache before. */
+  {
+    um_buffer *first;
+    if (gw_alloc(m, 1 * KiB, &first) != 0) {
+      um_manager_destroy(m);
+      e->failed = true;
+      return -1;
+    }
+    um_release(first);
+    um_pool_trim(m, 0);
+  }
   if (kind == GW_GROWING || kind >= GW_BIN_STEADY) {
     pthread_create(&t, NULL, gw_fill, &a);
     pthread_join(t, NULL);

@@ -429,25 +429,60 @@ static __attribute__((noinline)) int release_held(um_buffer *b) {
     return atomic_load(&b->state) == UM__BUF_LIVE
                ? UM_OK
                : um__set_error(UM_ESTATE, "buffer %p was released", (void *)b);
+  um__bias_leave(b->m); /* the compare-and-swap below is not the sole thread's way */
   if (!atomic_compare_exchange_strong(&b->state, &live, UM__BUF_RELEASED))
     return um__set_error(UM_ESTATE, "buffer %p was released", (void *)b);
   return release_rest(b);
 }
 
+/* um_release on a thread whose last cache is not its manager's sole cache
+ * while the manager is biased: the sole thread, back from another
+ * manager's work, changes the state its way; any other thread revokes the
+ * bias, then takes the compare-and-swap. Then release_rest. */
+static __attribute__((noinline)) int release_unbiased(um_buffer *b) {
+  um_manager *m = b->m;
+  um__tcache *sole = atomic_load_explicit(&m->sole_tc, memory_order_relaxed);
+  int live = UM__BUF_LIVE, r = -1;
+  if (sole != NULL && um__tcache_of(m) == sole)
+    r = um__bias_release(sole, m, b);
+  if (r < 0) {
+    um__bias_leave(m);
+    r = atomic_compare_exchange_strong(&b->state, &live, UM__BUF_RELEASED);
+  }
+  if (r == 0)
+    return um__set_error(UM_ESTATE, "buffer %p was released", (void *)b);
+  return release_rest(b);
+}
+
 int um_release(um_buffer *b) {
-  int live = UM__BUF_LIVE;
+  int live = UM__BUF_LIVE, r;
   um__tcache *tc;
+  um_manager *m;
   um_device *d;
   um__tcounters *c;
   uint64_t bytes;
   if (b == NULL || b->magic != UM__BUFFER_MAGIC)
     return um__set_error(UM_EINVAL, "not a buffer");
-  UM__CHECK_PROCESS(b->m);
+  m = b->m;
+  UM__CHECK_PROCESS(m);
   if (__builtin_expect(atomic_load_explicit(&b->holds, memory_order_relaxed) != 0, 0))
     return release_held(b);
-  /* seq_cst: paired with op.c's touched store then state load. */
-  if (!atomic_compare_exchange_strong(&b->state, &live, UM__BUF_RELEASED))
-    return um__set_error(UM_ESTATE, "buffer %p was released", (void *)b);
+  /* The state change: on the manager's sole thread a plain load and store
+   * (tcache.h, "A release without a locked instruction"); else a
+   * compare-and-swap, seq_cst: paired with op.c's touched store then state
+   * load. */
+  tc = um__tcache_last;
+  if (atomic_load_explicit(&m->bias, memory_order_relaxed) == UM__BIAS_SHARED) {
+    if (!atomic_compare_exchange_strong(&b->state, &live, UM__BUF_RELEASED))
+      return um__set_error(UM_ESTATE, "buffer %p was released", (void *)b);
+  } else if (tc != NULL && tc == atomic_load_explicit(&m->sole_tc, memory_order_relaxed)) {
+    if ((r = um__bias_release(tc, m, b)) == 0)
+      return um__set_error(UM_ESTATE, "buffer %p was released", (void *)b);
+    if (r < 0 && !atomic_compare_exchange_strong(&b->state, &live, UM__BUF_RELEASED))
+      return um__set_error(UM_ESTATE, "buffer %p was released", (void *)b);
+  } else {
+    return release_unbiased(b);
+  }
   /* Fast path: an untouched pooled block into this thread's reserved,
    * empty slot of its class (um__tcache_put_fast), with no new high to
    * carry; then the counters. Every other case is release_rest's, reached
@@ -455,8 +490,7 @@ int um_release(um_buffer *b) {
    * in the slot, the block may be taken by another thread. */
   d = b->dev;
   bytes = b->size;
-  tc = um__tcache_last;
-  if (__builtin_expect(!um__tcache_serves(tc, b->m, d) || tc->high_pending != 0 || atomic_load(&b->touched) || b->slot == UM__NO_SLOT ||
+  if (__builtin_expect(!um__tcache_serves(tc, m, d) || tc->high_pending != 0 || atomic_load(&b->touched) || b->slot == UM__NO_SLOT ||
                            !um__tcache_ready(tc, b->m) || !um__tcache_put_fast(tc, b),
                        0))
     return release_rest(b);

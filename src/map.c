@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "tcache.h"
 #include "testhook.h"
 
 static bool mode_writes(um_map_mode mode) { return mode != UM_MAP_READ; }
@@ -89,6 +90,7 @@ static int check_map_args(const um_buffer *b, um_map_mode mode, size_t off, size
 /* Under b's lock: b may be mapped now (still the caller's, not mapped),
  * once every operation issued before has finished. */
 static int map_begin_locked(um_buffer *b, uint32_t gen) {
+  um__bias_leave(b->m); /* tcache.h: the sole thread's release is plain */
   atomic_store(&b->touched, true); /* as in um__op_issue: before the state check */
   /* Checked again under the lock: released, or handed to a new owner (maybe
    * smaller) since the unlocked checks. */

@@ -23,6 +23,7 @@
 
 #include "internal.h"
 #include "net.h"
+#include "tcache.h"
 
 #define UM__NET_MAGIC 0x554d4e54u /* "UMNT" */
 #define UM__EP_MAGIC 0x554d4550u  /* "UMEP" */
@@ -469,6 +470,7 @@ int um_net_expose(um_buffer *b, void *blob, size_t *len) {
    * um__net_buffer_released): a release either sees both and looks for
    * the exposure under n->lock, or comes early enough that the check
    * below sees it released. */
+  um__bias_leave(b->m); /* tcache.h: the sole thread's release is plain */
   atomic_fetch_add(&live_exposures, 1);
   atomic_store(&b->touched, true);
   if (atomic_load(&b->state) != UM__BUF_LIVE) {

@@ -36,6 +36,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "tcache.h"
 #include "testhook.h"
 
 static void op_task_start(um__work *w);
@@ -606,8 +607,10 @@ static int op_check_locked(um_event *op, um_buffer **bufs, int nbufs) {
      * Once touched, a buffer stays so until it is reused: a release then
      * takes the lock held here (buffer.c's release_slow), so the store
      * (a full barrier) is made once per buffer, not once per operation. */
-    if (!atomic_load_explicit(&b->touched, memory_order_relaxed))
+    if (!atomic_load_explicit(&b->touched, memory_order_relaxed)) {
+      um__bias_leave(b->m); /* tcache.h: the sole thread's release is plain */
       atomic_store(&b->touched, true);
+    }
     if (atomic_load(&b->state) != UM__BUF_LIVE || b->gen != gen)
       return um__set_error(UM_ESTATE, "buffer %p was released", (void *)b);
     if (b->mapped)

@@ -99,6 +99,38 @@ static void steal_end(um_manager *m) {
 }
 
 /* ------------------------------------------------------------------------ */
+/* The bias of a manager to its sole thread (tcache.h, "A release without
+ * a locked instruction") */
+
+void um__bias_revoke(um_manager *m) {
+  pthread_mutex_lock(&m->tcache_lock);
+  if (atomic_load_explicit(&m->bias, memory_order_relaxed) != UM__BIAS_SHARED) {
+    um__tcache *sole = atomic_load_explicit(&m->sole_tc, memory_order_relaxed);
+    atomic_store(&m->bias, UM__BIAS_SHARED);
+    if (sole != NULL) {
+      /* Made biased only where the barrier worked (create_cache); should
+       * the kernel refuse it now, a pause far longer than any store buffer
+       * takes to drain (a preemption drains it too) stands in for it. */
+      if (!asym_barrier())
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+      while (atomic_load_explicit(&sole->busy, memory_order_acquire) != 0)
+        sched_yield(); /* a section of a few instructions, or its thread preempted */
+      atomic_store(&m->sole_tc, NULL); /* its releases skip the section now */
+    }
+  }
+  pthread_mutex_unlock(&m->tcache_lock);
+}
+
+void um__bias_leave_slow(um_manager *m) {
+  um__tcache *sole = atomic_load_explicit(&m->sole_tc, memory_order_relaxed);
+  if (sole != NULL)
+    for (um__tcache *tc = thread_caches; tc != NULL; tc = tc->t_next)
+      if (tc == sole)
+        return; /* this thread is the sole one */
+  um__bias_revoke(m);
+}
+
+/* ------------------------------------------------------------------------ */
 
 static size_t slot_count(int ndevices) {
   return (size_t)ndevices * UM_LOCATION_COUNT * UM__TCACHE_CLASSES;
@@ -226,6 +258,13 @@ static void merge_and_unlink(um__tcache *tc, um_manager *m) {
     um__atomic_add_relaxed(&m->bytes_in_use, um__atomic_load_relaxed(&tc->ctr[0].bytes_in_use));
   UM__LIST_UNLINK(m->tcaches, tc, m_prev, m_next);
   tc->m_prev = tc->m_next = NULL;
+  /* The sole thread leaves (its exit, or the manager's destroy): nobody
+   * changes states without the compare-and-swap from now on, and the
+   * cache's memory, freed, cannot pass for the sole cache. */
+  if (atomic_load_explicit(&m->sole_tc, memory_order_relaxed) == tc) {
+    atomic_store(&m->bias, UM__BIAS_SHARED);
+    atomic_store(&m->sole_tc, NULL);
+  }
 }
 
 static void free_cache(um__tcache *tc) {
@@ -326,6 +365,17 @@ static um__tcache *create_cache(um_manager *m) {
   if (m->tcaches)
     m->tcaches->m_prev = tc;
   m->tcaches = tc;
+  /* The manager's first cache: biased to this thread until another one
+   * releases or touches a buffer (tcache.h), where the barrier that
+   * revokes the bias works. */
+  if (atomic_load_explicit(&m->bias, memory_order_relaxed) == UM__BIAS_NONE) {
+    if (tc->asym && asym_barrier()) {
+      atomic_store(&m->sole_tc, tc);
+      atomic_store(&m->bias, UM__BIAS_SOLE);
+    } else {
+      atomic_store(&m->bias, UM__BIAS_SHARED);
+    }
+  }
   pthread_mutex_unlock(&m->tcache_lock);
   tc->t_next = thread_caches;
   thread_caches = tc;

@@ -8,8 +8,10 @@
  * no lock, plain loads and stores on the slot (taking: inside a section
  * that flushes force into view, see "Taking without a locked instruction";
  * putting: one store), and counters that only their thread writes (summed
- * on read, as mimalloc's stats are). The release's one locked instruction
- * is the buffer's state change, which refuses a second release. The structures are in types.h.
+ * on read, as mimalloc's stats are). The release's state change, which
+ * refuses a second release, is a compare-and-swap except on a manager's
+ * sole thread (see "A release without a locked instruction"). The
+ * structures are in types.h.
  *
  * A slot is a word in one of three states:
  *   0         empty, and holding none of the pool's budget;
@@ -45,6 +47,7 @@
 #define UNIMEM_TCACHE_H
 
 #include "internal.h"
+#include "testhook.h"
 
 /* The cache this thread used last. initial-exec: the shared library is
  * linked at start-up by every program that uses it, and the general model
@@ -255,6 +258,58 @@ static inline bool um__tcache_put_fast(um__tcache *tc, um_buffer *b) {
   atomic_store_explicit(&b->state, UM__BUF_IDLE, memory_order_relaxed);
   atomic_store_explicit(slot, (uintptr_t)b, memory_order_release);
   return true;
+}
+
+/* A release without a locked instruction. um_release changes the
+ * buffer's state from LIVE to RELEASED with a compare-and-swap, so that of
+ * two threads releasing one buffer at once exactly one succeeds, and so
+ * that a release and another thread's first operation on the buffer (its
+ * touched store, then its state check) always see one another. On some
+ * CPUs that one instruction is a third of a pool hit. While one thread
+ * alone releases and touches a manager's buffers, there is nobody to race
+ * with: the manager is biased to that thread (m->bias SOLE, its cache
+ * m->sole_tc, the first cache made for the manager), which changes the
+ * state with a plain load and store inside the section its takes use (busy
+ * set). Any other thread, before it releases a buffer of the manager or
+ * touches one (um__bias_leave: op.c, map.c, net.c), revokes the bias once
+ * and for all (um__bias_revoke, under tcache_lock): it sets SHARED, runs
+ * the process-wide barrier, then waits for busy to read 0. Either the sole
+ * thread's load of bias comes after that barrier, and sees SHARED (it uses
+ * the compare-and-swap from then on), or its busy store comes before it,
+ * and the revoker waits until its section, with its state store, ended: a
+ * release racing it then fails its compare-and-swap, an issuer sees the
+ * buffer released. The same asymmetric Dekker pattern as the takes; a
+ * manager is biased only where that barrier is to be had (tc->asym), and
+ * a thread's exit or the manager's destroy ends the bias of its cache.
+ *
+ * The sole thread's state change: 1 done, 0 the buffer was not LIVE (a
+ * second release), -1 the bias is gone (the caller takes the CAS). */
+static inline int um__bias_release(um__tcache *tc, um_manager *m, um_buffer *b) {
+  int r = -1;
+  atomic_store_explicit(&tc->busy, 1, memory_order_relaxed);
+  atomic_signal_fence(memory_order_seq_cst);
+  if (__builtin_expect(atomic_load_explicit(&m->bias, memory_order_acquire) == UM__BIAS_SOLE, 1)) {
+    r = atomic_load_explicit(&b->state, memory_order_relaxed) == UM__BUF_LIVE;
+    UM__TEST_POINT(UM__TP_SOLE_RELEASE, b);
+    if (r)
+      atomic_store_explicit(&b->state, UM__BUF_RELEASED, memory_order_relaxed);
+  }
+  atomic_store_explicit(&tc->busy, 0, memory_order_release);
+  return r;
+}
+
+/* Revoke m's bias: a thread other than the sole one releases or touches a
+ * buffer of m (tcache.c). */
+void um__bias_revoke(um_manager *m);
+/* um__bias_leave's slow path: revoke unless this thread is the sole one. */
+void um__bias_leave_slow(um_manager *m);
+
+/* Before this thread touches a buffer of m (its touched store, then its
+ * state check), or releases one with the compare-and-swap: no other thread
+ * changes buffer states without a locked instruction from now on. */
+static inline void um__bias_leave(um_manager *m) {
+  if (__builtin_expect(atomic_load_explicit(&m->bias, memory_order_relaxed) != UM__BIAS_SHARED, 0))
+    um__bias_leave_slow(m);
 }
 
 /* Whether tc may take or keep blocks now: slots in use, and no flush asked

@@ -55,6 +55,10 @@ typedef enum um__test_point {
   /* A block is about to go back to its device's backend (block.c), its
    * bytes still in bytes_reserved. arg: the device it is accounted to. */
   UM__TP_BLOCK_FREE,
+  /* The sole thread of a manager (tcache.h, "A release without a locked
+   * instruction") read a buffer's state inside its section, and is about
+   * to change it (when it read LIVE). arg: the buffer. */
+  UM__TP_SOLE_RELEASE,
   UM__TP_COUNT
 } um__test_point;
 

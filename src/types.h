@@ -128,6 +128,9 @@ typedef enum {
   UM__BUF_HUSK = 4      /* no memory: a descriptor waiting to be reused */
 } um__buf_state;
 
+/* A manager's bias (tcache.h, "A release without a locked instruction"). */
+enum { UM__BIAS_NONE = 0, UM__BIAS_SOLE = 1, UM__BIAS_SHARED = 2 };
+
 /* Where the block goes when the buffer is released (owner.c). */
 typedef enum {
   UM__KIND_POOLED = 0,   /* to the pool */
@@ -545,6 +548,12 @@ struct um_manager {
   um__tcache *tcaches;
   atomic_uint_fast64_t pool_claimed;
   atomic_uint flush_epoch;
+  /* The sole thread (tcache.h, "A release without a locked instruction"):
+   * bias goes UM__BIAS_NONE -> SOLE (the first cache made for the manager,
+   * sole_tc, under tcache_lock) -> SHARED (another thread releases or
+   * touches a buffer, or the sole thread leaves), and never back. */
+  atomic_int bias;
+  _Atomic(um__tcache *) sole_tc;
   /* Highest idle_key given by a slow path; thread caches keep their own
    * clock ahead of it (a Lamport clock: tcache.h). */
   atomic_uint_fast64_t idle_clock;

@@ -1041,3 +1041,153 @@ Test(pressure, without_trim_on_pressure_the_cache_is_kept) {
   cr_assert_eq(um_release(a), UM_OK);
   cr_assert_eq(um_manager_destroy(m), UM_OK);
 }
+
+/* ------------------------------------------------------------------------ */
+/* The sole thread's release (tcache.h, "A release without a locked
+ * instruction"): plain on the manager's first thread, until another thread
+ * releases or touches one of its buffers, which waits for a release in
+ * progress on the sole thread before it looks at the buffer. */
+
+static int bias_of(um_manager *m) { return atomic_load(&m->bias); }
+
+/* Skips where the process-wide barrier is refused (valgrind, some seccomp
+ * profiles): managers are then never biased. */
+static um_manager *make_biased(void) {
+  um_manager *m = make(NULL);
+  um_buffer *b = alloc(m, 1000); /* the first cache: this thread's */
+  cr_assert_eq(um_release(b), UM_OK);
+  if (bias_of(m) != UM__BIAS_SOLE) {
+    cr_assert_eq(bias_of(m), UM__BIAS_SHARED);
+    cr_assert_eq(um_manager_destroy(m), UM_OK);
+    cr_skip_test("membarrier(PRIVATE_EXPEDITED) is refused here: managers are not biased to a thread");
+  }
+  return m;
+}
+
+typedef struct other_release {
+  um_buffer *b;
+  int status;
+} other_release;
+
+static void *release_elsewhere(void *arg) {
+  other_release *r = arg;
+  r->status = um_release(r->b);
+  return NULL;
+}
+
+Test(sole, biased_to_its_first_thread_until_another_releases) {
+  um_manager *m = make_biased();
+  um_buffer *a = alloc(m, 1000), *b = alloc(m, 1000), *c = alloc(m, 3000);
+  other_release r = {b, -1};
+  cr_assert_eq(um_release(a), UM_OK);
+  cr_assert_eq(um_release(a), UM_ESTATE, "a second release on the sole thread");
+  cr_assert_eq(bias_of(m), UM__BIAS_SOLE);
+  on_thread(release_elsewhere, &r);
+  cr_assert_eq(r.status, UM_OK);
+  cr_assert_eq(bias_of(m), UM__BIAS_SHARED);
+  cr_assert_null(atomic_load(&m->sole_tc));
+  cr_assert_eq(um_release(c), UM_OK);
+  cr_assert_eq(um_release(c), UM_ESTATE);
+  cr_assert_eq(um_release(b), UM_ESTATE);
+  um_stats s = stats(m, NULL);
+  cr_assert_eq(s.releases, 4);
+  cr_assert_eq(s.active_buffers, 0);
+  cr_assert_eq(s.bytes_in_use, 0);
+  cr_assert_eq(um_manager_destroy(m), UM_OK);
+}
+
+/* A release on another thread, and another thread's first operation on the
+ * buffer, while the sole thread is inside its release of it, between its
+ * load of the state (LIVE) and its store: the hook holds it there for
+ * 50 ms once the other thread was let go. Without the revocation's wait
+ * for the section, the other thread would find the buffer LIVE: its
+ * release would succeed too, or its fill would run on a released block. */
+typedef struct racer_in_section {
+  um_buffer *b;
+  bool fill; /* um_fill instead of um_release */
+  gate g;
+  int status;
+} racer_in_section;
+
+static racer_in_section *the_section_racer;
+
+static void hold_the_section(um__test_point point, void *arg) {
+  racer_in_section *r = the_section_racer;
+  if (point != UM__TP_SOLE_RELEASE || r == NULL || arg != r->b)
+    return;
+  gate_set(&r->g, 1);
+  sleep_ms(50);
+}
+
+static void *race_the_section(void *arg) {
+  racer_in_section *r = arg;
+  gate_wait(&r->g, 1);
+  r->status = r->fill ? um_fill(r->b, 0, 0x5A, 64, NULL) : um_release(r->b);
+  return NULL;
+}
+
+static void section_race(bool fill) {
+  um_manager *m = make_biased();
+  um_buffer *b = alloc(m, 1000);
+  racer_in_section r = {.b = b, .fill = fill, .status = -1};
+  pthread_t t;
+  gate_init(&r.g);
+  the_section_racer = &r;
+  atomic_store(&um__test_hook, hold_the_section);
+  cr_assert_eq(pthread_create(&t, NULL, race_the_section, &r), 0);
+  cr_assert_eq(um_release(b), UM_OK, "the sole thread's release, first in");
+  cr_assert_eq(pthread_join(t, NULL), 0);
+  atomic_store(&um__test_hook, NULL);
+  the_section_racer = NULL;
+  cr_assert_eq(r.status, UM_ESTATE, "the other thread's %s answered %s", fill ? "fill" : "release",
+               um_err_name(r.status));
+  cr_assert_eq(bias_of(m), UM__BIAS_SHARED);
+  um_stats s = stats(m, NULL);
+  cr_assert_eq(s.releases, 2);
+  cr_assert_eq(s.active_buffers, 0);
+  cr_assert_eq(um_manager_destroy(m), UM_OK);
+}
+
+Test(sole, a_release_racing_the_sole_threads_waits_for_its_section) { section_race(false); }
+
+Test(sole, an_operation_racing_the_sole_threads_release_finds_it_released) { section_race(true); }
+
+/* The sole thread, back from another manager's work (its last cache is the
+ * other manager's), keeps its bias on both. */
+Test(sole, kept_across_two_managers_on_one_thread) {
+  um_manager *m1 = make_biased(), *m2 = make(NULL);
+  um_buffer *a = alloc(m1, 1000), *b = alloc(m2, 1000);
+  cr_assert_eq(bias_of(m2), UM__BIAS_SOLE);
+  cr_assert_eq(um_release(a), UM_OK);
+  cr_assert_eq(um_release(a), UM_ESTATE);
+  cr_assert_eq(um_release(b), UM_OK);
+  cr_assert_eq(bias_of(m1), UM__BIAS_SOLE);
+  cr_assert_eq(bias_of(m2), UM__BIAS_SOLE);
+  cr_assert_eq(alloc(m1, 1000), a, "the block came back through the sole thread's slot");
+  cr_assert_eq(um_release(a), UM_OK);
+  cr_assert_eq(um_manager_destroy(m1), UM_OK);
+  cr_assert_eq(um_manager_destroy(m2), UM_OK);
+}
+
+/* The sole thread's exit ends the bias (its cache is freed, and memory
+ * handed out later must not pass for it). */
+typedef struct first_thread {
+  um_manager *m;
+  um_buffer *b;
+} first_thread;
+
+static void *allocate_first(void *arg) {
+  first_thread *f = arg;
+  f->b = alloc(f->m, 1000);
+  return NULL;
+}
+
+Test(sole, ended_by_the_sole_threads_exit) {
+  first_thread f = {make(NULL), NULL};
+  on_thread(allocate_first, &f);
+  cr_assert_eq(bias_of(f.m), UM__BIAS_SHARED);
+  cr_assert_null(atomic_load(&f.m->sole_tc));
+  cr_assert_eq(um_release(f.b), UM_OK);
+  cr_assert_eq(um_release(f.b), UM_ESTATE);
+  cr_assert_eq(um_manager_destroy(f.m), UM_OK);
+}
