@@ -1191,3 +1191,69 @@ Test(sole, ended_by_the_sole_threads_exit) {
   cr_assert_eq(um_release(f.b), UM_ESTATE);
   cr_assert_eq(um_manager_destroy(f.m), UM_OK);
 }
+
+/* The same race without a hook, many times: each round a fresh manager
+ * biased to this thread, one buffer, and another thread releasing it as
+ * this one does, within a few hundred nanoseconds of each other (the delay
+ * moves from round to round). Exactly one release succeeds every time, it
+ * is counted once, and the other thread's release revoked the bias. (The
+ * sole thread's section lasts nanoseconds and the revocation's barrier
+ * microseconds, so this rarely lands inside the section: the hooked tests
+ * above hold it there; this one runs the paths at full speed.) */
+typedef struct revocation_racer {
+  um_buffer *_Atomic b;
+  atomic_int round, done;
+  int status;
+} revocation_racer;
+
+static void *race_revocations(void *arg) {
+  revocation_racer *r = arg;
+  for (int seen = 0;;) {
+    int k;
+    for (long spins = 0; (k = atomic_load(&r->round)) == seen; spins++)
+      if (spins > 100000)
+        sched_yield(); /* between rounds: the manager is being made */
+    if (k < 0)
+      return NULL;
+    seen = k;
+    r->status = um_release(atomic_load(&r->b));
+    atomic_store(&r->done, k);
+  }
+}
+
+Test(sole, racing_releases_at_the_revocation, .timeout = 120) {
+  enum { ROUNDS = 400 };
+  revocation_racer r = {.status = -1};
+  pthread_t t;
+  int both = 0, none = 0;
+  um_manager *m = make_biased(); /* skips where managers are not biased */
+  cr_assert_eq(um_manager_destroy(m), UM_OK);
+  atomic_init(&r.round, 0);
+  atomic_init(&r.done, 0);
+  cr_assert_eq(pthread_create(&t, NULL, race_revocations, &r), 0);
+  for (int k = 1; k <= ROUNDS; k++) {
+    um_buffer *b;
+    int mine;
+    m = make(NULL);
+    b = alloc(m, 1000);
+    cr_assert_eq(bias_of(m), UM__BIAS_SOLE);
+    atomic_store(&r.b, b);
+    atomic_store(&r.round, k);
+    for (volatile int spin = 0; spin < (k * 37) % 400; spin++)
+      ;
+    mine = um_release(b);
+    while (atomic_load(&r.done) != k)
+      sched_yield();
+    both += mine == UM_OK && r.status == UM_OK;
+    none += mine != UM_OK && r.status != UM_OK;
+    cr_assert(mine == UM_OK || mine == UM_ESTATE, "round %d: %s", k, um_err_name(mine));
+    cr_assert(r.status == UM_OK || r.status == UM_ESTATE, "round %d: %s", k, um_err_name(r.status));
+    cr_assert_eq(stats(m, NULL).releases, 1, "round %d", k);
+    cr_assert_eq(bias_of(m), UM__BIAS_SHARED);
+    cr_assert_eq(um_manager_destroy(m), UM_OK);
+  }
+  atomic_store(&r.round, -1);
+  cr_assert_eq(pthread_join(t, NULL), 0);
+  cr_assert_eq(both, 0, "%d of %d rounds: both releases succeeded", both, ROUNDS);
+  cr_assert_eq(none, 0, "%d of %d rounds: neither release succeeded", none, ROUNDS);
+}
