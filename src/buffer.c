@@ -435,10 +435,11 @@ static __attribute__((noinline)) int release_held(um_buffer *b) {
   return release_rest(b);
 }
 
-/* um_release on a thread whose last cache is not its manager's sole cache
- * while the manager is biased: the sole thread, back from another
- * manager's work, changes the state its way; any other thread revokes the
- * bias, then takes the compare-and-swap. Then release_rest. */
+/* um_release of a manager that is not SHARED, where its own fast try did
+ * not settle the state (this thread's last cache is not the sole cache, or
+ * the bias went meanwhile): the sole thread, back from another manager's
+ * work, changes the state its way; any other thread revokes the bias, then
+ * takes the compare-and-swap. Then release_rest. */
 static __attribute__((noinline)) int release_unbiased(um_buffer *b) {
   um_manager *m = b->m;
   um__tcache *sole = atomic_load_explicit(&m->sole_tc, memory_order_relaxed);
@@ -472,17 +473,13 @@ int um_release(um_buffer *b) {
    * compare-and-swap, seq_cst: paired with op.c's touched store then state
    * load. */
   tc = um__tcache_last;
-  if (atomic_load_explicit(&m->bias, memory_order_relaxed) == UM__BIAS_SHARED) {
-    if (!atomic_compare_exchange_strong(&b->state, &live, UM__BUF_RELEASED))
-      return um__set_error(UM_ESTATE, "buffer %p was released", (void *)b);
-  } else if (tc != NULL && tc == atomic_load_explicit(&m->sole_tc, memory_order_relaxed)) {
-    if ((r = um__bias_release(tc, m, b)) == 0)
-      return um__set_error(UM_ESTATE, "buffer %p was released", (void *)b);
-    if (r < 0 && !atomic_compare_exchange_strong(&b->state, &live, UM__BUF_RELEASED))
-      return um__set_error(UM_ESTATE, "buffer %p was released", (void *)b);
-  } else {
+  if (atomic_load_explicit(&m->bias, memory_order_relaxed) == UM__BIAS_SHARED)
+    r = atomic_compare_exchange_strong(&b->state, &live, UM__BUF_RELEASED);
+  else if (tc == NULL || tc != atomic_load_explicit(&m->sole_tc, memory_order_relaxed) ||
+           (r = um__bias_release(tc, m, b)) < 0)
     return release_unbiased(b);
-  }
+  if (!r)
+    return um__set_error(UM_ESTATE, "buffer %p was released", (void *)b);
   /* Fast path: an untouched pooled block into this thread's reserved,
    * empty slot of its class (um__tcache_put_fast), with no new high to
    * carry; then the counters. Every other case is release_rest's, reached
@@ -491,7 +488,7 @@ int um_release(um_buffer *b) {
   d = b->dev;
   bytes = b->size;
   if (__builtin_expect(!um__tcache_serves(tc, m, d) || tc->high_pending != 0 || atomic_load(&b->touched) || b->slot == UM__NO_SLOT ||
-                           !um__tcache_ready(tc, b->m) || !um__tcache_put_fast(tc, b),
+                           !um__tcache_ready(tc, m) || !um__tcache_put_fast(tc, b),
                        0))
     return release_rest(b);
   c = &tc->ctr[d->index];
