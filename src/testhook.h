@@ -59,6 +59,11 @@ typedef enum um__test_point {
    * instruction") read a buffer's state inside its section, and is about
    * to change it (when it read LIVE). arg: the buffer. */
   UM__TP_SOLE_RELEASE,
+  /* The OpenCL backend puts its last reference on a token's event (opencl.c,
+   * ocl_native_release: at once on a thread that reports a walk, else
+   * by the device's next walk, its full list, a free of its memory or its
+   * close). arg: the cl_event. */
+  UM__TP_TOKEN_RELEASED,
   UM__TP_COUNT
 } um__test_point;
 

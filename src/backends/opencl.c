@@ -309,6 +309,10 @@ static int translate_cl_error(cl_int err, const char *call) {
 /* ------------------------------------------------------------------------ */
 /* State                                                                     */
 
+/* Tokens released on a thread that reports nothing, kept for the device's
+ * next walk to release (ocl_native_release). */
+#define OCL_RELEASE_LATER 64
+
 typedef struct ocl_device {
   cl_platform_id platform;
   cl_device_id id;
@@ -346,6 +350,11 @@ typedef struct ocl_device {
    * the lock: a watched command is enqueued and listed in one hold. */
   atomic_uint watch_unordered;
   atomic_bool order_held; /* the order lock: only ever tried, never waited for */
+  /* Events whose last reference was put on a thread that does not report
+   * completions, for the next walk to release (ocl_native_release); under
+   * watch_lock. */
+  int nlater;
+  cl_event later[OCL_RELEASE_LATER];
   char name[128];
 } ocl_device;
 
@@ -566,7 +575,10 @@ static int append_context(ocl_state *state, cl_context context) {
   return UM_OK;
 }
 
+static void release_later(ocl_device *dev);
+
 static void destroy_device(ocl_device *dev) {
+  release_later(dev);
   if (dev->caller_queue != NULL)
     ocl.clReleaseCommandQueue(dev->caller_queue);
   if (dev->queue != NULL) {
@@ -1027,6 +1039,9 @@ static int ocl_mem_alloc(void *bdev, um_location loc, size_t bytes,
 static void ocl_mem_free(void *bdev, um_location loc, size_t bytes,
                          um__mem *mem) {
   ocl_device *dev = bdev;
+  /* Nothing of ours outlives the memory: not even a finished command's
+   * event, which a driver may let hold its buffers. */
+  release_later(dev);
   switch (loc) {
   case UM_DEVICE:
     ocl.clReleaseMemObject((cl_mem)mem->handle);
@@ -1348,6 +1363,28 @@ static void watch_unlock(ocl_device *dev) {
 static _Thread_local transfer_completion *arming;
 static _Thread_local int armed_fired;
 
+/* Set while this thread reports a walk's entries (watch_report). */
+static _Thread_local int reporting;
+
+/* Under watch_lock: take the events kept for the next walk into out. */
+static int take_later_locked(ocl_device *dev, cl_event *out) {
+  int n = dev->nlater;
+  memcpy(out, dev->later, (size_t)n * sizeof(out[0]));
+  dev->nlater = 0;
+  return n;
+}
+
+/* unimem's last reference on a token's event. */
+static void release_token(cl_event ev) {
+  UM__TEST_POINT(UM__TP_TOKEN_RELEASED, ev);
+  ocl.clReleaseEvent(ev);
+}
+
+static void release_events(const cl_event *ev, int n) {
+  for (int i = 0; i < n; i++)
+    release_token(ev[i]);
+}
+
 static void watch_walk_locked(ocl_device *dev);
 
 /* Under watch_lock: become the device's walker, or leave the walk to the
@@ -1460,6 +1497,8 @@ static int watch_reportable(transfer_completion *c, int before_sure, int *runnin
  * callback again on the newest small entry left, then reports. */
 static void watch_walk_locked(ocl_device *dev) {
   transfer_completion *ready = NULL, **ready_end = &ready;
+  cl_event later[OCL_RELEASE_LATER];
+  int nlater = take_later_locked(dev, later);
   for (;;) {
     transfer_completion *list = dev->watch_head, *rest = NULL, *rest_last = NULL, *rest_unarmed = NULL;
     transfer_completion *arm = NULL, *sure;
@@ -1518,7 +1557,10 @@ static void watch_walk_locked(ocl_device *dev) {
   }
   dev->watch_walking = 0;
   watch_unlock(dev);
+  release_events(later, nlater);
+  reporting++;
   watch_report(ready);
+  reporting--;
 }
 
 /* The order lock of a device (order_held): a watched command is enqueued
@@ -1746,10 +1788,46 @@ fail:
   return status;
 }
 
+/* Release the events dev keeps for its next walk. */
+static void release_later(ocl_device *dev) {
+  cl_event out[OCL_RELEASE_LATER];
+  int n;
+  watch_lock(dev);
+  n = take_later_locked(dev, out);
+  watch_unlock(dev);
+  release_events(out, n);
+}
+
+/* A token's last reference. The last reference of a finished command's
+ * event frees it, which on PoCL takes locks (the event's, and the heap's
+ * for memory its worker threads allocate and free too): on the thread
+ * that issues and waits, the release of one event per copy, contended,
+ * cost a slow machine as much as 0.5 us per copy. The raw program, which
+ * releases its reference at issue, leaves that free to the driver's
+ * threads. So an event released on a thread that is not reporting a
+ * walk is kept, up to OCL_RELEASE_LATER of them, for the device's next
+ * walk to release on the driver's callback thread; when the list is full
+ * the releasing thread releases them all. Memory freed on the device
+ * (ocl_mem_free), a foreign block's release and the device's close
+ * release the list first. */
 static void ocl_native_release(void *bdev, void *native) {
-  (void)bdev;
-  if (native != NULL)
-    ocl.clReleaseEvent((cl_event)native);
+  ocl_device *dev = bdev;
+  cl_event out[OCL_RELEASE_LATER];
+  int n;
+  if (native == NULL)
+    return;
+  if (!reporting) {
+    watch_lock(dev);
+    if (dev->nlater < OCL_RELEASE_LATER) {
+      dev->later[dev->nlater++] = (cl_event)native;
+      watch_unlock(dev);
+      return;
+    }
+    n = take_later_locked(dev, out);
+    watch_unlock(dev);
+    release_events(out, n);
+  }
+  release_token((cl_event)native);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1910,7 +1988,7 @@ static int ocl_foreign_wrap(void *bdev, um_location loc, uintptr_t handle, uint6
 }
 
 static void ocl_foreign_release(void *bdev, um__mem *mem) {
-  (void)bdev;
+  release_later(bdev);
   if (mem->priv != NULL)
     ocl.clReleaseMemObject((cl_mem)mem->priv);
 }

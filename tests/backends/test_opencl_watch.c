@@ -13,7 +13,10 @@
  *  - large copies (a callback each) between small ones (one callback for
  *    many), waited for in the order of a double-buffered pipeline;
  *  - four threads' copies into one buffer, each range read back on the
- *    caller's queue as soon as its event is done. */
+ *    caller's queue as soon as its event is done;
+ *  - events the caller released: unimem's reference kept for the
+ *    device's next walk, at most 64 at a time, released by a free of
+ *    the device's memory and by the close, each exactly once. */
 #include <CL/cl.h>
 #include <pthread.h>
 
@@ -289,4 +292,144 @@ OU_TEST_1_AND_2(opencl_watch, done_events_bytes_seen_from_another_queue) {
   }
   um_release(b);
   ou_close(&e);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Released events: unimem's last reference on a finished copy's cl_event,
+ * put on the caller's thread, is left to the device's next walk (on the
+ * driver's callback thread), at most 64 of them per device; freeing
+ * device memory and closing the device release them too (opencl.c,
+ * ocl_native_release). Seen at the test point where the backend releases
+ * its reference; the test holds a reference of its own on each event, so
+ * that no two of them share an address. */
+
+#define KEPT_MAX 64
+
+static struct {
+  pthread_mutex_t lock;
+  cl_event ev[4096];
+  int n;
+} released = {PTHREAD_MUTEX_INITIALIZER, {0}, 0};
+
+static void released_hook(um__test_point point, void *arg) {
+  if (point != UM__TP_TOKEN_RELEASED)
+    return;
+  pthread_mutex_lock(&released.lock);
+  if (released.n < (int)(sizeof(released.ev) / sizeof(released.ev[0])))
+    released.ev[released.n++] = arg;
+  pthread_mutex_unlock(&released.lock);
+}
+
+static void released_watch(void) {
+  pthread_mutex_lock(&released.lock);
+  released.n = 0;
+  pthread_mutex_unlock(&released.lock);
+  atomic_store(&um__test_hook, released_hook);
+}
+
+/* How many times unimem released its reference on ev so far. */
+static int released_times(cl_event ev) {
+  int k = 0;
+  pthread_mutex_lock(&released.lock);
+  for (int i = 0; i < released.n; i++)
+    k += released.ev[i] == ev;
+  pthread_mutex_unlock(&released.lock);
+  return k;
+}
+
+/* A copy of 4 KiB into b at off with an event; its cl_event, retained for
+ * the test. */
+static um_event *copy_seen(um_buffer *b, size_t off, const unsigned char *src, cl_event *cl) {
+  um_event *ev;
+  void *native = NULL;
+  cr_assert_eq(um_copy_from_host(b, off, src, SMALL, &ev), UM_OK, "%s", um_last_error());
+  cr_assert_eq(um_event_native(ev, &native), UM_OK, "%s", um_last_error());
+  cr_assert_not_null(native);
+  *cl = (cl_event)native;
+  cr_assert_eq(clRetainEvent(*cl), CL_SUCCESS);
+  return ev;
+}
+
+OU_TEST_1_AND_2(opencl_watch, released_event_goes_with_the_next_walk) {
+  ou_env e = ou_open(NULL, 1);
+  unsigned char src[SMALL];
+  um_buffer *b = ou_alloc(e.m, e.dev[0], 2 * SMALL, UM_DEVICE);
+  cl_event first, second;
+  um_event *ev;
+  released_watch();
+  ou_pattern(src, SMALL, 21);
+  ev = copy_seen(b, 0, src, &first);
+  cr_assert_eq(um_event_wait(ev), UM_OK, "%s", um_last_error());
+  cr_assert_eq(released_times(first), 0, "released while the caller still holds the event");
+  um_event_release(ev);
+  cr_assert_eq(released_times(first), 0, "a released event is kept until the device's next walk");
+  ev = copy_seen(b, SMALL, src, &second);
+  cr_assert_eq(um_event_wait(ev), UM_OK, "%s", um_last_error());
+  cr_assert_eq(released_times(first), 1, "the walk that reported the next copy released the kept event");
+  um_event_release(ev);
+  cr_assert_eq(released_times(second), 0, "the second event is kept");
+  um_release(b);
+  ou_close(&e);
+  cr_assert_eq(released_times(second), 1, "the device's close released the event it kept");
+  cr_assert_eq(released_times(first), 1, "released once");
+  atomic_store(&um__test_hook, NULL);
+  clReleaseEvent(first);
+  clReleaseEvent(second);
+}
+
+/* 200 finished copies' events released in a row with no walk between
+ * them: at most 64 are kept at a time (the 65th release takes the 64 with
+ * it), and the close releases the rest; each once. */
+OU_TEST_1_AND_2(opencl_watch, released_events_kept_at_most_64) {
+  enum { N = 200 };
+  ou_env e = ou_open(NULL, 1);
+  unsigned char *src = ou_malloc((size_t)N * SMALL);
+  um_buffer *b = ou_alloc(e.m, e.dev[0], (size_t)N * SMALL, UM_DEVICE);
+  um_event *ev[N];
+  cl_event cl[N];
+  int kept = 0, stay = N % (KEPT_MAX + 1);
+  released_watch();
+  ou_pattern(src, (size_t)N * SMALL, 22);
+  for (int i = 0; i < N; i++)
+    ev[i] = copy_seen(b, (size_t)i * SMALL, src + (size_t)i * SMALL, &cl[i]);
+  for (int i = 0; i < N; i++)
+    cr_assert_eq(um_event_wait(ev[i]), UM_OK, "copy %d: %s", i, um_last_error());
+  for (int i = 0; i < N; i++) {
+    cr_assert_eq(released_times(cl[i]), 0, "event %d released while the caller holds it", i);
+    um_event_release(ev[i]);
+  }
+  for (int i = 0; i < N; i++) {
+    int times = released_times(cl[i]);
+    cr_assert_eq(times, i < N - stay ? 1 : 0, "event %d of %d released in a row: released %d times", i, N, times);
+    kept += times == 0;
+  }
+  cr_assert_eq(kept, stay);
+  um_release(b);
+  ou_close(&e);
+  for (int i = 0; i < N; i++)
+    cr_assert_eq(released_times(cl[i]), 1, "event %d: released %d times by the close", i, released_times(cl[i]));
+  atomic_store(&um__test_hook, NULL);
+  for (int i = 0; i < N; i++)
+    clReleaseEvent(cl[i]);
+  free(src);
+}
+
+/* Device memory freed (a trim) releases the kept events first: nothing of
+ * unimem's outlives the memory its commands used. */
+OU_TEST_1_AND_2(opencl_watch, memory_freed_releases_kept_events) {
+  ou_env e = ou_open(NULL, 1);
+  unsigned char src[SMALL];
+  um_buffer *b = ou_alloc(e.m, e.dev[0], SMALL, UM_DEVICE);
+  cl_event cl;
+  released_watch();
+  ou_pattern(src, SMALL, 23);
+  ou_wait(copy_seen(b, 0, src, &cl), UM_OK);
+  cr_assert_eq(released_times(cl), 0, "kept until a walk");
+  um_release(b);
+  cr_assert_eq(um_pool_trim(e.m, 0), UM_OK, "%s", um_last_error());
+  cr_assert_eq(released_times(cl), 1, "the trim's free released the kept event");
+  ou_close(&e);
+  cr_assert_eq(released_times(cl), 1, "released once");
+  atomic_store(&um__test_hook, NULL);
+  clReleaseEvent(cl);
 }
