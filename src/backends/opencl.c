@@ -311,7 +311,7 @@ static int translate_cl_error(cl_int err, const char *call) {
 
 /* Tokens released on a thread that reports nothing, kept for the device's
  * next walk to release (ocl_native_release). */
-#define OCL_RELEASE_LATER 64
+#define OCL_RELEASE_LATER 1024
 
 typedef struct ocl_device {
   cl_platform_id platform;
@@ -355,6 +355,9 @@ typedef struct ocl_device {
    * watch_lock. */
   int nlater;
   cl_event later[OCL_RELEASE_LATER];
+  /* Walks that took kept events and release them after their reports: the
+   * device is not destroyed before they are done. */
+  atomic_int walk_tails;
   char name[128];
 } ocl_device;
 
@@ -578,6 +581,8 @@ static int append_context(ocl_state *state, cl_context context) {
 static void release_later(ocl_device *dev);
 
 static void destroy_device(ocl_device *dev) {
+  while (atomic_load_explicit(&dev->walk_tails, memory_order_acquire) != 0)
+    sched_yield();
   release_later(dev);
   if (dev->caller_queue != NULL)
     ocl.clReleaseCommandQueue(dev->caller_queue);
@@ -658,6 +663,7 @@ static int open_device(cl_device_id id, cl_context context, int context_devices,
   dev->context_devices = context_devices;
   atomic_init(&dev->bytes_held, 0);
   atomic_init(&dev->watch_locked, false);
+  atomic_init(&dev->walk_tails, 0);
   atomic_init(&dev->order_held, false);
   atomic_init(&dev->watch_unordered, 0);
   if (caller_queue != NULL && ocl.clRetainCommandQueue(caller_queue) == CL_SUCCESS)
@@ -1494,11 +1500,17 @@ static int watch_reportable(transfer_completion *c, int before_sure, int *runnin
 /* Called with watch_lock held, as the device's walker; returns with it
  * dropped. Takes the reportable entries off the list (the comment above),
  * going round again while callbacks fired meanwhile, arms the lazy
- * callback again on the newest small entry left, then reports. */
+ * callback again on the newest small entry left, then reports. The events
+ * kept for it (ocl_native_release) it takes at the start and releases
+ * after its reports, counted in walk_tails until then: the core may
+ * close the backend once the last report returned, and destroy_device
+ * waits for such a tail. */
 static void watch_walk_locked(ocl_device *dev) {
   transfer_completion *ready = NULL, **ready_end = &ready;
   cl_event later[OCL_RELEASE_LATER];
   int nlater = take_later_locked(dev, later);
+  if (nlater > 0) /* before any report: the device outlives this walk */
+    atomic_fetch_add_explicit(&dev->walk_tails, 1, memory_order_relaxed);
   for (;;) {
     transfer_completion *list = dev->watch_head, *rest = NULL, *rest_last = NULL, *rest_unarmed = NULL;
     transfer_completion *arm = NULL, *sure;
@@ -1557,10 +1569,13 @@ static void watch_walk_locked(ocl_device *dev) {
   }
   dev->watch_walking = 0;
   watch_unlock(dev);
-  release_events(later, nlater);
   reporting++;
   watch_report(ready);
   reporting--;
+  if (nlater > 0) { /* after the reports, which it would delay */
+    release_events(later, nlater);
+    atomic_fetch_sub_explicit(&dev->walk_tails, 1, memory_order_release); /* the last touch of dev */
+  }
 }
 
 /* The order lock of a device (order_held): a watched command is enqueued
@@ -1799,17 +1814,22 @@ static void release_later(ocl_device *dev) {
 }
 
 /* A token's last reference. The last reference of a finished command's
- * event frees it, which on PoCL takes locks (the event's, and the heap's
- * for memory its worker threads allocate and free too): on the thread
- * that issues and waits, the release of one event per copy, contended,
- * cost a slow machine as much as 0.5 us per copy. The raw program, which
- * releases its reference at issue, leaves that free to the driver's
- * threads. So an event released on a thread that is not reporting a
- * walk is kept, up to OCL_RELEASE_LATER of them, for the device's next
- * walk to release on the driver's callback thread; when the list is full
- * the releasing thread releases them all. Memory freed on the device
- * (ocl_mem_free), a foreign block's release and the device's close
- * release the list first. */
+ * event frees it, which on PoCL takes the event's, its queue's, its
+ * context's and the event allocator's locks, which enqueues and the
+ * driver's worker threads take too. A raw program releases its reference
+ * at issue and leaves that free to the driver's threads; unimem keeps a
+ * token until the caller releases the event (um_event_native), so the
+ * free fell on the thread that issues and waits, in a row of releases
+ * after the waits (bench_transfer --split: its issue ran 0.56-0.6 us per
+ * copy with the frees moved off it, 0.8-0.98 with them). So an event
+ * released on a thread that is not reporting a walk is kept, up to
+ * OCL_RELEASE_LATER of them per device, for the device's next walk to
+ * release on the driver's callback thread, after its reports; when the
+ * list is full the releasing thread releases them all. A free of the
+ * device's memory (ocl_mem_free), a foreign block's release and the
+ * device's close release the list first. A program that stops issuing
+ * keeps at most that many finished events per device until one of
+ * those. */
 static void ocl_native_release(void *bdev, void *native) {
   ocl_device *dev = bdev;
   cl_event out[OCL_RELEASE_LATER];
