@@ -1452,7 +1452,8 @@ static int watch_ended(transfer_completion *c) {
 }
 
 /* Report the entries of ready, in order. done comes last for each, and
- * after the last nothing of ours runs: once it returns, the core may
+ * after the last nothing of ours runs but a walk's tail, which
+ * destroy_device waits for (walk_tails): once it returns, the core may
  * close the backend. */
 static void watch_report(transfer_completion *ready) {
   while (ready != NULL) {

@@ -313,7 +313,8 @@ static struct {
   cl_event slow;   /* its release, on a thread other than test, sleeps */
   pthread_t test;
   int slow_entered, slow_done; /* that release went into the hook's sleep, came out */
-} released = {PTHREAD_MUTEX_INITIALIZER, {0}, 0, NULL, 0, 0, 0};
+  int on_test;                 /* releases on the test's thread */
+} released = {PTHREAD_MUTEX_INITIALIZER, {0}, 0, NULL, 0, 0, 0, 0};
 
 static void released_hook(um__test_point point, void *arg) {
   bool slow;
@@ -324,6 +325,7 @@ static void released_hook(um__test_point point, void *arg) {
     released.ev[released.n++] = arg;
   slow = arg == released.slow && !pthread_equal(pthread_self(), released.test);
   released.slow_entered |= slow;
+  released.on_test += pthread_equal(pthread_self(), released.test) != 0;
   pthread_mutex_unlock(&released.lock);
   if (slow) {
     struct timespec t = {0, 200 * 1000 * 1000};
@@ -338,7 +340,7 @@ static void released_watch(void) {
   pthread_mutex_lock(&released.lock);
   released.n = 0;
   released.slow = NULL;
-  released.slow_entered = released.slow_done = 0;
+  released.slow_entered = released.slow_done = released.on_test = 0;
   released.test = pthread_self();
   pthread_mutex_unlock(&released.lock);
   atomic_store(&um__test_hook, released_hook);
@@ -365,6 +367,16 @@ static int released_times_reach(cl_event ev, int want) {
   return k;
 }
 
+/* Wait for ev, then for the operation's end to be through the core (its
+ * own share of the token put: a wait returns once the copy is done, and
+ * the walk that reported it puts that share just after), so that the
+ * release that follows puts unimem's last reference. */
+static void wait_all_through(um_event *ev, um_device *d) {
+  if (ev != NULL)
+    cr_assert_eq(um_event_wait(ev), UM_OK, "%s", um_last_error());
+  cr_assert_eq(um_device_synchronize(d), UM_OK, "%s", um_last_error());
+}
+
 /* A copy of 4 KiB into b at off with an event; its cl_event, retained for
  * the test. */
 static um_event *copy_seen(um_buffer *b, size_t off, const unsigned char *src, cl_event *cl) {
@@ -387,13 +399,14 @@ OU_TEST_1_AND_2(opencl_watch, released_event_goes_with_the_next_walk) {
   released_watch();
   ou_pattern(src, SMALL, 21);
   ev = copy_seen(b, 0, src, &first);
-  cr_assert_eq(um_event_wait(ev), UM_OK, "%s", um_last_error());
+  wait_all_through(ev, e.dev[0]);
   cr_assert_eq(released_times(first), 0, "released while the caller still holds the event");
   um_event_release(ev);
   cr_assert_eq(released_times(first), 0, "a released event is kept until the device's next walk");
   ev = copy_seen(b, SMALL, src, &second);
   cr_assert_eq(um_event_wait(ev), UM_OK, "%s", um_last_error());
   cr_assert_eq(released_times_reach(first, 1), 1, "the walk that reported the next copy released the kept event");
+  wait_all_through(NULL, e.dev[0]);
   um_event_release(ev);
   cr_assert_eq(released_times(second), 0, "the second event is kept");
   um_release(b);
@@ -407,7 +420,8 @@ OU_TEST_1_AND_2(opencl_watch, released_event_goes_with_the_next_walk) {
 
 /* 2100 finished copies' events released in a row with no walk between
  * them: at most 1024 are kept at a time (the 1025th release takes the
- * 1024 with it), and the close releases the rest; each once. */
+ * 1024 with it, on the releasing thread), and the close releases the
+ * rest; each once. */
 OU_TEST_1_AND_2(opencl_watch, released_events_kept_at_most_1024) {
   enum { N = 2100 };
   ou_env e = ou_open(NULL, 1);
@@ -415,13 +429,14 @@ OU_TEST_1_AND_2(opencl_watch, released_events_kept_at_most_1024) {
   um_buffer *b = ou_alloc(e.m, e.dev[0], (size_t)N * SMALL, UM_DEVICE);
   um_event **ev = ou_malloc(N * sizeof(*ev));
   cl_event *cl = ou_malloc(N * sizeof(*cl));
-  int kept = 0, stay = N % (KEPT_MAX + 1);
+  int kept = 0, stay = N % (KEPT_MAX + 1), on_test;
   released_watch();
   ou_pattern(src, (size_t)N * SMALL, 22);
   for (int i = 0; i < N; i++)
     ev[i] = copy_seen(b, (size_t)i * SMALL, src + (size_t)i * SMALL, &cl[i]);
   for (int i = 0; i < N; i++)
     cr_assert_eq(um_event_wait(ev[i]), UM_OK, "copy %d: %s", i, um_last_error());
+  wait_all_through(NULL, e.dev[0]);
   for (int i = 0; i < N; i++) {
     cr_assert_eq(released_times(cl[i]), 0, "event %d released while the caller holds it", i);
     um_event_release(ev[i]);
@@ -431,7 +446,11 @@ OU_TEST_1_AND_2(opencl_watch, released_events_kept_at_most_1024) {
     cr_assert_eq(times, i < N - stay ? 1 : 0, "event %d of %d released in a row: released %d times", i, N, times);
     kept += times == 0;
   }
+  pthread_mutex_lock(&released.lock);
+  on_test = released.on_test;
+  pthread_mutex_unlock(&released.lock);
   cr_assert_eq(kept, stay);
+  cr_assert_eq(on_test, N - stay, "the full lists went with the releases that found them full, on the releasing thread");
   um_release(b);
   ou_close(&e);
   for (int i = 0; i < N; i++)
@@ -456,8 +475,11 @@ static int close_while_releasing(void) {
   cl_event first, second;
   int entered, done;
   released_watch();
+  um_event *ev;
   ou_pattern(src, SMALL, 24);
-  ou_wait(copy_seen(b, 0, src, &first), UM_OK);
+  ev = copy_seen(b, 0, src, &first);
+  wait_all_through(ev, e.dev[0]);
+  um_event_release(ev);
   pthread_mutex_lock(&released.lock);
   released.slow = first;
   pthread_mutex_unlock(&released.lock);
@@ -484,4 +506,27 @@ OU_TEST_1_AND_2(opencl_watch, close_waits_for_a_walk_releasing) {
     raced = close_while_releasing();
   if (kind == NULL || strcmp(kind, "basic") != 0)
     cr_assert(raced, "in 40 scenes no walk released the kept event on a driver's thread");
+}
+
+/* Device memory freed (a trim) releases the kept events first: nothing of
+ * unimem's outlives the memory its commands used. */
+OU_TEST_1_AND_2(opencl_watch, memory_freed_releases_kept_events) {
+  ou_env e = ou_open(NULL, 1);
+  unsigned char src[SMALL];
+  um_buffer *b = ou_alloc(e.m, e.dev[0], SMALL, UM_DEVICE);
+  cl_event cl;
+  um_event *ev;
+  released_watch();
+  ou_pattern(src, SMALL, 23);
+  ev = copy_seen(b, 0, src, &cl);
+  wait_all_through(ev, e.dev[0]);
+  um_event_release(ev);
+  cr_assert_eq(released_times(cl), 0, "kept until a walk");
+  um_release(b);
+  cr_assert_eq(um_pool_trim(e.m, 0), UM_OK, "%s", um_last_error());
+  cr_assert_eq(released_times(cl), 1, "the trim's free released the kept event");
+  ou_close(&e);
+  cr_assert_eq(released_times(cl), 1, "released once");
+  atomic_store(&um__test_hook, NULL);
+  clReleaseEvent(cl);
 }
