@@ -462,20 +462,26 @@ OU_TEST_1_AND_2(opencl_watch, released_events_kept_at_most_1024) {
 }
 
 /* The manager destroyed while a walk still releases the events it took
- * (its reports done): the close waits for it. The walk's release of the
- * kept event sleeps in the test point for 200 ms when it runs on a
- * driver's thread; whether it does depends on whether the next copy's
- * callback was armed before the copy ended, so the scene is played until
- * it did (on PoCL's basic device, whose callbacks run on the issuing
- * thread, never: there the counts are checked). */
-static int close_while_releasing(void) {
+ * (its reports done): the close waits for it. The second copy is held
+ * behind a user event of the test's (an access bracket ended with it), so
+ * that its callback is armed before it runs and its walk runs on PoCL's
+ * thread, where the walk's release of the kept event sleeps 200 ms in
+ * the test point. */
+OU_TEST_1_AND_2(opencl_watch, close_waits_for_a_walk_releasing) {
+  if (strcmp(ou_pocl_kind(), "basic") == 0)
+    cr_skip_test("SKIP: PoCL's basic device runs the held copy inside clSetUserEventStatus, on the test's thread: "
+                 "there is no walk on another thread to race (and PoCL 3.1 deadlocks on its own event lock when "
+                 "the bracket's join completes its user event inside that call)");
   ou_env e = ou_open(NULL, 1);
   unsigned char src[SMALL];
   um_buffer *b = ou_alloc(e.m, e.dev[0], 2 * SMALL, UM_DEVICE);
-  cl_event first, second;
+  um_device_native nat;
+  cl_event first, second, hold;
+  cl_int err;
+  void *wait = NULL;
   int entered, done;
-  released_watch();
   um_event *ev;
+  released_watch();
   ou_pattern(src, SMALL, 24);
   ev = copy_seen(b, 0, src, &first);
   wait_all_through(ev, e.dev[0]);
@@ -483,29 +489,29 @@ static int close_while_releasing(void) {
   pthread_mutex_lock(&released.lock);
   released.slow = first;
   pthread_mutex_unlock(&released.lock);
-  ou_wait(copy_seen(b, SMALL, src, &second), UM_OK);
+  cr_assert_eq(um_device_native_get(e.dev[0], &nat), UM_OK);
+  hold = clCreateUserEvent((cl_context)nat.cl_context, &err);
+  cr_assert_eq(err, CL_SUCCESS);
+  cr_assert_eq(um_access_begin(b, UM_MAP_READ_WRITE, &wait), UM_OK, "%s", um_last_error());
+  cr_assert_eq(um_access_end(b, hold), UM_OK, "%s", um_last_error());
+  ev = copy_seen(b, SMALL, src, &second);
+  cr_assert_eq(um_event_query(ev), UM_EAGAIN, "the copy waits for the test's user event");
+  cr_assert_eq(clSetUserEventStatus(hold, CL_COMPLETE), CL_SUCCESS);
+  ou_wait(ev, UM_OK);
   um_release(b);
   ou_close(&e);
   pthread_mutex_lock(&released.lock);
   entered = released.slow_entered;
   done = released.slow_done;
   pthread_mutex_unlock(&released.lock);
+  cr_assert(entered, "the walk of the held copy did not release the kept event on PoCL's thread");
   cr_assert(!entered || done, "the close returned while a walk was still releasing the events it took");
   cr_assert_eq(released_times(first), 1, "the kept event was released once");
   cr_assert_eq(released_times(second), 1, "the close released the second event");
   atomic_store(&um__test_hook, NULL);
+  clReleaseEvent(hold);
   clReleaseEvent(first);
   clReleaseEvent(second);
-  return entered;
-}
-
-OU_TEST_1_AND_2(opencl_watch, close_waits_for_a_walk_releasing) {
-  const char *kind = ou_pocl_kind();
-  int raced = 0;
-  for (int i = 0; i < 40 && !raced; i++)
-    raced = close_while_releasing();
-  if (kind == NULL || strcmp(kind, "basic") != 0)
-    cr_assert(raced, "in 40 scenes no walk released the kept event on a driver's thread");
 }
 
 /* Device memory freed (a trim) releases the kept events first: nothing of
