@@ -1821,8 +1821,9 @@ static void release_later(ocl_device *dev) {
  * at issue and leaves that free to the driver's threads; unimem keeps a
  * token until the caller releases the event (um_event_native), so the
  * free fell on the thread that issues and waits, in a row of releases
- * after the waits (bench_transfer --split: its issue ran 0.56-0.6 us per
- * copy with the frees moved off it, 0.8-0.98 with them). So an event
+ * after the waits (bench_transfer --split on a contended machine: the
+ * per-copy event added +0.46-0.51 us over raw with those frees, -0.09 to
+ * -0.34 us without them). So an event
  * released on a thread that is not reporting a walk is kept, up to
  * OCL_RELEASE_LATER of them per device, for the device's next walk to
  * release on the driver's callback thread, after its reports; when the
@@ -1833,20 +1834,18 @@ static void release_later(ocl_device *dev) {
  * those. */
 static void ocl_native_release(void *bdev, void *native) {
   ocl_device *dev = bdev;
-  cl_event out[OCL_RELEASE_LATER];
-  int n;
+  int kept;
   if (native == NULL)
     return;
   if (!reporting) {
     watch_lock(dev);
-    if (dev->nlater < OCL_RELEASE_LATER) {
+    kept = dev->nlater < OCL_RELEASE_LATER;
+    if (kept)
       dev->later[dev->nlater++] = (cl_event)native;
-      watch_unlock(dev);
-      return;
-    }
-    n = take_later_locked(dev, out);
     watch_unlock(dev);
-    release_events(out, n);
+    if (kept)
+      return;
+    release_later(dev); /* full: this release takes the list */
   }
   release_token((cl_event)native);
 }

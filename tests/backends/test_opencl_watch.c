@@ -390,6 +390,14 @@ static um_event *copy_seen(um_buffer *b, size_t off, const unsigned char *src, c
   return ev;
 }
 
+/* A copy with an event (its cl_event retained for the test), waited for
+ * through the core and released: its event is kept for the next walk. */
+static void copy_kept(um_buffer *b, size_t off, const unsigned char *src, cl_event *cl, um_device *d) {
+  um_event *ev = copy_seen(b, off, src, cl);
+  wait_all_through(ev, d);
+  um_event_release(ev);
+}
+
 OU_TEST_1_AND_2(opencl_watch, released_event_goes_with_the_next_walk) {
   ou_env e = ou_open(NULL, 1);
   unsigned char src[SMALL];
@@ -483,9 +491,7 @@ OU_TEST_1_AND_2(opencl_watch, close_waits_for_a_walk_releasing) {
   um_event *ev;
   released_watch();
   ou_pattern(src, SMALL, 24);
-  ev = copy_seen(b, 0, src, &first);
-  wait_all_through(ev, e.dev[0]);
-  um_event_release(ev);
+  copy_kept(b, 0, src, &first, e.dev[0]);
   pthread_mutex_lock(&released.lock);
   released.slow = first;
   pthread_mutex_unlock(&released.lock);
@@ -521,12 +527,9 @@ OU_TEST_1_AND_2(opencl_watch, memory_freed_releases_kept_events) {
   unsigned char src[SMALL];
   um_buffer *b = ou_alloc(e.m, e.dev[0], SMALL, UM_DEVICE);
   cl_event cl;
-  um_event *ev;
   released_watch();
   ou_pattern(src, SMALL, 23);
-  ev = copy_seen(b, 0, src, &cl);
-  wait_all_through(ev, e.dev[0]);
-  um_event_release(ev);
+  copy_kept(b, 0, src, &cl, e.dev[0]);
   cr_assert_eq(released_times(cl), 0, "kept until a walk");
   um_release(b);
   cr_assert_eq(um_pool_trim(e.m, 0), UM_OK, "%s", um_last_error());
