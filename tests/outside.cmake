@@ -1,0 +1,45 @@
+# The outside-in suite (label outside): tests/outside/test_*.c, written
+# against the public header alone (outside/outside.h says how), linked to
+# the shared library, which exports the API and nothing else. Each file is
+# one executable, outside_<name> (test_ dropped), run once per device
+# profile; the files named test_net_*.c run once per UCX transport
+# instead (loopback and shared memory only, as net.cmake's tests).
+file(GLOB UM_OUTSIDE_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/outside/test_*.c)
+
+set(UM_OUTSIDE_PROFILES "cpu")
+if(UM_HAVE_OPENCL)
+  list(APPEND UM_OUTSIDE_PROFILES "pocl" "pocl-basic")
+endif()
+
+foreach(src ${UM_OUTSIDE_SOURCES})
+  get_filename_component(file ${src} NAME_WE)
+  string(REGEX REPLACE "^test_" "" short ${file})
+  set(exe outside_${short})
+  add_executable(${exe} ${src} ${CMAKE_CURRENT_SOURCE_DIR}/common/net_bootstrap.c)
+  # common/ for net_bootstrap.h and the TSan stand-in of Criterion only:
+  # its headers that include internal.h fail here, src/ being absent.
+  target_include_directories(${exe} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/outside
+                             ${CMAKE_CURRENT_SOURCE_DIR}/common ${CRITERION_INCLUDE_DIR})
+  target_compile_definitions(${exe} PRIVATE _GNU_SOURCE)
+  target_compile_options(${exe} PRIVATE ${UM_WARNINGS})
+  target_link_libraries(${exe} PRIVATE unimem ${CRITERION_LIBRARY} Threads::Threads)
+  if(short MATCHES "^net_")
+    if(UM_HAVE_UCX)
+      foreach(t "tcp|UCX_TLS=tcp#UCX_NET_DEVICES=lo" "posix|UCX_TLS=posix,self" "sysv|UCX_TLS=sysv,self")
+        string(REPLACE "|" ";" parts "${t}")
+        list(GET parts 0 tname)
+        list(GET parts 1 tenv)
+        string(REPLACE "#" ";" tenv "${tenv}")
+        add_test(NAME ${exe}_${tname} COMMAND ${exe} --jobs=1)
+        set_tests_properties(${exe}_${tname} PROPERTIES LABELS "outside;net" TIMEOUT 600 SKIP_RETURN_CODE 77
+                             ENVIRONMENT "${tenv};${UM_NET_ENV};UNIMEM_OUTSIDE_PROFILE=cpu")
+      endforeach()
+    endif()
+  else()
+    foreach(p ${UM_OUTSIDE_PROFILES})
+      add_test(NAME ${exe}_${p} COMMAND ${exe} --jobs=1)
+      set_tests_properties(${exe}_${p} PROPERTIES LABELS "outside" TIMEOUT 300 SKIP_RETURN_CODE 77
+                           ENVIRONMENT "UNIMEM_OUTSIDE_PROFILE=${p}")
+    endforeach()
+  endif()
+endforeach()
