@@ -65,9 +65,21 @@ static int buffer_release_handle(BufferObject *self, int raise_errors) {
   return st != UM_OK ? st : destroyed;
 }
 
+/* Something still reaches the memory, or (an import, whose um_release
+ * waits for its operations) an operation of it is pending: that wait could
+ * pass through an access the releasing thread has yet to end. */
+static int buffer_pinned(const BufferObject *self) {
+  return self->exports > 0 || self->calls > 0 || (self->wrapped && self->pending > 0);
+}
+
 static void buffer_unpinned(BufferObject *self) {
-  if (self->b != NULL && self->release_requested && self->exports == 0 && self->calls == 0)
+  if (self->b != NULL && self->release_requested && !buffer_pinned(self))
     buffer_release_handle(self, 0);
+}
+
+void pyum_buffer_op_done(BufferObject *self) {
+  self->pending--;
+  buffer_unpinned(self);
 }
 
 void pyum_buffer_unpin_call(BufferObject *self) {
@@ -156,19 +168,23 @@ static PyObject *Buffer_array(BufferObject *self, PyObject *args, PyObject *kwds
 
 PyDoc_STRVAR(release_doc,
 "release($self)\n--\n\n"
-"Give the buffer back to its pool. Operations still pending on it finish\n"
-"first. If numpy arrays, memoryviews or a mapping of the buffer are alive,\n"
+"Give the buffer back to its pool, once the operations pending on it have\n"
+"finished. If numpy arrays, memoryviews or a mapping of the buffer are alive,\n"
 "its memory stays valid for them and returns to the pool when the last one is\n"
 "released. Afterwards the buffer can no longer be used (InvalidState);\n"
-"releasing it again does nothing.");
+"releasing it again does nothing. It never waits for those operations (one may\n"
+"be queued behind an open access): inside its own access the buffer goes when\n"
+"the access ends, and an import (from_dlpack) goes back to its producer once\n"
+"its operations are seen done.");
 
 static PyObject *Buffer_release(BufferObject *self, PyObject *unused) {
   (void)unused;
   if (self->b == NULL || self->release_requested)
     Py_RETURN_NONE;
   self->release_requested = 1;
-  if (self->exports == 0 && self->calls == 0 && buffer_release_handle(self, 1) != UM_OK)
+  if (!buffer_pinned(self) && buffer_release_handle(self, 1) != UM_OK)
     return NULL;
+  pyum_orphans_reap(self->mgr, 0); /* an import may wait for one of them */
   Py_RETURN_NONE;
 }
 

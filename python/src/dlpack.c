@@ -375,7 +375,9 @@ PyObject *pyum_from_dlpack(PyObject *mod, PyObject *const *args, Py_ssize_t narg
   /* The buffer owns the tensor now: the capsule must not delete it. */
   PyCapsule_SetName(capsule, flags ? CAPSULE_VERSIONED_USED : CAPSULE_LEGACY_USED);
   Py_DECREF(capsule);
-  if ((out = pyum_buffer_new(mgr, b)) != NULL)
+  if ((out = pyum_buffer_new(mgr, b)) != NULL) {
     ((BufferObject *)out)->readonly = readonly;
+    ((BufferObject *)out)->wrapped = 1;
+  }
   return out;
 }

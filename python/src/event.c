@@ -1,8 +1,24 @@
 /* unimem.Event: completion of an asynchronous operation. It keeps the
  * operation's Buffer objects and host memory (a Py_buffer export, so a
- * bytearray cannot even be resized) until the operation is seen done; an
- * Event dropped before that waits for the operation in its deallocation. */
+ * bytearray cannot even be resized) until the operation is seen done. An
+ * Event dropped before that does not wait for the operation, which may be
+ * queued behind an access that only the dropping thread can end: its
+ * payload goes to an orphan record of the manager, given up once the
+ * operation is seen done (at the manager's next operation, an access's
+ * end, close() or the Manager object's deallocation). */
 #include "pyunimem.h"
+
+/* What a dropped pending Event held. Its Buffers are kept only where their
+ * release would wait for the operation (imports); the others are let go at
+ * once (their um_release does not wait). The orphan counts among the
+ * manager's handles and holds no reference to the Manager object: the
+ * Manager's deallocation waits for what is left. */
+struct event_orphan {
+  event_orphan *next;
+  um_event *ev;
+  Py_buffer host;       /* host.obj NULL: none */
+  PyObject *buffers[2]; /* imports only, or NULL */
+};
 
 static void event_link(EventObject *self) {
   ManagerObject *mgr = self->mgr;
@@ -24,20 +40,94 @@ static void event_unlink(EventObject *self) {
   self->prev = self->next = NULL;
 }
 
+/* Let the operation's Buffer objects go (its Event or orphan is done with
+ * them, or no longer needs them pinned). */
+static void buffers_let_go(PyObject **buffers) {
+  for (int i = 0; i < 2; i++)
+    if (buffers[i] != NULL) {
+      pyum_buffer_op_done((BufferObject *)buffers[i]);
+      Py_CLEAR(buffers[i]);
+    }
+}
+
+/* Give up a finished operation's handle and what it held. The caller
+ * keeps mgr alive. */
+static void payload_free(ManagerObject *mgr, um_event *ev, Py_buffer *host, PyObject **buffers) {
+  um_event_release(ev); /* never waits: the operation is done */
+  mgr->handles--;
+  buffers_let_go(buffers);
+  if (host->obj != NULL)
+    PyBuffer_Release(host);
+  pyum_manager_maybe_destroy(mgr, 0);
+}
+
 /* Once done and no wait runs: give up the event and what it holds. */
 static void event_maybe_free(EventObject *self) {
   um_event *ev = self->ev;
   if (!self->done || self->calls > 0 || ev == NULL)
     return;
   self->ev = NULL;
-  um_event_release(ev);
-  if (self->host.obj != NULL)
-    PyBuffer_Release(&self->host);
-  Py_CLEAR(self->buffers[0]);
-  Py_CLEAR(self->buffers[1]);
   event_unlink(self);
-  self->mgr->handles--;
-  pyum_manager_maybe_destroy(self->mgr, 0);
+  payload_free(self->mgr, ev, &self->host, self->buffers);
+}
+
+/* Take over a pending operation's payload (the references in buffers, and
+ * *host) as an orphan of mgr; its handle is counted already. 0, or -1
+ * (out of memory: nothing taken). */
+static int orphan_adopt(ManagerObject *mgr, um_event *ev, PyObject **buffers, Py_buffer *host) {
+  event_orphan *o = PyMem_Calloc(1, sizeof(*o));
+  if (o == NULL)
+    return -1;
+  o->ev = ev;
+  for (int i = 0; i < 2; i++) {
+    BufferObject *b = (BufferObject *)buffers[i];
+    if (b != NULL && b->wrapped)
+      o->buffers[i] = buffers[i]; /* its release waits for the operation */
+    else if (b != NULL) {
+      pyum_buffer_op_done(b);
+      Py_DECREF(b);
+    }
+    buffers[i] = NULL;
+  }
+  if (host != NULL && host->obj != NULL) {
+    o->host = *host;
+    host->obj = NULL;
+  }
+  o->next = mgr->orphans;
+  mgr->orphans = o;
+  return 0;
+}
+
+/* The first orphan to give up: a finished one, or with wait the first. */
+static event_orphan *orphan_take(ManagerObject *mgr, int wait) {
+  event_orphan **pp = &mgr->orphans, *o;
+  while ((o = *pp) != NULL && !wait && um_event_query(o->ev) == UM_EAGAIN)
+    pp = &o->next;
+  if (o != NULL)
+    *pp = o->next;
+  return o;
+}
+
+void pyum_orphans_reap(ManagerObject *mgr, int wait) {
+  /* Letting Buffers go may drop the last reference to mgr: hold one,
+   * unless mgr is being deallocated (its orphans hold no Buffer then). */
+  int hold = Py_REFCNT(mgr) > 0;
+  event_orphan *o;
+  if (mgr->orphans == NULL)
+    return;
+  if (hold)
+    Py_INCREF(mgr);
+  while ((o = orphan_take(mgr, wait)) != NULL) {
+    if (wait) {
+      Py_BEGIN_ALLOW_THREADS
+      um_event_wait(o->ev);
+      Py_END_ALLOW_THREADS
+    }
+    payload_free(mgr, o->ev, &o->host, o->buffers);
+    PyMem_Free(o);
+  }
+  if (hold)
+    Py_DECREF(mgr);
 }
 
 /* Wait without the GIL; the status once done. */
@@ -66,31 +156,41 @@ void pyum_event_finish_now(EventObject *self) {
 }
 
 PyObject *pyum_event_new(ManagerObject *mgr, um_event *ev, PyObject *buf0, PyObject *buf1, Py_buffer *host) {
-  EventObject *self = (EventObject *)Event_Type.tp_alloc(&Event_Type, 0);
-  if (self == NULL) {
-    /* The operation may be writing into host memory: wait before letting
-     * it go. */
-    Py_BEGIN_ALLOW_THREADS
-    um_event_wait(ev);
-    Py_END_ALLOW_THREADS
-    um_event_release(ev);
-    if (host != NULL && host->obj != NULL)
-      PyBuffer_Release(host);
+  EventObject *self;
+  PyObject *buffers[2] = {buf0, buf1};
+  Py_buffer none = {0};
+  pyum_orphans_reap(mgr, 0);
+  for (int i = 0; i < 2; i++)
+    if (buffers[i] != NULL) {
+      Py_INCREF(buffers[i]);
+      ((BufferObject *)buffers[i])->pending++;
+    }
+  mgr->handles++;
+  if ((self = (EventObject *)Event_Type.tp_alloc(&Event_Type, 0)) == NULL) {
+    /* The operation may be writing into host memory: keep it until the
+     * operation is done, as for an Event dropped at once. */
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    if (orphan_adopt(mgr, ev, buffers, host) < 0) {
+      /* Not even an orphan fits: the last resort is to wait. */
+      Py_BEGIN_ALLOW_THREADS
+      um_event_wait(ev);
+      Py_END_ALLOW_THREADS
+      payload_free(mgr, ev, host != NULL ? host : &none, buffers);
+    }
+    PyErr_Restore(type, value, tb);
     return NULL;
   }
   Py_INCREF(mgr);
   self->mgr = mgr;
   self->ev = ev;
-  Py_XINCREF(buf0);
-  Py_XINCREF(buf1);
-  self->buffers[0] = buf0;
-  self->buffers[1] = buf1;
+  self->buffers[0] = buffers[0];
+  self->buffers[1] = buffers[1];
   if (host != NULL && host->obj != NULL) {
     self->host = *host;
     host->obj = NULL;
   }
   event_link(self);
-  mgr->handles++;
   /* Issued while close() ran on another thread: close() no longer sees it. */
   if (mgr->closed)
     event_wait(self);
@@ -137,13 +237,16 @@ static int Event_traverse(EventObject *self, visitproc visit, void *arg) {
 static void Event_dealloc(EventObject *self) {
   PyObject_GC_UnTrack(self);
   if (self->ev != NULL) {
-    /* Out of the manager's list first: close() on another thread must not
-     * find this object while the wait below runs without the GIL. */
+    int st = self->done ? self->status : um_event_query(self->ev);
     event_unlink(self);
-    if (!self->done)
-      event_wait(self);
-    else
+    if (st != UM_EAGAIN) {
+      self->done = 1;
       event_maybe_free(self);
+    } else if (orphan_adopt(self->mgr, self->ev, self->buffers, &self->host) == 0) {
+      self->ev = NULL; /* the orphan's now, with the handle's count */
+    } else {
+      event_wait(self); /* out of memory even for an orphan: the last resort */
+    }
   }
   Py_CLEAR(self->mgr);
   Py_TYPE(self)->tp_free((PyObject *)self);

@@ -154,6 +154,8 @@ static PyObject *Access_enter(AccessObject *self, PyObject *unused) {
   if ((st = um_access_begin(buf->b, self->mode, &wait)) != UM_OK)
     return pyum_raise(st);
   buf->exports++; /* until the end */
+  buf->accesses++;
+  buf->mgr->accesses++; /* close() refuses while it is open */
   self->state = 1;
   if (wait != NULL && is_cpu(buf)) {
     /* The cpu device has no native events: its wait handle is a um_event
@@ -186,6 +188,8 @@ static int access_end(AccessObject *self, int raise_errors) {
   }
   self->done = NULL;
   Py_CLEAR(self->done_obj);
+  buf->accesses--;
+  buf->mgr->accesses--;
   if (st != UM_OK) {
     if (raise_errors)
       pyum_raise(st);
@@ -198,6 +202,8 @@ static int access_end(AccessObject *self, int raise_errors) {
     }
   }
   pyum_buffer_unexport(buf);
+  /* Events dropped inside the access may be done now. */
+  pyum_orphans_reap(buf->mgr, 0);
   return st;
 }
 

@@ -459,8 +459,11 @@ static void Manager_dealloc(ManagerObject *self) {
   PyObject_GC_UnTrack(self);
   if (self->weakrefs != NULL)
     PyObject_ClearWeakRefs((PyObject *)self);
-  /* Every Buffer, Event and Mapping holds a reference: none is left. */
+  /* Every Buffer, Event, Mapping and Access holds a reference: none is
+   * left, so no access is open, and the orphans' operations (which hold no
+   * Buffer here) can be waited for. */
   self->closed = 1;
+  pyum_orphans_reap(self, 1);
   pyum_manager_maybe_destroy(self, 0);
   pyum_sink_free(self->sink);
   self->sink = NULL;
@@ -493,13 +496,38 @@ PyDoc_STRVAR(close_doc,
 "and free the devices' memory. Memory that a live view still points into (a\n"
 "numpy array or memoryview of a buffer, a mapping) is freed when the last such\n"
 "view is released; the manager's C side is destroyed then. Using the manager\n"
-"or its buffers afterwards raises InvalidState. Closing twice does nothing.");
+"or its buffers afterwards raises InvalidState. Closing twice does nothing.\n"
+"InvalidState, naming the buffer, while an access of one of its buffers is\n"
+"open (on any thread): operations queued behind it would wait for an end\n"
+"that only its owner can make. End the accesses first; the manager stays open.");
+
+/* InvalidState naming an open access of mgr's buffers; 0 when none is. */
+static int refuse_open_access(ManagerObject *self) {
+  BufferObject *b = self->buffers;
+  PyObject *r;
+  const char *text;
+  if (self->accesses == 0)
+    return 0;
+  while (b != NULL && b->accesses == 0)
+    b = b->next;
+  if ((r = PyObject_Repr(b != NULL ? (PyObject *)b : Py_None)) == NULL || (text = PyUnicode_AsUTF8(r)) == NULL) {
+    Py_XDECREF(r);
+    return -1;
+  }
+  pyum_raise_msg(UM_ESTATE, "close(): an access of %s is open (%zd access%s open in all); end %s first "
+                 "(its with block, or Access.end())", text, self->accesses, self->accesses == 1 ? "" : "es",
+                 self->accesses == 1 ? "it" : "them");
+  Py_DECREF(r);
+  return -1;
+}
 
 static PyObject *Manager_close(ManagerObject *self, PyObject *unused) {
   PyObject *events, *buffers;
   (void)unused;
   if (self->closed)
     Py_RETURN_NONE;
+  if (refuse_open_access(self) < 0)
+    return NULL;
   events = events_snapshot(self);
   buffers = events != NULL ? buffers_snapshot(self) : NULL;
   if (buffers == NULL) {
@@ -510,6 +538,7 @@ static PyObject *Manager_close(ManagerObject *self, PyObject *unused) {
   /* Events first: their host memory is let go once their operation ended. */
   for (Py_ssize_t i = 0; i < PyList_GET_SIZE(events); i++)
     pyum_event_finish_now((EventObject *)PyList_GET_ITEM(events, i));
+  pyum_orphans_reap(self, 1);
   for (Py_ssize_t i = 0; i < PyList_GET_SIZE(buffers); i++)
     pyum_buffer_request_release((BufferObject *)PyList_GET_ITEM(buffers, i));
   Py_DECREF(events);

@@ -9,7 +9,9 @@
  *   Buffer   owns one reference to one um_buffer (um_release gives it up).
  *   Event    owns one um_event, plus the Buffer objects and the host memory
  *            (a Py_buffer) its operation reads or writes, until the
- *            operation is seen done.
+ *            operation is seen done. An Event dropped before that leaves
+ *            them to an orphan record of the manager (event.c), reaped
+ *            once the operation is seen done: no deallocation waits.
  *   Mapping  owns one um_map of a Buffer and exports it to Python.
  *   Access   owns one open bracket (um_access_begin) of a Buffer.
  *   DLPack   a tensor exported by __dlpack__ holds its Buffer object (a
@@ -19,9 +21,14 @@
  *   - a Buffer's um_release waits for its exports (buffer protocol views,
  *     a live Mapping) and for calls running on it without the GIL; until
  *     then release() only marks it released ("release requested");
+ *   - a from_dlpack import's um_release waits for its operations (a
+ *     wrap's), so it is also deferred while an Event or orphan of one of
+ *     them is pending: that wait could pass through an open access;
  *   - an Event's um_event_release waits for the waits running on it;
- *   - um_manager_destroy waits (after close()) until no Buffer or Event
- *     holds a handle and no call runs on the manager without the GIL.
+ *   - um_manager_destroy waits (after close()) until no Buffer, Event or
+ *     orphan holds a handle and no call runs on the manager without the GIL.
+ * Dropping an object never waits for an operation: one may be queued behind
+ * an access that the dropping thread itself has to end.
  * All of this bookkeeping is changed only with the GIL held.
  */
 #ifndef PYUNIMEM_H
@@ -35,6 +42,7 @@
 typedef struct BufferObject BufferObject;
 typedef struct EventObject EventObject;
 typedef struct log_sink log_sink;
+typedef struct event_orphan event_orphan;
 
 typedef struct ManagerObject {
   PyObject_HEAD
@@ -44,6 +52,8 @@ typedef struct ManagerObject {
   Py_ssize_t handles;    /* Buffers and Events still holding a C handle */
   BufferObject *buffers; /* live Buffer objects (borrowed) */
   EventObject *events;   /* live Event objects (borrowed) */
+  event_orphan *orphans; /* payloads of Events dropped while pending */
+  Py_ssize_t accesses;   /* open Access objects of its buffers */
   PyObject *devices;     /* tuple of Device */
   log_sink *sink;        /* Python log callback plumbing, or NULL */
   PyObject *log, *log_ctx, *on_oom, *oom_ctx; /* the options' objects */
@@ -64,6 +74,9 @@ struct BufferObject {
   Py_ssize_t calls;      /* calls running on b without the GIL */
   int release_requested; /* release() (or close()) was called */
   int readonly;          /* a read-only import (from_dlpack): no writable views */
+  int wrapped;           /* an import (from_dlpack): um_release waits for its operations */
+  Py_ssize_t pending;    /* Events and orphans of its operations not seen done */
+  Py_ssize_t accesses;   /* open Access objects (counted in exports too) */
   BufferObject *prev, *next; /* the manager's list */
   PyObject *weakrefs;
 };
@@ -157,6 +170,8 @@ void pyum_buffer_unpin_call(BufferObject *self);
 void pyum_buffer_unexport(BufferObject *self);
 /* Give the handle up now or as soon as nothing pins it (close()). */
 void pyum_buffer_request_release(BufferObject *self);
+/* An operation's Event (or orphan) holding self was seen done. */
+void pyum_buffer_op_done(BufferObject *self);
 
 /* ---- copy.c ---------------------------------------------------------- */
 
@@ -178,6 +193,9 @@ PyObject *pyum_event_new(ManagerObject *mgr, um_event *ev, PyObject *buf0,
                          PyObject *buf1, Py_buffer *host);
 /* Wait for the event without the GIL and give everything up (close()). */
 void pyum_event_finish_now(EventObject *self);
+/* Give up the orphans whose operation is done; with wait, wait for each
+ * (without the GIL) first: only where no access of mgr can be open. */
+void pyum_orphans_reap(ManagerObject *mgr, int wait);
 
 /* ---- mapping.c ------------------------------------------------------ */
 
