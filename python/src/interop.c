@@ -341,7 +341,9 @@ PyDoc_STRVAR(Access_doc,
 "        ac.done = ev\n\n"
 "Nothing blocks: the kernel waits for what unimem issued on b before\n"
 "(wait_event), and unimem's later operations on b wait for done. On the cpu\n"
-"device the beginning waits for those operations itself (wait_event None).");
+"device the beginning waits for those operations itself (wait_event None).\n"
+"While it is open, the manager's close() raises InvalidState; dropping an\n"
+"Event or releasing a buffer never waits for the operations behind it.");
 
 static PyTypeObject Access_Type = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "unimem.Access",

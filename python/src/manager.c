@@ -581,6 +581,7 @@ static PyObject *Manager_alloc(ManagerObject *self, PyObject *const *args, Py_ss
       (a[1] != NULL && pyum_device_index(self, a[1], &dev) < 0) || (a[2] != NULL && parse_location(a[2], &loc) < 0) ||
       (zero = pyum_flag(a[3], 0)) < 0 || pyum_manager_check(self) < 0)
     return NULL;
+  pyum_orphans_reap(self, 0); /* their host memory and imports, when done */
   self->calls++;
   previous = pyum_oom_thread_swap(self);
   Py_BEGIN_ALLOW_THREADS
