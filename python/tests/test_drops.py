@@ -291,15 +291,20 @@ def test_imported_buffer_released_behind_an_access(profile):
     x.fill(5)
     a1, a2 = numpy.zeros(n, numpy.uint8), numpy.zeros(n, numpy.uint8)
     w1, w2 = unimem.from_dlpack(m, a1), unimem.from_dlpack(m, a2)
+    a3 = numpy.zeros(n, numpy.uint8)
+    w3 = unimem.from_dlpack(m, a3)
     with x.access("rw"):
-        unimem.copy(w1, x, n, wait=False)  # a wrap's release waits for its copies
-        w1.release()
+        ev1 = unimem.copy(w1, x, n, wait=False)  # a wrap's release waits for its copies
+        w1.release()  # the Event still held: deferred until it is seen done
         assert w1.released
         ev = unimem.copy(w2, x, n, wait=False)
         del w2, ev
         gc.collect()
+        with w3:
+            unimem.copy(w3, x, n, wait=False)
+    ev1.wait()
     m.close()
-    assert (a1 == 5).all() and (a2 == 5).all()
+    assert (a1 == 5).all() and (a2 == 5).all() and (a3 == 5).all()
     ''')
 
 
