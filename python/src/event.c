@@ -271,7 +271,9 @@ PyTypeObject Event_Type = {
     .tp_repr = (reprfunc)Event_repr,
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_doc = PyDoc_STR("Completion of an asynchronous operation (wait=False). It keeps the operation's "
-                        "buffers and host objects alive until the operation is done."),
+                        "buffers and host objects alive until the operation is done, also when dropped "
+                        "before: dropping an Event never waits (the operation may be queued behind an "
+                        "open access)."),
     .tp_traverse = (traverseproc)Event_traverse,
     .tp_methods = Event_methods,
     .tp_getset = Event_getset,
