@@ -184,7 +184,7 @@ static PyObject *Buffer_release(BufferObject *self, PyObject *unused) {
   self->release_requested = 1;
   if (!buffer_pinned(self) && buffer_release_handle(self, 1) != UM_OK)
     return NULL;
-  pyum_orphans_reap(self->mgr, 0); /* an import may wait for one of them */
+  pyum_orphans_reap(self->mgr, 0); /* finished orphans holding an import let it go now */
   Py_RETURN_NONE;
 }
 

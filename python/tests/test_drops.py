@@ -268,7 +268,6 @@ def test_buffer_released_or_dropped_inside_an_access(profile):
     run_child(profile, '''
     x, y = alloc(), alloc()
     x.fill(1)
-    before = m.stats()["active_buffers"]
     with x.access("rw"):
         unimem.copy(y, x, x.size, wait=False)
         y.fill(2, wait=False)
