@@ -242,44 +242,54 @@ static void unlock_buffers(um_buffer **bufs, int n) {
  * published with the bits its unfinished predecessors carry (a bracket
  * also with its own), and it waits for an open bracket while one of its
  * bits is open. Marks are added only while some bracket is open: otherwise
- * an operation pays one relaxed load. A slot goes to a new bracket only
- * once no unfinished operation carries its bit (bracket_refs), so a mark
- * never names a later bracket. The last slot is shared by the brackets
- * beyond the others: an operation marked with it counts as waiting while
- * any of them is open. */
+ * an operation pays one relaxed load.
+ *
+ * A slot is free again as soon as its bracket ends, while operations
+ * marked with it may still be in flight: each slot keeps the epoch at
+ * which its bracket opened (a count of openings), each marked operation
+ * the epoch it read when it was published (before anything else), and a
+ * mark counts only when its slot opened no later than that: a later
+ * bracket of the same slot cannot be one that the operation follows. The
+ * last slot is shared by the brackets beyond the others: its mark counts
+ * while any of them is open. */
 #define SHARED_SLOT 63
 
 static uint64_t slot_bit(int k) { return (uint64_t)1 << k; }
 
-static void marks_add(um_event *op, uint64_t marks) {
-  marks &= ~op->bracket_marks;
-  op->bracket_marks |= marks;
-  for (; marks != 0; marks &= marks - 1)
-    um__atomic_add_relaxed(&op->m->bracket_refs[__builtin_ctzll(marks)], 1);
-}
-
-/* op finished, or is dropped unpublished: its slots may go (once). */
-static void marks_put(um_event *op) {
-  for (uint64_t marks = op->bracket_marks; marks != 0; marks &= marks - 1)
-    atomic_fetch_sub_explicit(&op->m->bracket_refs[__builtin_ctzll(marks)], 1, memory_order_release);
+/* The marks of op, among marks, that name the bracket now in their slot. */
+static uint64_t marks_current(const um_event *op, uint64_t marks) {
+  uint64_t current = 0;
+  for (; marks != 0; marks &= marks - 1) {
+    int k = __builtin_ctzll(marks);
+    if (atomic_load_explicit(&op->m->slot_epoch[k], memory_order_acquire) <= op->mark_epoch)
+      current |= slot_bit(k);
+  }
+  return current;
 }
 
 void um__bracket_open(um_event *op) {
   um_manager *m = op->m;
-  uint64_t open;
+  uint64_t open, epoch;
   int k;
   pthread_mutex_lock(&m->bracket_lock);
   open = um__atomic_load_relaxed(&m->brackets_open);
-  for (k = 0; k < SHARED_SLOT; k++)
-    if (!(open & slot_bit(k)) && atomic_load_explicit(&m->bracket_refs[k], memory_order_acquire) == 0)
-      break;
-  if (k == SHARED_SLOT)
-    m->bracket_shared++;
+  for (k = 0; k < SHARED_SLOT && (open & slot_bit(k)); k++)
+    ;
+  if (k != SHARED_SLOT || m->bracket_shared++ == 0) {
+    /* The slot's epoch before the counter's (release): whoever reads the
+     * counter at this value or later sees it. */
+    epoch = um__atomic_load_relaxed(&m->bracket_epoch) + 1;
+    atomic_store_explicit(&m->slot_epoch[k], epoch, memory_order_relaxed);
+    atomic_store_explicit(&m->bracket_epoch, epoch, memory_order_release);
+  } else {
+    epoch = um__atomic_load_relaxed(&m->slot_epoch[k]);
+  }
   op->bracket_slot = k;
-  marks_add(op, slot_bit(k));
+  op->bracket_marks = slot_bit(k);
+  op->mark_epoch = epoch;
   /* Seen by every later operation on the bracket's buffer: they read it
    * under the buffer's lock, taken after the bracket is published. */
-  atomic_fetch_or_explicit(&m->brackets_open, slot_bit(k), memory_order_relaxed);
+  atomic_fetch_or_explicit(&m->brackets_open, slot_bit(k), memory_order_release);
   pthread_mutex_unlock(&m->bracket_lock);
   um__engine_wake_drains(m); /* a synchronize draining stops waiting for it */
 }
@@ -296,9 +306,9 @@ void um__bracket_close(um_event *op) {
 /* Whether op, unfinished, waits for an open bracket other than those of
  * the bits in ignore. */
 static bool marks_open(const um_event *op, uint64_t ignore) {
-  uint64_t open = um__atomic_load_relaxed(&op->m->brackets_open) & ~ignore;
-  return open != 0 && (op->bracket_marks & open) != 0 &&
-         atomic_load_explicit(&op->state, memory_order_acquire) != UM__EV_DONE;
+  uint64_t open = um__atomic_load_relaxed(&op->m->brackets_open) & ~ignore & op->bracket_marks;
+  return open != 0 && atomic_load_explicit(&op->state, memory_order_acquire) != UM__EV_DONE &&
+         marks_current(op, open) != 0;
 }
 
 bool um__op_waits_bracket(const um_event *op) { return marks_open(op, 0); }
@@ -312,6 +322,21 @@ bool um__buffer_waits_bracket_locked(const um_buffer *b, bool own_ends) {
     own = slot_bit(b->access_op->bracket_slot);
   }
   return b->last != NULL && marks_open(b->last, own);
+}
+
+/* Under op's buffers' locks, as it is published: the marks of its
+ * unfinished predecessors deps[0..n) that name open brackets. The epoch is
+ * read first: a slot opened again after it cannot be one op follows. */
+static void marks_inherit(um_event *op, um_event *const *deps, int n) {
+  um_manager *m = op->m;
+  uint64_t epoch = atomic_load_explicit(&m->bracket_epoch, memory_order_acquire);
+  uint64_t open = um__atomic_load_relaxed(&m->brackets_open), marks = 0;
+  for (int i = 0; i < n; i++)
+    marks |= marks_current(deps[i], deps[i]->bracket_marks & open);
+  if (marks != 0) {
+    op->bracket_marks |= marks;
+    op->mark_epoch = epoch; /* a bracket's own mark holds at it too */
+  }
 }
 
 /* ------------------------------------------------------------------------ */
@@ -504,10 +529,6 @@ static void op_finish(um_event *op, int status, um_event **ready) {
   lock_buffers(bufs, nbufs);
   native = finish_locked(op, status, bufs, nbufs, drop_last, retire, &f, &waiters, &wake);
   unlock_buffers(bufs, nbufs);
-  /* After the buffers' locks: an issuer that saw op unfinished under them
-   * has added its marks by now (marks_add while the slot is still held). */
-  if (op->bracket_marks != 0)
-    marks_put(op);
   for (int i = 0; i < nbufs; i++) {
     if (drop_last[i])
       um__event_unref(op); /* not the last reference: the engine holds one */
@@ -736,7 +757,6 @@ static bool tokens_reach(um_device *a, um_device *b) {
 
 static int op_collect_deps(um_event *op, um_buffer **bufs, int nbufs, um_event **deps,
                            bool *all_native) {
-  uint64_t open = um__atomic_load_relaxed(&op->m->brackets_open), marks = 0;
   int ndeps = 0;
   *all_native = true;
   for (int i = 0; i < nbufs; i++) {
@@ -749,13 +769,11 @@ static int op_collect_deps(um_event *op, um_buffer **bufs, int nbufs, um_event *
       deps[ndeps++] = last;
       if (op->native_dev == NULL || !tokens_reach(op->native_dev, last->native_dev))
         *all_native = false;
-      if (__builtin_expect(open != 0, 0))
-        marks |= last->bracket_marks;
     }
     bufs[i]->pending++;
   }
-  if (__builtin_expect((marks & open) != 0, 0))
-    marks_add(op, marks & open);
+  if (__builtin_expect(um__atomic_load_relaxed(&op->m->brackets_open) != 0, 0) && ndeps > 0)
+    marks_inherit(op, deps, ndeps);
   /* A destination without a host view now has its current data on the
    * device only (its host shadow, if any, is stale). */
   if (op->dst != NULL && op->dst->mem.host == NULL)
@@ -1014,7 +1032,6 @@ int um__op_hold(um_event *op, um_event **dep) {
     unlock_buffers(bufs, nbufs);
     drop_attached(op);
     um__bracket_close(op); /* never published: its slot goes at once */
-    marks_put(op);
     um__event_unref(op);
     return st;
   }
