@@ -438,3 +438,118 @@ Test(brackets, destroy_waits_for_the_callers_done_event, .timeout = 60) {
   clReleaseEvent(user);
 }
 #endif
+
+/* ------------------------------------------------------------------------ */
+/* Many brackets, and brackets that follow one another */
+
+#define MANY 70 /* beyond the brackets that the library tells apart at once */
+
+/* With many brackets open at once, a blocking call waits through none of
+ * them is still served, and one behind any of them (the first, the last)
+ * is refused; all of them ended, nothing is refused. */
+Test(brackets, many_brackets_open, .timeout = 120) {
+  um_manager *m = os_manager();
+  um_device *d = os_device(m);
+  um_buffer *b[MANY], *behind[2], *free_buf;
+  um_event *ev[2];
+  unsigned char host[256];
+  void *wait_native = NULL;
+  for (int i = 0; i < MANY; i++) {
+    cr_assert_eq(um_alloc(m, d, 256, os_location(), 0, &b[i]), UM_OK);
+    cr_assert_eq(um_access_begin(b[i], UM_MAP_READ_WRITE, &wait_native), UM_OK, "bracket %d", i);
+  }
+  cr_assert_eq(um_alloc(m, d, 256, os_location(), 0, &free_buf), UM_OK);
+  for (int j = 0; j < 2; j++) {
+    cr_assert_eq(um_alloc(m, d, 256, os_location(), 0, &behind[j]), UM_OK);
+    cr_assert_eq(um_copy(behind[j], 0, b[j == 0 ? 0 : MANY - 1], 0, 256, &ev[j]), UM_OK);
+  }
+  cr_assert_eq(um_copy_to_host(free_buf, 0, host, sizeof(host), NULL), UM_OK, "%s", um_last_error());
+  for (int j = 0; j < 2; j++)
+    cr_assert_eq(um_copy_to_host(behind[j], 0, host, sizeof(host), NULL), UM_ESTATE, "behind bracket %d",
+                 j == 0 ? 0 : MANY - 1);
+  for (int i = 0; i < MANY; i++)
+    cr_assert_eq(um_access_end(b[i], NULL), UM_OK);
+  for (int j = 0; j < 2; j++) {
+    wait_arg w = {ev[j]};
+    cr_assert_eq(os_bounded(call_event_wait, &w, BOUND_MS, "the copy behind a bracket"), UM_OK);
+    cr_assert_eq(um_copy_to_host(behind[j], 0, host, sizeof(host), NULL), UM_OK);
+    cr_assert_eq(um_event_release(ev[j]), UM_OK);
+    cr_assert_eq(um_release(behind[j]), UM_OK);
+  }
+  for (int i = 0; i < MANY; i++)
+    cr_assert_eq(um_release(b[i]), UM_OK);
+  cr_assert_eq(um_release(free_buf), UM_OK);
+  cr_assert_eq(um_manager_destroy(m), UM_OK);
+}
+
+#ifdef OS_HAVE_OPENCL
+typedef struct copy_arg {
+  um_buffer *b;
+  unsigned char host[CHAIN_BYTES];
+  atomic_int done;
+  int status;
+} copy_arg;
+
+static void *blocking_copy_thread(void *p) {
+  copy_arg *a = p;
+  a->status = um_copy_to_host(a->b, 0, a->host, CHAIN_BYTES, NULL);
+  atomic_store(&a->done, 1);
+  return NULL;
+}
+
+/* A copy queued behind a bracket that has ended, but whose done event is
+ * not set yet, waits for device work, not for an open bracket, even once
+ * later brackets open: a blocking call behind it waits, and returns when
+ * the event is set. */
+Test(brackets, ended_bracket_then_later_brackets, .timeout = 60) {
+  um_manager *m = os_manager();
+  um_device_native dn;
+  um_buffer *x, *y, *later[4];
+  um_event *ev;
+  void *wait_native = NULL;
+  copy_arg *a = calloc(1, sizeof(*a)); /* leaked on a hang */
+  pthread_t t;
+  cl_event user;
+  cl_int err = CL_SUCCESS;
+  uint64_t end;
+  cr_assert_not_null(a);
+  if (!os_has_accelerator(m)) {
+    um_manager_destroy(m);
+    cr_skip_test("profile %s has no OpenCL device", os_profile());
+  }
+  cr_assert_eq(um_device_native_get(os_device(m), &dn), UM_OK);
+  user = clCreateUserEvent((cl_context)dn.cl_context, &err);
+  cr_assert(user != NULL && err == CL_SUCCESS, "clCreateUserEvent: %d", err);
+  cr_assert_eq(um_alloc(m, os_device(m), CHAIN_BYTES, os_location(), 0, &x), UM_OK);
+  cr_assert_eq(um_alloc(m, os_device(m), CHAIN_BYTES, os_location(), 0, &y), UM_OK);
+  cr_assert_eq(um_access_begin(x, UM_MAP_READ_WRITE, &wait_native), UM_OK);
+  cr_assert_eq(um_copy(y, 0, x, 0, CHAIN_BYTES, &ev), UM_OK);
+  cr_assert_eq(um_access_end(x, user), UM_OK, "%s", um_last_error());
+  for (int i = 0; i < 4; i++) {
+    cr_assert_eq(um_alloc(m, os_device(m), 256, os_location(), 0, &later[i]), UM_OK);
+    cr_assert_eq(um_access_begin(later[i], UM_MAP_READ_WRITE, &wait_native), UM_OK);
+  }
+  a->b = y;
+  cr_assert_eq(pthread_create(&t, NULL, blocking_copy_thread, a), 0);
+  os_sleep_ms(200);
+  cr_assert_eq(atomic_load(&a->done), 0, "the blocking copy returned (%s) with the done event not set",
+               um_err_name(a->status));
+  cr_assert_eq(clSetUserEventStatus(user, CL_COMPLETE), CL_SUCCESS);
+  end = os_now_ms() + BOUND_MS;
+  while (!atomic_load(&a->done) && os_now_ms() < end)
+    os_sleep_ms(2);
+  cr_assert_eq(atomic_load(&a->done), 1, "the blocking copy did not return once the done event was set");
+  pthread_join(t, NULL);
+  cr_assert_eq(a->status, UM_OK, "%s", um_err_name(a->status));
+  free(a);
+  for (int i = 0; i < 4; i++) {
+    cr_assert_eq(um_access_end(later[i], NULL), UM_OK);
+    cr_assert_eq(um_release(later[i]), UM_OK);
+  }
+  cr_assert_eq(um_event_release(ev), UM_OK);
+  cr_assert_eq(um_release(x), UM_OK);
+  cr_assert_eq(um_release(y), UM_OK);
+  clReleaseEvent(user);
+  cr_assert_eq(um_manager_destroy(m), UM_OK);
+}
+#endif
