@@ -262,10 +262,15 @@ UM_EXTERN void um_options_init(um_options *opts);
  * UM_ENOMEM. */
 UM_EXTERN int um_manager_create(const um_options *opts, um_manager **out);
 
-/* Wait for every pending operation, report each buffer never released
- * (size, device, allocation site when known) through the log, free
- * everything. Returns UM_OK, UM_ELEAK when buffers were leaked (they are
- * freed all the same), UM_EINVAL for NULL. */
+/* End every access bracket still open (as um_release does, behind what the
+ * caller queued on the devices' caller queues), wait for every pending
+ * operation, report each buffer never released (size, device, allocation
+ * site when known) through the log, free everything. The wait includes
+ * the caller's done events given to um_access_end: one that never
+ * completes (an OpenCL user event never set, a CUevent never recorded
+ * past) keeps destroy waiting until it does; complete it, or set it to an
+ * error status, first. Returns UM_OK, UM_ELEAK when buffers were leaked
+ * (they are freed all the same), UM_EINVAL for NULL. */
 UM_EXTERN int um_manager_destroy(um_manager *m);
 
 /* The options the manager runs with. */
@@ -283,7 +288,15 @@ UM_EXTERN int um_device_info_get(const um_device *d, um_device_info *out);
 /* Free and total memory as the device reports them now. */
 UM_EXTERN int um_device_memory(um_device *d, uint64_t *free_bytes,
                                uint64_t *total_bytes);
-/* Wait until every operation issued on the device has finished. */
+/* Wait until every operation issued on the manager's devices has finished,
+ * then for d's own queues. While an access bracket is open (between
+ * um_access_begin and um_access_end, on any buffer), the operations that
+ * wait for it, on its buffer or through other buffers' operations, cannot
+ * finish before its end: when one of them, or the bracket itself, is on a
+ * buffer of d, the call answers UM_ESTATE at once, waiting for nothing;
+ * otherwise it waits for everything but them (a bracket on another
+ * device's buffer does not stop it). Returns UM_OK, UM_EINVAL (not a
+ * device), UM_ESTATE, the backend's failure. */
 UM_EXTERN int um_device_synchronize(um_device *d);
 
 /* ------------------------------------------------------------------------ */
@@ -319,15 +332,20 @@ UM_EXTERN int um_wrap_host(um_manager *m, void *host, size_t bytes,
 
 /* Give the buffer back. Its block returns to the pool when every operation
  * issued on it has finished (at once when none is pending). A wrap
- * (um_wrap_host) is the exception: its release waits for the operations
- * issued on it, so that the caller may free the memory as soon as this
- * returns. A mapped buffer is unmapped first; whether what was written
+ * (um_wrap_host, um_dlpack_import, um_net_alloc) is the exception: its
+ * release waits for the operations issued on it, so that the caller may
+ * free the memory as soon as this returns; when that wait would pass
+ * through an open access bracket of another buffer (an operation on the
+ * wrap follows one that waits for it), the release is refused with
+ * UM_ESTATE and the wrap stays live (its own open bracket is ended, as for
+ * any buffer). A mapped buffer is unmapped first; whether what was written
  * through the mapping reaches the device copy is unspecified (the block
  * goes back to the pool). The handle is
  * invalid afterwards: using or releasing it again answers UM_ESTATE until
  * its block is handed to a new allocation (with the debug option, until it
  * leaves the quarantine). Returns UM_OK, UM_EINVAL (not a buffer),
- * UM_ESTATE (already released). */
+ * UM_ESTATE (already released; a wrap whose release would wait through
+ * another buffer's open bracket). */
 UM_EXTERN int um_release(um_buffer *b);
 
 /* Getters; 0/NULL for NULL or released buffers. */
@@ -341,7 +359,14 @@ UM_EXTERN void *um_buffer_host_ptr(um_buffer *b);
 
 /* ------------------------------------------------------------------------ */
 /* Data movement. done == NULL: the call blocks until the data has moved and
- * returns the operation's status. Otherwise the call returns once the
+ * returns the operation's status. Such a blocking call (and a blocking
+ * um_copy_batch, um_map, um_dlpack_export, um_stream) answers UM_ESTATE at
+ * once, issuing nothing, when its wait would pass through an open access
+ * bracket: one open on a buffer it uses, or one that an earlier operation
+ * on such a buffer waits for, through any number of other buffers'
+ * operations (an asynchronous um_copy out of a bracketed X into Y, then a
+ * blocking copy of Y). Issue it with an event instead, or end the bracket
+ * first. Otherwise the call returns once the
  * operation is issued and *done receives an event the caller must release.
  * Ranges are checked: UM_ERANGE when off + bytes exceeds the buffer.
  * Host memory passed to an asynchronous call must stay valid until its
@@ -368,8 +393,10 @@ UM_EXTERN int um_fill(um_buffer *dst, size_t off, int byte, size_t bytes,
                       um_event **done);
 
 /* Host view of [off, off + len) for the given mode, fetching the device copy
- * first when the mode reads and the host copy is stale. One mapping per
- * buffer at a time: UM_ESTATE when already mapped. */
+ * first when the mode reads and the host copy is stale; it waits for the
+ * operations issued on b before. One mapping per buffer at a time:
+ * UM_ESTATE when already mapped, and when b is in an access bracket or its
+ * operations wait for one (see Data movement). */
 UM_EXTERN int um_map(um_buffer *b, um_map_mode mode, size_t off, size_t len,
                      void **host);
 /* End the mapping that returned host; after a writing mode the device copy
@@ -381,7 +408,12 @@ UM_EXTERN int um_unmap(um_buffer *b, void *host);
 /* Events                                                                    */
 
 /* Block until the operation finishes; returns its status (UM_ECANCELED when
- * it was canceled). On a failure um_last_error() of the calling thread has
+ * it was canceled). Unlike the blocking calls, it waits also when the
+ * operation waits for an open access bracket (ordered after one, on its
+ * buffer or through other buffers' operations): it returns once another
+ * thread's um_access_end lets the operation run; on the thread that is to
+ * end that bracket it never returns (um_event_query answers UM_EAGAIN
+ * without waiting). On a failure um_last_error() of the calling thread has
  * the failure's text, wherever it happened (a worker, a driver thread, the
  * network's thread); um_event_query does the same once the operation is
  * done. The event calls answer UM_EINVAL for what is not an event and
@@ -470,7 +502,10 @@ typedef void (*um_progress_fn)(void *user, uint64_t done_bytes,
  * Returns when every chunk was processed and every operation on the chunk
  * buffers has finished: UM_OK; UM_EINVAL (NULL src, dev or fn, zero bytes
  * or chunk_bytes, device of another manager); UM_ERANGE (range outside
- * src); UM_ESTATE (src released); UM_ENOMEM / UM_ENOTSUP from allocating
+ * src); UM_ESTATE (src released; src in an access bracket or its
+ * operations waiting for one, see Data movement: nothing is issued; a
+ * chunk's copy that comes to wait for one, a bracket opened meanwhile, is
+ * canceled); UM_ENOMEM / UM_ENOTSUP from allocating
  * the chunk buffers; a copy's failure; or fn's nonzero return. */
 UM_EXTERN int um_stream(um_buffer *src, size_t off, size_t bytes,
                         um_device *dev, size_t chunk_bytes, um_chunk_fn fn,
@@ -521,7 +556,10 @@ UM_EXTERN int um_buffer_native_get(um_buffer *b, um_buffer_native *out);
  * caller on b: operations issued on b meanwhile wait for the bracket; um_map
  * of b answers UM_ESTATE, and so does a blocking call on b (a copy, fill or
  * batch without an event: it would wait for um_access_end, which the
- * caller has yet to call). Issue those with an event instead.
+ * caller has yet to call). Issue those with an event instead. The same
+ * holds for every buffer whose operations wait for the bracket through
+ * others (Data movement), and um_device_synchronize of b's device answers
+ * UM_ESTATE (um_event_wait does wait: see there).
  *
  * um_access_end takes the native event of the caller's last command on b
  * (NULL when the caller has waited for its commands; always NULL on the cpu
@@ -540,8 +578,11 @@ UM_EXTERN int um_buffer_native_get(um_buffer *b, um_buffer_native *out);
  * (um_device_native's cl_queue / cu_stream) so far; work on other queues
  * must be ended with um_access_end first.
  *
- * Codes: UM_EINVAL (NULL, unknown mode, an OpenCL event of another
- * context, a handle the CUDA driver does not know as an event), UM_ESTATE (released, a bracket already open on b, no bracket
+ * Codes: UM_EINVAL (NULL, unknown mode; a done_native that is not an
+ * event: on OpenCL, anything clGetEventInfo does not describe as a
+ * command's event (a cl_mem, a queue, a context), or an event of another
+ * context; on CUDA, a handle the driver does not know as a live CUevent;
+ * anything but NULL on the cpu device), UM_ESTATE (released, a bracket already open on b, no bracket
  * open, a read-only wrap in a writing mode, b mapped). */
 UM_EXTERN int um_access_begin(um_buffer *b, um_map_mode mode, void **wait_native);
 UM_EXTERN int um_access_end(um_buffer *b, void *done_native);
@@ -613,8 +654,9 @@ UM_EXTERN int um_dlpack_device(um_buffer *b, int32_t *device_type, int32_t *devi
  * VERSIONED, ndim < 0 or > 64, a negative dimension or stride, an element
  * size of zero or not a whole number of bytes), UM_ERANGE (offset or the
  * elements past the end of b), UM_EOVERFLOW (the extent overflows),
- * UM_ESTATE (released; mapped; a read-only wrap as a legacy tensor, which
- * cannot say read-only — versioned tensors of one carry READ_ONLY),
+ * UM_ESTATE (released; mapped; in an access bracket, or its operations
+ * wait for one, see Data movement; a read-only wrap as a legacy tensor,
+ * which cannot say read-only — versioned tensors of one carry READ_ONLY),
  * UM_ENOTSUP (see um_dlpack_device), UM_ENOMEM. */
 UM_EXTERN int um_dlpack_export(um_buffer *b, size_t offset, int ndim, const int64_t *shape,
                                const int64_t *strides, uint8_t dtype_code, uint8_t dtype_bits,

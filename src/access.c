@@ -204,6 +204,7 @@ int um_access_begin(um_buffer *b, um_map_mode mode, void **wait_native) {
     op->dst = b, op->dst_gen = gen;
   else
     op->src = b, op->src_gen = gen;
+  um__bracket_open(op); /* before it is published: what follows sees it open */
   if ((st = um__op_hold(op, &dep)) != UM_OK) {
     set_open(b, NULL);
     return st;
@@ -211,6 +212,7 @@ int um_access_begin(um_buffer *b, um_map_mode mode, void **wait_native) {
   if ((st = make_wait(op, dep, wait_native)) != UM_OK) {
     /* Published already: it completes at once, after dep. */
     set_open(b, NULL);
+    um__bracket_close(op);
     um__op_start_held(op, dep);
     return st;
   }
@@ -229,6 +231,7 @@ int um_access_begin(um_buffer *b, um_map_mode mode, void **wait_native) {
 static void finish(um_event *op, void *done) {
   um_device *d = op->native_dev;
   um_event *gate = op->access_gate;
+  um__bracket_close(op); /* what waits for it now waits for device work only */
   op->access_done = done;
   if (gate != NULL)
     um__event_ref(gate); /* consumed by the registration */

@@ -421,14 +421,39 @@ static __attribute__((noinline)) int release_rest(um_buffer *b) {
   return release_slow(b, tc);
 }
 
+/* A wrap's release waits for the operations issued on it (the caller may
+ * free the memory once it returns): refused, nothing changed, while that
+ * wait would pass through an open bracket other than the wrap's own (which
+ * the release ends first). Reached only while some bracket is open. */
+static __attribute__((noinline)) int wrap_release_check(um_buffer *b) {
+  bool waits;
+  pthread_mutex_lock(&b->lock);
+  waits = um__buffer_waits_bracket_locked(b, true);
+  pthread_mutex_unlock(&b->lock);
+  if (!waits)
+    return UM_OK;
+  return um__set_error(UM_ESTATE,
+                       "um_release: wrap %p: its operations wait for an open um_access_begin bracket of another "
+                       "buffer, and its release would wait for them: end that bracket first",
+                       (void *)b);
+}
+
+static bool wrap_release_refused(um_buffer *b, int *st) {
+  if (__builtin_expect(um__atomic_load_relaxed(&b->m->brackets_open) == 0, 1) || b->kind != UM__KIND_WRAPPED)
+    return false;
+  return (*st = wrap_release_check(b)) != UM_OK;
+}
+
 /* um_release of a buffer with owners beyond the first (um_buffer_retain):
  * drop one, or release when none is left. */
 static __attribute__((noinline)) int release_held(um_buffer *b) {
-  int live = UM__BUF_LIVE;
+  int live = UM__BUF_LIVE, st;
   if (drop_hold(b))
     return atomic_load(&b->state) == UM__BUF_LIVE
                ? UM_OK
                : um__set_error(UM_ESTATE, "buffer %p was released", (void *)b);
+  if (wrap_release_refused(b, &st))
+    return st;
   um__bias_leave(b->m); /* the compare-and-swap below is not the sole thread's way */
   if (!atomic_compare_exchange_strong(&b->state, &live, UM__BUF_RELEASED))
     return um__set_error(UM_ESTATE, "buffer %p was released", (void *)b);
@@ -468,6 +493,8 @@ int um_release(um_buffer *b) {
   UM__CHECK_PROCESS(m);
   if (__builtin_expect(atomic_load_explicit(&b->holds, memory_order_relaxed) != 0, 0))
     return release_held(b);
+  if (wrap_release_refused(b, &r))
+    return r;
   /* The state change: on the manager's sole thread a plain load and store
    * (tcache.h, "A release without a locked instruction"); else a
    * compare-and-swap, seq_cst: paired with op.c's touched store then state

@@ -99,19 +99,21 @@ int um_fill(um_buffer *dst, size_t off, int byte, size_t bytes, um_event **done)
 
 /* A mapped buffer refuses operations (um__op_issue says so too); checked
  * here as well so that a batch is refused before any of its ops is issued.
- * A blocking batch also refuses a buffer inside an open bracket, which it
- * would wait for without end on the thread that is to close it. */
+ * A blocking batch also refuses a buffer inside an open bracket, or whose
+ * operations wait for one, which it would wait for without end on the
+ * thread that is to close it. */
 static int check_unmapped(um_buffer *b, bool blocking) {
   bool mapped, bracket;
+  int st = UM_OK;
   pthread_mutex_lock(&b->lock);
   mapped = b->mapped;
-  bracket = b->access_state != 0;
-  pthread_mutex_unlock(&b->lock);
+  bracket = blocking && um__buffer_waits_bracket_locked(b, false);
   if (mapped)
-    return um__set_error(UM_ESTATE, "buffer %p is mapped: unmap it first", (void *)b);
-  if (blocking && bracket)
-    return um__op_bracket_error(b);
-  return UM_OK;
+    st = um__set_error(UM_ESTATE, "buffer %p is mapped: unmap it first", (void *)b);
+  else if (bracket)
+    st = um__op_bracket_error(b);
+  pthread_mutex_unlock(&b->lock);
+  return st;
 }
 
 /* The parts of check_op that differ between two ops on the same buffers. */
@@ -171,7 +173,7 @@ int um_copy_batch(um_manager *m, const um_copy_op *ops, size_t n, um_event **don
     if ((st = check_op(m, &ops[i], done == NULL)) != UM_OK)
       return st;
   }
-  if ((group = um__op_group_begin(m)) == NULL)
+  if ((group = um__op_group_begin(m, done == NULL)) == NULL)
     return um__set_error(UM_ENOMEM, "out of memory for a batch");
   um__op_group_copies(group, ops, n);
   return um__op_group_end(group, done);

@@ -176,17 +176,19 @@ static int export_extent(int ndim, const int64_t *shape, const int64_t *strides,
   return UM_OK;
 }
 
-/* b may be exported now: not mapped, no bracket open (the wait for its
- * operations would wait for the bracket), readable as the kind asked. */
+/* b may be exported now: not mapped, no bracket open on it or before its
+ * operations (the wait for them would wait for the bracket), readable as
+ * the kind asked. */
 static int check_export_state(um_buffer *b, unsigned flags) {
   int st = UM_OK;
   if (b->readonly && !(flags & UM_DLPACK_VERSIONED))
     return um__set_error(UM_ESTATE, "um_dlpack_export: buffer %p is read-only; a legacy tensor cannot say so "
                          "(export it with UM_DLPACK_VERSIONED)", (void *)b);
   pthread_mutex_lock(&b->lock);
-  if (b->mapped || b->access_state != 0)
-    st = um__set_error(UM_ESTATE, "um_dlpack_export: buffer %p is %s", (void *)b,
-                       b->mapped ? "mapped" : "in an open bracket");
+  if (b->mapped)
+    st = um__set_error(UM_ESTATE, "um_dlpack_export: buffer %p is mapped", (void *)b);
+  else if (um__buffer_waits_bracket_locked(b, false))
+    st = um__op_bracket_error(b);
   pthread_mutex_unlock(&b->lock);
   return st;
 }

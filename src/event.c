@@ -408,6 +408,32 @@ void um__engine_drain(um_manager *m) {
   pthread_mutex_unlock(&en->lock);
 }
 
+static int engine_idle_or_bracket(void *arg) {
+  um_manager *m = arg;
+  return um__atomic_load_acquire(&m->engine.inflight) == 0 || um__atomic_load_relaxed(&m->brackets_open) != 0;
+}
+
+/* um__engine_drain for um_device_synchronize: it stops (false) once a
+ * bracket is open, which stays in flight until its um_access_end
+ * (um__bracket_open wakes it). */
+bool um__engine_drain_unless_bracket(um_manager *m) {
+  um__engine *en = &m->engine;
+  bool drained;
+  um__spin_until(m->opts.wait_spin_ns, engine_idle_or_bracket, m);
+  pthread_mutex_lock(&en->lock);
+  while (um__atomic_load_acquire(&en->inflight) != 0 && um__atomic_load_relaxed(&m->brackets_open) == 0)
+    pthread_cond_wait(&en->drained, &en->lock);
+  drained = um__atomic_load_acquire(&en->inflight) == 0;
+  pthread_mutex_unlock(&en->lock);
+  return drained;
+}
+
+void um__engine_wake_drains(um_manager *m) {
+  pthread_mutex_lock(&m->engine.lock);
+  pthread_cond_broadcast(&m->engine.drained);
+  pthread_mutex_unlock(&m->engine.lock);
+}
+
 /* An operation finished: the completing thread's last touch of the
  * manager. um_manager_destroy frees the manager once inflight reads 0 under
  * the engine's lock (um__engine_drain), and a completion may run on a

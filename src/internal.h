@@ -139,16 +139,29 @@ int um__manager_create_ex(const um_options *opts, const um__backend *const *extr
  * runs to completion and returns its status; else *done is the caller's
  * event. Takes over the caller's reference to op, issued or not. */
 int um__op_issue(um_event *op, um_event **done);
-/* UM_ESTATE for a blocking call on b inside an open bracket (it would wait
- * for um_access_end without end), with the reason. */
+/* UM_ESTATE for a blocking call on b inside an open bracket, or whose wait
+ * passes through one (it would wait for um_access_end without end), with
+ * the reason. */
 int um__op_bracket_error(const um_buffer *b);
+/* Open brackets (op.c): a bracket takes a slot before it is published
+ * (open) and gives it back when it ends (close). Whether a wait for what
+ * was issued on b (its lock held) would pass through an open bracket: b's
+ * own, or one its operations follow on other buffers, however far back;
+ * own_ends: b's own open bracket ends before the wait (a release), only
+ * those it follows count. um__op_waits_bracket: the same for one
+ * operation. Each costs one relaxed load when no bracket is open. */
+void um__bracket_open(um_event *op);
+void um__bracket_close(um_event *op);
+bool um__buffer_waits_bracket_locked(const um_buffer *b, bool own_ends);
+bool um__op_waits_bracket(const um_event *op);
 /* op finished with status (on any thread): buffers, waiters, followers. */
 void um__op_complete(um_event *op, int status);
-/* A group (um_copy_batch): begin it, issue its copies (checked, every
+/* A group (um_copy_batch): begin it (blocking: no event asked for, so its
+ * members refuse to wait for a bracket), issue its copies (checked, every
  * buffer of the group's manager; a copy that cannot be issued any more, its
  * buffer released meanwhile, counts as a failure of the group), end the
  * issuing (done as for um__op_issue). */
-um_event *um__op_group_begin(um_manager *m);
+um_event *um__op_group_begin(um_manager *m, bool blocking);
 void um__op_group_copies(um_event *group, const um_copy_op *ops, size_t n);
 int um__op_group_end(um_event *group, um_event **done);
 /* A held operation (a bracket): published on its buffers like any other
@@ -282,6 +295,10 @@ void um__engine_push(um_manager *m, um__work *w, bool first);
 void um__engine_op_begin(um_manager *m);
 void um__engine_op_done(um_manager *m);
 void um__engine_drain(um_manager *m);
+/* drain_unless_bracket: as drain, but it stops once a bracket is open
+ * (false then); wake_drains: a bracket opened, such drains look again. */
+bool um__engine_drain_unless_bracket(um_manager *m);
+void um__engine_wake_drains(um_manager *m);
 
 /* ------------------------------------------------------------------------ */
 /* Buffers */

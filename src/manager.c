@@ -120,6 +120,7 @@ static void free_manager(um_manager *m) {
   pthread_mutex_destroy(&m->trimming);
   pthread_cond_destroy(&m->trim_cond);
   pthread_mutex_destroy(&m->tcache_lock);
+  pthread_mutex_destroy(&m->bracket_lock);
   free(m);
 }
 
@@ -146,6 +147,7 @@ int um__manager_create_ex(const um_options *opts, const um__backend *const *extr
   pthread_mutex_init(&m->trimming, NULL);
   pthread_cond_init(&m->trim_cond, NULL);
   pthread_mutex_init(&m->tcache_lock, NULL);
+  pthread_mutex_init(&m->bracket_lock, NULL);
   if ((st = um__options_check(&m->opts)) != UM_OK) {
     free_manager(m);
     return st;

@@ -100,6 +100,9 @@ static int map_begin_locked(um_buffer *b, uint32_t gen) {
     return um__set_error(UM_ESTATE, "um_map: buffer is already mapped");
   if (b->access_state != 0)
     return um__set_error(UM_ESTATE, "um_map: buffer is in an access bracket: end it first");
+  /* The wait below would pass through another buffer's open bracket. */
+  if (um__buffer_waits_bracket_locked(b, false))
+    return um__op_bracket_error(b);
   /* The mapping sees the result of every operation issued before it. */
   while (b->pending > 0)
     pthread_cond_wait(&b->idle_cond, &b->lock);

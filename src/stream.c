@@ -33,6 +33,32 @@ static int check_args(um_buffer *src, size_t off, size_t bytes, um_device *dev, 
   return UM_OK;
 }
 
+/* Whether a wait for what was issued on b would pass through an open
+ * bracket (um_stream waits for its copies from src and for its chunks). */
+static bool waits_bracket(um_buffer *b) {
+  bool waits;
+  pthread_mutex_lock(&b->lock);
+  waits = um__buffer_waits_bracket_locked(b, false);
+  pthread_mutex_unlock(&b->lock);
+  return waits;
+}
+
+/* Wait for a chunk's copy, or refuse it when the wait would pass through
+ * an open bracket (one opened since the start, by fn or another thread):
+ * the copy is canceled, so that it never touches src after um_stream. */
+static int wait_copy(um_event *copy) {
+  int st;
+  if (um__op_waits_bracket(copy)) {
+    st = um_event_cancel(copy) == UM_OK ? UM_ESTATE : um_event_wait(copy);
+    if (st == UM_ESTATE)
+      st = um__set_error(UM_ESTATE, "um_stream: a chunk's copy waits for an open um_access_begin bracket");
+  } else {
+    st = um_event_wait(copy);
+  }
+  um_event_release(copy);
+  return st;
+}
+
 int um_stream(um_buffer *src, size_t off, size_t bytes, um_device *dev, size_t chunk_bytes,
               um_chunk_fn fn, um_progress_fn progress, void *user) {
   um_buffer *buf[2] = {NULL, NULL};
@@ -42,6 +68,8 @@ int um_stream(um_buffer *src, size_t off, size_t bytes, um_device *dev, size_t c
 
   if ((st = check_args(src, off, bytes, dev, chunk_bytes, fn)) != UM_OK)
     return st;
+  if (waits_bracket(src))
+    return um__op_bracket_error(src);
   chunk = chunk_bytes < bytes ? chunk_bytes : bytes;
   nchunks = bytes / chunk + (bytes % chunk != 0);
   nbufs = nchunks > 1 ? 2 : 1;
@@ -55,8 +83,7 @@ int um_stream(um_buffer *src, size_t off, size_t bytes, um_device *dev, size_t c
     size_t pos = k * chunk;
     size_t n = bytes - pos < chunk ? bytes - pos : chunk;
     int r;
-    st = um_event_wait(copy[s]);
-    um_event_release(copy[s]);
+    st = wait_copy(copy[s]);
     copy[s] = NULL;
     if (st != UM_OK)
       break;
@@ -78,18 +105,21 @@ int um_stream(um_buffer *src, size_t off, size_t bytes, um_device *dev, size_t c
 
 done:
   /* A copy still in flight (fn stopped the stream, or a copy failed) ends
-   * before its buffer goes back, and so does every operation fn issued on
-   * the chunks: nothing touches the source after um_stream returns. */
+   * before its buffer goes back, or is canceled when it waits for an open
+   * bracket; every operation fn issued on the chunks ends too: nothing
+   * touches the source after um_stream returns. */
   for (int i = 0; i < 2; i++) {
-    if (copy[i] != NULL) {
-      um_event_wait(copy[i]);
-      um_event_release(copy[i]);
-    }
+    int s;
+    if (copy[i] != NULL && (s = wait_copy(copy[i])) == UM_ESTATE && st == UM_OK)
+      st = s;
   }
+  /* A chunk whose operations (fn's) wait for an open bracket is released
+   * without the wait: its block goes back once they have run. */
   for (int i = 0; i < nbufs; i++) {
     if (buf[i] == NULL || um__buffer_check_live(buf[i]) != UM_OK)
       continue; /* not allocated, or fn released it against the contract */
-    um__buffer_wait_idle(buf[i]);
+    if (!waits_bracket(buf[i]))
+      um__buffer_wait_idle(buf[i]);
     um_release(buf[i]);
   }
   return st;

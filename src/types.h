@@ -404,6 +404,14 @@ struct um_event {
   um_event *access_wait_owner;
   um_event *access_gate;
   void *access_done;
+  /* The open brackets it waits for (op.c, "Open brackets"): bit k for the
+   * bracket of slot k, its own when it is a bracket, inherited from the
+   * unfinished operations it follows when it is published, counted while
+   * the slot's bracket opened no later than mark_epoch. Written before it
+   * is published (under its buffers' locks), then only read. */
+  uint64_t bracket_marks;
+  uint64_t mark_epoch; /* the manager's bracket_epoch as it was marked */
+  int bracket_slot;    /* a bracket: its slot */
   /* A gate operation: the gate it opens on gate_dev (NULL: none, the
    * operation itself is the wait). */
   void *gate_token;
@@ -510,6 +518,17 @@ struct um_manager {
 
   um__engine engine;
 
+  /* Open brackets (op.c, "Open brackets"): bit k of brackets_open is set
+   * while the bracket of slot k is open; slot_epoch[k] is the value of
+   * bracket_epoch (a count of openings) at which it opened; the last slot
+   * is shared by the brackets beyond the others, bracket_shared of them. A
+   * zero brackets_open (beside bias, on a line um_release reads anyway),
+   * read relaxed, is all that the operations pay when no bracket is open. */
+  atomic_uint_fast64_t bracket_epoch;
+  atomic_uint_fast64_t slot_epoch[64];
+  int bracket_shared;          /* under bracket_lock */
+  pthread_mutex_t bracket_lock; /* taking and closing slots */
+
   /* event objects (event.c): slabs, freed at destroy, and the free list */
   pthread_mutex_t event_lock;
   /* Threads inside um_event_wait: destroy frees the event objects only
@@ -553,6 +572,7 @@ struct um_manager {
    * sole_tc, under tcache_lock) -> SHARED (another thread releases or
    * touches a buffer, or the sole thread leaves), and never back. */
   atomic_int bias;
+  atomic_uint_fast64_t brackets_open; /* see bracket_epoch */
   _Atomic(um__tcache *) sole_tc;
   /* Highest idle_key given by a slow path; thread caches keep their own
    * clock ahead of it (a Lamport clock: tcache.h). */

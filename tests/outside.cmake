@@ -11,6 +11,11 @@ if(UM_HAVE_OPENCL)
   list(APPEND UM_OUTSIDE_PROFILES "pocl" "pocl-basic")
 endif()
 
+# Tests that make OpenCL objects of their own (an OpenCL user event for a
+# bracket's done event) link the ICD loader, where there is one.
+find_library(UM_OPENCL_LIBRARY OpenCL)
+set(UM_OUTSIDE_OPENCL_TESTS brackets)
+
 foreach(src ${UM_OUTSIDE_SOURCES})
   get_filename_component(file ${src} NAME_WE)
   string(REGEX REPLACE "^test_" "" short ${file})
@@ -23,6 +28,10 @@ foreach(src ${UM_OUTSIDE_SOURCES})
   target_compile_definitions(${exe} PRIVATE _GNU_SOURCE)
   target_compile_options(${exe} PRIVATE ${UM_WARNINGS})
   target_link_libraries(${exe} PRIVATE unimem ${CRITERION_LIBRARY} Threads::Threads)
+  if(UM_HAVE_OPENCL AND UM_OPENCL_LIBRARY AND short IN_LIST UM_OUTSIDE_OPENCL_TESTS)
+    target_link_libraries(${exe} PRIVATE ${UM_OPENCL_LIBRARY})
+    target_compile_definitions(${exe} PRIVATE OS_HAVE_OPENCL=1)
+  endif()
   if(short MATCHES "^net_")
     if(UM_HAVE_UCX)
       foreach(t "tcp|UCX_TLS=tcp#UCX_NET_DEVICES=lo" "posix|UCX_TLS=posix,self" "sysv|UCX_TLS=sysv,self")

@@ -2018,10 +2018,33 @@ static void *ocl_token_native(void *bdev, void *token) {
   return token; /* tokens are cl_events */
 }
 
+/* Whether native is a cl_event, as far as the driver tells: PoCL's getters
+ * check no object's kind, so another object (a cl_mem, a queue) answers
+ * clGetEventInfo with its own fields; those are no command type (every
+ * one, extensions' too, lies in 0x11F0..0xFFFF) or no execution status. */
+static int check_event_object(cl_event native) {
+  cl_command_type type = 0;
+  cl_int status = 0;
+  cl_int err = ocl.clGetEventInfo(native, CL_EVENT_COMMAND_TYPE, sizeof(type), &type, NULL);
+  if (err == CL_SUCCESS)
+    err = ocl.clGetEventInfo(native, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(status), &status, NULL);
+  if (err != CL_SUCCESS)
+    return um__set_error(UM_EINVAL, "opencl: the done event is not a cl_event (clGetEventInfo: %s)",
+                         ocl_error_name(err));
+  if (type < CL_COMMAND_NDRANGE_KERNEL || type > 0xFFFF || status > CL_QUEUED)
+    return um__set_error(UM_EINVAL, "opencl: the done event is not a cl_event (command type 0x%x, status %d)",
+                         (unsigned)type, (int)status);
+  return UM_OK;
+}
+
 static int ocl_token_adopt(void *bdev, void *native, void **token) {
   ocl_device *dev = bdev;
   cl_context context = NULL;
-  cl_int err = ocl.clGetEventInfo((cl_event)native, CL_EVENT_CONTEXT, sizeof(context), &context, NULL);
+  cl_int err;
+  int st = check_event_object((cl_event)native);
+  if (st != UM_OK)
+    return st;
+  err = ocl.clGetEventInfo((cl_event)native, CL_EVENT_CONTEXT, sizeof(context), &context, NULL);
   if (err != CL_SUCCESS)
     return translate_cl_error(err, "clGetEventInfo");
   if (context != dev->context)

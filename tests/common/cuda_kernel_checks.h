@@ -651,8 +651,14 @@ static UT_UNUSED void ck_check_bad_input(um_manager *m, ck_kdev *k, void *dead_e
   cr_assert_eq(um_access_end(gone, NULL), UM_ESTATE);
   CAC_OK(um_access_begin(x, UM_MAP_WRITE, &wait));
   cr_assert_eq(um_access_begin(x, UM_MAP_WRITE, &wait), UM_ESTATE, "opened twice");
-  if (dead_event != NULL)
+  if (dead_event != NULL) {
     cr_assert_eq(um_access_end(x, dead_event), UM_EINVAL, "not a live CUevent");
+    /* The fake driver knows its events: the device's other handles are none. */
+    CAC_OK(um_device_native_get(k->d, &dn));
+    CAC_OK(um_buffer_native_get(x, &bn));
+    cr_assert_eq(um_access_end(x, dn.cu_stream), UM_EINVAL, "a CUstream as the done event");
+    cr_assert_eq(um_access_end(x, (void *)(uintptr_t)bn.cu_ptr), UM_EINVAL, "a CUdeviceptr as the done event");
+  }
   cr_assert_eq(um_map(x, UM_MAP_READ, 0, 16, &mapped), UM_ESTATE, "mapped inside a bracket");
   CAC_OK(um_access_end(x, NULL));
   cr_assert_eq(um_access_end(x, NULL), UM_ESTATE, "ended twice");
