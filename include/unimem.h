@@ -675,7 +675,9 @@ UM_EXTERN int um_dlpack_import(um_manager *m, void *tensor, unsigned flags, um_b
  * operation that stalls that long fails with UM_EBACKEND, and its endpoint
  * can no longer be used. Where UCX's transports detect peer failure (tcp)
  * it is reported at once; over shared memory (posix, sysv) the timeout
- * finds it. UCX's environment (UCX_TLS, UCX_NET_DEVICES, ...) selects the
+ * finds it. One exception is UCX's own: over tcp, UCX 1.13 can abort the
+ * process that a writer was putting into when that writer is killed
+ * mid-put (docs/guide.md, "A peer that dies mid-transfer"). UCX's environment (UCX_TLS, UCX_NET_DEVICES, ...) selects the
  * transports.
  *
  * fork(): in a child process, every um_net_* and um_endpoint_* call given a
