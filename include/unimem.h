@@ -717,16 +717,27 @@ UM_EXTERN int um_dlpack_import(um_manager *m, void *tensor, unsigned flags, um_b
  * operation that stalls that long fails with UM_EBACKEND, and its endpoint
  * can no longer be used. Where UCX's transports detect peer failure (tcp)
  * it is reported at once; over shared memory (posix, sysv) the timeout
- * finds it. UCX's environment (UCX_TLS, UCX_NET_DEVICES, ...) selects the
- * transports. */
+ * finds it. One exception is UCX's own: over tcp, UCX 1.13 can abort the
+ * process that a writer was putting into when that writer is killed
+ * mid-put (docs/guide.md, "A peer that dies mid-transfer"). UCX's environment (UCX_TLS, UCX_NET_DEVICES, ...) selects the
+ * transports.
+ *
+ * fork(): in a child process, every um_net_* and um_endpoint_* call given a
+ * net, endpoint or buffer of the parent's answers UM_ESTATE and touches
+ * nothing (the parent's net keeps working). UCX does not survive fork(): a
+ * child of a process that had loaded it (any um_net_create before the
+ * fork) cannot open a net of its own either (UM_ENOTSUP); fork peers
+ * before the first um_net_create. */
 typedef struct um_net um_net;
 typedef struct um_endpoint um_endpoint;
 
 /* Open the network for manager m: a UCX context and worker, and a progress
  * thread. One um_net per manager at a time. Returns UM_EINVAL (NULL),
- * UM_ESTATE (m has a um_net already), UM_ENOTSUP (UCX is not installed, or
- * this build has no UCX support: um_last_error() says which; the
- * UNIMEM_UCX_LIBRARY environment variable names another libucp),
+ * UM_ESTATE (m has a um_net already, or m is a parent's manager in a child
+ * process), UM_ENOTSUP (UCX is not installed, this build has no UCX
+ * support, or UCX was loaded before fork() in an ancestor process:
+ * um_last_error() says which; the UNIMEM_UCX_LIBRARY environment variable
+ * names another libucp),
  * UM_ENOMEM, UM_EBACKEND. The caller owns *out until um_net_destroy. */
 UM_EXTERN int um_net_create(um_manager *m, um_net **out);
 

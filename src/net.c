@@ -116,16 +116,50 @@ void um__net_endpoint_unref(um_endpoint *ep) {
   net_unref(n);
 }
 
+/* A net of a parent process, in a child of fork(): its worker, threads and
+ * sockets are the parent's (shared memory and file descriptors reach the
+ * parent's peers and its progress thread), and its locks may have been held
+ * at the fork. Refused before anything of it is touched but the handle's
+ * own fields. */
+static int net_check_process(const um_net *n) {
+  if (n->m->fork_gen == um__process_generation())
+    return UM_OK;
+  return um__set_error(UM_ESTATE,
+                       "um_net %p was made in another process (before fork()): a child process may "
+                       "not use its parent's net, endpoints or exposures",
+                       (const void *)n);
+}
+
 static int net_check(const um_net *n) {
   if (n == NULL || n->magic != UM__NET_MAGIC)
     return um__set_error(UM_EINVAL, "not a um_net");
-  return UM_OK;
+  return net_check_process(n);
 }
 
 static int ep_check(const um_endpoint *ep) {
   if (ep == NULL || ep->magic != UM__EP_MAGIC)
     return um__set_error(UM_EINVAL, "not a um_endpoint");
-  return UM_OK;
+  return net_check_process(ep->net);
+}
+
+/* fork(): the registry lock is held across it, so that no child inherits
+ * it locked (um_net_create and a buffer's release take it there); the
+ * child forgets its parent's nets and exposures, which it must not touch. */
+static pthread_once_t net_fork_once = PTHREAD_ONCE_INIT;
+
+static void net_fork_prepare(void) { pthread_mutex_lock(&registry_lock); }
+
+static void net_fork_parent(void) { pthread_mutex_unlock(&registry_lock); }
+
+static void net_fork_child(void) {
+  registry = NULL;
+  atomic_store(&live_exposures, 0);
+  pthread_mutex_unlock(&registry_lock);
+}
+
+static void net_fork_install(void) {
+  if (pthread_atfork(net_fork_prepare, net_fork_parent, net_fork_child) != 0)
+    um__log(NULL, UM_LOG_WARN, "pthread_atfork failed: a child process of fork() may hang in um_net calls");
 }
 
 /* The live net of manager m, or NULL; under registry_lock. */
@@ -236,6 +270,8 @@ int um_net_create(um_manager *m, um_net **out) {
   int st;
   if (m == NULL || out == NULL)
     return um__set_error(UM_EINVAL, "um_net_create: NULL argument");
+  UM__CHECK_PROCESS(m);
+  pthread_once(&net_fork_once, net_fork_install);
   if (tr == NULL)
     return um__set_error(UM_ENOTSUP, "this unimem was built without UCX (libucx-dev headers were "
                                      "missing or UNIMEM_ENABLE_UCX=OFF)");
@@ -459,6 +495,7 @@ int um_net_expose(um_buffer *b, void *blob, size_t *len) {
     return um__set_error(UM_EINVAL, "um_net_expose: NULL buffer");
   if ((st = blob_args_check(blob, len, "um_net_expose")) != UM_OK || (st = um__buffer_check_live(b)) != UM_OK)
     return st;
+  UM__CHECK_PROCESS(b->m);
   if (b->mem.host == NULL)
     return um__set_error(UM_ENOTSUP, "buffer %p has no host view (device memory): expose a PINNED buffer "
                                      "of its device and um_copy between the two",
@@ -505,6 +542,7 @@ int um_net_unexpose(um_buffer *b) {
     return um__set_error(UM_EINVAL, "um_net_unexpose: NULL buffer");
   if ((st = um__buffer_check_live(b)) != UM_OK)
     return st;
+  UM__CHECK_PROCESS(b->m);
   if ((n = net_of_buffer_lock(b)) == NULL)
     return no_net(b);
   x = exposure_unlink_locked(n, b);
@@ -565,7 +603,6 @@ int um_net_alloc(um_net *n, size_t bytes, unsigned flags, um_buffer **out) {
     return um__set_error(UM_EINVAL, "um_net_alloc: zero bytes");
   if (flags & ~(unsigned)(UM_ALLOC_UNPOOLED | UM_ALLOC_ZERO))
     return um__set_error(UM_EINVAL, "um_net_alloc: unknown flags 0x%x", flags);
-  UM__CHECK_PROCESS(n->m);
   if (bytes > ((size_t)1 << 62))
     return um__set_error(UM_ENOMEM, "um_net_alloc: %zu bytes is more than any device has", bytes);
   if ((a = calloc(1, sizeof(*a))) == NULL)
@@ -763,6 +800,7 @@ int um__net_transfer_check(um__net_dir dir, um_endpoint *ep, um_buffer *b, size_
     return um__set_error(UM_EINVAL, "%s: NULL argument", dir == UM__NET_PUT ? "um_net_put" : "um_net_get");
   if ((st = ep_check(ep)) != UM_OK || (st = um__buffer_check_live(b)) != UM_OK)
     return st;
+  UM__CHECK_PROCESS(b->m);
   if (bytes == 0)
     return um__set_error(UM_EINVAL, "transfer of zero bytes");
   if (b->m != ep->net->m)

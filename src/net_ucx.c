@@ -116,6 +116,7 @@ struct ucx_ep {
   bool force_close;    /* failed: close it (the progress loop does) */
   char failure[224];   /* the failure's text */
   uint64_t deadline;   /* of the close, in EP_CLOSING / EP_CLOSE_POSTED */
+  void *close_req;     /* ucp_ep_close_nbx's request while it is ours */
   bool zombie;         /* UCX may still hold requests naming it or its
                           transfers: kept until the worker is destroyed */
   ucx_rkey *rkeys;
@@ -501,6 +502,7 @@ static void ep_closed_cb(void *req, ucs_status_t st, void *user) {
   ucx_ep *e = user;
   (void)st; /* closed either way */
   um__ucx.ucp_request_free(req);
+  e->close_req = NULL;
   e->state = EP_CLOSED;
   pthread_cond_broadcast(&e->n->changed); /* ucx_disconnect waits for it */
 }
@@ -522,6 +524,23 @@ static void ep_post_close(ucx_ep *e, bool force) {
   p = um__ucx.ucp_ep_close_nbx(e->uep, &prm);
   if (!UCS_PTR_IS_PTR(p))
     e->state = EP_CLOSED; /* done in place, or failed: resources released */
+  else
+    e->close_req = p;
+}
+
+/* A close that overran its deadline (a flush towards a dead peer over
+ * shared memory, whose queue nobody drains, never ends) is given up: its
+ * request is handed back to UCX, which completes it when the worker is
+ * destroyed. Destroying the worker while this side still holds the request
+ * aborts inside UCX (an assertion that only released requests remain). */
+static void ep_abandon_close(ucx_ep *e) {
+  um__log(&e->n->opts, UM_LOG_WARN, "net: UCX endpoint %p did not close within the timeout: abandoned",
+          (void *)e->uep);
+  if (e->close_req != NULL)
+    um__ucx.ucp_request_free(e->close_req); /* its callback will not run */
+  e->close_req = NULL;
+  e->state = EP_CLOSED;
+  e->zombie = true; /* UCX may still name it (its error callback's argument) */
 }
 
 /* Transfers of a closed endpoint that UCX did not complete (a forced close
@@ -561,10 +580,7 @@ static uint64_t eps_advance(ucx_net *n, uint64_t now) {
       e->force_close = false;
       ep_post_close(e, e->inflight > 0 || e->failed != UM_OK);
     } else if (e->state == EP_CLOSE_POSTED && now >= e->deadline) {
-      um__log(&n->opts, UM_LOG_WARN, "net: UCX endpoint %p did not close within the timeout: abandoned",
-              (void *)e->uep);
-      e->state = EP_CLOSED;
-      e->zombie = true; /* its close request still names it */
+      ep_abandon_close(e);
     }
     if (e->state == EP_CLOSED && e->inflight > 0)
       ep_abandon_transfers(e);

@@ -20,7 +20,8 @@ static struct {
   void *library;
   int status;         /* UM_OK or UM_ENOTSUP */
   char failure[384];  /* why, when status != UM_OK */
-} ucx_load_state = {PTHREAD_ONCE_INIT, NULL, UM_ENOTSUP, ""};
+  unsigned generation; /* um__process_generation() at load */
+} ucx_load_state = {PTHREAD_ONCE_INIT, NULL, UM_ENOTSUP, "", 0};
 
 /* dlsym returns an object pointer; POSIX guarantees that it converts to
  * the function pointer it really is. */
@@ -55,6 +56,7 @@ static void ucx_load_once(void) {
   }
   UCX_ENTRY_POINTS(UCX_LOAD_ENTRY_)
 #undef UCX_LOAD_ENTRY_
+  ucx_load_state.generation = um__process_generation();
   ucx_load_state.status = UM_OK;
   return;
 
@@ -70,6 +72,13 @@ int um__ucx_load(void) {
   if (ucx_load_state.status != UM_OK)
     return um__set_error(UM_ENOTSUP, "UCX is not available: %s (set %s to libucp's path)",
                          ucx_load_state.failure, UCX_LIBRARY_ENV);
+  /* UCX does not survive fork() in the child: its async thread, its
+   * connections' sockets and shared-memory segments stay the parent's, and
+   * a child's own worker loses transfers. */
+  if (ucx_load_state.generation != um__process_generation())
+    return um__set_error(UM_ENOTSUP, "UCX was loaded before fork() (by an ancestor process); it cannot be "
+                                     "used in a child process: fork before the first um_net_create, or "
+                                     "exec");
   return UM_OK;
 }
 

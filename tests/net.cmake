@@ -63,3 +63,19 @@ if(TARGET test_net_api)
   set_tests_properties(test_net_api_nolib PROPERTIES LABELS "net" TIMEOUT 120 SKIP_RETURN_CODE 77
                        ENVIRONMENT "UNIMEM_UCX_LIBRARY=/nonexistent/libucp.so.0;${UM_NET_ENV}")
 endif()
+
+# UCX alone, no unimem (tests/ucx/ucx_put_peer_killed.c): shows that UCX
+# 1.13 over tcp aborts a passive put target whose writer is killed
+# mid-put (docs/guide.md). Built so that it keeps compiling; not a test,
+# since it demonstrates UCX's behaviour, not unimem's.
+if(UM_HAVE_UCX)
+  find_library(UM_UCP_LIBRARY NAMES ucp)
+  find_library(UM_UCS_LIBRARY NAMES ucs)
+  if(UM_UCP_LIBRARY AND UM_UCS_LIBRARY)
+    add_executable(ucx_put_peer_killed ${CMAKE_CURRENT_SOURCE_DIR}/ucx/ucx_put_peer_killed.c)
+    target_include_directories(ucx_put_peer_killed PRIVATE ${UM_UCX_INCLUDE_DIR})
+    target_compile_definitions(ucx_put_peer_killed PRIVATE _GNU_SOURCE)
+    target_compile_options(ucx_put_peer_killed PRIVATE ${UM_WARNINGS})
+    target_link_libraries(ucx_put_peer_killed PRIVATE ${UM_UCP_LIBRARY} ${UM_UCS_LIBRARY})
+  endif()
+endif()
