@@ -659,7 +659,9 @@ UM_EXTERN int um_dlpack_import(um_manager *m, void *tensor, unsigned flags, um_b
  * Blobs are capabilities. Whoever holds a buffer's key blob can read and
  * write the exposed range until it is unexposed: hand it only to peers
  * trusted with that memory. The blob's header (magic, version, length,
- * checksum) catches damage in transit (UM_EINVAL), not forgery.
+ * checksum) catches damage in transit (UM_EINVAL), not forgery. A key blob
+ * names the um_net that exposed it, an address blob the um_net it reaches:
+ * a key is used only through an endpoint to the net that made it.
  *
  * Ranges are checked on the issuing side against the exposed size carried
  * in the blob (UM_ERANGE). Unexposing is a revocation that the target
@@ -761,7 +763,8 @@ UM_EXTERN int um_net_unexpose(um_buffer *b);
  * in the remote memory. src may be any live buffer of ep's manager: one
  * without a host view is sent through pinned host chunks. Returns UM_EINVAL
  * (NULL, zero bytes, buffer of another manager, rkey not an intact key
- * blob), UM_ERANGE (src range outside src, or remote range outside the
+ * blob, or a key that another peer than ep's exposed: refused before
+ * anything is sent), UM_ERANGE (src range outside src, or remote range outside the
  * exposed size), UM_ESTATE (src released or mapped, ep closed, remote
  * buffer read-only, or no longer exposed), UM_EBACKEND (peer failure or
  * net_timeout_ms without progress; um_last_error() has UCX's text after a

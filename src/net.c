@@ -20,6 +20,9 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "internal.h"
 #include "net.h"
@@ -29,11 +32,14 @@
 #define UM__EP_MAGIC 0x554d4550u  /* "UMEP" */
 
 /* Blob envelope: magic, version, kind, total length, checksum (FNV-1a 64
- * over the whole blob with the checksum field zero), all little-endian. */
+ * over the whole blob with the checksum field zero), all little-endian.
+ * Both bodies name the net they belong to (um_net.id): an address blob's
+ * starts with it, a key blob's ends its fixed part. */
 #define BLOB_MAGIC 0x424e4d55u /* "UMNB" */
-#define BLOB_VERSION 1u
+#define BLOB_VERSION 2u
 #define BLOB_HEAD 24u
-#define BLOB_EXPOSURE_BODY 24u /* base, size, flags, key length */
+#define BLOB_NET_ID 8u         /* an address body's first bytes */
+#define BLOB_EXPOSURE_BODY 32u /* base, size, flags, key length, net id */
 enum { BLOB_ADDRESS = 1, BLOB_EXPOSURE = 2 };
 
 typedef struct net_exposure {
@@ -59,6 +65,7 @@ struct um_net {
   um_manager *m;
   const um__net_transport *tr;
   void *tn;
+  uint64_t id; /* random: names this net (its worker) in its blobs */
   pthread_mutex_t lock; /* guards everything below */
   pthread_cond_t changed; /* an endpoint's starting count dropped */
   bool destroyed;
@@ -75,6 +82,7 @@ struct um_endpoint {
   atomic_int refs; /* the net's list, and one per operation issued on it */
   um_net *net;
   void *tep;     /* the transport's endpoint; NULL once closed */
+  uint64_t peer_id; /* the id of the net it reaches (its address blob's) */
   bool closing;  /* no transfer may start any more */
   int starting;  /* threads inside the transport's rma() on it */
   um_endpoint *next;
@@ -194,6 +202,7 @@ static int blob_parse_exposure(const um__net_transport *tr, const void *blob, si
   r->base = um__net_le_get(body, 8);
   r->size = um__net_le_get(body + 8, 8);
   r->flags = (unsigned)um__net_le_get(body + 16, 4);
+  r->net_id = um__net_le_get(body + 24, 8);
   r->key = body + BLOB_EXPOSURE_BODY;
   r->key_len = body_len - BLOB_EXPOSURE_BODY;
   if (r->size == 0 || r->base + r->size < r->base || (r->flags & ~UM__NET_EXPOSED_READONLY) != 0)
@@ -230,6 +239,19 @@ static const um__net_transport *net_transport(void) {
 #endif
 }
 
+/* A net's id: random, so that two nets (of two processes, or one after
+ * another at one address) never share one; never 0. */
+static uint64_t net_new_id(const um_net *n) {
+  uint64_t id = 0;
+  if (getrandom(&id, sizeof(id), GRND_NONBLOCK) != (ssize_t)sizeof(id)) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    id = ((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) ^ ((uint64_t)getpid() << 40) ^
+         (uint64_t)(uintptr_t)n;
+  }
+  return id != 0 ? id : 1;
+}
+
 int um_net_create(um_manager *m, um_net **out) {
   const um__net_transport *tr = net_transport();
   um_net *n;
@@ -245,6 +267,7 @@ int um_net_create(um_manager *m, um_net **out) {
   atomic_init(&n->refs, 1);
   n->m = m;
   n->tr = tr;
+  n->id = net_new_id(n);
   pthread_mutex_init(&n->lock, NULL);
   pthread_cond_init(&n->changed, NULL);
   /* Held across the transport's start so that two threads cannot both
@@ -278,15 +301,16 @@ int um_net_address(um_net *n, void *blob, size_t *len) {
     return um__set_error(UM_ESTATE, "um_net %p was destroyed", (void *)n);
   }
   st = n->tr->address(n->tn, NULL, &raw); /* UM_ERANGE: the size */
-  if (st == UM_ERANGE && *len < BLOB_HEAD + raw) {
+  if (st == UM_ERANGE && *len < BLOB_HEAD + BLOB_NET_ID + raw) {
     size_t cap = *len;
-    *len = BLOB_HEAD + raw;
+    *len = BLOB_HEAD + BLOB_NET_ID + raw;
     st = um__set_error(UM_ERANGE, "address blob needs %zu bytes, %zu given", *len, cap);
   } else if (st == UM_ERANGE) {
-    st = n->tr->address(n->tn, (unsigned char *)blob + BLOB_HEAD, &raw);
+    st = n->tr->address(n->tn, (unsigned char *)blob + BLOB_HEAD + BLOB_NET_ID, &raw);
     if (st == UM_OK) {
-      blob_seal(blob, BLOB_HEAD + raw, BLOB_ADDRESS);
-      *len = BLOB_HEAD + raw;
+      um__net_le_put((unsigned char *)blob + BLOB_HEAD, n->id, 8);
+      blob_seal(blob, BLOB_HEAD + BLOB_NET_ID + raw, BLOB_ADDRESS);
+      *len = BLOB_HEAD + BLOB_NET_ID + raw;
     }
   }
   pthread_mutex_unlock(&n->lock);
@@ -309,7 +333,7 @@ int um_net_connect(um_net *n, const void *addr, size_t len, um_endpoint **out) {
     return st;
   if ((st = blob_open(addr, len, BLOB_ADDRESS, &body, &body_len)) != UM_OK)
     return st;
-  if (body_len == 0)
+  if (body_len <= BLOB_NET_ID)
     return um__set_error(UM_EINVAL, "address blob carries no address");
   if ((ep = calloc(1, sizeof(*ep))) == NULL)
     return um__set_error(UM_ENOMEM, "out of memory for an endpoint");
@@ -317,7 +341,7 @@ int um_net_connect(um_net *n, const void *addr, size_t len, um_endpoint **out) {
   if (n->destroyed)
     st = um__set_error(UM_ESTATE, "um_net %p was destroyed", (void *)n);
   else
-    st = n->tr->connect(n->tn, body, body_len, &ep->tep);
+    st = n->tr->connect(n->tn, body + BLOB_NET_ID, body_len - BLOB_NET_ID, &ep->tep);
   if (st != UM_OK) {
     pthread_mutex_unlock(&n->lock);
     free(ep);
@@ -326,6 +350,7 @@ int um_net_connect(um_net *n, const void *addr, size_t len, um_endpoint **out) {
   ep->magic = UM__EP_MAGIC;
   atomic_init(&ep->refs, 1);
   ep->net = n;
+  ep->peer_id = um__net_le_get(body, 8);
   um__atomic_add_relaxed(&n->refs, 1);
   ep->next = n->eps;
   n->eps = ep;
@@ -429,6 +454,7 @@ static int exposure_make(um_net *n, um_buffer *b, net_exposure **out) {
   um__net_le_put(x->blob + BLOB_HEAD + 8, b->size, 8);
   um__net_le_put(x->blob + BLOB_HEAD + 16, b->readonly ? UM__NET_EXPOSED_READONLY : 0, 4);
   um__net_le_put(x->blob + BLOB_HEAD + 20, key_len, 4);
+  um__net_le_put(x->blob + BLOB_HEAD + 24, n->id, 8);
   memcpy(x->blob + BLOB_HEAD + BLOB_EXPOSURE_BODY, key, key_len);
   blob_seal(x->blob, x->blob_len, BLOB_EXPOSURE);
   x->buf = b;
@@ -769,6 +795,11 @@ int um__net_transfer_check(um__net_dir dir, um_endpoint *ep, um_buffer *b, size_
     return um__set_error(UM_EINVAL, "buffer %p belongs to another manager than the endpoint", (void *)b);
   if ((st = blob_parse_exposure(ep->net->tr, blob, blob_len, rem)) != UM_OK)
     return st;
+  /* Another peer's key would name an address of that peer: refused before
+   * anything reaches this endpoint's peer. */
+  if (rem->net_id != ep->peer_id)
+    return um__set_error(UM_EINVAL, "the key blob was exposed by another peer than endpoint %p reaches",
+                         (void *)ep);
   if (off > b->size || bytes > b->size - off)
     return um__set_error(UM_ERANGE, "range [%zu, +%zu) outside a buffer of %zu bytes", off, bytes, b->size);
   if (roff > rem->size || bytes > rem->size - roff)

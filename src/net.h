@@ -42,6 +42,7 @@ typedef struct um__net_remote {
   uint64_t base;   /* remote address of the exposed range's first byte */
   uint64_t size;   /* exposed bytes */
   unsigned flags;  /* UM__NET_EXPOSED_* */
+  uint64_t net_id; /* the exposing net's id: only its endpoints may use it */
   const void *key; /* the transport's key bytes (its part of the blob) */
   size_t key_len;
 } um__net_remote;
