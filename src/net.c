@@ -57,7 +57,22 @@ typedef struct net_alloc {
   um_net *n;
   void *ta; /* the transport's allocation */
   size_t bytes;
+  bool held; /* released, held back (net_stuck): not the application's */
 } net_alloc;
+
+/* An exposure whose revocation gave up (the transport's revoke answered
+ * UM_EBUSY): transfers admitted before may still write its buffer. The
+ * buffer is marked (net_held); once released and retired its memory waits
+ * here (at_rest) until the transport says they are through (settled). A
+ * record whose net goes first is dropped, and its buffer's memory is
+ * never given back: nothing then tells when the peer is done with it. */
+typedef struct net_stuck {
+  struct net_stuck *next;
+  um_net *n;
+  void *tx;
+  um_buffer *buf; /* NULL once the buffer went back without the net */
+  bool at_rest;
+} net_stuck;
 
 struct um_net {
   uint32_t magic;
@@ -100,6 +115,11 @@ static um_net *registry;
 /* Exposures alive in the process (and exposures being made): a buffer
  * release looks for its exposure only when there is one. */
 static atomic_int live_exposures;
+/* Records of held memory (net_stuck), under stuck_lock (taken before the
+ * transport's lock, never under a net's). */
+static pthread_mutex_t stuck_lock = PTHREAD_MUTEX_INITIALIZER;
+static net_stuck *stuck_list;
+static atomic_int nstuck;
 
 /* ------------------------------------------------------------------------ */
 /* References */
@@ -419,9 +439,16 @@ static int exposure_revoke(um_net *n, net_exposure *x) {
   return st;
 }
 
-/* Revoke an exposure that was registered (and counted). */
+static void stuck_add(um_net *n, void *tx, um_buffer *b);
+
+/* Revoke an exposure that was registered (and counted). When the
+ * revocation gives up, the buffer is held (stuck_add). */
 static int exposure_end(um_net *n, net_exposure *x) {
-  int st = exposure_revoke(n, x);
+  int st = n->tr->revoke(x->tx);
+  if (st == UM_EBUSY)
+    stuck_add(n, x->tx, x->buf);
+  free(x->blob);
+  free(x);
   atomic_fetch_sub(&live_exposures, 1);
   return st;
 }
@@ -481,6 +508,7 @@ int um_net_expose(um_buffer *b, void *blob, size_t *len) {
   net_exposure *x;
   um_net *n;
   int st;
+  um__net_reap();
   if (b == NULL)
     return um__set_error(UM_EINVAL, "um_net_expose: NULL buffer");
   if ((st = blob_args_check(blob, len, "um_net_expose")) != UM_OK || (st = um__buffer_check_live(b)) != UM_OK)
@@ -527,6 +555,7 @@ int um_net_unexpose(um_buffer *b) {
   net_exposure *x;
   um_net *n;
   int st;
+  um__net_reap();
   if (b == NULL)
     return um__set_error(UM_EINVAL, "um_net_unexpose: NULL buffer");
   if ((st = um__buffer_check_live(b)) != UM_OK)
@@ -541,16 +570,148 @@ int um_net_unexpose(um_buffer *b) {
   return exposure_end(n, x);
 }
 
-void um__net_buffer_released(um_buffer *b) {
+int um__net_buffer_released(um_buffer *b) {
   net_exposure *x;
   um_net *n;
-  int st;
-  if (atomic_load(&live_exposures) == 0 || (n = net_of_buffer_lock(b)) == NULL)
+  um__net_reap();
+  if (atomic_load(&live_exposures) != 0 && (n = net_of_buffer_lock(b)) != NULL) {
+    x = exposure_unlink_locked(n, b);
+    pthread_mutex_unlock(&n->lock);
+    if (x != NULL && exposure_end(n, x) != UM_OK)
+      um__log(&b->m->opts, UM_LOG_WARN, "um_release of exposed buffer %p: %s", (void *)b, um_last_error());
+  }
+  return atomic_load(&b->net_held) ? UM_EBUSY : UM_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Memory a peer may still write (net_stuck) */
+
+static void stuck_add(um_net *n, void *tx, um_buffer *b) {
+  net_stuck *s = calloc(1, sizeof(*s));
+  atomic_store(&b->net_held, true);
+  if (s == NULL) { /* untracked: held for good (um__net_hold finds no record) */
+    um__log(&n->m->opts, UM_LOG_WARN, "net: out of memory for a record: buffer %p is never given back",
+            (void *)b);
     return;
-  x = exposure_unlink_locked(n, b);
+  }
+  s->n = n;
+  s->tx = tx;
+  s->buf = b;
+  pthread_mutex_lock(&stuck_lock);
+  s->next = stuck_list;
+  stuck_list = s;
+  atomic_fetch_add(&nstuck, 1);
+  pthread_mutex_unlock(&stuck_lock);
+}
+
+static net_stuck *stuck_find_locked(const um_buffer *b) {
+  for (net_stuck *s = stuck_list; s != NULL; s = s->next)
+    if (s->buf == b)
+      return s;
+  return NULL;
+}
+
+bool um__net_hold(um_buffer *b) {
+  bool caller_memory = b->kind == UM__KIND_WRAPPED && b->on_return == NULL;
+  net_stuck *s = NULL;
+  bool held;
+  pthread_mutex_lock(&stuck_lock);
+  held = atomic_load(&b->net_held);
+  if (held) {
+    s = stuck_find_locked(b);
+    if (caller_memory) { /* the caller frees it after um_release: not ours to keep */
+      if (s != NULL)
+        s->buf = NULL;
+      atomic_store(&b->net_held, false);
+      held = false;
+    } else if (s != NULL) {
+      s->at_rest = true;
+    }
+  }
+  pthread_mutex_unlock(&stuck_lock);
+  if (held && um__net_allocated(b)) {
+    net_alloc *a = b->on_return_ctx;
+    pthread_mutex_lock(&a->n->lock);
+    a->held = true;
+    pthread_mutex_unlock(&a->n->lock);
+  }
+  if (held && s == NULL)
+    um__log(&b->m->opts, UM_LOG_WARN,
+            "net: released buffer %p of %zu bytes is kept, never reused: a peer's transfer may still write it "
+            "and its um_net is gone",
+            (void *)b, b->size);
+  return held;
+}
+
+void um__net_reap(void) {
+  net_stuck *done = NULL;
+  if (atomic_load(&nstuck) == 0)
+    return;
+  pthread_mutex_lock(&stuck_lock);
+  for (net_stuck **p = &stuck_list; *p != NULL;) {
+    net_stuck *s = *p;
+    if (!s->n->tr->settled(s->tx)) {
+      p = &s->next;
+      continue;
+    }
+    *p = s->next;
+    atomic_fetch_sub(&nstuck, 1);
+    if (s->buf != NULL)
+      atomic_store(&s->buf->net_held, false);
+    s->next = done;
+    done = s;
+  }
+  pthread_mutex_unlock(&stuck_lock);
+  while (done != NULL) {
+    net_stuck *s = done;
+    done = s->next;
+    if (s->buf != NULL && s->at_rest)
+      um__buffer_retire(s->buf, NULL);
+    free(s);
+  }
+}
+
+/* n goes (its transport with it): its records are dropped, their memory
+ * kept for good; the held buffers of um_net_alloc leave n's list (the
+ * transport unmaps them once its worker is gone). */
+static void stuck_drop(um_net *n) {
+  net_stuck *mine = NULL;
+  um__net_reap();
+  pthread_mutex_lock(&stuck_lock);
+  for (net_stuck **p = &stuck_list; *p != NULL;) {
+    net_stuck *s = *p;
+    if (s->n != n) {
+      p = &s->next;
+      continue;
+    }
+    *p = s->next;
+    atomic_fetch_sub(&nstuck, 1);
+    s->next = mine;
+    mine = s;
+  }
+  pthread_mutex_unlock(&stuck_lock);
+  while (mine != NULL) {
+    net_stuck *s = mine;
+    mine = s->next;
+    if (s->buf != NULL)
+      um__log(&n->m->opts, UM_LOG_WARN,
+              "net: buffer %p of %zu bytes is kept, never reused: a peer's transfer may still write it", (void *)s->buf,
+              s->buf->size);
+    free(s);
+  }
+  pthread_mutex_lock(&n->lock);
+  for (net_alloc **p = &n->allocs; *p != NULL;) {
+    net_alloc *a = *p;
+    if (!a->held) {
+      p = &a->next;
+      continue;
+    }
+    *p = a->next;
+    n->nallocs--;
+    free(a);
+    um__atomic_sub_acq_rel(&n->refs, 1); /* the registry's reference outlives it */
+  }
   pthread_mutex_unlock(&n->lock);
-  if (x != NULL && (st = exposure_end(n, x)) != UM_OK)
-    um__log(&b->m->opts, UM_LOG_WARN, "um_release of exposed buffer %p: %s", (void *)b, um_last_error());
 }
 
 /* ------------------------------------------------------------------------ */
@@ -663,6 +824,7 @@ static void net_teardown(um_net *n, const char *who) {
     if (exposure_end(n, x) != UM_OK)
       um__log(&n->m->opts, UM_LOG_WARN, "%s: %s", who, um_last_error());
   }
+  stuck_drop(n);
   n->tr->close(n->tn);
   n->tn = NULL;
 }
@@ -680,9 +842,9 @@ int um_net_destroy(um_net *n) {
     pthread_mutex_lock(&n->lock);
     /* Buffers of um_net_alloc live in the transport's context, which goes
      * with the net: refused while the application still has one. */
-    nallocs = n->nallocs;
     for (net_alloc *a = n->allocs; a != NULL; a = a->next)
-      alloc_bytes += a->bytes;
+      if (!a->held) /* a held one is not the application's any more */
+        nallocs++, alloc_bytes += a->bytes;
     if (nallocs == 0)
       n->destroyed = true; /* no new endpoint, exposure, transfer or allocation */
     pthread_mutex_unlock(&n->lock);

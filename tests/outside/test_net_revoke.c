@@ -79,6 +79,26 @@ static void target_revoke(const rev_setup *s, um_buffer *b) {
   OS_OK(um_release(b));
 }
 
+/* Once the issuer's put ended (it released its admission), the old block
+ * is no longer held: a trim gives it back, leaving the new buffer's only.
+ * Not when the put failed on the issuer's side without a release (its
+ * endpoint failed: 'b'), which leaves the block held for good. */
+static void target_held_comes_back(rpeer *p, char put_status) {
+  um_stats st;
+  uint64_t end = os_now_ms() + 10000;
+  if (put_status == 'b')
+    return;
+  for (;;) {
+    OS_OK(um_pool_trim(p->m, 0));
+    OS_OK(um_stats_get(p->m, um_device_get(p->m, 0), &st));
+    if (st.bytes_reserved <= REV_BYTES)
+      break;
+    OS_CHECK(os_now_ms() < end, "the held block never came back: %llu bytes reserved",
+             (unsigned long long)st.bytes_reserved);
+    os_sleep_ms(20);
+  }
+}
+
 static int rev_target(int idx, void *arg) {
   rev_setup *s = arg;
   int fd = s->fds[idx];
@@ -122,6 +142,7 @@ static int rev_target(int idx, void *arg) {
   OS_CHECK(bad == SIZE_MAX, "byte %zu of the new buffer was overwritten after the revocation", bad);
   OS_CHECK(status[0] != 'k', "the issuer was told UM_OK for a put into a revoked exposure");
   OS_CHECK(status[1] == 'r', "a put issued after the revocation: %c", status[1]);
+  target_held_comes_back(&p, status[0]);
   rsend(fd, "q", 1);
   OS_OK(um_endpoint_close(ep));
   OS_OK(um_release(again));
