@@ -20,6 +20,8 @@ typedef struct rev_setup {
   pid_t issuer;   /* set before the target is forked */
   rev_how how;
   bool stop;      /* SIGSTOP the issuer while it puts */
+  bool destroy;   /* um_net_destroy right after the revocation */
+  bool net_alloc; /* the target's buffers come from um_net_alloc */
   uint32_t target_timeout_ms;
 } rev_setup;
 
@@ -53,14 +55,17 @@ static size_t rrecv(int fd, void *buf, size_t cap) {
   return len;
 }
 
-static um_endpoint *rconnect(rpeer *p, int fd) {
+/* Exchange addresses over fd; connect to the peer unless only it needs
+ * an endpoint (NULL then). */
+static um_endpoint *rconnect(rpeer *p, int fd, bool connect) {
   unsigned char mine[4096], theirs[4096];
   size_t len = sizeof(mine), tlen;
   um_endpoint *ep = NULL;
   OS_OK(um_net_address(p->net, mine, &len));
   rsend(fd, mine, len);
   tlen = rrecv(fd, theirs, sizeof(theirs));
-  OS_OK(um_net_connect(p->net, theirs, tlen, &ep));
+  if (connect)
+    OS_OK(um_net_connect(p->net, theirs, tlen, &ep));
   return ep;
 }
 
@@ -99,16 +104,45 @@ static void target_held_comes_back(rpeer *p, char put_status) {
   }
 }
 
+static um_buffer *target_alloc(const rev_setup *s, rpeer *p, unsigned flags) {
+  um_buffer *b = NULL;
+  if (s->net_alloc && !s->destroy)
+    OS_OK(um_net_alloc(p->net, REV_BYTES, flags, &b));
+  else
+    OS_OK(um_alloc(p->m, um_device_get(p->m, 0), REV_BYTES, UM_HOST, flags, &b));
+  return b;
+}
+
+/* Wait until the put is landing (its first bytes are in), then stop the
+ * issuer if asked and revoke; then the same size again (with the old block
+ * back in the pool, this would be it), filled with the pattern. */
+static um_buffer *target_revoke_and_realloc(const rev_setup *s, rpeer *p, um_buffer *b) {
+  volatile unsigned char *first = (volatile unsigned char *)um_buffer_host_ptr(b);
+  um_buffer *again;
+  for (uint64_t end = os_now_ms() + REV_WAIT_MS; first[0] == 0;) {
+    OS_CHECK(os_now_ms() < end, "no byte of the put arrived");
+    os_sleep_ms(1);
+  }
+  if (s->stop)
+    OS_CHECK(kill(s->issuer, SIGSTOP) == 0, "SIGSTOP: %s", strerror(errno));
+  target_revoke(s, b);
+  if (s->destroy) /* the net goes while the issuer may still write */
+    OS_OK(um_net_destroy(p->net));
+  again = target_alloc(s, p, 0);
+  os_pattern(um_buffer_host_ptr(again), REV_BYTES, REV_SEED);
+  if (s->stop)
+    OS_CHECK(kill(s->issuer, SIGCONT) == 0, "SIGCONT: %s", strerror(errno));
+  return again;
+}
+
 static int rev_target(int idx, void *arg) {
   rev_setup *s = arg;
   int fd = s->fds[idx];
   unsigned char key[4096];
   size_t klen = sizeof(key), bad = SIZE_MAX;
-  volatile unsigned char *first;
   um_endpoint *ep;
   um_buffer *b, *again;
   char word = 'x', status[2];
-  uint64_t end;
   rpeer p;
   int rc = rpeer_open(&p, s->target_timeout_ms);
   if (rc != 0) {
@@ -117,36 +151,28 @@ static int rev_target(int idx, void *arg) {
   }
   word = 'g';
   rsend(fd, &word, 1);
-  ep = rconnect(&p, fd);
-  OS_OK(um_alloc(p.m, um_device_get(p.m, 0), REV_BYTES, UM_HOST, UM_ALLOC_ZERO, &b));
-  first = (volatile unsigned char *)um_buffer_host_ptr(b);
+  /* The target is passive: an endpoint of its own only where the net
+   * stays (closing one to a stopped issuer is another matter). */
+  ep = rconnect(&p, fd, !s->destroy);
+  b = target_alloc(s, &p, UM_ALLOC_ZERO);
   OS_OK(um_net_expose(b, key, &klen));
   rsend(fd, key, klen);
-  /* The put is landing: its first bytes are in. */
-  for (end = os_now_ms() + REV_WAIT_MS; first[0] == 0;) {
-    OS_CHECK(os_now_ms() < end, "no byte of the put arrived");
-    os_sleep_ms(1);
-  }
-  if (s->stop)
-    OS_CHECK(kill(s->issuer, SIGSTOP) == 0, "SIGSTOP: %s", strerror(errno));
-  target_revoke(s, b);
-  /* The same size again: with the old block back in the pool, this is it. */
-  OS_OK(um_alloc(p.m, um_device_get(p.m, 0), REV_BYTES, UM_HOST, 0, &again));
-  os_pattern(um_buffer_host_ptr(again), REV_BYTES, REV_SEED);
-  if (s->stop)
-    OS_CHECK(kill(s->issuer, SIGCONT) == 0, "SIGCONT: %s", strerror(errno));
+  again = target_revoke_and_realloc(s, &p, b);
   OS_CHECK(rrecv(fd, status, sizeof(status)) == 2, "the issuer's statuses");
   /* A while longer: whatever the old put still had to write is written. */
-  for (end = os_now_ms() + 500; os_now_ms() < end && bad == SIZE_MAX; os_sleep_ms(50))
+  for (uint64_t end = os_now_ms() + 500; os_now_ms() < end && bad == SIZE_MAX; os_sleep_ms(50))
     bad = os_pattern_diff(um_buffer_host_ptr(again), REV_BYTES, REV_SEED);
   OS_CHECK(bad == SIZE_MAX, "byte %zu of the new buffer was overwritten after the revocation", bad);
   OS_CHECK(status[0] != 'k', "the issuer was told UM_OK for a put into a revoked exposure");
   OS_CHECK(status[1] == 'r', "a put issued after the revocation: %c", status[1]);
-  target_held_comes_back(&p, status[0]);
+  if (!s->destroy && !s->net_alloc)
+    target_held_comes_back(&p, status[0]);
   rsend(fd, "q", 1);
-  OS_OK(um_endpoint_close(ep));
   OS_OK(um_release(again));
-  OS_OK(um_net_destroy(p.net));
+  if (!s->destroy) {
+    OS_OK(um_endpoint_close(ep));
+    OS_OK(um_net_destroy(p.net));
+  }
   OS_OK(um_manager_destroy(p.m));
   return 0;
 }
@@ -169,8 +195,10 @@ static int rev_issuer(int idx, void *arg) {
   OS_CHECK(rrecv(fd, &word, 1) == 1, "no word from the target");
   if (word != 'g')
     return OS_SKIP;
-  OS_CHECK(rpeer_open(&p, 20000) == 0, "the target has UCX, the issuer has not");
-  ep = rconnect(&p, fd);
+  /* Shorter when the target's net goes: over shared memory nothing answers
+   * the issuer's flush any more, and the timeout finds it. */
+  OS_CHECK(rpeer_open(&p, s->destroy ? 3000 : 20000) == 0, "the target has UCX, the issuer has not");
+  ep = rconnect(&p, fd, true);
   klen = rrecv(fd, key, sizeof(key));
   OS_OK(um_alloc(p.m, um_device_get(p.m, 0), REV_BYTES, UM_HOST, 0, &src));
   memset(um_buffer_host_ptr(src), 0xa7, REV_BYTES);
@@ -194,13 +222,15 @@ static int rev_issuer(int idx, void *arg) {
   return 0;
 }
 
-static void rev_run(rev_how how, bool stop, uint32_t target_timeout_ms) {
+static void rev_run(rev_how how, bool stop, uint32_t target_timeout_ms, unsigned variant) {
   rev_setup s;
   pid_t target;
   memset(&s, 0, sizeof(s));
   cr_assert_eq(nb_pair(s.fds), 0);
   s.how = how;
   s.stop = stop;
+  s.destroy = (variant & 1u) != 0;
+  s.net_alloc = (variant & 2u) != 0;
   s.target_timeout_ms = target_timeout_ms;
   s.issuer = os_spawn(rev_issuer, 1, &s);
   target = os_spawn(rev_target, 0, &s);
@@ -210,12 +240,30 @@ static void rev_run(rev_how how, bool stop, uint32_t target_timeout_ms) {
   close(s.fds[1]);
 }
 
+#define REV_DESTROY 1u   /* um_net_destroy after the revocation */
+#define REV_NET_ALLOC 2u /* buffers of um_net_alloc */
+
 /* A net timeout shorter than the put: the revocation gives up while the
  * put is still moving. */
-Test(net_revoke, release_shorter_than_the_put, .timeout = 300) { rev_run(REV_RELEASE, false, 5); }
-Test(net_revoke, unexpose_shorter_than_the_put, .timeout = 300) { rev_run(REV_UNEXPOSE, false, 5); }
+Test(net_revoke, release_shorter_than_the_put, .timeout = 300) { rev_run(REV_RELEASE, false, 5, 0); }
+Test(net_revoke, unexpose_shorter_than_the_put, .timeout = 300) { rev_run(REV_UNEXPOSE, false, 5, 0); }
 
 /* The issuer stopped mid-put: the revocation gives up, the issuer goes on
  * once the new buffer is in place. */
-Test(net_revoke, release_issuer_stopped, .timeout = 300) { rev_run(REV_RELEASE, true, 300); }
-Test(net_revoke, unexpose_issuer_stopped, .timeout = 300) { rev_run(REV_UNEXPOSE, true, 300); }
+Test(net_revoke, release_issuer_stopped, .timeout = 300) { rev_run(REV_RELEASE, true, 300, 0); }
+Test(net_revoke, unexpose_issuer_stopped, .timeout = 300) { rev_run(REV_UNEXPOSE, true, 300, 0); }
+
+/* The same with the target's net destroyed before the issuer goes on: the
+ * held block is kept for good, not freed with the net. */
+Test(net_revoke, release_issuer_stopped_then_net_destroyed, .timeout = 300) {
+  rev_run(REV_RELEASE, true, 300, REV_DESTROY);
+}
+
+/* Memory of um_net_alloc (which a shared-memory peer writes directly):
+ * held too, not given back to UCX while the put may still write it. */
+Test(net_revoke, net_alloc_release_issuer_stopped, .timeout = 300) {
+  rev_run(REV_RELEASE, true, 300, REV_NET_ALLOC);
+}
+Test(net_revoke, net_alloc_unexpose_shorter_than_the_put, .timeout = 300) {
+  rev_run(REV_UNEXPOSE, false, 5, REV_NET_ALLOC);
+}
