@@ -120,6 +120,9 @@ static atomic_int live_exposures;
 static pthread_mutex_t stuck_lock = PTHREAD_MUTEX_INITIALIZER;
 static net_stuck *stuck_list;
 static atomic_int nstuck;
+/* The process generation (fork.c) that made the last record: a child of
+ * fork() leaves its parent's records alone. */
+static atomic_uint stuck_gen;
 
 /* ------------------------------------------------------------------------ */
 /* References */
@@ -597,6 +600,7 @@ static void stuck_add(um_net *n, void *tx, um_buffer *b) {
   s->n = n;
   s->tx = tx;
   s->buf = b;
+  atomic_store(&stuck_gen, um__process_generation());
   pthread_mutex_lock(&stuck_lock);
   s->next = stuck_list;
   stuck_list = s;
@@ -645,12 +649,12 @@ bool um__net_hold(um_buffer *b) {
 
 void um__net_reap(void) {
   net_stuck *done = NULL;
-  if (atomic_load(&nstuck) == 0)
+  if (atomic_load(&nstuck) == 0 || atomic_load(&stuck_gen) != um__process_generation())
     return;
   pthread_mutex_lock(&stuck_lock);
   for (net_stuck **p = &stuck_list; *p != NULL;) {
     net_stuck *s = *p;
-    if (!s->n->tr->settled(s->tx)) {
+    if (s->n->m->fork_gen != um__process_generation() || !s->n->tr->settled(s->tx)) {
       p = &s->next;
       continue;
     }

@@ -22,6 +22,7 @@ typedef struct rev_setup {
   bool stop;      /* SIGSTOP the issuer while it puts */
   bool destroy;   /* um_net_destroy right after the revocation */
   bool net_alloc; /* the target's buffers come from um_net_alloc */
+  bool wrap;      /* the exposed buffer wraps the target's own memory */
   uint32_t target_timeout_ms;
 } rev_setup;
 
@@ -81,7 +82,11 @@ static void target_revoke(const rev_setup *s, um_buffer *b) {
     if (s->stop)
       OS_CHECK(st == UM_EBUSY, "um_net_unexpose with the issuer stopped: %s", um_err_name(st));
   }
-  OS_OK(um_release(b));
+  st = um_release(b);
+  if (s->wrap) /* the caller's memory: it is told the peer may still write it */
+    OS_CHECK(st == UM_EBUSY || (st == UM_OK && !s->stop), "um_release of the wrap: %s", um_err_name(st));
+  else
+    OS_CHECK(st == UM_OK, "um_release: %s", um_err_name(st));
 }
 
 /* Once the issuer's put ended (it released its admission), the old block
@@ -106,7 +111,12 @@ static void target_held_comes_back(rpeer *p, char put_status) {
 
 static um_buffer *target_alloc(const rev_setup *s, rpeer *p, unsigned flags) {
   um_buffer *b = NULL;
-  if (s->net_alloc && !s->destroy)
+  void *mem = NULL;
+  if (s->wrap && flags == UM_ALLOC_ZERO) { /* never freed: a peer may write it */
+    OS_CHECK(posix_memalign(&mem, 4096, REV_BYTES) == 0, "posix_memalign");
+    memset(mem, 0, REV_BYTES);
+    OS_OK(um_wrap_host(p->m, mem, REV_BYTES, 0, &b));
+  } else if (s->net_alloc && !s->destroy)
     OS_OK(um_net_alloc(p->net, REV_BYTES, flags, &b));
   else
     OS_OK(um_alloc(p->m, um_device_get(p->m, 0), REV_BYTES, UM_HOST, flags, &b));
@@ -165,7 +175,7 @@ static int rev_target(int idx, void *arg) {
   OS_CHECK(bad == SIZE_MAX, "byte %zu of the new buffer was overwritten after the revocation", bad);
   OS_CHECK(status[0] != 'k', "the issuer was told UM_OK for a put into a revoked exposure");
   OS_CHECK(status[1] == 'r', "a put issued after the revocation: %c", status[1]);
-  if (!s->destroy && !s->net_alloc)
+  if (!s->destroy && !s->net_alloc && !s->wrap)
     target_held_comes_back(&p, status[0]);
   rsend(fd, "q", 1);
   OS_OK(um_release(again));
@@ -231,6 +241,7 @@ static void rev_run(rev_how how, bool stop, uint32_t target_timeout_ms, unsigned
   s.stop = stop;
   s.destroy = (variant & 1u) != 0;
   s.net_alloc = (variant & 2u) != 0;
+  s.wrap = (variant & 4u) != 0;
   s.target_timeout_ms = target_timeout_ms;
   s.issuer = os_spawn(rev_issuer, 1, &s);
   target = os_spawn(rev_target, 0, &s);
@@ -242,6 +253,7 @@ static void rev_run(rev_how how, bool stop, uint32_t target_timeout_ms, unsigned
 
 #define REV_DESTROY 1u   /* um_net_destroy after the revocation */
 #define REV_NET_ALLOC 2u /* buffers of um_net_alloc */
+#define REV_WRAP 4u      /* the exposed buffer a um_wrap_host */
 
 /* A net timeout shorter than the put: the revocation gives up while the
  * put is still moving. */
@@ -267,3 +279,7 @@ Test(net_revoke, net_alloc_release_issuer_stopped, .timeout = 300) {
 Test(net_revoke, net_alloc_unexpose_shorter_than_the_put, .timeout = 300) {
   rev_run(REV_UNEXPOSE, false, 5, REV_NET_ALLOC);
 }
+
+/* A wrap: unimem cannot keep the caller's memory, so um_release says that
+ * a peer may still write it (UM_EBUSY). */
+Test(net_revoke, wrap_release_issuer_stopped, .timeout = 300) { rev_run(REV_RELEASE, true, 300, REV_WRAP); }
