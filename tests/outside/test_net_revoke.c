@@ -109,13 +109,16 @@ static void target_held_comes_back(rpeer *p, char put_status) {
   }
 }
 
+/* The wrapped memory: never freed (a peer may still write it), reachable
+ * (not a leak to LeakSanitizer). */
+static void *rev_wrap_mem;
+
 static um_buffer *target_alloc(const rev_setup *s, rpeer *p, unsigned flags) {
   um_buffer *b = NULL;
-  void *mem = NULL;
-  if (s->wrap && flags == UM_ALLOC_ZERO) { /* never freed: a peer may write it */
-    OS_CHECK(posix_memalign(&mem, 4096, REV_BYTES) == 0, "posix_memalign");
-    memset(mem, 0, REV_BYTES);
-    OS_OK(um_wrap_host(p->m, mem, REV_BYTES, 0, &b));
+  if (s->wrap && flags == UM_ALLOC_ZERO) {
+    OS_CHECK(posix_memalign(&rev_wrap_mem, 4096, REV_BYTES) == 0, "posix_memalign");
+    memset(rev_wrap_mem, 0, REV_BYTES);
+    OS_OK(um_wrap_host(p->m, rev_wrap_mem, REV_BYTES, 0, &b));
   } else if (s->net_alloc && !s->destroy)
     OS_OK(um_net_alloc(p->net, REV_BYTES, flags, &b));
   else
