@@ -7,6 +7,8 @@
  * target revoked the exposure before the data was all in place.
  *
  * Two processes, run once per UCX transport (tcp, posix, sysv). */
+#include <stdbool.h>
+
 #include "outside.h"
 
 #define REV_BYTES (256u << 20)
