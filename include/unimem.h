@@ -343,9 +343,14 @@ UM_EXTERN int um_wrap_host(um_manager *m, void *host, size_t bytes,
  * goes back to the pool). The handle is
  * invalid afterwards: using or releasing it again answers UM_ESTATE until
  * its block is handed to a new allocation (with the debug option, until it
- * leaves the quarantine). Returns UM_OK, UM_EINVAL (not a buffer),
- * UM_ESTATE (already released; a wrap whose release would wait through
- * another buffer's open bracket). */
+ * leaves the quarantine). An exposed buffer is unexposed first (see
+ * um_net_unexpose: at most net_timeout_ms); memory that a peer's transfer
+ * may still write is held back until it cannot. Returns UM_OK, UM_EINVAL
+ * (not a buffer), UM_ESTATE (already released; a wrap whose release would
+ * wait through another buffer's open bracket), UM_EBUSY (a wrap of
+ * um_wrap_host is released, but a peer's transfer admitted before its
+ * revocation did not end within net_timeout_ms and may still write the
+ * caller's memory: keep it allocated until that peer's transfers ended). */
 UM_EXTERN int um_release(um_buffer *b);
 
 /* Getters; 0/NULL for NULL or released buffers. */
@@ -701,7 +706,9 @@ UM_EXTERN int um_dlpack_import(um_manager *m, void *tensor, unsigned flags, um_b
  * Blobs are capabilities. Whoever holds a buffer's key blob can read and
  * write the exposed range until it is unexposed: hand it only to peers
  * trusted with that memory. The blob's header (magic, version, length,
- * checksum) catches damage in transit (UM_EINVAL), not forgery.
+ * checksum) catches damage in transit (UM_EINVAL), not forgery. A key blob
+ * names the um_net that exposed it, an address blob the um_net it reaches:
+ * a key is used only through an endpoint to the net that made it.
  *
  * Ranges are checked on the issuing side against the exposed size carried
  * in the blob (UM_ERANGE). Unexposing is a revocation that the target
@@ -709,7 +716,18 @@ UM_EXTERN int um_dlpack_import(um_manager *m, void *tensor, unsigned flags, um_b
  * later put or get from any peer touches the memory; they fail with
  * UM_ESTATE. unimem enforces it with an admission count and a generation
  * per exposure, because UCX's own deregistration does not stop a peer on
- * its shared-memory and tcp transports.
+ * its shared-memory and tcp transports. A put or get in flight when the
+ * revocation starts stops at its next 16 MiB step and fails with
+ * UM_ESTATE (what it moved may have landed in part); the revocation waits
+ * for it at most net_timeout_ms. When it gives up (a peer stopped or died
+ * mid-transfer: UM_EBUSY), that transfer may still write the memory until
+ * it ends, and its issuer is told it failed: unimem then never gives a
+ * released buffer's memory back (to the pool, the device, a DLPack
+ * producer, or UCX for um_net_alloc) before the transfer is through; if
+ * it never ends, or the um_net is destroyed first, the memory is kept
+ * until the process exits (a warning in the log says how much; memory of
+ * um_net_alloc goes back to UCX once the net's worker is gone, when no
+ * active message can write it any more).
  *
  * Failures: a peer that dies fails the operations in flight to it with
  * UM_EBACKEND and UCX's own message; nothing waits longer than
@@ -802,8 +820,10 @@ UM_EXTERN int um_net_alloc(um_net *n, size_t bytes, unsigned flags, um_buffer **
  * reads or writes b any more (later ones fail with UM_ESTATE), and the ones
  * already admitted have finished. Returns UM_OK; UM_EINVAL (NULL);
  * UM_ESTATE (b released or not exposed); UM_EBUSY when transfers admitted
- * before did not finish within net_timeout_ms (a peer died mid-transfer):
- * b is unexposed all the same. */
+ * before did not finish within net_timeout_ms (a peer stopped or died
+ * mid-transfer): b is unexposed all the same, but those transfers may
+ * still write b until they end (their issuers are told they failed); b's
+ * memory is not reused before they do, even after um_release (see above). */
 UM_EXTERN int um_net_unexpose(um_buffer *b);
 
 /* Write bytes of src from src_off into the remote buffer of key blob
@@ -814,9 +834,12 @@ UM_EXTERN int um_net_unexpose(um_buffer *b);
  * in the remote memory. src may be any live buffer of ep's manager: one
  * without a host view is sent through pinned host chunks. Returns UM_EINVAL
  * (NULL, zero bytes, buffer of another manager, rkey not an intact key
- * blob), UM_ERANGE (src range outside src, or remote range outside the
+ * blob, or a key that another peer than ep's exposed: refused before
+ * anything is sent), UM_ERANGE (src range outside src, or remote range outside the
  * exposed size), UM_ESTATE (src released or mapped, ep closed, remote
- * buffer read-only, or no longer exposed), UM_EBACKEND (peer failure or
+ * buffer read-only, or no longer exposed: unexposed before the put was
+ * admitted, nothing written, or while it moved, the bytes landed in part
+ * or not at all), UM_EBACKEND (peer failure or
  * net_timeout_ms without progress; um_last_error() has UCX's text after a
  * blocking call), UM_ENOMEM. */
 UM_EXTERN int um_net_put(um_endpoint *ep, um_buffer *src, size_t src_off,

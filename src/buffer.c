@@ -339,6 +339,7 @@ static void *take_native_mapping_locked(um_buffer *b) {
 
 /* The rest of um_release, once the buffer is RELEASED and counted. */
 static __attribute__((noinline)) int release_slow(um_buffer *b, um__tcache *tc) {
+  int reached = UM_OK;
   if (atomic_load(&b->touched)) {
     /* Operations were issued or a mapping made: wait for the worker that
      * may still hold the lock, and defer behind pending operations. The
@@ -349,8 +350,12 @@ static __attribute__((noinline)) int release_slow(um_buffer *b, um__tcache *tc) 
     um_event *bracket;
     /* Peers lose an exposed buffer first (net.c: a revocation, which waits
      * for their transfers already admitted), so none reaches the block
-     * once it is reused. */
-    um__net_buffer_released(b);
+     * once it is reused. When it gives up, the block is held back (net.c),
+     * but a caller's wrap is the caller's: it is told. */
+    if (um__net_buffer_released(b) == UM_EBUSY && b->kind == UM__KIND_WRAPPED && b->on_return == NULL)
+      reached = um__set_error(UM_EBUSY, "wrapped memory of buffer %p was released, but a peer's transfer "
+                                        "admitted before the revocation may still write it",
+                              (void *)b);
     pthread_mutex_lock(&b->lock);
     mapped = take_native_mapping_locked(b);
     bracket = um__access_take_locked(b);
@@ -371,10 +376,10 @@ static __attribute__((noinline)) int release_slow(um_buffer *b, um__tcache *tc) 
     b->release_deferred = !now;
     pthread_mutex_unlock(&b->lock);
     if (!now)
-      return UM_OK; /* the last operation to finish retires it (op.c) */
+      return reached; /* the last operation to finish retires it (op.c) */
   }
   um__buffer_retire(b, tc);
-  return UM_OK;
+  return reached;
 }
 
 /* One of the owners um_buffer_retain added goes; false when there is none

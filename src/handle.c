@@ -5,6 +5,7 @@
  * owners (owner.c) and the thread caches. */
 #include <stdlib.h>
 
+#include "net.h"
 #include "tcache.h"
 
 int um__buffer_check_live(const um_buffer *b) {
@@ -103,6 +104,9 @@ bool um__wrap_registered(const um_buffer *b, const um_device *d) {
 /* Retire */
 
 void um__buffer_retire(um_buffer *b, um__tcache *tc) {
+  /* Memory that a peer may still write waits in the net until it cannot. */
+  if (__builtin_expect(atomic_load_explicit(&b->net_held, memory_order_relaxed), 0) && um__net_hold(b))
+    return;
   /* A pooled block released on the caller's thread goes to that thread's
    * cache when its class has a slot (tc->slots_on: pooling on, debug off). */
   if (b->kind == UM__KIND_POOLED && tc != NULL && tc->slots_on && b->cls < UM__TCACHE_CLASSES) {

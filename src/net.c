@@ -20,6 +20,9 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "internal.h"
 #include "net.h"
@@ -29,11 +32,14 @@
 #define UM__EP_MAGIC 0x554d4550u  /* "UMEP" */
 
 /* Blob envelope: magic, version, kind, total length, checksum (FNV-1a 64
- * over the whole blob with the checksum field zero), all little-endian. */
+ * over the whole blob with the checksum field zero), all little-endian.
+ * Both bodies name the net they belong to (um_net.id): an address blob's
+ * starts with it, a key blob's ends its fixed part. */
 #define BLOB_MAGIC 0x424e4d55u /* "UMNB" */
-#define BLOB_VERSION 1u
+#define BLOB_VERSION 2u
 #define BLOB_HEAD 24u
-#define BLOB_EXPOSURE_BODY 24u /* base, size, flags, key length */
+#define BLOB_NET_ID 8u         /* an address body's first bytes */
+#define BLOB_EXPOSURE_BODY 32u /* base, size, flags, key length, net id */
 enum { BLOB_ADDRESS = 1, BLOB_EXPOSURE = 2 };
 
 typedef struct net_exposure {
@@ -51,7 +57,22 @@ typedef struct net_alloc {
   um_net *n;
   void *ta; /* the transport's allocation */
   size_t bytes;
+  bool held; /* released, held back (net_stuck): not the application's */
 } net_alloc;
+
+/* An exposure whose revocation gave up (the transport's revoke answered
+ * UM_EBUSY): transfers admitted before may still write its buffer. The
+ * buffer is marked (net_held); once released and retired its memory waits
+ * here (at_rest) until the transport says they are through (settled). A
+ * record whose net goes first is dropped, and its buffer's memory is
+ * never given back: nothing then tells when the peer is done with it. */
+typedef struct net_stuck {
+  struct net_stuck *next;
+  um_net *n;
+  void *tx;
+  um_buffer *buf; /* NULL once the buffer went back without the net */
+  bool at_rest;
+} net_stuck;
 
 struct um_net {
   uint32_t magic;
@@ -59,6 +80,7 @@ struct um_net {
   um_manager *m;
   const um__net_transport *tr;
   void *tn;
+  uint64_t id; /* random: names this net (its worker) in its blobs */
   pthread_mutex_t lock; /* guards everything below */
   pthread_cond_t changed; /* an endpoint's starting count dropped */
   bool destroyed;
@@ -75,6 +97,7 @@ struct um_endpoint {
   atomic_int refs; /* the net's list, and one per operation issued on it */
   um_net *net;
   void *tep;     /* the transport's endpoint; NULL once closed */
+  uint64_t peer_id; /* the id of the net it reaches (its address blob's) */
   bool closing;  /* no transfer may start any more */
   int starting;  /* threads inside the transport's rma() on it */
   um_endpoint *next;
@@ -92,6 +115,14 @@ static um_net *registry;
 /* Exposures alive in the process (and exposures being made): a buffer
  * release looks for its exposure only when there is one. */
 static atomic_int live_exposures;
+/* Records of held memory (net_stuck), under stuck_lock (taken before the
+ * transport's lock, never under a net's). */
+static pthread_mutex_t stuck_lock = PTHREAD_MUTEX_INITIALIZER;
+static net_stuck *stuck_list;
+static atomic_int nstuck;
+/* The process generation (fork.c) that made the last record: a child of
+ * fork() leaves its parent's records alone. */
+static atomic_uint stuck_gen;
 
 /* ------------------------------------------------------------------------ */
 /* References */
@@ -228,6 +259,7 @@ static int blob_parse_exposure(const um__net_transport *tr, const void *blob, si
   r->base = um__net_le_get(body, 8);
   r->size = um__net_le_get(body + 8, 8);
   r->flags = (unsigned)um__net_le_get(body + 16, 4);
+  r->net_id = um__net_le_get(body + 24, 8);
   r->key = body + BLOB_EXPOSURE_BODY;
   r->key_len = body_len - BLOB_EXPOSURE_BODY;
   if (r->size == 0 || r->base + r->size < r->base || (r->flags & ~UM__NET_EXPOSED_READONLY) != 0)
@@ -264,6 +296,19 @@ static const um__net_transport *net_transport(void) {
 #endif
 }
 
+/* A net's id: random, so that two nets (of two processes, or one after
+ * another at one address) never share one; never 0. */
+static uint64_t net_new_id(const um_net *n) {
+  uint64_t id = 0;
+  if (getrandom(&id, sizeof(id), GRND_NONBLOCK) != (ssize_t)sizeof(id)) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    id = ((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) ^ ((uint64_t)getpid() << 40) ^
+         (uint64_t)(uintptr_t)n;
+  }
+  return id != 0 ? id : 1;
+}
+
 int um_net_create(um_manager *m, um_net **out) {
   const um__net_transport *tr = net_transport();
   um_net *n;
@@ -281,6 +326,7 @@ int um_net_create(um_manager *m, um_net **out) {
   atomic_init(&n->refs, 1);
   n->m = m;
   n->tr = tr;
+  n->id = net_new_id(n);
   pthread_mutex_init(&n->lock, NULL);
   pthread_cond_init(&n->changed, NULL);
   /* Held across the transport's start so that two threads cannot both
@@ -314,15 +360,16 @@ int um_net_address(um_net *n, void *blob, size_t *len) {
     return um__set_error(UM_ESTATE, "um_net %p was destroyed", (void *)n);
   }
   st = n->tr->address(n->tn, NULL, &raw); /* UM_ERANGE: the size */
-  if (st == UM_ERANGE && *len < BLOB_HEAD + raw) {
+  if (st == UM_ERANGE && *len < BLOB_HEAD + BLOB_NET_ID + raw) {
     size_t cap = *len;
-    *len = BLOB_HEAD + raw;
+    *len = BLOB_HEAD + BLOB_NET_ID + raw;
     st = um__set_error(UM_ERANGE, "address blob needs %zu bytes, %zu given", *len, cap);
   } else if (st == UM_ERANGE) {
-    st = n->tr->address(n->tn, (unsigned char *)blob + BLOB_HEAD, &raw);
+    st = n->tr->address(n->tn, (unsigned char *)blob + BLOB_HEAD + BLOB_NET_ID, &raw);
     if (st == UM_OK) {
-      blob_seal(blob, BLOB_HEAD + raw, BLOB_ADDRESS);
-      *len = BLOB_HEAD + raw;
+      um__net_le_put((unsigned char *)blob + BLOB_HEAD, n->id, 8);
+      blob_seal(blob, BLOB_HEAD + BLOB_NET_ID + raw, BLOB_ADDRESS);
+      *len = BLOB_HEAD + BLOB_NET_ID + raw;
     }
   }
   pthread_mutex_unlock(&n->lock);
@@ -345,7 +392,7 @@ int um_net_connect(um_net *n, const void *addr, size_t len, um_endpoint **out) {
     return st;
   if ((st = blob_open(addr, len, BLOB_ADDRESS, &body, &body_len)) != UM_OK)
     return st;
-  if (body_len == 0)
+  if (body_len <= BLOB_NET_ID)
     return um__set_error(UM_EINVAL, "address blob carries no address");
   if ((ep = calloc(1, sizeof(*ep))) == NULL)
     return um__set_error(UM_ENOMEM, "out of memory for an endpoint");
@@ -353,7 +400,7 @@ int um_net_connect(um_net *n, const void *addr, size_t len, um_endpoint **out) {
   if (n->destroyed)
     st = um__set_error(UM_ESTATE, "um_net %p was destroyed", (void *)n);
   else
-    st = n->tr->connect(n->tn, body, body_len, &ep->tep);
+    st = n->tr->connect(n->tn, body + BLOB_NET_ID, body_len - BLOB_NET_ID, &ep->tep);
   if (st != UM_OK) {
     pthread_mutex_unlock(&n->lock);
     free(ep);
@@ -362,6 +409,7 @@ int um_net_connect(um_net *n, const void *addr, size_t len, um_endpoint **out) {
   ep->magic = UM__EP_MAGIC;
   atomic_init(&ep->refs, 1);
   ep->net = n;
+  ep->peer_id = um__net_le_get(body, 8);
   um__atomic_add_relaxed(&n->refs, 1);
   ep->next = n->eps;
   n->eps = ep;
@@ -430,9 +478,16 @@ static int exposure_revoke(um_net *n, net_exposure *x) {
   return st;
 }
 
-/* Revoke an exposure that was registered (and counted). */
+static void stuck_add(um_net *n, void *tx, um_buffer *b);
+
+/* Revoke an exposure that was registered (and counted). When the
+ * revocation gives up, the buffer is held (stuck_add). */
 static int exposure_end(um_net *n, net_exposure *x) {
-  int st = exposure_revoke(n, x);
+  int st = n->tr->revoke(x->tx);
+  if (st == UM_EBUSY)
+    stuck_add(n, x->tx, x->buf);
+  free(x->blob);
+  free(x);
   atomic_fetch_sub(&live_exposures, 1);
   return st;
 }
@@ -465,6 +520,7 @@ static int exposure_make(um_net *n, um_buffer *b, net_exposure **out) {
   um__net_le_put(x->blob + BLOB_HEAD + 8, b->size, 8);
   um__net_le_put(x->blob + BLOB_HEAD + 16, b->readonly ? UM__NET_EXPOSED_READONLY : 0, 4);
   um__net_le_put(x->blob + BLOB_HEAD + 20, key_len, 4);
+  um__net_le_put(x->blob + BLOB_HEAD + 24, n->id, 8);
   memcpy(x->blob + BLOB_HEAD + BLOB_EXPOSURE_BODY, key, key_len);
   blob_seal(x->blob, x->blob_len, BLOB_EXPOSURE);
   x->buf = b;
@@ -491,6 +547,7 @@ int um_net_expose(um_buffer *b, void *blob, size_t *len) {
   net_exposure *x;
   um_net *n;
   int st;
+  um__net_reap();
   if (b == NULL)
     return um__set_error(UM_EINVAL, "um_net_expose: NULL buffer");
   if ((st = blob_args_check(blob, len, "um_net_expose")) != UM_OK || (st = um__buffer_check_live(b)) != UM_OK)
@@ -538,6 +595,7 @@ int um_net_unexpose(um_buffer *b) {
   net_exposure *x;
   um_net *n;
   int st;
+  um__net_reap();
   if (b == NULL)
     return um__set_error(UM_EINVAL, "um_net_unexpose: NULL buffer");
   if ((st = um__buffer_check_live(b)) != UM_OK)
@@ -553,16 +611,149 @@ int um_net_unexpose(um_buffer *b) {
   return exposure_end(n, x);
 }
 
-void um__net_buffer_released(um_buffer *b) {
+int um__net_buffer_released(um_buffer *b) {
   net_exposure *x;
   um_net *n;
-  int st;
-  if (atomic_load(&live_exposures) == 0 || (n = net_of_buffer_lock(b)) == NULL)
+  um__net_reap();
+  if (atomic_load(&live_exposures) != 0 && (n = net_of_buffer_lock(b)) != NULL) {
+    x = exposure_unlink_locked(n, b);
+    pthread_mutex_unlock(&n->lock);
+    if (x != NULL && exposure_end(n, x) != UM_OK)
+      um__log(&b->m->opts, UM_LOG_WARN, "um_release of exposed buffer %p: %s", (void *)b, um_last_error());
+  }
+  return atomic_load(&b->net_held) ? UM_EBUSY : UM_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Memory a peer may still write (net_stuck) */
+
+static void stuck_add(um_net *n, void *tx, um_buffer *b) {
+  net_stuck *s = calloc(1, sizeof(*s));
+  atomic_store(&b->net_held, true);
+  if (s == NULL) { /* untracked: held for good (um__net_hold finds no record) */
+    um__log(&n->m->opts, UM_LOG_WARN, "net: out of memory for a record: buffer %p is never given back",
+            (void *)b);
     return;
-  x = exposure_unlink_locked(n, b);
+  }
+  s->n = n;
+  s->tx = tx;
+  s->buf = b;
+  atomic_store(&stuck_gen, um__process_generation());
+  pthread_mutex_lock(&stuck_lock);
+  s->next = stuck_list;
+  stuck_list = s;
+  atomic_fetch_add(&nstuck, 1);
+  pthread_mutex_unlock(&stuck_lock);
+}
+
+static net_stuck *stuck_find_locked(const um_buffer *b) {
+  for (net_stuck *s = stuck_list; s != NULL; s = s->next)
+    if (s->buf == b)
+      return s;
+  return NULL;
+}
+
+bool um__net_hold(um_buffer *b) {
+  bool caller_memory = b->kind == UM__KIND_WRAPPED && b->on_return == NULL;
+  net_stuck *s = NULL;
+  bool held;
+  pthread_mutex_lock(&stuck_lock);
+  held = atomic_load(&b->net_held);
+  if (held) {
+    s = stuck_find_locked(b);
+    if (caller_memory) { /* the caller frees it after um_release: not ours to keep */
+      if (s != NULL)
+        s->buf = NULL;
+      atomic_store(&b->net_held, false);
+      held = false;
+    } else if (s != NULL) {
+      s->at_rest = true;
+    }
+  }
+  pthread_mutex_unlock(&stuck_lock);
+  if (held && um__net_allocated(b)) {
+    net_alloc *a = b->on_return_ctx;
+    pthread_mutex_lock(&a->n->lock);
+    a->held = true;
+    pthread_mutex_unlock(&a->n->lock);
+  }
+  if (held && s == NULL)
+    um__log(&b->m->opts, UM_LOG_WARN,
+            "net: released buffer %p of %zu bytes is kept, never reused: a peer's transfer may still write it "
+            "and its um_net is gone",
+            (void *)b, b->size);
+  return held;
+}
+
+void um__net_reap(void) {
+  net_stuck *done = NULL;
+  if (atomic_load(&nstuck) == 0 || atomic_load(&stuck_gen) != um__process_generation())
+    return;
+  pthread_mutex_lock(&stuck_lock);
+  for (net_stuck **p = &stuck_list; *p != NULL;) {
+    net_stuck *s = *p;
+    if (s->n->m->fork_gen != um__process_generation() || !s->n->tr->settled(s->tx)) {
+      p = &s->next;
+      continue;
+    }
+    *p = s->next;
+    atomic_fetch_sub(&nstuck, 1);
+    if (s->buf != NULL)
+      atomic_store(&s->buf->net_held, false);
+    s->next = done;
+    done = s;
+  }
+  pthread_mutex_unlock(&stuck_lock);
+  while (done != NULL) {
+    net_stuck *s = done;
+    done = s->next;
+    if (s->buf != NULL && s->at_rest)
+      um__buffer_retire(s->buf, NULL);
+    free(s);
+  }
+}
+
+/* n goes (its transport with it): its records are dropped, their memory
+ * kept for good; the held buffers of um_net_alloc leave n's list (the
+ * transport unmaps them once its worker is gone). */
+static void stuck_drop(um_net *n) {
+  net_stuck *mine = NULL;
+  um__net_reap();
+  pthread_mutex_lock(&stuck_lock);
+  for (net_stuck **p = &stuck_list; *p != NULL;) {
+    net_stuck *s = *p;
+    if (s->n != n) {
+      p = &s->next;
+      continue;
+    }
+    *p = s->next;
+    atomic_fetch_sub(&nstuck, 1);
+    s->next = mine;
+    mine = s;
+  }
+  pthread_mutex_unlock(&stuck_lock);
+  while (mine != NULL) {
+    net_stuck *s = mine;
+    mine = s->next;
+    if (s->buf != NULL)
+      um__log(&n->m->opts, UM_LOG_WARN,
+              "net: buffer %p of %zu bytes is kept, never reused: a peer's transfer may still write it", (void *)s->buf,
+              s->buf->size);
+    free(s);
+  }
+  pthread_mutex_lock(&n->lock);
+  for (net_alloc **p = &n->allocs; *p != NULL;) {
+    net_alloc *a = *p;
+    if (!a->held) {
+      p = &a->next;
+      continue;
+    }
+    *p = a->next;
+    n->nallocs--;
+    free(a);
+    um__atomic_sub_acq_rel(&n->refs, 1); /* the registry's reference outlives it */
+  }
   pthread_mutex_unlock(&n->lock);
-  if (x != NULL && (st = exposure_end(n, x)) != UM_OK)
-    um__log(&b->m->opts, UM_LOG_WARN, "um_release of exposed buffer %p: %s", (void *)b, um_last_error());
 }
 
 /* ------------------------------------------------------------------------ */
@@ -674,6 +865,7 @@ static void net_teardown(um_net *n, const char *who) {
     if (exposure_end(n, x) != UM_OK)
       um__log(&n->m->opts, UM_LOG_WARN, "%s: %s", who, um_last_error());
   }
+  stuck_drop(n);
   n->tr->close(n->tn);
   n->tn = NULL;
 }
@@ -691,9 +883,9 @@ int um_net_destroy(um_net *n) {
     pthread_mutex_lock(&n->lock);
     /* Buffers of um_net_alloc live in the transport's context, which goes
      * with the net: refused while the application still has one. */
-    nallocs = n->nallocs;
     for (net_alloc *a = n->allocs; a != NULL; a = a->next)
-      alloc_bytes += a->bytes;
+      if (!a->held) /* a held one is not the application's any more */
+        nallocs++, alloc_bytes += a->bytes;
     if (nallocs == 0)
       n->destroyed = true; /* no new endpoint, exposure, transfer or allocation */
     pthread_mutex_unlock(&n->lock);
@@ -807,6 +999,11 @@ int um__net_transfer_check(um__net_dir dir, um_endpoint *ep, um_buffer *b, size_
     return um__set_error(UM_EINVAL, "buffer %p belongs to another manager than the endpoint", (void *)b);
   if ((st = blob_parse_exposure(ep->net->tr, blob, blob_len, rem)) != UM_OK)
     return st;
+  /* Another peer's key would name an address of that peer: refused before
+   * anything reaches this endpoint's peer. */
+  if (rem->net_id != ep->peer_id)
+    return um__set_error(UM_EINVAL, "the key blob was exposed by another peer than endpoint %p reaches",
+                         (void *)ep);
   if (off > b->size || bytes > b->size - off)
     return um__set_error(UM_ERANGE, "range [%zu, +%zu) outside a buffer of %zu bytes", off, bytes, b->size);
   if (roff > rem->size || bytes > rem->size - roff)

@@ -42,6 +42,7 @@ typedef struct um__net_remote {
   uint64_t base;   /* remote address of the exposed range's first byte */
   uint64_t size;   /* exposed bytes */
   unsigned flags;  /* UM__NET_EXPOSED_* */
+  uint64_t net_id; /* the exposing net's id: only its endpoints may use it */
   const void *key; /* the transport's key bytes (its part of the blob) */
   size_t key_len;
 } um__net_remote;
@@ -137,7 +138,9 @@ typedef struct um__net_transport {
    * reason in um_last_error()), UM_ENOMEM, UM_EBACKEND. */
   int (*open)(const um_options *opts, void **tn);
   /* Close what open made. Every endpoint was disconnected and every
-   * exposure revoked before. */
+   * exposure revoked before. Allocations left (not given back: a peer's
+   * transfer may still write them) are unmapped once the worker is gone,
+   * and exposures left by revoke (UM_EBUSY) are released. */
   void (*close)(void *tn);
 
   /* The instance's address, for a peer's connect: *len in/out, UM_ERANGE
@@ -171,10 +174,16 @@ typedef struct um__net_transport {
   int (*expose)(void *tn, void *base, size_t len, void *ta, void **tx, const void **key, size_t *key_len);
   /* Revoke an exposure: from the return on, no transfer from a peer that
    * was not yet admitted reads or writes the range, and the admitted ones
-   * have finished. Returns UM_OK, or UM_EBUSY when admitted transfers did
-   * not finish within net_timeout_ms (a peer that died mid-transfer); tx
-   * is released either way. Blocks. */
+   * have finished. Returns UM_OK (tx released), or UM_EBUSY when admitted
+   * transfers did not finish within net_timeout_ms (a peer stopped or dead
+   * mid-transfer): they may still write the range until they end (their
+   * issuers are then told the transfer failed), so the memory must not be
+   * reused until settled(tx) answers true. Blocks. */
   int (*revoke)(void *tx);
+  /* After revoke answered UM_EBUSY: true once no transfer admitted under
+   * tx is left (tx is then released), false while one may still move
+   * bytes. Does not block. */
+  bool (*settled)(void *tx);
   /* Whether key bytes are well formed for this transport: UM_EINVAL when
    * not (a garbled or truncated blob must never reach the library). */
   int (*key_check)(const void *key, size_t key_len);
@@ -198,8 +207,20 @@ extern const um__net_transport um__net_ucx;
 
 /* buffer.c, um_release of a buffer that operations or an exposure touched:
  * revoke its exposure, if any, before its block can be reused. Blocks until
- * the peers' admitted transfers finished (at most net_timeout_ms). */
-void um__net_buffer_released(um_buffer *b);
+ * the peers' admitted transfers finished (at most net_timeout_ms). Returns
+ * UM_EBUSY when some may still write b (this revocation or an earlier
+ * um_net_unexpose gave up): b->net_held is then set, and its retire hands
+ * it to um__net_hold instead of giving the memory back. */
+int um__net_buffer_released(um_buffer *b);
+/* handle.c, retiring a buffer with net_held set: true when the net keeps
+ * it (its memory goes back through um__buffer_retire once no peer's
+ * transfer can reach it, or never when its net went first); false when
+ * the retire goes on (it settled meanwhile, or the memory is the caller's,
+ * a um_wrap_host, which unimem cannot keep). */
+bool um__net_hold(um_buffer *b);
+/* Give back the held buffers that no peer's transfer can reach any more
+ * (cheap when there are none). On a caller's thread: it retires them. */
+void um__net_reap(void);
 /* Whether b is a buffer of um_net_alloc (its memory is its net's). */
 bool um__net_allocated(const um_buffer *b);
 /* manager.c, um_manager_destroy after the engine drained, once the

@@ -125,9 +125,9 @@ struct ucx_ep {
 
 typedef enum {
   RMA_ADMIT,   /* the admission's fetch-add is in flight */
-  RMA_MOVE,    /* a data step and its flush are in flight */
-  RMA_RELEASE, /* the release's add and its flush are in flight */
-  RMA_DONE     /* released: report */
+  RMA_MOVE,    /* a data step (and its check) and its flush are in flight */
+  RMA_RELEASE, /* the release's fetch-add is to be posted */
+  RMA_DONE     /* the release's reply is in flight, or in: report */
 } rma_stage;
 
 /* One transfer (um__net_rma) in flight. */
@@ -142,7 +142,10 @@ typedef struct ucx_rma {
   uint64_t raddr;
   rma_stage stage;
   uint64_t operand;  /* of the atomic in flight: +1 or -1 */
-  uint64_t reply;    /* the admission's fetched word */
+  uint64_t reply;    /* the admission's, then the release's fetched word */
+  uint64_t check_operand; /* 0: a step's check reads the word */
+  uint64_t check;    /* the word a step's check fetched */
+  bool checking;     /* a check went with the step in flight */
   int status;
   bool finished; /* off the in-flight list, onto n->done */
   bool keep; /* UCX may still name it: freed with the worker, not after done */
@@ -156,6 +159,7 @@ typedef struct ucx_rma {
 
 typedef struct ucx_exposure {
   ucx_net *n;
+  struct ucx_exposure *next; /* n->stuck, once its revocation gave up */
   ucp_mem_h memh;
   bool own_memh; /* mapped for this exposure (else an allocation's) */
   uint32_t slot;
@@ -187,11 +191,16 @@ struct ucx_net {
   ucx_rma *done_head, *done_tail;
   ucx_rma *kept;   /* abandoned records (ucx_rma.keep) */
   ucx_ep *zombies; /* disconnected endpoints with abandoned transfers */
-  int nallocs;     /* allocations (ucx_alloc) not given back */
+  /* Exposures whose revocation gave up (ucx_revoke): their slots stay out
+   * of use until the admitted transfers are through (ucx_settled). */
+  struct ucx_exposure *stuck;
+  struct ucx_alloc_rec *allocs; /* allocations (ucx_alloc) not given back */
+  int nallocs;
 };
 
 /* Memory UCX allocated and mapped (UCP_MEM_MAP_ALLOCATE). */
 typedef struct ucx_alloc_rec {
+  struct ucx_alloc_rec *next; /* n->allocs */
   ucp_mem_h memh;
   void *addr;
 } ucx_alloc_rec;
@@ -309,6 +318,43 @@ static void flush_cb(void *req, ucs_status_t st, void *user) {
     rma_advance(r);
 }
 
+/* A step's check is in (its flush completed): a generation other than the
+ * key's means the target started revoking. The rest is not moved; what
+ * moved may have landed in part: the transfer fails. */
+static void rma_checked(ucx_rma *r) {
+  if (!r->checking)
+    return;
+  r->checking = false;
+  if ((uint32_t)(r->check >> 32) == r->rk->gen)
+    return;
+  r->stage = RMA_RELEASE;
+  r->status = UM_ESTATE;
+  set_detail(r, "%s%s", "the remote range was unexposed while the transfer moved (part of it may have landed)",
+             "");
+}
+
+/* The release's reply is in: the word before it. Its generation is the
+ * key's (no revocation), or one more (a revocation waiting for this
+ * transfer, which was complete before it returned); two or more: the
+ * target gave up waiting (ucx_revoke) before the data was all in place,
+ * so the transfer is not complete. */
+static void rma_released(ucx_rma *r) {
+  uint32_t ahead = (uint32_t)(r->reply >> 32) - r->rk->gen;
+  if (r->status != UM_OK || ahead < 2)
+    return;
+  r->status = UM_ESTATE;
+  set_detail(r, "%s%s", "the remote range was revoked while the transfer moved: the target stopped waiting for it",
+             "");
+}
+
+static void release_cb(void *req, ucs_status_t st, void *user) {
+  ucx_rma *r = user;
+  if (!rma_cb_ok(r, req, st, "atomic (release)"))
+    return;
+  rma_released(r);
+  rma_advance(r);
+}
+
 /* A request that needs no callback: freed at once (UCX releases it when it
  * completes); an error is returned. */
 static ucs_status_t post_plain(ucs_status_ptr_t p) {
@@ -336,14 +382,35 @@ static ucs_status_ptr_t post_admission(ucx_rma *r) {
 /* Posted only once the data's flush completed: a fence would not do, since
  * UCX may move the data as active messages that the target processes
  * later, and the atomic on another lane (shared memory: the CPU's own
- * atomic on the mapped word) would overtake them. */
-static ucs_status_t post_release(ucx_rma *r) {
+ * atomic on the mapped word) would overtake them. Fetching, so that the
+ * transfer learns whether the target gave up on it (rma_released). */
+static ucs_status_ptr_t post_release(ucx_rma *r) {
   ucp_request_param_t prm;
   memset(&prm, 0, sizeof(prm));
-  prm.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;
+  prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                     UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_REPLY_BUFFER;
+  prm.cb.send = release_cb;
+  prm.user_data = r;
   prm.datatype = ucp_dt_make_contig(8);
+  prm.reply_buffer = &r->reply;
   r->operand = UINT64_MAX; /* -1: the count is >= 1, so no borrow from the generation */
-  return post_plain(um__ucx.ucp_atomic_op_nbx(r->ep->uep, UCP_ATOMIC_OP_ADD, &r->operand, 1,
+  return um__ucx.ucp_atomic_op_nbx(r->ep->uep, UCP_ATOMIC_OP_ADD, &r->operand, 1,
+                                   r->rk->ctrl_addr + 8ull * r->rk->slot, r->rk->ctrl, &prm);
+}
+
+/* With every step but the last: a fetching add of 0 that reads the word,
+ * complete when the step's flush is (a flush completes the fetching
+ * atomics before it), so that a revocation stops a long transfer at the
+ * next step instead of waiting for all of it. */
+static ucs_status_t post_check(ucx_rma *r) {
+  ucp_request_param_t prm;
+  memset(&prm, 0, sizeof(prm));
+  prm.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_REPLY_BUFFER;
+  prm.datatype = ucp_dt_make_contig(8);
+  prm.reply_buffer = &r->check;
+  r->check_operand = 0;
+  r->checking = true;
+  return post_plain(um__ucx.ucp_atomic_op_nbx(r->ep->uep, UCP_ATOMIC_OP_ADD, &r->check_operand, 1,
                                               r->rk->ctrl_addr + 8ull * r->rk->slot, r->rk->ctrl,
                                               &prm));
 }
@@ -373,8 +440,8 @@ static ucs_status_ptr_t post_flush(ucx_rma *r) {
 
 /* Post what comes next; loops while UCX completes it in place. Every
  * posting starts a deadline. Order: admission, then the data in steps
- * (each flushed), then the release (flushed); a refused admission goes
- * straight to the release. */
+ * (each flushed, each but the last with a check), then the release; a
+ * refused admission or a failed check goes straight to the release. */
 static void rma_advance(ucx_rma *r) {
   for (;;) {
     ucs_status_ptr_t p;
@@ -392,18 +459,26 @@ static void rma_advance(ucx_rma *r) {
       rma_finish(r, r->status);
       return;
     } else {
+      if (r->stage == RMA_MOVE)
+        rma_checked(r);
       if (r->stage == RMA_MOVE && r->moved == r->bytes)
         r->stage = RMA_RELEASE;
       if (r->stage == RMA_RELEASE) {
         what = "atomic (release)";
-        st = post_release(r);
-        r->stage = RMA_DONE; /* once its flush completes */
+        p = post_release(r);
+        r->stage = RMA_DONE; /* once its reply is in */
+        if (p == NULL) { /* completed in place: the reply is there */
+          rma_released(r);
+          continue;
+        }
       } else {
         st = post_step(r);
+        if (st == UCS_OK && r->moved < r->bytes)
+          st = post_check(r);
+        p = st == UCS_OK ? post_flush(r) : UCS_STATUS_PTR(st);
+        if (p == NULL)
+          continue;
       }
-      p = st == UCS_OK ? post_flush(r) : UCS_STATUS_PTR(st);
-      if (p == NULL)
-        continue;
     }
     if (UCS_PTR_IS_ERR(p))
       rma_fail(r, UCS_PTR_STATUS(p), what);
@@ -777,8 +852,6 @@ static void ctrl_destroy(ucx_net *n) {
 
 static void ucx_close(void *tn) {
   ucx_net *n = tn;
-  if (n->nallocs != 0) /* net.c gives every allocation back first */
-    um__log(&n->opts, UM_LOG_ERROR, "net: %d allocation(s) still mapped at close", n->nallocs);
   if (n->progress_running) {
     pthread_mutex_lock(&n->lock);
     n->stopping = true;
@@ -788,7 +861,20 @@ static void ucx_close(void *tn) {
   }
   ctrl_destroy(n);
   um__ucx.ucp_worker_destroy(n->worker);
+  /* Allocations net.c left (a peer's transfer may still write them): with
+   * the worker gone, no active message writes them any more. */
+  while (n->allocs != NULL) {
+    ucx_alloc_rec *a = n->allocs;
+    n->allocs = a->next;
+    um__ucx.ucp_mem_unmap(n->ctx, a->memh);
+    free(a);
+  }
   um__ucx.ucp_cleanup(n->ctx);
+  while (n->stuck != NULL) {
+    ucx_exposure *x = n->stuck;
+    n->stuck = x->next;
+    free(x);
+  }
   while (n->kept != NULL) {
     ucx_rma *r = n->kept;
     n->kept = r->kept_next;
@@ -984,6 +1070,8 @@ static int ucx_alloc(void *tn, size_t len, void **ta, void **host) {
                                         (size_t)attr.length, len);
   }
   a->addr = attr.address;
+  a->next = n->allocs;
+  n->allocs = a;
   n->nallocs++;
   pthread_mutex_unlock(&n->lock);
   *ta = a;
@@ -996,6 +1084,11 @@ static void ucx_free(void *tn, void *ta) {
   ucx_alloc_rec *a = ta;
   pthread_mutex_lock(&n->lock);
   um__ucx.ucp_mem_unmap(n->ctx, a->memh);
+  for (ucx_alloc_rec **p = &n->allocs; *p != NULL; p = &(*p)->next)
+    if (*p == a) {
+      *p = a->next;
+      break;
+    }
   n->nallocs--;
   pthread_mutex_unlock(&n->lock);
   free(a);
@@ -1086,29 +1179,68 @@ static bool slot_drain(ucx_net *n, uint32_t slot) {
   return true;
 }
 
+/* The drain timed out: one more generation on the word, unless its count
+ * dropped to 0 meanwhile (then it drained after all: true). A transfer
+ * still admitted reads that mark at its release and fails
+ * (rma_released). */
+static bool slot_give_up(ucx_net *n, uint32_t slot) {
+  uint64_t w = atomic_load(&n->ctrl[slot]);
+  while ((w & USERS_MASK) != 0)
+    if (atomic_compare_exchange_weak(&n->ctrl[slot], &w, w + GEN_ONE))
+      return false;
+  return true;
+}
+
 static int ucx_revoke(void *tx) {
   ucx_exposure *x = tx;
   ucx_net *n = x->n;
   bool drained;
   /* From here on every admission reads another generation. */
   atomic_fetch_add(&n->ctrl[x->slot], GEN_ONE);
-  drained = slot_drain(n, x->slot);
+  drained = slot_drain(n, x->slot) || slot_give_up(n, x->slot);
   pthread_mutex_lock(&n->lock);
   if (x->own_memh) /* an allocation's mapping stays until it is given back */
     um__ucx.ucp_mem_unmap(n->ctx, x->memh);
-  /* A slot whose count never dropped stays out of use: its count would
-   * hold every later revocation of it. */
+  x->own_memh = false;
+  /* A slot whose count has not dropped stays out of use until it does
+   * (ucx_settled): its count would hold a later revocation of it. */
   if (drained)
     n->free_slots[n->nfree++] = x->slot;
+  else
+    x->next = n->stuck, n->stuck = x;
   pthread_mutex_unlock(&n->lock);
   free(x->key);
-  free(x);
-  if (!drained)
-    return um__set_error(UM_EBUSY,
-                         "unexposed, but remote transfers admitted before did not finish within "
-                         "%" PRIu32 " ms (a peer died mid-transfer?)",
-                         n->opts.net_timeout_ms);
-  return UM_OK;
+  x->key = NULL;
+  if (drained) {
+    free(x);
+    return UM_OK;
+  }
+  return um__set_error(UM_EBUSY,
+                       "unexposed, but remote transfers admitted before did not finish within "
+                       "%" PRIu32 " ms (a peer stopped or died mid-transfer?): they may still write it",
+                       n->opts.net_timeout_ms);
+}
+
+/* An exposure whose revocation gave up: true (and tx released, its slot
+ * back in use) once no transfer admitted under it is left. */
+static bool ucx_settled(void *tx) {
+  ucx_exposure *x = tx;
+  ucx_net *n = x->n;
+  bool done;
+  pthread_mutex_lock(&n->lock);
+  done = (atomic_load(&n->ctrl[x->slot]) & USERS_MASK) == 0;
+  if (done) {
+    for (ucx_exposure **p = &n->stuck; *p != NULL; p = &(*p)->next)
+      if (*p == x) {
+        *p = x->next;
+        break;
+      }
+    n->free_slots[n->nfree++] = x->slot;
+  }
+  pthread_mutex_unlock(&n->lock);
+  if (done)
+    free(x);
+  return done;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1179,6 +1311,7 @@ const um__net_transport um__net_ucx = {
     .free = ucx_free,
     .expose = ucx_expose,
     .revoke = ucx_revoke,
+    .settled = ucx_settled,
     .key_check = ucx_key_check,
     .rma = ucx_rma_start,
 };

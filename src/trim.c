@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "net.h"
 #include "tcache.h"
 
 uint64_t um__trim(um_manager *m, um_device *dev, uint64_t keep) {
@@ -36,6 +37,7 @@ int um_pool_trim(um_manager *m, uint64_t keep_bytes) {
   if (m == NULL)
     return um__set_error(UM_EINVAL, "um_pool_trim: manager is NULL");
   UM__CHECK_PROCESS(m);
+  um__net_reap(); /* blocks that peers can no longer write go back first */
   /* Debug mode: the blocks of quarantined buffers are idle memory too; their
    * handles stay quarantined (quarantine.c). */
   if (m->opts.debug)

@@ -185,6 +185,9 @@ struct um_buffer {
    * went live: um_release then takes b->lock to wait for or defer behind
    * them. Buffers never touched that way are released without the lock. */
   atomic_bool touched;
+  /* A peer's transfer may still write the memory (net.c: a revocation that
+   * gave up): the block is not given back until it cannot. */
+  atomic_bool net_held;
   /* Owners beyond the first (um_buffer_retain): um_release drops one of
    * them while there are any. */
   atomic_int holds;

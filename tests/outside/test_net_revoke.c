@@ -1,0 +1,290 @@
+/* A revocation that gives up must not hand the memory back: a target
+ * exposes a large HOST buffer, a peer streams a put into it, the target
+ * revokes (um_release, or um_net_unexpose then um_release) with a net
+ * timeout shorter than the put, or while the issuer is stopped (SIGSTOP),
+ * and allocates the same size again. Its new buffer must never be written
+ * by the old put, and the issuer must not be told UM_OK for a put whose
+ * target revoked the exposure before the data was all in place.
+ *
+ * Two processes, run once per UCX transport (tcp, posix, sysv). */
+#include <stdbool.h>
+
+#include "outside.h"
+
+#define REV_BYTES (256u << 20)
+#define REV_WAIT_MS 60000
+#define REV_SEED 0x5eu
+
+typedef enum { REV_RELEASE, REV_UNEXPOSE } rev_how;
+
+typedef struct rev_setup {
+  int fds[2];
+  pid_t issuer;   /* set before the target is forked */
+  rev_how how;
+  bool stop;      /* SIGSTOP the issuer while it puts */
+  bool destroy;   /* um_net_destroy right after the revocation */
+  bool net_alloc; /* the target's buffers come from um_net_alloc */
+  bool wrap;      /* the exposed buffer wraps the target's own memory */
+  uint32_t target_timeout_ms;
+} rev_setup;
+
+typedef struct rpeer {
+  um_manager *m;
+  um_net *net;
+} rpeer;
+
+static int rpeer_open(rpeer *p, uint32_t timeout_ms) {
+  um_options o;
+  int st;
+  os_options(&o);
+  o.net_timeout_ms = timeout_ms;
+  OS_OK(um_manager_create(&o, &p->m));
+  st = um_net_create(p->m, &p->net);
+  if (st == UM_ENOTSUP) {
+    um_manager_destroy(p->m);
+    return OS_SKIP;
+  }
+  OS_CHECK(st == UM_OK, "um_net_create: %s", um_err_name(st));
+  return 0;
+}
+
+static void rsend(int fd, const void *blob, size_t len) {
+  OS_CHECK(nb_send(fd, blob, len) == 0, "nb_send: %s", strerror(errno));
+}
+
+static size_t rrecv(int fd, void *buf, size_t cap) {
+  size_t len = 0;
+  OS_CHECK(nb_recv(fd, buf, cap, &len, REV_WAIT_MS) == 0, "nb_recv: %s", strerror(errno));
+  return len;
+}
+
+/* Exchange addresses over fd; connect to the peer unless only it needs
+ * an endpoint (NULL then). */
+static um_endpoint *rconnect(rpeer *p, int fd, bool connect) {
+  unsigned char mine[4096], theirs[4096];
+  size_t len = sizeof(mine), tlen;
+  um_endpoint *ep = NULL;
+  OS_OK(um_net_address(p->net, mine, &len));
+  rsend(fd, mine, len);
+  tlen = rrecv(fd, theirs, sizeof(theirs));
+  if (connect)
+    OS_OK(um_net_connect(p->net, theirs, tlen, &ep));
+  return ep;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The target */
+
+/* Revoke b while the put streams in, as the setup says. */
+static void target_revoke(const rev_setup *s, um_buffer *b) {
+  int st;
+  if (s->how == REV_UNEXPOSE) {
+    st = um_net_unexpose(b);
+    OS_CHECK(st == UM_OK || st == UM_EBUSY, "um_net_unexpose: %s", um_err_name(st));
+    if (s->stop)
+      OS_CHECK(st == UM_EBUSY, "um_net_unexpose with the issuer stopped: %s", um_err_name(st));
+  }
+  st = um_release(b);
+  if (s->wrap) /* the caller's memory: it is told the peer may still write it */
+    OS_CHECK(st == UM_EBUSY || (st == UM_OK && !s->stop), "um_release of the wrap: %s", um_err_name(st));
+  else
+    OS_CHECK(st == UM_OK, "um_release: %s", um_err_name(st));
+}
+
+/* Once the issuer's put ended (it released its admission), the old block
+ * is no longer held: a trim gives it back, leaving the new buffer's only.
+ * Not when the put failed on the issuer's side without a release (its
+ * endpoint failed: 'b'), which leaves the block held for good. */
+static void target_held_comes_back(rpeer *p, char put_status) {
+  um_stats st;
+  uint64_t end = os_now_ms() + 10000;
+  if (put_status == 'b')
+    return;
+  for (;;) {
+    OS_OK(um_pool_trim(p->m, 0));
+    OS_OK(um_stats_get(p->m, um_device_get(p->m, 0), &st));
+    if (st.bytes_reserved <= REV_BYTES)
+      break;
+    OS_CHECK(os_now_ms() < end, "the held block never came back: %llu bytes reserved",
+             (unsigned long long)st.bytes_reserved);
+    os_sleep_ms(20);
+  }
+}
+
+/* The wrapped memory: never freed (a peer may still write it), reachable
+ * (not a leak to LeakSanitizer). */
+static void *rev_wrap_mem;
+
+static um_buffer *target_alloc(const rev_setup *s, rpeer *p, unsigned flags) {
+  um_buffer *b = NULL;
+  if (s->wrap && flags == UM_ALLOC_ZERO) {
+    OS_CHECK(posix_memalign(&rev_wrap_mem, 4096, REV_BYTES) == 0, "posix_memalign");
+    memset(rev_wrap_mem, 0, REV_BYTES);
+    OS_OK(um_wrap_host(p->m, rev_wrap_mem, REV_BYTES, 0, &b));
+  } else if (s->net_alloc && !s->destroy)
+    OS_OK(um_net_alloc(p->net, REV_BYTES, flags, &b));
+  else
+    OS_OK(um_alloc(p->m, um_device_get(p->m, 0), REV_BYTES, UM_HOST, flags, &b));
+  return b;
+}
+
+/* Wait until the put is landing (its first bytes are in), then stop the
+ * issuer if asked and revoke; then the same size again (with the old block
+ * back in the pool, this would be it), filled with the pattern. */
+static um_buffer *target_revoke_and_realloc(const rev_setup *s, rpeer *p, um_buffer *b) {
+  volatile unsigned char *first = (volatile unsigned char *)um_buffer_host_ptr(b);
+  um_buffer *again;
+  for (uint64_t end = os_now_ms() + REV_WAIT_MS; first[0] == 0;) {
+    OS_CHECK(os_now_ms() < end, "no byte of the put arrived");
+    os_sleep_ms(1);
+  }
+  if (s->stop)
+    OS_CHECK(kill(s->issuer, SIGSTOP) == 0, "SIGSTOP: %s", strerror(errno));
+  target_revoke(s, b);
+  if (s->destroy) /* the net goes while the issuer may still write */
+    OS_OK(um_net_destroy(p->net));
+  again = target_alloc(s, p, 0);
+  os_pattern(um_buffer_host_ptr(again), REV_BYTES, REV_SEED);
+  if (s->stop)
+    OS_CHECK(kill(s->issuer, SIGCONT) == 0, "SIGCONT: %s", strerror(errno));
+  return again;
+}
+
+static int rev_target(int idx, void *arg) {
+  rev_setup *s = arg;
+  int fd = s->fds[idx];
+  unsigned char key[4096];
+  size_t klen = sizeof(key), bad = SIZE_MAX;
+  um_endpoint *ep;
+  um_buffer *b, *again;
+  char word = 'x', status[2];
+  rpeer p;
+  int rc = rpeer_open(&p, s->target_timeout_ms);
+  if (rc != 0) {
+    rsend(fd, &word, 1);
+    return rc;
+  }
+  word = 'g';
+  rsend(fd, &word, 1);
+  /* The target is passive: an endpoint of its own only where the net
+   * stays (closing one to a stopped issuer is another matter). */
+  ep = rconnect(&p, fd, !s->destroy);
+  b = target_alloc(s, &p, UM_ALLOC_ZERO);
+  OS_OK(um_net_expose(b, key, &klen));
+  rsend(fd, key, klen);
+  again = target_revoke_and_realloc(s, &p, b);
+  OS_CHECK(rrecv(fd, status, sizeof(status)) == 2, "the issuer's statuses");
+  /* A while longer: whatever the old put still had to write is written. */
+  for (uint64_t end = os_now_ms() + 500; os_now_ms() < end && bad == SIZE_MAX; os_sleep_ms(50))
+    bad = os_pattern_diff(um_buffer_host_ptr(again), REV_BYTES, REV_SEED);
+  OS_CHECK(bad == SIZE_MAX, "byte %zu of the new buffer was overwritten after the revocation", bad);
+  OS_CHECK(status[0] != 'k', "the issuer was told UM_OK for a put into a revoked exposure");
+  OS_CHECK(status[1] == 'r', "a put issued after the revocation: %c", status[1]);
+  if (!s->destroy && !s->net_alloc && !s->wrap)
+    target_held_comes_back(&p, status[0]);
+  rsend(fd, "q", 1);
+  OS_OK(um_release(again));
+  if (!s->destroy) {
+    OS_OK(um_endpoint_close(ep));
+    OS_OK(um_net_destroy(p.net));
+  }
+  OS_OK(um_manager_destroy(p.m));
+  return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The issuer */
+
+static char status_char(int st) { return st == UM_OK ? 'k' : st == UM_ESTATE ? 'r' : st == UM_EBACKEND ? 'b' : '?'; }
+
+static int rev_issuer(int idx, void *arg) {
+  rev_setup *s = arg;
+  int fd = s->fds[idx], st;
+  unsigned char key[4096];
+  size_t klen;
+  um_endpoint *ep;
+  um_buffer *src;
+  um_event *ev;
+  char word = 0, status[2];
+  rpeer p;
+  OS_CHECK(rrecv(fd, &word, 1) == 1, "no word from the target");
+  if (word != 'g')
+    return OS_SKIP;
+  /* Shorter when the target's net goes: over shared memory nothing answers
+   * the issuer's flush any more, and the timeout finds it. */
+  OS_CHECK(rpeer_open(&p, s->destroy ? 3000 : 20000) == 0, "the target has UCX, the issuer has not");
+  ep = rconnect(&p, fd, true);
+  klen = rrecv(fd, key, sizeof(key));
+  OS_OK(um_alloc(p.m, um_device_get(p.m, 0), REV_BYTES, UM_HOST, 0, &src));
+  memset(um_buffer_host_ptr(src), 0xa7, REV_BYTES);
+  OS_OK(um_net_put(ep, src, 0, key, klen, 0, REV_BYTES, &ev));
+  st = um_event_wait(ev);
+  um_event_release(ev);
+  fprintf(stderr, "[pid %d] the put revoked under it: %s (%s)\n", (int)getpid(), um_err_name(st),
+          st == UM_OK ? "" : um_last_error());
+  OS_CHECK(st == UM_OK || st == UM_ESTATE || st == UM_EBACKEND, "put: %s", um_err_name(st));
+  status[0] = status_char(st);
+  if (st == UM_EBACKEND) /* the endpoint is gone: nothing more to try */
+    status[1] = 'r';
+  else
+    status[1] = status_char(um_net_put(ep, src, 0, key, klen, 0, 4096, NULL));
+  rsend(fd, status, 2);
+  OS_CHECK(rrecv(fd, &word, 1) == 1 && word == 'q', "the target's last word");
+  (void)um_endpoint_close(ep);
+  OS_OK(um_release(src));
+  OS_OK(um_net_destroy(p.net));
+  OS_OK(um_manager_destroy(p.m));
+  return 0;
+}
+
+static void rev_run(rev_how how, bool stop, uint32_t target_timeout_ms, unsigned variant) {
+  rev_setup s;
+  pid_t target;
+  memset(&s, 0, sizeof(s));
+  cr_assert_eq(nb_pair(s.fds), 0);
+  s.how = how;
+  s.stop = stop;
+  s.destroy = (variant & 1u) != 0;
+  s.net_alloc = (variant & 2u) != 0;
+  s.wrap = (variant & 4u) != 0;
+  s.target_timeout_ms = target_timeout_ms;
+  s.issuer = os_spawn(rev_issuer, 1, &s);
+  target = os_spawn(rev_target, 0, &s);
+  os_expect_peer(target, 200000, "target");
+  os_expect_peer(s.issuer, 30000, "issuer");
+  close(s.fds[0]);
+  close(s.fds[1]);
+}
+
+#define REV_DESTROY 1u   /* um_net_destroy after the revocation */
+#define REV_NET_ALLOC 2u /* buffers of um_net_alloc */
+#define REV_WRAP 4u      /* the exposed buffer a um_wrap_host */
+
+/* A net timeout shorter than the put: the revocation gives up while the
+ * put is still moving. */
+Test(net_revoke, release_shorter_than_the_put, .timeout = 300) { rev_run(REV_RELEASE, false, 5, 0); }
+Test(net_revoke, unexpose_shorter_than_the_put, .timeout = 300) { rev_run(REV_UNEXPOSE, false, 5, 0); }
+
+/* The issuer stopped mid-put: the revocation gives up, the issuer goes on
+ * once the new buffer is in place. */
+Test(net_revoke, release_issuer_stopped, .timeout = 300) { rev_run(REV_RELEASE, true, 300, 0); }
+Test(net_revoke, unexpose_issuer_stopped, .timeout = 300) { rev_run(REV_UNEXPOSE, true, 300, 0); }
+
+/* The same with the target's net destroyed before the issuer goes on: the
+ * held block is kept for good, not freed with the net. */
+Test(net_revoke, release_issuer_stopped_then_net_destroyed, .timeout = 300) {
+  rev_run(REV_RELEASE, true, 300, REV_DESTROY);
+}
+
+/* Memory of um_net_alloc (which a shared-memory peer writes directly):
+ * held too, not given back to UCX while the put may still write it. */
+Test(net_revoke, net_alloc_release_issuer_stopped, .timeout = 300) {
+  rev_run(REV_RELEASE, true, 300, REV_NET_ALLOC);
+}
+Test(net_revoke, net_alloc_unexpose_shorter_than_the_put, .timeout = 300) {
+  rev_run(REV_UNEXPOSE, false, 5, REV_NET_ALLOC);
+}
+
+/* A wrap: unimem cannot keep the caller's memory, so um_release says that
+ * a peer may still write it (UM_EBUSY). */
+Test(net_revoke, wrap_release_issuer_stopped, .timeout = 300) { rev_run(REV_RELEASE, true, 300, REV_WRAP); }
