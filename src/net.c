@@ -997,6 +997,12 @@ int um__net_transfer_check(um__net_dir dir, um_endpoint *ep, um_buffer *b, size_
     return um__set_error(UM_EINVAL, "transfer of zero bytes");
   if (b->m != ep->net->m)
     return um__set_error(UM_EINVAL, "buffer %p belongs to another manager than the endpoint", (void *)b);
+  /* A closed endpoint answers UM_ESTATE whatever the key says. */
+  pthread_mutex_lock(&ep->net->lock);
+  st = ep->closing || ep->tep == NULL ? um__set_error(UM_ESTATE, "endpoint %p is closed", (void *)ep) : UM_OK;
+  pthread_mutex_unlock(&ep->net->lock);
+  if (st != UM_OK)
+    return st;
   if ((st = blob_parse_exposure(ep->net->tr, blob, blob_len, rem)) != UM_OK)
     return st;
   /* Another peer's key would name an address of that peer: refused before
@@ -1013,8 +1019,5 @@ int um__net_transfer_check(um__net_dir dir, um_endpoint *ep, um_buffer *b, size_
     return um__set_error(UM_ESTATE, "the remote buffer is exposed read-only");
   if (dir == UM__NET_GET && b->readonly)
     return um__set_error(UM_ESTATE, "buffer %p is a read-only wrap", (void *)b);
-  pthread_mutex_lock(&ep->net->lock);
-  st = ep->closing || ep->tep == NULL ? um__set_error(UM_ESTATE, "endpoint %p is closed", (void *)ep) : UM_OK;
-  pthread_mutex_unlock(&ep->net->lock);
-  return st;
+  return UM_OK;
 }
