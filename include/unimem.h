@@ -425,7 +425,10 @@ UM_EXTERN int um_event_wait(um_event *e);
 /* UM_EAGAIN while pending, else the operation's status. */
 UM_EXTERN int um_event_query(um_event *e);
 /* Cancel an operation that has not started: UM_OK (it will not run, and
- * waiting on it answers UM_ECANCELED), UM_EBUSY once it started or ended. */
+ * from then on um_event_wait and um_event_query answer UM_ECANCELED at
+ * once, a wait already under way included; the operations issued after it
+ * on its buffers still wait for those issued before it), UM_EBUSY once it
+ * started or ended. */
 UM_EXTERN int um_event_cancel(um_event *e);
 /* Drop the caller's reference. The operation itself goes on. Returns
  * UM_OK, UM_EINVAL (not an event), UM_ESTATE (released already). A released
