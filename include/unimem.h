@@ -8,7 +8,8 @@
  * - Handles (um_manager, um_device, um_buffer, um_event) are opaque. A
  *   um_device belongs to its manager and lives as long as it does; a
  *   um_buffer is owned by the caller from allocation until um_release; a
- *   um_event is owned by the caller until um_event_release.
+ *   um_event is owned by the caller until um_event_release. A handle of
+ *   another kind (or NULL) where one kind is expected answers UM_EINVAL.
  * - Thread safety: every function may be called from any thread. Operations
  *   on one buffer take effect in the order they were issued.
  * - On failure, um_last_error() returns a thread-local text with the detail
@@ -270,7 +271,8 @@ UM_EXTERN int um_manager_create(const um_options *opts, um_manager **out);
  * completes (an OpenCL user event never set, a CUevent never recorded
  * past) keeps destroy waiting until it does; complete it, or set it to an
  * error status, first. Returns UM_OK, UM_ELEAK when buffers were leaked
- * (they are freed all the same), UM_EINVAL for NULL. */
+ * (they are freed all the same), UM_EINVAL for NULL or what is not a
+ * manager. */
 UM_EXTERN int um_manager_destroy(um_manager *m);
 
 /* The options the manager runs with. */
@@ -279,9 +281,10 @@ UM_EXTERN int um_manager_options(const um_manager *m, um_options *out);
 /* ------------------------------------------------------------------------ */
 /* Devices                                                                   */
 
-/* Number of devices (>= 1: index 0 is the host CPU); UM_EINVAL for NULL. */
+/* Number of devices (>= 1: index 0 is the host CPU); UM_EINVAL (negative)
+ * for NULL or what is not a manager. */
 UM_EXTERN int um_device_count(const um_manager *m);
-/* Device at index, or NULL when out of range. */
+/* Device at index, or NULL when out of range or m is not a manager. */
 UM_EXTERN um_device *um_device_get(um_manager *m, int index);
 /* Describe d into *out. UM_EINVAL for NULL. */
 UM_EXTERN int um_device_info_get(const um_device *d, um_device_info *out);

@@ -73,6 +73,8 @@ static inline int um__ndevices(const um_manager *m) {
 
 /* d is a device handle (not NULL, not a handle of another kind). */
 static inline bool um__device_ok(const um_device *d) { return d != NULL && d->magic == UM__DEVICE_MAGIC; }
+/* m is a manager handle (not NULL, not a handle of another kind). */
+static inline bool um__manager_ok(const um_manager *m) { return m != NULL && m->magic == UM__MANAGER_MAGIC; }
 
 #define UM__STAT_ADD(dev, field, v) um__atomic_add_relaxed(&(dev)->stats.field, (uint64_t)(v))
 #define UM__STAT_SUB(dev, field, v) um__atomic_sub_relaxed(&(dev)->stats.field, (uint64_t)(v))

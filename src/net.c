@@ -234,8 +234,8 @@ int um_net_create(um_manager *m, um_net **out) {
   const um__net_transport *tr = net_transport();
   um_net *n;
   int st;
-  if (m == NULL || out == NULL)
-    return um__set_error(UM_EINVAL, "um_net_create: NULL argument");
+  if (!um__manager_ok(m) || out == NULL)
+    return um__set_error(UM_EINVAL, "um_net_create: NULL argument or not a manager");
   if (tr == NULL)
     return um__set_error(UM_ENOTSUP, "this unimem was built without UCX (libucx-dev headers were "
                                      "missing or UNIMEM_ENABLE_UCX=OFF)");
