@@ -329,7 +329,8 @@ UM_EXTERN int um_alloc_array_at(um_manager *m, um_device *d, size_t count,
 
 /* A HOST buffer over caller memory on device 0, zero-copy: the buffer's
  * host view is host itself. flags: UM_WRAP_*. The caller keeps ownership
- * of the memory and must keep it alive until um_release. */
+ * of the memory and must keep it alive until um_release. UM_EOVERFLOW when
+ * host + bytes runs past the end of the address space (pinned or not). */
 UM_EXTERN int um_wrap_host(um_manager *m, void *host, size_t bytes,
                            unsigned flags, um_buffer **out);
 

@@ -286,6 +286,11 @@ int um_wrap_host(um_manager *m, void *host, size_t bytes, unsigned flags, um_buf
     return um__set_error(UM_EINVAL, "um_wrap_host: NULL argument or not a manager");
   if (bytes == 0)
     return um__set_error(UM_EINVAL, "um_wrap_host: zero bytes");
+  /* Its last byte must be an address: a range that wraps around would let
+   * every later bounds check (offset + bytes <= size) pass past its end. */
+  if (bytes - 1 > UINTPTR_MAX - (uintptr_t)host)
+    return um__set_error(UM_EOVERFLOW, "um_wrap_host: %p + %zu bytes runs past the end of the address space",
+                         host, bytes);
   if (flags & ~(unsigned)(UM_WRAP_READONLY | UM_WRAP_PIN))
     return um__set_error(UM_EINVAL, "um_wrap_host: unknown flags 0x%x", flags);
   UM__CHECK_PROCESS(m);
