@@ -790,7 +790,8 @@ UM_EXTERN int um_net_expose(um_buffer *b, void *blob, size_t *len);
  * flags: UM_ALLOC_ZERO (zero-filled); UM_ALLOC_UNPOOLED is accepted and
  * changes nothing. Returns UM_OK; UM_EINVAL (n not a live handle of a net,
  * NULL out, zero bytes, unknown flags); UM_ESTATE (n was destroyed);
- * UM_ENOMEM; UM_EBACKEND (UCX could not allocate; um_last_error() has its
+ * UM_ENOMEM (also, before UCX is asked, for more bytes than the host's
+ * physical memory); UM_EBACKEND (UCX could not allocate; um_last_error() has its
  * text). */
 UM_EXTERN int um_net_alloc(um_net *n, size_t bytes, unsigned flags, um_buffer **out);
 

@@ -20,6 +20,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "internal.h"
 #include "net.h"
@@ -566,8 +567,13 @@ int um_net_alloc(um_net *n, size_t bytes, unsigned flags, um_buffer **out) {
   if (flags & ~(unsigned)(UM_ALLOC_UNPOOLED | UM_ALLOC_ZERO))
     return um__set_error(UM_EINVAL, "um_net_alloc: unknown flags 0x%x", flags);
   UM__CHECK_PROCESS(n->m);
-  if (bytes > ((size_t)1 << 62))
-    return um__set_error(UM_ENOMEM, "um_net_alloc: %zu bytes is more than any device has", bytes);
+  /* The transport backs it with host memory (on posix, a shared-memory file
+   * that the kernel fills lazily: an overcommit shows up later as SIGBUS),
+   * so what exceeds the host's physical memory is refused before it. */
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (bytes > ((size_t)1 << 62) || (pages > 0 && page > 0 && bytes / (size_t)page >= (size_t)pages))
+    return um__set_error(UM_ENOMEM, "um_net_alloc: %zu bytes is more than the host's physical memory (%zu bytes)",
+                         bytes, pages > 0 && page > 0 ? (size_t)pages * (size_t)page : (size_t)0);
   if ((a = calloc(1, sizeof(*a))) == NULL)
     return um__set_error(UM_ENOMEM, "um_net_alloc: out of memory for a record");
   /* Allocated and counted under the net's lock: um_net_destroy either sees
