@@ -178,6 +178,14 @@ void um__event_unref(um_event *e) {
  * released (their handles die with the manager). Threads still inside
  * um_event_wait (their operations are finished: the drain came first)
  * leave before the objects go. */
+void um__events_drop_natives(um_manager *m) {
+  while (atomic_load_explicit(&m->event_waiters, memory_order_acquire) != 0)
+    sched_yield();
+  for (um__event_slab *slab = m->event_slabs; slab != NULL; slab = slab->next)
+    for (int i = 0; i < UM__EVENT_SLAB; i++)
+      um__event_caller_native_drop(&slab->ev[i]);
+}
+
 void um__events_free_all(um_manager *m) {
   int unreleased = 0;
   while (atomic_load_explicit(&m->event_waiters, memory_order_acquire) != 0)

@@ -282,6 +282,9 @@ void um__event_token_put(um_event *e, um_device *ndev, void *native);
 /* Drop the caller's share of e's token (um_event_release; op.c's
  * keep_native when the release came first). */
 void um__event_caller_native_drop(um_event *e);
+/* Destroy, before the devices close: the native tokens that events never
+ * released still hold for um_event_native go back to their backends. */
+void um__events_drop_natives(um_manager *m);
 /* Manager destroy: free every event object. */
 void um__events_free_all(um_manager *m);
 /* A thread's cache goes (thread exit): its stash of event objects back to

@@ -103,6 +103,9 @@ static int open_backend(um_manager *m, const um__backend *be, bool required) {
 }
 
 static void free_manager(um_manager *m) {
+  /* An event never released keeps its native token (a cl_event holds its
+   * context): released while the devices are still open. */
+  um__events_drop_natives(m);
   /* Blocks cached by threads go back to the bins, which free them below. */
   um__tcache_manager_gone(m);
   /* Device 0 last: the other devices' UM_HOST blocks are its memory. */
