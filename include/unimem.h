@@ -8,7 +8,8 @@
  * - Handles (um_manager, um_device, um_buffer, um_event) are opaque. A
  *   um_device belongs to its manager and lives as long as it does; a
  *   um_buffer is owned by the caller from allocation until um_release; a
- *   um_event is owned by the caller until um_event_release.
+ *   um_event is owned by the caller until um_event_release. A handle of
+ *   another kind (or NULL) where one kind is expected answers UM_EINVAL.
  * - Thread safety: every function may be called from any thread. Operations
  *   on one buffer take effect in the order they were issued.
  * - On failure, um_last_error() returns a thread-local text with the detail
@@ -270,7 +271,8 @@ UM_EXTERN int um_manager_create(const um_options *opts, um_manager **out);
  * completes (an OpenCL user event never set, a CUevent never recorded
  * past) keeps destroy waiting until it does; complete it, or set it to an
  * error status, first. Returns UM_OK, UM_ELEAK when buffers were leaked
- * (they are freed all the same), UM_EINVAL for NULL. */
+ * (they are freed all the same), UM_EINVAL for NULL or what is not a
+ * manager. */
 UM_EXTERN int um_manager_destroy(um_manager *m);
 
 /* The options the manager runs with. */
@@ -279,9 +281,10 @@ UM_EXTERN int um_manager_options(const um_manager *m, um_options *out);
 /* ------------------------------------------------------------------------ */
 /* Devices                                                                   */
 
-/* Number of devices (>= 1: index 0 is the host CPU); UM_EINVAL for NULL. */
+/* Number of devices (>= 1: index 0 is the host CPU); UM_EINVAL (negative)
+ * for NULL or what is not a manager. */
 UM_EXTERN int um_device_count(const um_manager *m);
-/* Device at index, or NULL when out of range. */
+/* Device at index, or NULL when out of range or m is not a manager. */
 UM_EXTERN um_device *um_device_get(um_manager *m, int index);
 /* Describe d into *out. UM_EINVAL for NULL. */
 UM_EXTERN int um_device_info_get(const um_device *d, um_device_info *out);
@@ -326,7 +329,8 @@ UM_EXTERN int um_alloc_array_at(um_manager *m, um_device *d, size_t count,
 
 /* A HOST buffer over caller memory on device 0, zero-copy: the buffer's
  * host view is host itself. flags: UM_WRAP_*. The caller keeps ownership
- * of the memory and must keep it alive until um_release. */
+ * of the memory and must keep it alive until um_release. UM_EOVERFLOW when
+ * host + bytes runs past the end of the address space (pinned or not). */
 UM_EXTERN int um_wrap_host(um_manager *m, void *host, size_t bytes,
                            unsigned flags, um_buffer **out);
 
@@ -430,7 +434,10 @@ UM_EXTERN int um_event_wait(um_event *e);
 /* UM_EAGAIN while pending, else the operation's status. */
 UM_EXTERN int um_event_query(um_event *e);
 /* Cancel an operation that has not started: UM_OK (it will not run, and
- * waiting on it answers UM_ECANCELED), UM_EBUSY once it started or ended. */
+ * from then on um_event_wait and um_event_query answer UM_ECANCELED at
+ * once, a wait already under way included; the operations issued after it
+ * on its buffers still wait for those issued before it), UM_EBUSY once it
+ * started or ended. */
 UM_EXTERN int um_event_cancel(um_event *e);
 /* Drop the caller's reference. The operation itself goes on. Returns
  * UM_OK, UM_EINVAL (not an event), UM_ESTATE (released already). A released
@@ -812,7 +819,8 @@ UM_EXTERN int um_net_expose(um_buffer *b, void *blob, size_t *len);
  * flags: UM_ALLOC_ZERO (zero-filled); UM_ALLOC_UNPOOLED is accepted and
  * changes nothing. Returns UM_OK; UM_EINVAL (n not a live handle of a net,
  * NULL out, zero bytes, unknown flags); UM_ESTATE (n was destroyed);
- * UM_ENOMEM; UM_EBACKEND (UCX could not allocate; um_last_error() has its
+ * UM_ENOMEM (also, before UCX is asked, for more bytes than the host's
+ * physical memory); UM_EBACKEND (UCX could not allocate; um_last_error() has its
  * text). */
 UM_EXTERN int um_net_alloc(um_net *n, size_t bytes, unsigned flags, um_buffer **out);
 

@@ -235,8 +235,8 @@ int um_alloc(um_manager *m, um_device *d, size_t bytes, um_location loc, unsigne
 int um_alloc_array_at(um_manager *m, um_device *d, size_t count, size_t elem_size, um_location loc,
                       unsigned flags, um_buffer **out, const char *file, int line) {
   size_t bytes;
-  if (m == NULL || out == NULL || !um__device_ok(d))
-    return um__set_error(UM_EINVAL, "um_alloc_array: NULL argument or not a device");
+  if (!um__manager_ok(m) || out == NULL || !um__device_ok(d))
+    return um__set_error(UM_EINVAL, "um_alloc_array: NULL argument, not a manager or not a device");
   if (count == 0 || elem_size == 0)
     return um__set_error(UM_EINVAL, "um_alloc_array: zero count or element size");
   if (__builtin_mul_overflow(count, elem_size, &bytes))
@@ -282,10 +282,15 @@ int um_wrap_host(um_manager *m, void *host, size_t bytes, unsigned flags, um_buf
   um_buffer *b;
   um__mem mem;
   int st;
-  if (m == NULL || host == NULL || out == NULL)
-    return um__set_error(UM_EINVAL, "um_wrap_host: NULL argument");
+  if (!um__manager_ok(m) || host == NULL || out == NULL)
+    return um__set_error(UM_EINVAL, "um_wrap_host: NULL argument or not a manager");
   if (bytes == 0)
     return um__set_error(UM_EINVAL, "um_wrap_host: zero bytes");
+  /* Its last byte must be an address: a range that wraps around would let
+   * every later bounds check (offset + bytes <= size) pass past its end. */
+  if (bytes - 1 > UINTPTR_MAX - (uintptr_t)host)
+    return um__set_error(UM_EOVERFLOW, "um_wrap_host: %p + %zu bytes runs past the end of the address space",
+                         host, bytes);
   if (flags & ~(unsigned)(UM_WRAP_READONLY | UM_WRAP_PIN))
     return um__set_error(UM_EINVAL, "um_wrap_host: unknown flags 0x%x", flags);
   UM__CHECK_PROCESS(m);

@@ -159,8 +159,8 @@ static int check_op(um_manager *m, const um_copy_op *o, bool blocking) {
 int um_copy_batch(um_manager *m, const um_copy_op *ops, size_t n, um_event **done) {
   um_event *group;
   int st;
-  if (m == NULL || (ops == NULL && n > 0))
-    return um__set_error(UM_EINVAL, "um_copy_batch: NULL argument");
+  if (!um__manager_ok(m) || (ops == NULL && n > 0))
+    return um__set_error(UM_EINVAL, "um_copy_batch: NULL argument or not a manager");
   if (n == 0)
     return um__set_error(UM_EINVAL, "um_copy_batch: empty batch");
   UM__CHECK_PROCESS(m);

@@ -5,13 +5,13 @@
 #include "internal.h"
 
 int um_device_count(const um_manager *m) {
-  if (m == NULL)
-    return um__set_error(UM_EINVAL, "um_device_count: NULL manager");
+  if (!um__manager_ok(m))
+    return um__set_error(UM_EINVAL, "um_device_count: NULL or not a manager");
   return um__ndevices(m);
 }
 
 um_device *um_device_get(um_manager *m, int index) {
-  if (m == NULL || index < 0 || index >= um__ndevices(m))
+  if (!um__manager_ok(m) || index < 0 || index >= um__ndevices(m))
     return NULL;
   return m->devices[index];
 }

@@ -391,8 +391,8 @@ int um_dlpack_import(um_manager *m, void *tensor, unsigned flags, um_buffer **ou
   bool readonly = false;
   size_t bytes = 0;
   int st;
-  if (m == NULL || tensor == NULL || out == NULL)
-    return um__set_error(UM_EINVAL, "um_dlpack_import: NULL argument");
+  if (!um__manager_ok(m) || tensor == NULL || out == NULL)
+    return um__set_error(UM_EINVAL, "um_dlpack_import: NULL argument or not a manager");
   UM__CHECK_PROCESS(m);
   if ((r = calloc(1, sizeof(*r))) == NULL)
     return um__set_error(UM_ENOMEM, "um_dlpack_import: out of memory");

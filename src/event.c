@@ -178,6 +178,14 @@ void um__event_unref(um_event *e) {
  * released (their handles die with the manager). Threads still inside
  * um_event_wait (their operations are finished: the drain came first)
  * leave before the objects go. */
+void um__events_drop_natives(um_manager *m) {
+  while (atomic_load_explicit(&m->event_waiters, memory_order_acquire) != 0)
+    sched_yield();
+  for (um__event_slab *slab = m->event_slabs; slab != NULL; slab = slab->next)
+    for (int i = 0; i < UM__EVENT_SLAB; i++)
+      um__event_caller_native_drop(&slab->ev[i]);
+}
+
 void um__events_free_all(um_manager *m) {
   int unreleased = 0;
   while (atomic_load_explicit(&m->event_waiters, memory_order_acquire) != 0)
@@ -283,7 +291,11 @@ static bool event_spin_wait(um_event *e, uint32_t ns) {
   return done;
 }
 
-int um__event_wait_internal(um_event *e) {
+/* Wait until e completes, or (canceled_ends: a caller's um_event_wait) until
+ * it is canceled: a canceled operation stays in its buffers' chains until
+ * what it follows has finished (the operations behind it keep their order),
+ * but its caller is answered at once. Internal waits need the real end. */
+static int event_wait(um_event *e, bool canceled_ends) {
   int st;
   uint32_t spin_ns;
   /* Done already: the status was written before the state (release), and
@@ -295,25 +307,32 @@ int um__event_wait_internal(um_event *e) {
   if (spin_ns != 0 && atomic_load_explicit(&e->state, memory_order_acquire) != UM__EV_DONE)
     event_spin_wait(e, spin_ns);
   pthread_mutex_lock(&e->lock);
-  while (atomic_load_explicit(&e->state, memory_order_acquire) != UM__EV_DONE) {
-    e->cond_waiters++; /* the completing thread wakes only counted waiters */
+  while (atomic_load_explicit(&e->state, memory_order_acquire) != UM__EV_DONE &&
+         !(canceled_ends && e->canceled)) {
+    e->cond_waiters++; /* the completing thread (or a cancel) wakes only counted waiters */
     pthread_cond_wait(&e->cond, &e->lock);
     e->cond_waiters--;
   }
-  st = e->status;
+  st = canceled_ends && e->canceled ? UM_ECANCELED : e->status;
   pthread_mutex_unlock(&e->lock);
   return st;
 }
 
-int um__event_wait_result(um_event *e) {
-  int st = um__event_wait_internal(e);
+int um__event_wait_internal(um_event *e) { return event_wait(e, false); }
+
+/* The text of a failed wait's status st. */
+static int wait_error(um_event *e, int st) {
   if (st == UM_OK)
     return st;
+  if (st == UM_ECANCELED)
+    return um__set_error(st, "the operation was canceled");
   /* Written before the operation completed; the wait's lock orders it. */
   if (e->error_text[0] != '\0')
     return um__set_error(st, "%s", e->error_text);
   return um__set_error(st, "the operation failed: %s", um_strerror(st));
 }
+
+int um__event_wait_result(um_event *e) { return wait_error(e, um__event_wait_internal(e)); }
 
 /* ------------------------------------------------------------------------ */
 /* The engine */
@@ -497,7 +516,7 @@ int um_event_wait(um_event *e) {
     atomic_fetch_sub_explicit(&m->event_waiters, 1, memory_order_release);
     return um__set_error(UM_ESTATE, "event %p was released", (void *)e);
   }
-  st = um__event_wait_result(e);
+  st = wait_error(e, event_wait(e, true));
   um__event_unref(e);
   atomic_fetch_sub_explicit(&m->event_waiters, 1, memory_order_release);
   return st;
@@ -507,8 +526,13 @@ int um_event_query(um_event *e) {
   int st = lock_event(e);
   if (st != UM_OK)
     return st;
-  st = atomic_load_explicit(&e->state, memory_order_acquire) != UM__EV_DONE ? UM_EAGAIN : e->status;
+  if (e->canceled) /* answered at once, though it may still pass through its chain */
+    st = UM_ECANCELED;
+  else
+    st = atomic_load_explicit(&e->state, memory_order_acquire) != UM__EV_DONE ? UM_EAGAIN : e->status;
   pthread_mutex_unlock(&e->lock);
+  if (st == UM_ECANCELED)
+    return um__set_error(st, "the operation was canceled");
   if (st != UM_OK && st != UM_EAGAIN)
     return um__set_error(st, "%s", e->error_text[0] != '\0' ? e->error_text : um_strerror(st));
   return st;
@@ -521,6 +545,8 @@ int um_event_cancel(um_event *e) {
   if (e->kind != UM__OP_GROUP && !e->canceled &&
       atomic_load_explicit(&e->state, memory_order_acquire) == UM__EV_QUEUED) {
     e->canceled = true;
+    if (e->cond_waiters > 0) /* um_event_wait answers a cancel at once */
+      pthread_cond_broadcast(&e->cond);
     st = UM_OK;
   } else {
     st = um__set_error(UM_EBUSY, "operation already started or finished");

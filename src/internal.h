@@ -73,6 +73,8 @@ static inline int um__ndevices(const um_manager *m) {
 
 /* d is a device handle (not NULL, not a handle of another kind). */
 static inline bool um__device_ok(const um_device *d) { return d != NULL && d->magic == UM__DEVICE_MAGIC; }
+/* m is a manager handle (not NULL, not a handle of another kind). */
+static inline bool um__manager_ok(const um_manager *m) { return m != NULL && m->magic == UM__MANAGER_MAGIC; }
 
 #define UM__STAT_ADD(dev, field, v) um__atomic_add_relaxed(&(dev)->stats.field, (uint64_t)(v))
 #define UM__STAT_SUB(dev, field, v) um__atomic_sub_relaxed(&(dev)->stats.field, (uint64_t)(v))
@@ -280,6 +282,9 @@ void um__event_token_put(um_event *e, um_device *ndev, void *native);
 /* Drop the caller's share of e's token (um_event_release; op.c's
  * keep_native when the release came first). */
 void um__event_caller_native_drop(um_event *e);
+/* Destroy, before the devices close: the native tokens that events never
+ * released still hold for um_event_native go back to their backends. */
+void um__events_drop_natives(um_manager *m);
 /* Manager destroy: free every event object. */
 void um__events_free_all(um_manager *m);
 /* A thread's cache goes (thread exit): its stash of event objects back to

@@ -103,6 +103,9 @@ static int open_backend(um_manager *m, const um__backend *be, bool required) {
 }
 
 static void free_manager(um_manager *m) {
+  /* An event never released keeps its native token (a cl_event holds its
+   * context): released while the devices are still open. */
+  um__events_drop_natives(m);
   /* Blocks cached by threads go back to the bins, which free them below. */
   um__tcache_manager_gone(m);
   /* Device 0 last: the other devices' UM_HOST blocks are its memory. */
@@ -121,6 +124,7 @@ static void free_manager(um_manager *m) {
   pthread_cond_destroy(&m->trim_cond);
   pthread_mutex_destroy(&m->tcache_lock);
   pthread_mutex_destroy(&m->bracket_lock);
+  m->magic = 0;
   free(m);
 }
 
@@ -133,6 +137,7 @@ int um__manager_create_ex(const um_options *opts, const um__backend *const *extr
   m = calloc(1, sizeof(*m));
   if (m == NULL)
     return um__set_error(UM_ENOMEM, "out of memory for a manager");
+  m->magic = UM__MANAGER_MAGIC;
   if (opts != NULL)
     m->opts = *opts;
   else
@@ -190,8 +195,8 @@ int um_manager_create(const um_options *opts, um_manager **out) {
 }
 
 int um_manager_options(const um_manager *m, um_options *out) {
-  if (m == NULL || out == NULL)
-    return um__set_error(UM_EINVAL, "um_manager_options: NULL argument");
+  if (!um__manager_ok(m) || out == NULL)
+    return um__set_error(UM_EINVAL, "um_manager_options: NULL argument or not a manager");
   *out = m->opts;
   return UM_OK;
 }
@@ -236,8 +241,8 @@ int um_manager_destroy(um_manager *m) {
   int leaked = 0;
   uint64_t leaked_bytes = 0;
   int st;
-  if (m == NULL)
-    return um__set_error(UM_EINVAL, "um_manager_destroy: NULL manager");
+  if (!um__manager_ok(m))
+    return um__set_error(UM_EINVAL, "um_manager_destroy: NULL or not a manager");
   /* A parent's manager in a child process of fork(): its threads are gone
    * and its locks may be held; the child's copy is left as it is. */
   if ((st = um__manager_check_process(m)) != UM_OK)
@@ -317,8 +322,8 @@ static int adopt(um_manager *m, const um__backend *be, void *const native[3], um
 
 int um_device_adopt_opencl(um_manager *m, void *cl_context, void *cl_device, void *cl_queue,
                            um_device **out) {
-  if (m == NULL || cl_context == NULL || cl_device == NULL || cl_queue == NULL || out == NULL)
-    return um__set_error(UM_EINVAL, "um_device_adopt_opencl: NULL argument");
+  if (!um__manager_ok(m) || cl_context == NULL || cl_device == NULL || cl_queue == NULL || out == NULL)
+    return um__set_error(UM_EINVAL, "um_device_adopt_opencl: NULL argument or not a manager");
   UM__CHECK_PROCESS(m);
 #ifdef UNIMEM_HAVE_OPENCL
   void *const native[3] = {cl_context, cl_device, cl_queue};

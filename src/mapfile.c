@@ -14,8 +14,8 @@ int um_map_file(um_manager *m, const char *path, um_map_mode mode, um_buffer **o
   void *p;
   um_buffer *b;
   um_device *d;
-  if (m == NULL || path == NULL || out == NULL)
-    return um__set_error(UM_EINVAL, "um_map_file: NULL argument");
+  if (!um__manager_ok(m) || path == NULL || out == NULL)
+    return um__set_error(UM_EINVAL, "um_map_file: NULL argument or not a manager");
   if ((unsigned)mode > UM_MAP_WRITE_DISCARD)
     return um__set_error(UM_EINVAL, "um_map_file: unknown mode %d", (int)mode);
   UM__CHECK_PROCESS(m);

@@ -313,8 +313,8 @@ int um_net_create(um_manager *m, um_net **out) {
   const um__net_transport *tr = net_transport();
   um_net *n;
   int st;
-  if (m == NULL || out == NULL)
-    return um__set_error(UM_EINVAL, "um_net_create: NULL argument");
+  if (!um__manager_ok(m) || out == NULL)
+    return um__set_error(UM_EINVAL, "um_net_create: NULL argument or not a manager");
   UM__CHECK_PROCESS(m);
   pthread_once(&net_fork_once, net_fork_install);
   if (tr == NULL)
@@ -794,8 +794,13 @@ int um_net_alloc(um_net *n, size_t bytes, unsigned flags, um_buffer **out) {
     return um__set_error(UM_EINVAL, "um_net_alloc: zero bytes");
   if (flags & ~(unsigned)(UM_ALLOC_UNPOOLED | UM_ALLOC_ZERO))
     return um__set_error(UM_EINVAL, "um_net_alloc: unknown flags 0x%x", flags);
-  if (bytes > ((size_t)1 << 62))
-    return um__set_error(UM_ENOMEM, "um_net_alloc: %zu bytes is more than any device has", bytes);
+  /* The transport backs it with host memory (on posix, a shared-memory file
+   * that the kernel fills lazily: an overcommit shows up later as SIGBUS),
+   * so what exceeds the host's physical memory is refused before it. */
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (bytes > ((size_t)1 << 62) || (pages > 0 && page > 0 && bytes / (size_t)page >= (size_t)pages))
+    return um__set_error(UM_ENOMEM, "um_net_alloc: %zu bytes is more than the host's physical memory (%zu bytes)",
+                         bytes, pages > 0 && page > 0 ? (size_t)pages * (size_t)page : (size_t)0);
   if ((a = calloc(1, sizeof(*a))) == NULL)
     return um__set_error(UM_ENOMEM, "um_net_alloc: out of memory for a record");
   /* Allocated and counted under the net's lock: um_net_destroy either sees

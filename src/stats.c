@@ -52,8 +52,8 @@ static void add_device(um_stats *s, um_device *d) {
 
 int um_stats_get(um_manager *m, um_device *d, um_stats *out) {
   um_stats s;
-  if (m == NULL || out == NULL)
-    return um__set_error(UM_EINVAL, "um_stats_get: NULL argument");
+  if (!um__manager_ok(m) || out == NULL)
+    return um__set_error(UM_EINVAL, "um_stats_get: NULL argument or not a manager");
   if (d != NULL && !um__device_ok(d))
     return um__set_error(UM_EINVAL, "um_stats_get: not a device");
   if (d != NULL && d->m != m)

@@ -34,8 +34,8 @@ void um__trim_for_pressure(um_device *d) {
 }
 
 int um_pool_trim(um_manager *m, uint64_t keep_bytes) {
-  if (m == NULL)
-    return um__set_error(UM_EINVAL, "um_pool_trim: manager is NULL");
+  if (!um__manager_ok(m))
+    return um__set_error(UM_EINVAL, "um_pool_trim: NULL or not a manager");
   UM__CHECK_PROCESS(m);
   um__net_reap(); /* blocks that peers can no longer write go back first */
   /* Debug mode: the blocks of quarantined buffers are idle memory too; their

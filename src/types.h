@@ -16,6 +16,7 @@
 #define UM__BUFFER_MAGIC 0x554d4246u /* "UMBF" */
 #define UM__EVENT_MAGIC 0x554d4556u  /* "UMEV" */
 #define UM__DEVICE_MAGIC 0x554d4456u /* "UMDV" */
+#define UM__MANAGER_MAGIC 0x554d4d47u /* "UMMG" */
 #define UM__MAX_BACKENDS 8
 /* Devices of one manager, discovered and adopted (um_device_adopt_opencl):
  * the device array and the peer matrix never move, so readers need no
@@ -507,6 +508,9 @@ typedef struct um__engine {
 } um__engine;
 
 struct um_manager {
+  /* First, as in every handle: a handle of another kind passed as a
+   * manager is told apart by reading it, in bounds. */
+  uint32_t magic;
   um_options opts;
   um_device *devices[UM__MAX_DEVICES];
   /* Grows when a device is adopted: read it with um__ndevices (acquire),
