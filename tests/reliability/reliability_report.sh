@@ -295,12 +295,20 @@ EOF
 else
   printf '\n## 5. valgrind\n\nNot run by this report (VALGRIND=1 runs tests/reliability/valgrind.sh).\n'
 fi
+echo
+cat "$(dirname "$0")/../outside/rules.md"
 cat <<'EOF'
 
 ## Known limits
 
 - Events are not quarantined: an event used after um_event_release is a
   use after free (ASan reports it), not a code.
+- Over UCX 1.13's tcp transport, a writer killed mid-put can make UCX
+  abort the passive target inside its put handler (docs/guide.md, "A peer
+  that dies mid-transfer"); shared-memory transports survive it.
+- Memory a stopped or dead peer may still write is held until the process
+  exits when its transfers never end (a warning gives the bytes); a wrap's
+  release then answers `UM_EBUSY`, since the caller's memory cannot be held.
 - A failed write-back at um_unmap of a buffer without a host view loses
   the bytes written through the mapping (um_unmap answers the error); the
   device copy stays the current one, so maps and copies agree afterwards
