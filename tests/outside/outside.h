@@ -34,6 +34,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdbool.h> /* the TSan build's Criterion stand-in has none */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -259,6 +260,73 @@ static OS_UNUSED size_t os_pattern_diff(const void *p, size_t n, uint32_t seed) 
     if (b[i] != (uint8_t)((i * 2654435761u) >> 13 ^ seed))
       return i;
   return SIZE_MAX;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Net peers: the helpers of a peer process (OS_CHECK, never Criterion's
+ * asserts) that talks to another one over an nb_pair() socket and through
+ * a net of its own. */
+
+#define OS_NET_WAIT_MS 60000 /* os_connect's wait for the peer's address */
+
+typedef struct os_peer {
+  um_manager *m;
+  um_net *net;
+} os_peer;
+
+/* A manager for the profile with a net timeout of net_timeout_ms, and its
+ * net: 0, or OS_SKIP (the reason on stderr) when this build or machine has
+ * no UCX. */
+static OS_UNUSED int os_peer_open(os_peer *p, uint32_t net_timeout_ms) {
+  um_options o;
+  int st;
+  os_options(&o);
+  o.net_timeout_ms = net_timeout_ms;
+  OS_OK(um_manager_create(&o, &p->m));
+  st = um_net_create(p->m, &p->net);
+  if (st == UM_ENOTSUP) {
+    fprintf(stderr, "[pid %d] no UCX here: %s\n", (int)getpid(), um_last_error());
+    um_manager_destroy(p->m);
+    return OS_SKIP;
+  }
+  OS_CHECK(st == UM_OK, "um_net_create: %s", um_err_name(st));
+  return 0;
+}
+
+static OS_UNUSED void os_peer_close(os_peer *p) {
+  OS_OK(um_net_destroy(p->net));
+  OS_OK(um_manager_destroy(p->m));
+}
+
+static OS_UNUSED void os_send(int fd, const void *blob, size_t len) {
+  OS_CHECK(nb_send(fd, blob, len) == 0, "nb_send: %s", strerror(errno));
+}
+
+/* The next blob from fd (at most cap bytes), within timeout_ms: its length. */
+static OS_UNUSED size_t os_recv(int fd, void *buf, size_t cap, int timeout_ms) {
+  size_t len = 0;
+  OS_CHECK(nb_recv(fd, buf, cap, &len, timeout_ms) == 0, "nb_recv: %s", strerror(errno));
+  return len;
+}
+
+/* The next blob from fd is the one character what. */
+static OS_UNUSED void os_expect(int fd, char what, int timeout_ms) {
+  char got = 0;
+  OS_CHECK(os_recv(fd, &got, 1, timeout_ms) == 1 && got == what, "expected '%c', got '%c'", what, got);
+}
+
+/* Exchange addresses over fd (this side's first); connect to the peer when
+ * connect is set (NULL otherwise: only the peer needs an endpoint). */
+static OS_UNUSED um_endpoint *os_connect(os_peer *p, int fd, bool connect) {
+  unsigned char mine[4096], theirs[4096];
+  size_t len = sizeof(mine), tlen;
+  um_endpoint *ep = NULL;
+  OS_OK(um_net_address(p->net, mine, &len));
+  os_send(fd, mine, len);
+  tlen = os_recv(fd, theirs, sizeof(theirs), OS_NET_WAIT_MS);
+  if (connect)
+    OS_OK(um_net_connect(p->net, theirs, tlen, &ep));
+  return ep;
 }
 
 #endif /* UNIMEM_OUTSIDE_H */

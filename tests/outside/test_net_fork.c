@@ -23,48 +23,6 @@
 /* ------------------------------------------------------------------------ */
 /* Helpers of a peer process */
 
-typedef struct fpeer {
-  um_manager *m;
-  um_net *net;
-} fpeer;
-
-/* 0, or OS_SKIP when this build or machine has no UCX. */
-static int fpeer_open(fpeer *p) {
-  um_options o;
-  int st;
-  os_options(&o);
-  o.net_timeout_ms = 20000;
-  OS_OK(um_manager_create(&o, &p->m));
-  st = um_net_create(p->m, &p->net);
-  if (st == UM_ENOTSUP) {
-    fprintf(stderr, "[pid %d] no UCX here: %s\n", (int)getpid(), um_last_error());
-    um_manager_destroy(p->m);
-    return OS_SKIP;
-  }
-  OS_CHECK(st == UM_OK, "um_net_create: %s", um_err_name(st));
-  return 0;
-}
-
-static void fpeer_close(fpeer *p) {
-  OS_OK(um_net_destroy(p->net));
-  OS_OK(um_manager_destroy(p->m));
-}
-
-static void fsend(int fd, const void *blob, size_t len) {
-  OS_CHECK(nb_send(fd, blob, len) == 0, "nb_send: %s", strerror(errno));
-}
-
-static size_t frecv(int fd, void *buf, size_t cap) {
-  size_t len = 0;
-  OS_CHECK(nb_recv(fd, buf, cap, &len, FK_WAIT_MS) == 0, "nb_recv: %s", strerror(errno));
-  return len;
-}
-
-static void fexpect(int fd, char what) {
-  char got = 0;
-  OS_CHECK(frecv(fd, &got, 1) == 1 && got == what, "expected '%c', got '%c'", what, got);
-}
-
 /* A child of a peer that runs threads ends here, without LeakSanitizer's
  * check: the parent's memory that only its threads (absent in the child)
  * referenced would show as leaked. */
@@ -135,7 +93,7 @@ typedef struct fork_setup {
 
 /* What P hands its child (copied by fork). */
 typedef struct parent_state {
-  fpeer p;
+  os_peer p;
   um_endpoint *ep;
   um_buffer *exposed, *other;
   unsigned char taddr[4096], tkey[4096];
@@ -187,14 +145,14 @@ static int fork_parent(int idx, void *arg) {
   pid_t c;
   int rc;
   memset(&s, 0, sizeof(s));
-  if ((rc = fpeer_open(&s.p)) != 0) {
-    fsend(fd, "x", 1);
+  if ((rc = os_peer_open(&s.p, 20000)) != 0) {
+    os_send(fd, "x", 1);
     return rc;
   }
-  fsend(fd, "g", 1);
+  os_send(fd, "g", 1);
   OS_OK(um_net_address(s.p.net, mine, &len));
-  fsend(fd, mine, len);
-  s.taddr_len = frecv(fd, s.taddr, sizeof(s.taddr));
+  os_send(fd, mine, len);
+  s.taddr_len = os_recv(fd, s.taddr, sizeof(s.taddr), FK_WAIT_MS);
   OS_OK(um_net_connect(s.p.net, s.taddr, s.taddr_len, &s.ep));
   OS_OK(um_alloc(s.p.m, um_device_get(s.p.m, 0), FK_BYTES, UM_HOST, 0, &s.exposed));
   OS_OK(um_alloc(s.p.m, um_device_get(s.p.m, 0), FK_BYTES, UM_HOST, 0, &s.other));
@@ -202,8 +160,8 @@ static int fork_parent(int idx, void *arg) {
   memset(um_buffer_host_ptr(s.exposed), 0, FK_BYTES);
   len = sizeof(mine);
   OS_OK(um_net_expose(s.exposed, mine, &len));
-  fsend(fd, mine, len);
-  s.tkey_len = frecv(fd, s.tkey, sizeof(s.tkey));
+  os_send(fd, mine, len);
+  s.tkey_len = os_recv(fd, s.tkey, sizeof(s.tkey), FK_WAIT_MS);
   /* A put before the fork: the endpoint is up and in use. */
   os_pattern(um_buffer_host_ptr(s.other), FK_BYTES, 0x11);
   OS_OK(um_net_put(s.ep, s.other, 0, s.tkey, s.tkey_len, 0, FK_BYTES, NULL));
@@ -212,21 +170,21 @@ static int fork_parent(int idx, void *arg) {
   OS_CHECK(rc == 0, "the child ended with status %d (124: a call hung)", rc);
   /* Nothing of the child's reached this net: T's put into the exposed
    * buffer lands, and this side's own put and get work. */
-  fsend(fd, "c", 1);
-  fexpect(fd, 'p');
+  os_send(fd, "c", 1);
+  os_expect(fd, 'p', FK_WAIT_MS);
   OS_CHECK(os_pattern_diff(um_buffer_host_ptr(s.exposed), FK_BYTES, 0x71) == SIZE_MAX,
            "T's put after the child did not land");
   os_pattern(um_buffer_host_ptr(s.other), FK_BYTES, 0x50);
   OS_OK(um_net_put(s.ep, s.other, 0, s.tkey, s.tkey_len, 0, FK_BYTES, NULL));
   OS_OK(um_net_get(s.ep, back, 0, s.tkey, s.tkey_len, 0, FK_BYTES, NULL));
   OS_CHECK(os_pattern_diff(um_buffer_host_ptr(back), FK_BYTES, 0x50) == SIZE_MAX, "get after the child");
-  fsend(fd, "d", 1);
-  fexpect(fd, 'q');
+  os_send(fd, "d", 1);
+  os_expect(fd, 'q', FK_WAIT_MS);
   OS_OK(um_endpoint_close(s.ep));
   OS_OK(um_release(s.exposed));
   OS_OK(um_release(s.other));
   OS_OK(um_release(back));
-  fpeer_close(&s.p);
+  os_peer_close(&s.p);
   return 0;
 }
 
@@ -240,32 +198,32 @@ static int fork_target(int idx, void *arg) {
   um_endpoint *ep;
   um_buffer *b, *src;
   char go = 0;
-  fpeer p;
-  OS_CHECK(frecv(fd, &go, 1) == 1, "no word from P");
+  os_peer p;
+  OS_CHECK(os_recv(fd, &go, 1, FK_WAIT_MS) == 1, "no word from P");
   if (go != 'g')
     return OS_SKIP;
-  OS_CHECK(fpeer_open(&p) == 0, "P has UCX, T has not");
-  tlen = frecv(fd, theirs, sizeof(theirs));
+  OS_CHECK(os_peer_open(&p, 20000) == 0, "P has UCX, T has not");
+  tlen = os_recv(fd, theirs, sizeof(theirs), FK_WAIT_MS);
   OS_OK(um_net_address(p.net, mine, &len));
-  fsend(fd, mine, len);
+  os_send(fd, mine, len);
   OS_OK(um_net_connect(p.net, theirs, tlen, &ep));
-  pklen = frecv(fd, pkey, sizeof(pkey));
+  pklen = os_recv(fd, pkey, sizeof(pkey), FK_WAIT_MS);
   OS_OK(um_alloc(p.m, um_device_get(p.m, 0), FK_BYTES, UM_HOST, 0, &b));
   OS_OK(um_alloc(p.m, um_device_get(p.m, 0), FK_BYTES, UM_HOST, 0, &src));
   len = sizeof(mine);
   OS_OK(um_net_expose(b, mine, &len));
-  fsend(fd, mine, len);
-  fexpect(fd, 'c');
+  os_send(fd, mine, len);
+  os_expect(fd, 'c', FK_WAIT_MS);
   os_pattern(um_buffer_host_ptr(src), FK_BYTES, 0x71);
   OS_OK(um_net_put(ep, src, 0, pkey, pklen, 0, FK_BYTES, NULL));
-  fsend(fd, "p", 1);
-  fexpect(fd, 'd');
+  os_send(fd, "p", 1);
+  os_expect(fd, 'd', FK_WAIT_MS);
   OS_CHECK(os_pattern_diff(um_buffer_host_ptr(b), FK_BYTES, 0x50) == SIZE_MAX, "P's put after its child");
-  fsend(fd, "q", 1);
+  os_send(fd, "q", 1);
   OS_OK(um_endpoint_close(ep));
   OS_OK(um_release(b));
   OS_OK(um_release(src));
-  fpeer_close(&p);
+  os_peer_close(&p);
   return 0;
 }
 
@@ -312,10 +270,10 @@ static int child_own_net(int idx, void *arg) {
 /* P loads UCX (a net, then, with destroyed != 0, none left), forks C. */
 static int own_net_parent(int idx, void *arg) {
   int destroyed = idx, rc;
-  fpeer p;
+  os_peer p;
   pid_t c;
   (void)arg;
-  if ((rc = fpeer_open(&p)) != 0)
+  if ((rc = os_peer_open(&p, 20000)) != 0)
     return rc;
   if (destroyed)
     OS_OK(um_net_destroy(p.net));
@@ -388,12 +346,12 @@ static int churn_child(int idx, void *arg) {
 
 static int churn_parent(int idx, void *arg) {
   churn c;
-  fpeer p;
+  os_peer p;
   pthread_t t;
   int rc;
   (void)idx;
   (void)arg;
-  if ((rc = fpeer_open(&p)) != 0)
+  if ((rc = os_peer_open(&p, 20000)) != 0)
     return rc;
   memset(&c, 0, sizeof(c));
   OS_OK(um_alloc(p.m, um_device_get(p.m, 0), FK_BYTES, UM_HOST, 0, &c.b));
@@ -411,7 +369,7 @@ static int churn_parent(int idx, void *arg) {
   atomic_store(&c.stop, 1);
   pthread_join(t, NULL);
   OS_OK(um_release(c.b));
-  fpeer_close(&p);
+  os_peer_close(&p);
   return 0;
 }
 

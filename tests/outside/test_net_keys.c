@@ -17,62 +17,6 @@ typedef struct keys_setup {
 } keys_setup;
 
 /* ------------------------------------------------------------------------ */
-/* Helpers of a peer process */
-
-typedef struct kpeer {
-  um_manager *m;
-  um_net *net;
-} kpeer;
-
-/* 0, or OS_SKIP when this build or machine has no UCX. */
-static int kpeer_open(kpeer *p) {
-  um_options o;
-  int st;
-  os_options(&o);
-  o.net_timeout_ms = 20000;
-  OS_OK(um_manager_create(&o, &p->m));
-  st = um_net_create(p->m, &p->net);
-  if (st == UM_ENOTSUP) {
-    um_manager_destroy(p->m);
-    return OS_SKIP;
-  }
-  OS_CHECK(st == UM_OK, "um_net_create: %s", um_err_name(st));
-  return 0;
-}
-
-static void kpeer_close(kpeer *p) {
-  OS_OK(um_net_destroy(p->net));
-  OS_OK(um_manager_destroy(p->m));
-}
-
-static void ksend(int fd, const void *blob, size_t len) {
-  OS_CHECK(nb_send(fd, blob, len) == 0, "nb_send: %s", strerror(errno));
-}
-
-static size_t krecv(int fd, void *buf, size_t cap) {
-  size_t len = 0;
-  OS_CHECK(nb_recv(fd, buf, cap, &len, KEY_WAIT_MS) == 0, "nb_recv: %s", strerror(errno));
-  return len;
-}
-
-static void kexpect(int fd, char what) {
-  char got = 0;
-  OS_CHECK(krecv(fd, &got, 1) == 1 && got == what, "expected '%c', got '%c'", what, got);
-}
-
-/* Exchange addresses over fd and connect to the peer. */
-static um_endpoint *kconnect(kpeer *p, int fd) {
-  unsigned char mine[4096], theirs[4096];
-  size_t len = sizeof(mine), tlen;
-  um_endpoint *ep = NULL;
-  OS_OK(um_net_address(p->net, mine, &len));
-  ksend(fd, mine, len);
-  tlen = krecv(fd, theirs, sizeof(theirs));
-  OS_OK(um_net_connect(p->net, theirs, tlen, &ep));
-  return ep;
-}
-
-/* ------------------------------------------------------------------------ */
 /* The targets: expose a buffer filled with the pattern of seed, hand its
  * key to A, wait for A's word, check that nothing changed. */
 
@@ -81,27 +25,27 @@ static int keys_target(int fd, uint32_t seed) {
   size_t klen = sizeof(key), bad;
   um_endpoint *ep;
   um_buffer *b;
-  kpeer p;
-  int rc = kpeer_open(&p);
+  os_peer p;
+  int rc = os_peer_open(&p, 20000);
   char go = 'x';
   if (rc != 0) {
-    ksend(fd, &go, 1); /* A skips too */
+    os_send(fd, &go, 1); /* A skips too */
     return rc;
   }
   go = 'g';
-  ksend(fd, &go, 1);
-  ep = kconnect(&p, fd);
+  os_send(fd, &go, 1);
+  ep = os_connect(&p, fd, true);
   OS_OK(um_alloc(p.m, um_device_get(p.m, 0), KEY_BYTES, UM_HOST, 0, &b));
   os_pattern(um_buffer_host_ptr(b), KEY_BYTES, seed);
   OS_OK(um_net_expose(b, key, &klen));
-  ksend(fd, key, klen);
-  kexpect(fd, 'd'); /* A is done */
+  os_send(fd, key, klen);
+  os_expect(fd, 'd', KEY_WAIT_MS); /* A is done */
   bad = os_pattern_diff(um_buffer_host_ptr(b), KEY_BYTES, seed);
   OS_CHECK(bad == SIZE_MAX, "byte %zu of the target (seed %u) was written", bad, (unsigned)seed);
-  ksend(fd, "q", 1);
+  os_send(fd, "q", 1);
   OS_OK(um_endpoint_close(ep));
   OS_OK(um_release(b));
-  kpeer_close(&p);
+  os_peer_close(&p);
   return 0;
 }
 
@@ -155,16 +99,16 @@ static int issuer_a(int idx, void *arg) {
   um_endpoint *eb, *ec;
   um_buffer *src, *dst;
   char gb = 0, gc = 0;
-  kpeer p;
+  os_peer p;
   (void)idx;
-  OS_CHECK(krecv(k->ab[0], &gb, 1) == 1 && krecv(k->ac[0], &gc, 1) == 1, "no word from the targets");
+  OS_CHECK(os_recv(k->ab[0], &gb, 1, KEY_WAIT_MS) == 1 && os_recv(k->ac[0], &gc, 1, KEY_WAIT_MS) == 1, "no word from the targets");
   if (gb != 'g' || gc != 'g')
     return OS_SKIP;
-  OS_CHECK(kpeer_open(&p) == 0, "B and C have UCX, A has not");
-  eb = kconnect(&p, k->ab[0]);
-  ec = kconnect(&p, k->ac[0]);
-  kblen = krecv(k->ab[0], kb, sizeof(kb));
-  kclen = krecv(k->ac[0], kc, sizeof(kc));
+  OS_CHECK(os_peer_open(&p, 20000) == 0, "B and C have UCX, A has not");
+  eb = os_connect(&p, k->ab[0], true);
+  ec = os_connect(&p, k->ac[0], true);
+  kblen = os_recv(k->ab[0], kb, sizeof(kb), KEY_WAIT_MS);
+  kclen = os_recv(k->ac[0], kc, sizeof(kc), KEY_WAIT_MS);
   OS_OK(um_alloc(p.m, um_device_get(p.m, 0), KEY_BYTES, UM_HOST, 0, &src));
   OS_OK(um_alloc(p.m, um_device_get(p.m, 0), KEY_BYTES, UM_HOST, 0, &dst));
   memset(um_buffer_host_ptr(src), 0xee, KEY_BYTES);
@@ -178,15 +122,15 @@ static int issuer_a(int idx, void *arg) {
   OS_CHECK(os_pattern_diff(um_buffer_host_ptr(dst), KEY_BYTES, 0xb0) == SIZE_MAX, "get from B");
   OS_OK(um_net_get(ec, dst, 0, kc, kclen, 0, KEY_BYTES, NULL));
   OS_CHECK(os_pattern_diff(um_buffer_host_ptr(dst), KEY_BYTES, 0xc0) == SIZE_MAX, "get from C");
-  ksend(k->ab[0], "d", 1);
-  ksend(k->ac[0], "d", 1);
-  kexpect(k->ab[0], 'q');
-  kexpect(k->ac[0], 'q');
+  os_send(k->ab[0], "d", 1);
+  os_send(k->ac[0], "d", 1);
+  os_expect(k->ab[0], 'q', KEY_WAIT_MS);
+  os_expect(k->ac[0], 'q', KEY_WAIT_MS);
   OS_OK(um_endpoint_close(eb));
   OS_OK(um_endpoint_close(ec));
   OS_OK(um_release(src));
   OS_OK(um_release(dst));
-  kpeer_close(&p);
+  os_peer_close(&p);
   return 0;
 }
 
@@ -212,27 +156,27 @@ static int own_key_issuer(int idx, void *arg) {
   um_endpoint *eb;
   um_buffer *src, *dst, *mine;
   char gb = 0;
-  kpeer p;
+  os_peer p;
   (void)idx;
-  OS_CHECK(krecv(k->ab[0], &gb, 1) == 1, "no word from B");
+  OS_CHECK(os_recv(k->ab[0], &gb, 1, KEY_WAIT_MS) == 1, "no word from B");
   if (gb != 'g')
     return OS_SKIP;
-  OS_CHECK(kpeer_open(&p) == 0, "B has UCX, A has not");
-  eb = kconnect(&p, k->ab[0]);
-  kblen = krecv(k->ab[0], kb, sizeof(kb));
+  OS_CHECK(os_peer_open(&p, 20000) == 0, "B has UCX, A has not");
+  eb = os_connect(&p, k->ab[0], true);
+  kblen = os_recv(k->ab[0], kb, sizeof(kb), KEY_WAIT_MS);
   (void)kblen;
   OS_OK(um_alloc(p.m, um_device_get(p.m, 0), KEY_BYTES, UM_HOST, 0, &src));
   OS_OK(um_alloc(p.m, um_device_get(p.m, 0), KEY_BYTES, UM_HOST, 0, &dst));
   OS_OK(um_alloc(p.m, um_device_get(p.m, 0), KEY_BYTES, UM_HOST, 0, &mine));
   OS_OK(um_net_expose(mine, ka, &kalen));
   wrong_peer_refused(eb, ka, kalen, src, dst);
-  ksend(k->ab[0], "d", 1);
-  kexpect(k->ab[0], 'q');
+  os_send(k->ab[0], "d", 1);
+  os_expect(k->ab[0], 'q', KEY_WAIT_MS);
   OS_OK(um_endpoint_close(eb));
   OS_OK(um_release(mine));
   OS_OK(um_release(src));
   OS_OK(um_release(dst));
-  kpeer_close(&p);
+  os_peer_close(&p);
   return 0;
 }
 

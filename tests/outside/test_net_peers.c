@@ -9,8 +9,6 @@
  * test (a crash that shows in some runs only shows here). Every other round
  * leaves the endpoint and the net to um_manager_destroy. Run once per UCX
  * transport (tcp, posix, sysv). */
-#include <stdbool.h>
-
 #include "outside.h"
 
 #define PEER_BYTES (64u << 20)
@@ -38,58 +36,11 @@ enum { MODE_ISSUING, MODE_PASSIVE, MODE_CONNECTED };
 /* ------------------------------------------------------------------------ */
 /* Helpers of a peer process */
 
-typedef struct ppeer {
-  um_manager *m;
-  um_net *net;
-} ppeer;
-
-static int ppeer_open(ppeer *p) {
-  um_options o;
-  int st;
-  os_options(&o);
-  o.net_timeout_ms = PEER_TIMEOUT_MS;
-  OS_OK(um_manager_create(&o, &p->m));
-  st = um_net_create(p->m, &p->net);
-  if (st == UM_ENOTSUP) {
-    fprintf(stderr, "[pid %d] no UCX here: %s\n", (int)getpid(), um_last_error());
-    um_manager_destroy(p->m);
-    return OS_SKIP;
-  }
-  OS_CHECK(st == UM_OK, "um_net_create: %s", um_err_name(st));
-  return 0;
-}
-
-static void psend(int fd, const void *blob, size_t len) {
-  OS_CHECK(nb_send(fd, blob, len) == 0, "nb_send: %s", strerror(errno));
-}
-
-static size_t precv(int fd, void *buf, size_t cap) {
-  size_t len = 0;
-  OS_CHECK(nb_recv(fd, buf, cap, &len, PEER_WAIT_MS) == 0, "nb_recv: %s", strerror(errno));
-  return len;
-}
-
-static void pexpect(int fd, char what) {
-  char got = 0;
-  OS_CHECK(precv(fd, &got, 1) == 1 && got == what, "expected '%c', got '%c'", what, got);
-}
-
-static um_endpoint *pconnect(ppeer *p, int fd) {
-  unsigned char mine[4096], theirs[4096];
-  size_t len = sizeof(mine), tlen;
-  um_endpoint *ep = NULL;
-  OS_OK(um_net_address(p->net, mine, &len));
-  psend(fd, mine, len);
-  tlen = precv(fd, theirs, sizeof(theirs));
-  OS_OK(um_net_connect(p->net, theirs, tlen, &ep));
-  return ep;
-}
-
 static size_t pexpose(int fd, um_buffer *b) {
   unsigned char key[4096];
   size_t len = sizeof(key);
   OS_OK(um_net_expose(b, key, &len));
-  psend(fd, key, len);
+  os_send(fd, key, len);
   return len;
 }
 
@@ -162,7 +113,7 @@ static void target_op_after(um_endpoint *ep, um_buffer *b, const unsigned char *
   OS_CHECK(st == UM_EBACKEND, "put after the writer died: %s", um_err_name(st));
 }
 
-static void target_teardown(ppeer *p, um_endpoint *ep, um_buffer *const bufs[3], int round) {
+static void target_teardown(os_peer *p, um_endpoint *ep, um_buffer *const bufs[3], int round) {
   int st = pbounded(CALL_UNEXPOSE, bufs[0], "um_net_unexpose");
   /* UM_EBUSY: the writer's admitted put never finished (it died). */
   OS_CHECK(st == UM_OK || st == UM_EBUSY, "um_net_unexpose: %s", um_err_name(st));
@@ -184,20 +135,20 @@ static void target_teardown(ppeer *p, um_endpoint *ep, um_buffer *const bufs[3],
 
 /* A target that never calls anything of the net while W puts: its
  * address and key out, then, once W was killed, the teardown. */
-static int passive_target(ppeer *p, int fd, int ctl, int round) {
+static int passive_target(os_peer *p, int fd, int ctl, int round) {
   unsigned char mine[4096], wkey[4096];
   size_t len = sizeof(mine);
   um_buffer *b;
   int st;
   OS_OK(um_net_address(p->net, mine, &len));
-  psend(fd, mine, len);
-  (void)precv(fd, mine, sizeof(mine)); /* W's address: not used */
+  os_send(fd, mine, len);
+  (void)os_recv(fd, mine, sizeof(mine), PEER_WAIT_MS); /* W's address: not used */
   OS_OK(um_alloc(p->m, um_device_get(p->m, 0), PEER_BYTES, UM_HOST, 0, &b));
   memset(um_buffer_host_ptr(b), 0, PEER_BYTES);
   (void)pexpose(fd, b);
-  (void)precv(fd, wkey, sizeof(wkey));
-  psend(fd, "s", 1);
-  pexpect(ctl, 'k');
+  (void)os_recv(fd, wkey, sizeof(wkey), PEER_WAIT_MS);
+  os_send(fd, "s", 1);
+  os_expect(ctl, 'k', PEER_WAIT_MS);
   st = pbounded(CALL_UNEXPOSE, b, "um_net_unexpose");
   OS_CHECK(st == UM_OK || st == UM_EBUSY, "um_net_unexpose: %s", um_err_name(st));
   OS_CHECK((st = pbounded(CALL_RELEASE, b, "um_release")) == UM_OK, "um_release: %s", um_err_name(st));
@@ -217,29 +168,29 @@ static int peers_target(int idx, void *arg) {
   um_buffer *bufs[3]; /* exposed to W, the get's destination, the put's source */
   um_event *get = NULL, *put = NULL;
   um_endpoint *ep;
-  ppeer p;
+  os_peer p;
   int rc;
   (void)idx;
   OS_CHECK(dup2(k->terr, 2) == 2, "dup2: %s", strerror(errno));
-  if ((rc = ppeer_open(&p)) != 0) {
-    psend(fd, "x", 1);
+  if ((rc = os_peer_open(&p, PEER_TIMEOUT_MS)) != 0) {
+    os_send(fd, "x", 1);
     return rc;
   }
-  psend(fd, "g", 1);
+  os_send(fd, "g", 1);
   if (k->mode == MODE_PASSIVE)
     return passive_target(&p, fd, ctl, k->round);
-  ep = pconnect(&p, fd);
+  ep = os_connect(&p, fd, true);
   for (int i = 0; i < 3; i++)
     OS_OK(um_alloc(p.m, um_device_get(p.m, 0), PEER_BYTES, UM_HOST, 0, &bufs[i]));
   memset(um_buffer_host_ptr(bufs[0]), 0, PEER_BYTES);
   (void)pexpose(fd, bufs[0]);
-  wklen = precv(fd, wkey, sizeof(wkey));
+  wklen = os_recv(fd, wkey, sizeof(wkey), PEER_WAIT_MS);
   if (k->mode == MODE_ISSUING) {
     OS_OK(um_net_get(ep, bufs[1], 0, wkey, wklen, 0, PEER_BYTES, &get));
     OS_OK(um_net_put(ep, bufs[2], 0, wkey, wklen, 0, PEER_BYTES, &put));
   }
-  psend(fd, "s", 1); /* W starts its put */
-  pexpect(ctl, 'k'); /* W was killed */
+  os_send(fd, "s", 1); /* W starts its put */
+  os_expect(ctl, 'k', PEER_WAIT_MS); /* W was killed */
   if (k->mode == MODE_ISSUING) {
     target_op_ended(get, "get in flight");
     target_op_ended(put, "put in flight");
@@ -261,23 +212,23 @@ static int peers_writer(int idx, void *arg) {
   um_endpoint *ep;
   um_event *ev;
   char go = 0;
-  ppeer p;
+  os_peer p;
   (void)idx;
-  OS_CHECK(precv(fd, &go, 1) == 1, "no word from T");
+  OS_CHECK(os_recv(fd, &go, 1, PEER_WAIT_MS) == 1, "no word from T");
   if (go != 'g') {
-    psend(ctl, "x", 1);
+    os_send(ctl, "x", 1);
     return OS_SKIP;
   }
-  OS_CHECK(ppeer_open(&p) == 0, "T has UCX, W has not");
-  ep = pconnect(&p, fd);
+  OS_CHECK(os_peer_open(&p, PEER_TIMEOUT_MS) == 0, "T has UCX, W has not");
+  ep = os_connect(&p, fd, true);
   OS_OK(um_alloc(p.m, um_device_get(p.m, 0), PEER_BYTES, UM_HOST, 0, &src));
   OS_OK(um_alloc(p.m, um_device_get(p.m, 0), PEER_BYTES, UM_HOST, 0, &mine));
   os_pattern(um_buffer_host_ptr(src), PEER_BYTES, 0x3c);
-  tklen = precv(fd, tkey, sizeof(tkey));
+  tklen = os_recv(fd, tkey, sizeof(tkey), PEER_WAIT_MS);
   (void)pexpose(fd, mine);
-  pexpect(fd, 's');
+  os_expect(fd, 's', PEER_WAIT_MS);
   OS_OK(um_net_put(ep, src, 0, tkey, tklen, 0, PEER_BYTES, &ev));
-  psend(ctl, "p", 1); /* putting: kill me */
+  os_send(ctl, "p", 1); /* putting: kill me */
   for (;;)
     (void)um_net_put(ep, src, 0, tkey, tklen, 0, PEER_BYTES, NULL);
   return 1;

@@ -7,8 +7,6 @@
  * target revoked the exposure before the data was all in place.
  *
  * Two processes, run once per UCX transport (tcp, posix, sysv). */
-#include <stdbool.h>
-
 #include "outside.h"
 
 #define REV_BYTES (256u << 20)
@@ -27,50 +25,6 @@ typedef struct rev_setup {
   bool wrap;      /* the exposed buffer wraps the target's own memory */
   uint32_t target_timeout_ms;
 } rev_setup;
-
-typedef struct rpeer {
-  um_manager *m;
-  um_net *net;
-} rpeer;
-
-static int rpeer_open(rpeer *p, uint32_t timeout_ms) {
-  um_options o;
-  int st;
-  os_options(&o);
-  o.net_timeout_ms = timeout_ms;
-  OS_OK(um_manager_create(&o, &p->m));
-  st = um_net_create(p->m, &p->net);
-  if (st == UM_ENOTSUP) {
-    um_manager_destroy(p->m);
-    return OS_SKIP;
-  }
-  OS_CHECK(st == UM_OK, "um_net_create: %s", um_err_name(st));
-  return 0;
-}
-
-static void rsend(int fd, const void *blob, size_t len) {
-  OS_CHECK(nb_send(fd, blob, len) == 0, "nb_send: %s", strerror(errno));
-}
-
-static size_t rrecv(int fd, void *buf, size_t cap) {
-  size_t len = 0;
-  OS_CHECK(nb_recv(fd, buf, cap, &len, REV_WAIT_MS) == 0, "nb_recv: %s", strerror(errno));
-  return len;
-}
-
-/* Exchange addresses over fd; connect to the peer unless only it needs
- * an endpoint (NULL then). */
-static um_endpoint *rconnect(rpeer *p, int fd, bool connect) {
-  unsigned char mine[4096], theirs[4096];
-  size_t len = sizeof(mine), tlen;
-  um_endpoint *ep = NULL;
-  OS_OK(um_net_address(p->net, mine, &len));
-  rsend(fd, mine, len);
-  tlen = rrecv(fd, theirs, sizeof(theirs));
-  if (connect)
-    OS_OK(um_net_connect(p->net, theirs, tlen, &ep));
-  return ep;
-}
 
 /* ------------------------------------------------------------------------ */
 /* The target */
@@ -99,7 +53,7 @@ static int target_revoke(const rev_setup *s, um_buffer *b) {
  * is no longer held: a trim gives it back, leaving the new buffer's only.
  * Not when the put failed on the issuer's side without a release (its
  * endpoint failed: 'b'), which leaves the block held for good. */
-static void target_held_comes_back(rpeer *p, char put_status) {
+static void target_held_comes_back(os_peer *p, char put_status) {
   um_stats st;
   uint64_t end = os_now_ms() + 10000;
   if (put_status == 'b')
@@ -119,7 +73,7 @@ static void target_held_comes_back(rpeer *p, char put_status) {
  * (not a leak to LeakSanitizer). */
 static void *rev_wrap_mem;
 
-static um_buffer *target_alloc(const rev_setup *s, rpeer *p, unsigned flags) {
+static um_buffer *target_alloc(const rev_setup *s, os_peer *p, unsigned flags) {
   um_buffer *b = NULL;
   if (s->wrap && flags == UM_ALLOC_ZERO) {
     OS_CHECK(posix_memalign(&rev_wrap_mem, 4096, REV_BYTES) == 0, "posix_memalign");
@@ -139,7 +93,7 @@ static um_buffer *target_alloc(const rev_setup *s, rpeer *p, unsigned flags) {
  * or 0, or -1 where the target cannot tell. Over shared memory the whole
  * put can land between its first byte and the revocation; then it was
  * never revoked mid-way, and the issuer's UM_OK is the right answer. */
-static um_buffer *target_revoke_and_realloc(const rev_setup *s, rpeer *p, um_buffer *b, int *held) {
+static um_buffer *target_revoke_and_realloc(const rev_setup *s, os_peer *p, um_buffer *b, int *held) {
   volatile unsigned char *first = (volatile unsigned char *)um_buffer_host_ptr(b);
   void *old = um_buffer_host_ptr(b);
   um_buffer *again;
@@ -169,23 +123,23 @@ static int rev_target(int idx, void *arg) {
   um_endpoint *ep;
   um_buffer *b, *again;
   char word = 'x', status[2];
-  rpeer p;
+  os_peer p;
   int held;
-  int rc = rpeer_open(&p, s->target_timeout_ms);
+  int rc = os_peer_open(&p, s->target_timeout_ms);
   if (rc != 0) {
-    rsend(fd, &word, 1);
+    os_send(fd, &word, 1);
     return rc;
   }
   word = 'g';
-  rsend(fd, &word, 1);
+  os_send(fd, &word, 1);
   /* The target is passive: an endpoint of its own only where the net
    * stays (closing one to a stopped issuer is another matter). */
-  ep = rconnect(&p, fd, !s->destroy);
+  ep = os_connect(&p, fd, !s->destroy);
   b = target_alloc(s, &p, UM_ALLOC_ZERO);
   OS_OK(um_net_expose(b, key, &klen));
-  rsend(fd, key, klen);
+  os_send(fd, key, klen);
   again = target_revoke_and_realloc(s, &p, b, &held);
-  OS_CHECK(rrecv(fd, status, sizeof(status)) == 2, "the issuer's statuses");
+  OS_CHECK(os_recv(fd, status, sizeof(status), REV_WAIT_MS) == 2, "the issuer's statuses");
   /* A while longer: whatever the old put still had to write is written. */
   for (uint64_t end = os_now_ms() + 500; os_now_ms() < end && bad == SIZE_MAX; os_sleep_ms(50))
     bad = os_pattern_diff(um_buffer_host_ptr(again), REV_BYTES, REV_SEED);
@@ -195,7 +149,7 @@ static int rev_target(int idx, void *arg) {
   OS_CHECK(status[1] == 'r', "a put issued after the revocation: %c", status[1]);
   if (!s->destroy && !s->net_alloc && !s->wrap)
     target_held_comes_back(&p, status[0]);
-  rsend(fd, "q", 1);
+  os_send(fd, "q", 1);
   OS_OK(um_release(again));
   if (!s->destroy) {
     OS_OK(um_endpoint_close(ep));
@@ -219,15 +173,15 @@ static int rev_issuer(int idx, void *arg) {
   um_buffer *src;
   um_event *ev;
   char word = 0, status[2];
-  rpeer p;
-  OS_CHECK(rrecv(fd, &word, 1) == 1, "no word from the target");
+  os_peer p;
+  OS_CHECK(os_recv(fd, &word, 1, REV_WAIT_MS) == 1, "no word from the target");
   if (word != 'g')
     return OS_SKIP;
   /* Shorter when the target's net goes: over shared memory nothing answers
    * the issuer's flush any more, and the timeout finds it. */
-  OS_CHECK(rpeer_open(&p, s->destroy ? 3000 : 20000) == 0, "the target has UCX, the issuer has not");
-  ep = rconnect(&p, fd, true);
-  klen = rrecv(fd, key, sizeof(key));
+  OS_CHECK(os_peer_open(&p, s->destroy ? 3000 : 20000) == 0, "the target has UCX, the issuer has not");
+  ep = os_connect(&p, fd, true);
+  klen = os_recv(fd, key, sizeof(key), REV_WAIT_MS);
   OS_OK(um_alloc(p.m, um_device_get(p.m, 0), REV_BYTES, UM_HOST, 0, &src));
   memset(um_buffer_host_ptr(src), 0xa7, REV_BYTES);
   OS_OK(um_net_put(ep, src, 0, key, klen, 0, REV_BYTES, &ev));
@@ -241,12 +195,11 @@ static int rev_issuer(int idx, void *arg) {
     status[1] = 'r';
   else
     status[1] = status_char(um_net_put(ep, src, 0, key, klen, 0, 4096, NULL));
-  rsend(fd, status, 2);
-  OS_CHECK(rrecv(fd, &word, 1) == 1 && word == 'q', "the target's last word");
+  os_send(fd, status, 2);
+  OS_CHECK(os_recv(fd, &word, 1, REV_WAIT_MS) == 1 && word == 'q', "the target's last word");
   (void)um_endpoint_close(ep);
   OS_OK(um_release(src));
-  OS_OK(um_net_destroy(p.net));
-  OS_OK(um_manager_destroy(p.m));
+  os_peer_close(&p);
   return 0;
 }
 
