@@ -821,7 +821,10 @@ UM_EXTERN int um_net_expose(um_buffer *b, void *blob, size_t *len);
  * NULL out, zero bytes, unknown flags); UM_ESTATE (n was destroyed);
  * UM_ENOMEM (also, before UCX is asked, for more bytes than the host's
  * physical memory); UM_EBACKEND (UCX could not allocate; um_last_error() has its
- * text). */
+ * text). Over UCX's posix transport the memory is a file in /dev/shm that
+ * the kernel fills as it is touched: a size below physical memory but above
+ * what /dev/shm can hold is accepted and fails later, on touch, with
+ * SIGBUS, as for any shared-memory user (`df /dev/shm` says the room). */
 UM_EXTERN int um_net_alloc(um_net *n, size_t bytes, unsigned flags, um_buffer **out);
 
 /* Revoke b's exposure: when this returns, no put or get from any peer
