@@ -448,8 +448,10 @@ static __attribute__((noinline)) int wrap_release_check(um_buffer *b) {
                        (void *)b);
 }
 
+/* The buffer's own kind first: the release of any other buffer then reads
+ * no field of the manager, whose bracket word other threads write. */
 static bool wrap_release_refused(um_buffer *b, int *st) {
-  if (__builtin_expect(um__atomic_load_relaxed(&b->m->brackets_open) == 0, 1) || b->kind != UM__KIND_WRAPPED)
+  if (__builtin_expect(b->kind != UM__KIND_WRAPPED, 1) || um__atomic_load_relaxed(&b->m->brackets_open) == 0)
     return false;
   return (*st = wrap_release_check(b)) != UM_OK;
 }
