@@ -772,7 +772,7 @@ static int op_collect_deps(um_event *op, um_buffer **bufs, int nbufs, um_event *
     }
     bufs[i]->pending++;
   }
-  if (__builtin_expect(um__atomic_load_relaxed(&op->m->brackets_open) != 0, 0) && ndeps > 0)
+  if (ndeps > 0 && __builtin_expect(um__atomic_load_relaxed(&op->m->brackets_open) != 0, 0))
     marks_inherit(op, deps, ndeps);
   /* A destination without a host view now has its current data on the
    * device only (its host shadow, if any, is stale). */
