@@ -1,8 +1,12 @@
 /* Every structure of the core, in one place (as mimalloc's types.h): a
  * reader finds what an object holds here, and what each file does with it
- * in internal.h. Which file owns a field is said beside it. */
+ * in its folder's header (src/README.md). Which file owns a field is said beside it. */
 #ifndef UNIMEM_TYPES_H
 #define UNIMEM_TYPES_H
+
+#ifndef UM__SEES_DEVICE
+#error "types.h: this folder may not include it (src/README.md)"
+#endif
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -601,5 +605,20 @@ struct um_manager {
   atomic_bool trim_asleep;
   atomic_uint reserve_seq;
 };
+
+/* ------------------------------------------------------------------------ */
+/* Handles */
+
+static inline bool um__loc_valid(int loc) { return loc >= UM_HOST && loc <= UM_UNIFIED; }
+
+/* The manager's devices now (adoption adds some). */
+static inline int um__ndevices(const um_manager *m) {
+  return atomic_load_explicit(&((um_manager *)m)->ndevices, memory_order_acquire);
+}
+
+/* d is a device handle (not NULL, not a handle of another kind). */
+static inline bool um__device_ok(const um_device *d) { return d != NULL && d->magic == UM__DEVICE_MAGIC; }
+/* m is a manager handle (not NULL, not a handle of another kind). */
+static inline bool um__manager_ok(const um_manager *m) { return m != NULL && m->magic == UM__MANAGER_MAGIC; }
 
 #endif /* UNIMEM_TYPES_H */

@@ -36,7 +36,8 @@ endforeach()
 # test, so every build (ASan, TSan, valgrind) runs it.
 add_executable(fuzz_api_replay ${CMAKE_CURRENT_SOURCE_DIR}/reliability/fuzz/fuzz_api.c
                                ${CMAKE_CURRENT_SOURCE_DIR}/common/fault_backend.c)
-target_include_directories(fuzz_api_replay PRIVATE ${CMAKE_SOURCE_DIR}/src ${CMAKE_CURRENT_SOURCE_DIR}/common)
+target_link_libraries(fuzz_api_replay PRIVATE unimem_internals)
+  target_include_directories(fuzz_api_replay PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/common)
 target_compile_definitions(fuzz_api_replay PRIVATE _GNU_SOURCE)
 target_compile_options(fuzz_api_replay PRIVATE ${UM_WARNINGS})
 target_link_libraries(fuzz_api_replay PRIVATE unimem_static)
@@ -49,7 +50,8 @@ set_tests_properties(fuzz_corpus PROPERTIES TIMEOUT 300 LABELS "core")
 # the test that the TSan build relies on.
 add_executable(stress_standalone ${CMAKE_CURRENT_SOURCE_DIR}/reliability/test_stress.c
                                  ${CMAKE_CURRENT_SOURCE_DIR}/common/fault_backend.c)
-target_include_directories(stress_standalone PRIVATE ${CMAKE_SOURCE_DIR}/src ${CMAKE_CURRENT_SOURCE_DIR}/common)
+target_link_libraries(stress_standalone PRIVATE unimem_internals)
+  target_include_directories(stress_standalone PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/common)
 target_compile_definitions(stress_standalone PRIVATE _GNU_SOURCE UNIMEM_STRESS_STANDALONE)
 target_compile_options(stress_standalone PRIVATE ${UM_WARNINGS})
 target_link_libraries(stress_standalone PRIVATE unimem_static)

@@ -594,7 +594,7 @@ Test(net_api, manager_destroys_its_net) {
 /* um_net_alloc: buffers whose memory UCX allocated */
 
 #ifdef UNIMEM_HAVE_UCX
-#include "net_ucx_lib.h"
+#include "ucx_api.h"
 
 /* Registrations with UCX, counted: ucp_mem_map of the loaded library
  * through a wrapper while a test runs. */

@@ -42,7 +42,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "internal.h"
+#include "testing.h"
 
 extern const um__backend fault_backend;
 extern const um__backend fault_backend_mapped;

@@ -33,7 +33,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "testing.h"
 
 #define UT_UNUSED __attribute__((unused))
 

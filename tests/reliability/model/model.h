@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "internal.h"
+#include "testing.h"
 
 #define MDL_MAX_DEVS 8
 #define MDL_MAX_BUFS 20       /* live buffers of one program, shared ones included */

@@ -1,0 +1,72 @@
+/* Status codes, their texts, and the thread-local detail of the last
+ * failure. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base.h"
+
+static _Thread_local char last_error[512];
+
+const char *um_strerror(int status) {
+  switch (status) {
+#define UM_STRERROR_CASE_(name, value, text)                                   \
+  case UM_##name:                                                              \
+    return text;
+    UM_ERRNO_MAP(UM_STRERROR_CASE_)
+#undef UM_STRERROR_CASE_
+  default:
+    return "unknown status";
+  }
+}
+
+const char *um_err_name(int status) {
+  switch (status) {
+#define UM_ERR_NAME_CASE_(name, value, text)                                   \
+  case UM_##name:                                                              \
+    return "UM_" #name;
+    UM_ERRNO_MAP(UM_ERR_NAME_CASE_)
+#undef UM_ERR_NAME_CASE_
+  default:
+    return "UM_UNKNOWN";
+  }
+}
+
+const char *um_last_error(void) { return last_error; }
+
+int um__set_error(int status, const char *fmt, ...) {
+  /* Formatted aside first: an argument may be um_last_error() itself, when
+   * a caller adds its context to a lower layer's reason. */
+  char text[sizeof(last_error)];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(text, sizeof(text), fmt, ap);
+  va_end(ap);
+  memcpy(last_error, text, sizeof(last_error));
+  return status;
+}
+
+void um__clear_error(void) { last_error[0] = '\0'; }
+
+static const char *const level_names[] = {"error", "warn", "info", "debug"};
+
+void um__log(const um_options *opts, um_log_level level, const char *fmt,
+             ...) {
+  char msg[768];
+  va_list ap;
+  if (opts != NULL && level > opts->log_level)
+    return;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  if (opts != NULL && opts->log != NULL) {
+    opts->log(opts->log_ctx, level, msg);
+    return;
+  }
+  fprintf(stderr, "unimem %s: %s\n",
+          level_names[(unsigned)level < 4 ? (unsigned)level : 3], msg);
+}
+
+unsigned um_version(void) { return UM_VERSION_HEX; }
+
+const char *um_version_string(void) { return UM_VERSION_STRING; }

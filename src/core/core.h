@@ -1,0 +1,49 @@
+/* core/: the manager, buffer objects and their states, statistics,
+ * mapped files. */
+#ifndef UNIMEM_CORE_H
+#define UNIMEM_CORE_H
+
+#ifndef UM__SEES_CORE
+#error "core.h: this folder may not include core/ (src/README.md)"
+#endif
+
+#include "tcache.h"
+
+/* buffer.c: a buffer over memory someone else owns (a DLPack producer's),
+ * on device d at loc: mem as d's backend knows such memory (a host view, or
+ * a cl_mem / CUdeviceptr handle with host NULL). Never pooled; released
+ * like a wrap (its release waits for its operations), and on_return(ctx)
+ * runs exactly once when the memory goes back (also at manager destroy for
+ * a buffer never released). */
+int um__wrap_foreign(um_manager *m, um_device *d, um_location loc, const um__mem *mem, size_t bytes,
+                     void (*on_return)(void *ctx), void *ctx, um_buffer **out);
+
+/* manager.c */
+int um__manager_create_ex(const um_options *opts, const um__backend *const *extra, int nextra,
+                          um_manager **out);
+
+
+/* buffer_state.c */
+int um__buffer_check_live(const um_buffer *b);
+/* um__buffer_check_live, and b's generation for a check under its lock. */
+int um__buffer_check_owner(const um_buffer *b, uint32_t *gen);
+/* An operation on b finished (b's lock held): drop it from b's chain;
+ * *drop_last says the chain's reference to op must be dropped, *retire
+ * that b was released meanwhile and must now be retired (both after the
+ * lock is released). */
+void um__buffer_op_finish_locked(um_buffer *b, um_event *op, bool *drop_last, bool *retire);
+/* Block until every operation issued on b has finished. */
+void um__buffer_wait_idle(um_buffer *b);
+/* A released buffer with nothing pending: its block goes to this thread's
+ * cache (tc, when not NULL and the class has a slot), the quarantine
+ * (debug), or its owner. */
+void um__buffer_retire(um_buffer *b, um__tcache *tc);
+/* UM_WRAP_PIN: register a live wrap with the other backends; whether d's
+ * backend registered it (d may DMA from and to it directly). */
+void um__wrap_register_devices(um_buffer *b);
+/* um__wrap_registered: above, before um__path_dma_ready. */
+
+/* (handle.c) Whether d's backend registered b, a UM_WRAP_PIN wrap. */
+bool um__wrap_registered(const um_buffer *b, const um_device *d);
+
+#endif /* UNIMEM_CORE_H */

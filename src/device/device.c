@@ -1,0 +1,52 @@
+/* Devices: lookup, description, memory figures; the check that a manager
+ * belongs to this process. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "device.h"
+
+int um__manager_check_process(const um_manager *m) {
+  if (m->fork_gen != um__process_generation())
+    return um__set_error(UM_ESTATE,
+                         "manager %p was made in another process (before fork()): a child process "
+                         "must make its own manager",
+                         (const void *)m);
+  return UM_OK;
+}
+
+
+int um_device_count(const um_manager *m) {
+  if (!um__manager_ok(m))
+    return um__set_error(UM_EINVAL, "um_device_count: NULL or not a manager");
+  return um__ndevices(m);
+}
+
+um_device *um_device_get(um_manager *m, int index) {
+  if (!um__manager_ok(m) || index < 0 || index >= um__ndevices(m))
+    return NULL;
+  return m->devices[index];
+}
+
+int um_device_info_get(const um_device *d, um_device_info *out) {
+  if (!um__device_ok(d) || out == NULL)
+    return um__set_error(UM_EINVAL, "um_device_info_get: NULL argument or not a device");
+  *out = d->info;
+  return UM_OK;
+}
+
+int um_device_memory(um_device *d, uint64_t *free_bytes, uint64_t *total_bytes) {
+  uint64_t f = 0, t = 0;
+  int st;
+  if (!um__device_ok(d) || (free_bytes == NULL && total_bytes == NULL))
+    return um__set_error(UM_EINVAL, "um_device_memory: NULL argument or not a device");
+  if (um__process_changed(d->m))
+    return um__manager_check_process(d->m);
+  st = d->be->memory(d->bdev, &f, &t);
+  if (st != UM_OK)
+    return st;
+  if (free_bytes)
+    *free_bytes = f;
+  if (total_bytes)
+    *total_bytes = t;
+  return UM_OK;
+}
