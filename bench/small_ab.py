@@ -17,7 +17,7 @@ machine's drift hits both alike), and prints for each build:
 With --split SAMPLES it runs `bench_transfer --split SAMPLES` instead:
 the per-copy event case alone, unimem's and raw's samples interleaved,
 each timed over its issue and over the whole sample (docs/benchmarks.md,
-"two regimes"). It prints for each build, over its invocations: unimem's
+"Small operations"). It prints for each build, over its invocations: unimem's
 issue time over raw's in the same invocation (a ratio, so that the
 machine's mode of the moment, which both sides share, cancels), and the
 added nanoseconds per copy of the issue and of the whole sample, with the

@@ -1,27 +1,44 @@
 #!/usr/bin/env bash
-# Install what unimem needs to build, test and benchmark on Debian/Ubuntu.
+# Install what unimem needs to build, test and benchmark on Debian/Ubuntu:
+# the packages of scripts/packages.txt (.ci/run installs through this too).
 # Does nothing when everything is already there; needs root (or sudo) when
 # something is missing.
+# Usage: scripts/deps.sh [--list | --dry-run]
+#   --list     print the packages of the list, one a line, and exit
+#   --dry-run  print the missing ones and the command that would install them
 set -euo pipefail
+cd "$(dirname "$0")"
 
-packages=(
-  build-essential cmake gcc clang pkg-config python3 binutils
-  libcriterion-dev                       # test framework
-  pocl-opencl-icd ocl-icd-opencl-dev opencl-headers clinfo  # OpenCL on the CPU
-  libjemalloc-dev libmimalloc-dev        # allocator peers in the benchmarks
-  libclang-rt-14-dev                     # sanitizer and fuzzer runtimes for clang
-  valgrind doxygen gnuplot-nox           # memcheck, API docs, charts
-  python3-dev python3-numpy python3-pytest python3-hypothesis  # the Python package and its tests
-  python3-pyopencl python3-torch         # the Python interop tests and examples (CPU torch)
-  libucx-dev ucx-utils                   # um_net over UCX, and ucx_perftest as its peer
-  libstarpu-dev                          # StarPU, the peer of the low-latency wait benchmark
-)
+mode=${1:-install}
+case "$mode" in
+  install|--list|--dry-run) ;;
+  *) echo "usage: scripts/deps.sh [--list | --dry-run]" >&2; exit 2 ;;
+esac
+
+# One package a line; '#' starts a comment; blank lines skipped.
+packages=()
+while read -r line; do
+  line=${line%%#*}
+  read -r p rest <<<"$line" || true
+  [ -n "${p:-}" ] || continue
+  [ -z "${rest:-}" ] || { echo "unimem: packages.txt: one package a line: '$line'" >&2; exit 2; }
+  packages+=("$p")
+done < packages.txt
+
+if [ "$mode" = --list ]; then
+  printf '%s\n' "${packages[@]}"
+  exit 0
+fi
 
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+if [ "$mode" = --dry-run ]; then
+  echo "unimem: would run: apt-get update && apt-get install -y --no-install-recommends ${missing[*]}"
   exit 0
 fi
 echo "unimem: installing ${missing[*]}" >&2

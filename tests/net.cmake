@@ -2,7 +2,7 @@
 # test_*.c executables exist.
 #
 # test_net_*.c (in backends/) link the blob-exchange helper
-# (common/net_bootstrap.c). The data
+# (bench/net_bootstrap.c, which `unimem bench net` uses too). The data
 # path and failure tests run once more per UCX transport of this machine,
 # loopback and shared memory only:
 #   tcp    UCX_TLS=tcp over lo (peer failure detection: a killed peer is
@@ -20,7 +20,8 @@
 foreach(src ${UM_TEST_SOURCES})
   get_filename_component(name ${src} NAME_WE)
   if(name MATCHES "^test_net")
-    target_sources(${name} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/common/net_bootstrap.c)
+    target_sources(${name} PRIVATE ${CMAKE_SOURCE_DIR}/bench/net_bootstrap.c)
+    target_include_directories(${name} PRIVATE ${CMAKE_SOURCE_DIR}/bench)
   endif()
 endforeach()
 

@@ -1,7 +1,8 @@
 /* Exchanging um_net blobs between processes: a socketpair made before
  * fork(), or a TCP socket on 127.0.0.1, carrying length-prefixed blobs.
  *
- * For the tests, and later the tool and the examples; deliberately not part
+ * For the tests and `unimem bench net` (bench_net.c); it lives in bench/ so
+ * that the installed tool compiles nothing from tests/. Deliberately not part
  * of unimem's API. Exchanging addresses and keys is the application's job,
  * done over whatever it already has (MPI, PMIx, its own RPC, a file); a
  * socket helper in the library would make unimem own a second network
