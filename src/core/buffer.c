@@ -156,7 +156,7 @@ static __attribute__((noinline)) int alloc_args_error(um_manager *m, um_device *
 
 /* Everything of um_alloc after the argument and process checks, but for
  * the hit alloc_fast takes itself. */
-static __attribute__((noinline)) int alloc_rest(um_manager *m, um_device *d, size_t bytes, um_location loc,
+static __attribute__((noinline)) int alloc_slow_path(um_manager *m, um_device *d, size_t bytes, um_location loc,
                                                 unsigned flags, um_buffer **out, const char *file, int line) {
   um__tcache *tc = um__tcache_for(m, d);
   um_buffer *b;
@@ -172,11 +172,11 @@ static __attribute__((noinline)) int alloc_rest(um_manager *m, um_device *d, siz
   return UM_OK;
 }
 
-/* alloc_rest for um_alloc, which records no site: six arguments, so that
+/* alloc_slow_path for um_alloc, which records no site: six arguments, so that
  * um_alloc reaches it with a jump and needs no frame of its own. */
-static __attribute__((noinline)) int alloc_rest_nosite(um_manager *m, um_device *d, size_t bytes, um_location loc,
-                                                       unsigned flags, um_buffer **out) {
-  return alloc_rest(m, d, bytes, loc, flags, out, NULL, 0);
+static __attribute__((noinline)) int alloc_slow_path_nosite(um_manager *m, um_device *d, size_t bytes,
+                                                            um_location loc, unsigned flags, um_buffer **out) {
+  return alloc_slow_path(m, d, bytes, loc, flags, out, NULL, 0);
 }
 
 /* A hit that passed this thread's highest level: carry the new highs. */
@@ -188,7 +188,7 @@ static __attribute__((noinline)) int hit_publish_high(um__tcache *tc) {
 /* um_alloc and um_alloc_at: every check in one test, then the hit in this
  * thread's cached block of the class (tcache.h): no lock, counters only
  * this thread writes. Every other way out is a jump to a function that
- * does the rest (alloc_rest), so the hit calls nothing and keeps no frame. */
+ * does the rest (alloc_slow_path), so the hit calls nothing and keeps no frame. */
 static inline __attribute__((always_inline)) int alloc_fast(um_manager *m, um_device *d, size_t bytes,
                                                             um_location loc, unsigned flags, um_buffer **out,
                                                             const char *file, int line, bool sited) {
@@ -211,8 +211,8 @@ static inline __attribute__((always_inline)) int alloc_fast(um_manager *m, um_de
   if (__builtin_expect(!um__tcache_serves(tc, m, d) || flags != 0 || m->opts.scrub || !um__tcache_ready(tc, m) ||
                            cls >= UM__TCACHE_CLASSES || (b = um__tcache_take(tc, d, loc, cls)) == NULL,
                        0))
-    return sited ? alloc_rest(m, d, bytes, loc, flags, out, file, line)
-                 : alloc_rest_nosite(m, d, bytes, loc, flags, out);
+    return sited ? alloc_slow_path(m, d, bytes, loc, flags, out, file, line)
+                 : alloc_slow_path_nosite(m, d, bytes, loc, flags, out);
   um__buffer_go_live_clean(b, bytes, file, line); /* a slot's block is clean */
   um__tcounter_add(&tc->ctr[d->index].pool_hits, 1);
   bool publish = um__tcache_count_in_defer(tc, d, bytes);
@@ -360,7 +360,8 @@ static __attribute__((noinline)) int release_slow(um_buffer *b, um__tcache *tc) 
      * for their transfers already admitted), so none reaches the block
      * once it is reused. When it gives up, the block is held back (net.c),
      * but a caller's wrap is the caller's: it is told. */
-    if (um__upcall.net.buffer_released != NULL && um__upcall.net.buffer_released(b) == UM_EBUSY && b->kind == UM__KIND_WRAPPED && b->on_return == NULL)
+    if (um__upcall.net.buffer_released != NULL && um__upcall.net.buffer_released(b) == UM_EBUSY &&
+        b->kind == UM__KIND_WRAPPED && b->on_return == NULL)
       reached = um__set_error(UM_EBUSY, "wrapped memory of buffer %p was released, but a peer's transfer "
                                         "admitted before the revocation may still write it",
                               (void *)b);
@@ -419,7 +420,7 @@ int um_buffer_retain(um_buffer *b) {
 
 /* The rest of um_release once the buffer is RELEASED, but for the fast
  * path um_release takes itself: count it, then the slot or release_slow. */
-static __attribute__((noinline)) int release_rest(um_buffer *b) {
+static __attribute__((noinline)) int release_slow_path(um_buffer *b) {
   um_device *d = b->dev;
   um__tcache *tc = um__tcache_for(b->m, d);
   if (tc == NULL) {
@@ -473,15 +474,15 @@ static __attribute__((noinline)) int release_held(um_buffer *b) {
   um__bias_leave(b->m); /* the compare-and-swap below is not the sole thread's way */
   if (!atomic_compare_exchange_strong(&b->state, &live, UM__BUF_RELEASED))
     return um__set_error(UM_ESTATE, "buffer %p was released", (void *)b);
-  return release_rest(b);
+  return release_slow_path(b);
 }
 
 /* um_release of a manager that is not SHARED, where its own fast try did
  * not settle the state (this thread's last cache is not the sole cache, or
  * the bias went meanwhile): the sole thread, back from another manager's
  * work, changes the state its way; any other thread revokes the bias, then
- * takes the compare-and-swap. Then release_rest. */
-static __attribute__((noinline)) int release_unbiased(um_buffer *b) {
+ * takes the compare-and-swap. Then release_slow_path. */
+static __attribute__((noinline)) int release_biased_manager(um_buffer *b) {
   um_manager *m = b->m;
   um__tcache *sole = atomic_load_explicit(&m->sole_tc, memory_order_relaxed);
   int live = UM__BUF_LIVE, r = -1;
@@ -493,7 +494,7 @@ static __attribute__((noinline)) int release_unbiased(um_buffer *b) {
   }
   if (r == 0)
     return um__set_error(UM_ESTATE, "buffer %p was released", (void *)b);
-  return release_rest(b);
+  return release_slow_path(b);
 }
 
 int um_release(um_buffer *b) {
@@ -521,20 +522,20 @@ int um_release(um_buffer *b) {
     r = atomic_compare_exchange_strong(&b->state, &live, UM__BUF_RELEASED);
   else if (tc == NULL || tc != atomic_load_explicit(&m->sole_tc, memory_order_relaxed) ||
            (r = um__bias_release(tc, m, b)) < 0)
-    return release_unbiased(b);
+    return release_biased_manager(b);
   if (!r)
     return um__set_error(UM_ESTATE, "buffer %p was released", (void *)b);
   /* Fast path: an untouched pooled block into this thread's reserved,
    * empty slot of its class (um__tcache_put_fast), with no new high to
-   * carry; then the counters. Every other case is release_rest's, reached
+   * carry; then the counters. Every other case is release_slow_path's, reached
    * by a jump, so this path keeps no frame. The size is read first: once
    * in the slot, the block may be taken by another thread. */
   d = b->dev;
   bytes = b->size;
-  if (__builtin_expect(!um__tcache_serves(tc, m, d) || tc->high_pending != 0 || atomic_load(&b->touched) || b->slot == UM__NO_SLOT ||
-                           !um__tcache_ready(tc, m) || !um__tcache_put_fast(tc, b),
+  if (__builtin_expect(!um__tcache_serves(tc, m, d) || tc->high_pending != 0 || atomic_load(&b->touched) ||
+                           b->slot == UM__NO_SLOT || !um__tcache_ready(tc, m) || !um__tcache_put_fast(tc, b),
                        0))
-    return release_rest(b);
+    return release_slow_path(b);
   c = &tc->ctr[d->index];
   um__tcounter_add(&c->releases, 1);
   um__tcache_count_out_level(tc, c, bytes);
