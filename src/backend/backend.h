@@ -186,7 +186,7 @@ typedef struct um__backend {
    * 0. The token is still released through b (native_release). */
   int (*tokens_shared)(void *a, void *b);
 
-  /* The caller's own device work (SPEC §8). All optional: a device without
+  /* The caller's own device work (um_access_begin). All optional: a device without
    * them answers the interop calls with what the core can say itself.
    *
    * device_native, mem_native: the native handles of the device, and of a

@@ -1,5 +1,5 @@
 /* fork(): a child process may use unimem only through a manager it makes
- * itself (SPEC §5). The parent's managers are copied into the child without
+ * itself (docs/design.md, "fork()"). The parent's managers are copied into the child without
  * their threads (workers, trim timer, drivers' callback threads), with
  * whatever locks other threads held at the moment of the fork, and with
  * operations in flight that nothing in the child will ever finish: any

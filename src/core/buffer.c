@@ -351,7 +351,7 @@ static __attribute__((noinline)) int release_slow(um_buffer *b, um__tcache *tc) 
   if (atomic_load(&b->touched)) {
     /* Operations were issued or a mapping made: wait for the worker that
      * may still hold the lock, and defer behind pending operations. The
-     * caller may free a wrap's memory as soon as this returns (SPEC §5), so
+     * caller may free a wrap's memory as soon as this returns (unimem.h), so
      * a wrap waits for its operations instead. */
     bool now;
     void *mapped;

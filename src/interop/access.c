@@ -1,4 +1,4 @@
-/* The caller's own device work on unimem memory (SPEC §8): native handles,
+/* The caller's own device work on unimem memory: native handles,
  * and the bracket um_access_begin / um_access_end.
  *
  * A bracket is an operation (kind UM__OP_ACCESS) on its buffer, published

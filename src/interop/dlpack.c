@@ -1,4 +1,4 @@
-/* DLPack (SPEC §9): a buffer's memory as a tensor another framework reads
+/* DLPack: a buffer's memory as a tensor another framework reads
  * and writes in place, and a tensor of another framework as a buffer.
  *
  * Export: one malloc'd block holds the managed tensor (either kind), its

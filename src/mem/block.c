@@ -15,7 +15,7 @@
 
 /* The device whose backend gives d's blocks at loc: UM_HOST on any device
  * is ordinary pageable host memory, the cpu device's (device 0), accounted
- * to d (SPEC §5: every location on every device). */
+ * to d (every location on every device, as unimem.h promises). */
 static um_device *giver(um_device *d, um_location loc) {
   return loc == UM_HOST ? d->m->devices[0] : d;
 }

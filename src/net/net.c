@@ -1,4 +1,4 @@
-/* Across processes (SPEC §10): the um_net_* API, its handles, the blobs,
+/* Across processes: the um_net_* API, its handles, the blobs,
  * and the seam the operation layer calls (net.h).
  *
  * No UCX here: the transport table (net.h, net_ucx.c) does the network.

@@ -1,4 +1,4 @@
-/* The network layer's internal contracts (SPEC §10: um_net_*).
+/* The network layer's internal contracts (um_net_*).
  *
  * Three parts, each documented where it is declared:
  *  1. The seam the operation layer calls: um__net_xfer_start() moves bytes

@@ -1,4 +1,4 @@
-/* um_net_put and um_net_get as operations (SPEC §10): two entries of the
+/* um_net_put and um_net_get as operations: two entries of the
  * path table (path.c), net-put and net-get, for operations of kind
  * UM__OP_NET. The operation layer (op.c) orders a transfer after the
  * earlier operations on its local buffer, as it orders a copy (a put after
