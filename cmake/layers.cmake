@@ -18,7 +18,7 @@ set(UM_LAYER_base_SEES base)
 set(UM_LAYER_backend_SOURCES ${UM_BACKEND_SOURCES})
 set(UM_LAYER_backend_SEES base backend)
 
-set(UM_LAYER_device_SOURCES src/device/device.c src/device/peer.c)
+set(UM_LAYER_device_SOURCES src/device/device.c src/device/peer.c src/device/backend_calls.c)
 set(UM_LAYER_device_SEES base backend device)
 
 set(UM_LAYER_mem_SOURCES

@@ -260,9 +260,7 @@ static int wrap_mem(um_device *d, void *host, size_t bytes, unsigned flags, um__
   mem->handle = (uintptr_t)host;
   if (!(flags & UM_WRAP_PIN))
     return UM_OK;
-  if (d->be->host_register == NULL)
-    return um__set_error(UM_ENOTSUP, "um_wrap_host: pinning is not available");
-  return d->be->host_register(d->bdev, host, bytes, mem);
+  return um__dev_host_register(d, host, bytes, mem);
 }
 
 /* A descriptor for memory unimem does not own (a wrap, a foreign block):
@@ -301,7 +299,7 @@ int um_wrap_host(um_manager *m, void *host, size_t bytes, unsigned flags, um_buf
     return st;
   if ((b = um__descriptor_get(m)) == NULL) {
     if (flags & UM_WRAP_PIN)
-      d->be->host_unregister(d->bdev, &mem);
+      um__dev_host_unregister(d, &mem);
     return um__set_error(UM_ENOMEM, "um_wrap_host: out of memory for a descriptor");
   }
   wrapped_init(b, d, UM_HOST, &mem, bytes);
@@ -374,7 +372,7 @@ static __attribute__((noinline)) int release_slow(um_buffer *b, um__tcache *tc) 
     if (bracket != NULL)
       um__upcall.brackets.end_taken(bracket);
     if (mapped != NULL)
-      b->dev->be->unmap(b->dev->bdev, &b->mem, b->loc, mapped);
+      um__dev_unmap(b->dev, &b->mem, b->loc, mapped);
     pthread_mutex_lock(&b->lock);
     if (b->kind == UM__KIND_WRAPPED && b->pending > 0) {
       UM__TEST_POINT(UM__TP_WRAP_RELEASE_WAIT, b);

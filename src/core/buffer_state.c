@@ -59,24 +59,24 @@ void um__buffer_wait_idle(um_buffer *b) {
  * whenever the buffer is not a live pinned wrap (retiring resets it). */
 void um__wrap_register_devices(um_buffer *b) {
   um_manager *m = b->m;
-  const um__backend *seen[UM__MAX_BACKENDS];
+  const um_device *seen[UM__MAX_BACKENDS]; /* one device of each backend met */
   int nseen = 0;
   for (int i = 1; i < um__ndevices(m); i++) {
     um_device *d = m->devices[i];
-    bool known = d->be == b->dev->be || d->be->host_register == NULL;
+    bool known = um__dev_same_backend(d, b->dev) || !um__dev_can_register(d);
     for (int j = 0; j < nseen && !known; j++)
-      known = seen[j] == d->be;
+      known = um__dev_same_backend(seen[j], d);
     if (known || nseen == UM__MAX_BACKENDS)
       continue;
-    seen[nseen++] = d->be;
+    seen[nseen++] = d;
     if (b->wrap_regs == NULL &&
         (b->wrap_regs = calloc(UM__MAX_BACKENDS, sizeof(*b->wrap_regs))) == NULL)
       return; /* no memory for the bookkeeping: the staging paths still work */
-    if (d->be->host_register(d->bdev, b->mem.host, b->size, &b->wrap_regs[b->nwrap_regs].mem) == UM_OK)
+    if (um__dev_host_register(d, b->mem.host, b->size, &b->wrap_regs[b->nwrap_regs].mem) == UM_OK)
       b->wrap_regs[b->nwrap_regs++].dev = d;
     else
       um__log(&m->opts, UM_LOG_INFO, "um_wrap_host: %s did not register %zu bytes at %p (%s); its copies stage them",
-              d->be->name, b->size, b->mem.host, um_last_error());
+              um__dev_backend_name(d), b->size, b->mem.host, um_last_error());
   }
   if (b->nwrap_regs == 0) {
     free(b->wrap_regs);
@@ -86,7 +86,7 @@ void um__wrap_register_devices(um_buffer *b) {
 
 static void wrap_unregister_devices(um_buffer *b) {
   for (int i = 0; i < b->nwrap_regs; i++)
-    b->wrap_regs[i].dev->be->host_unregister(b->wrap_regs[i].dev->bdev, &b->wrap_regs[i].mem);
+    um__dev_host_unregister(b->wrap_regs[i].dev, &b->wrap_regs[i].mem);
   free(b->wrap_regs);
   b->wrap_regs = NULL;
   b->nwrap_regs = 0;
@@ -94,7 +94,7 @@ static void wrap_unregister_devices(um_buffer *b) {
 
 bool um__wrap_registered(const um_buffer *b, const um_device *d) {
   for (int i = 0; i < b->nwrap_regs; i++)
-    if (b->wrap_regs[i].dev->be == d->be)
+    if (um__dev_same_backend(b->wrap_regs[i].dev, d))
       return true;
   return false;
 }

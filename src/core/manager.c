@@ -45,7 +45,7 @@ static int add_device(um_manager *m, const um__backend *be, const um__bdev_desc 
   d->be = be;
   d->bdev = desc->bdev;
   snprintf(d->info.name, sizeof(d->info.name), "%s", desc->name);
-  snprintf(d->info.backend, sizeof(d->info.backend), "%s", be->name);
+  snprintf(d->info.backend, sizeof(d->info.backend), "%s", um__backend_name(be));
   d->info.index = d->index;
   d->info.caps = desc->caps;
   d->info.locations = desc->locations | (1u << UM_HOST);
@@ -65,7 +65,7 @@ static int describe_and_add(um_manager *m, const um__backend *be, void *ctx, int
   um__bdev_desc desc;
   int st;
   memset(&desc, 0, sizeof(desc)); /* fields a backend does not know stay 0 */
-  if ((st = be->describe(ctx, i, &desc)) != UM_OK)
+  if ((st = um__backend_describe(be, ctx, i, &desc)) != UM_OK)
     return st;
   return add_device(m, be, &desc, NULL);
 }
@@ -75,11 +75,11 @@ static int open_backend(um_manager *m, const um__backend *be, bool required) {
   int count = 0, st;
   if (m->nbackends == UM__MAX_BACKENDS)
     return um__set_error(UM_ENOMEM, "too many backends");
-  st = be->open(&m->opts, &ctx, &count);
+  st = um__backend_open(be, &m->opts, &ctx, &count);
   if (st != UM_OK) {
     if (required)
       return st;
-    um__log(&m->opts, UM_LOG_INFO, "backend %s skipped: %s (%s)", be->name, um_last_error(),
+    um__log(&m->opts, UM_LOG_INFO, "backend %s skipped: %s (%s)", um__backend_name(be), um_last_error(),
             um_err_name(st));
     return UM_OK;
   }
@@ -87,14 +87,14 @@ static int open_backend(um_manager *m, const um__backend *be, bool required) {
   m->backends[m->nbackends].ctx = ctx;
   m->nbackends++;
   if (count == 0)
-    um__log(&m->opts, UM_LOG_INFO, "backend %s: no devices%s%s", be->name,
+    um__log(&m->opts, UM_LOG_INFO, "backend %s: no devices%s%s", um__backend_name(be),
             um_last_error()[0] ? ": " : "", um_last_error());
   for (int i = 0; i < count; i++) {
     st = describe_and_add(m, be, ctx, i);
     if (st != UM_OK) {
       if (required)
         return st;
-      um__log(&m->opts, UM_LOG_WARN, "backend %s: device %d skipped: %s", be->name, i,
+      um__log(&m->opts, UM_LOG_WARN, "backend %s: device %d skipped: %s", um__backend_name(be), i,
               um_last_error());
     }
   }
@@ -112,7 +112,7 @@ static void free_manager(um_manager *m) {
   for (int i = um__ndevices(m) - 1; i >= 0; i--)
     destroy_device(m->devices[i]);
   for (int i = m->nbackends - 1; i >= 0; i--)
-    m->backends[i].be->close(m->backends[i].ctx);
+    um__backend_close(m->backends[i].be, m->backends[i].ctx);
   um__descriptors_free_all(m);
   if (um__upcall.ops.events_free_all != NULL)
     um__upcall.ops.events_free_all(m);
@@ -320,7 +320,7 @@ static int adopt(um_manager *m, const um__backend *be, void *const native[3], um
     pthread_mutex_unlock(&m->devices_lock);
     return um__set_error(UM_ENOMEM, "too many backends");
   }
-  st = be->adopt(&m->opts, &m->backends[slot].ctx, native[0], native[1], native[2], &desc);
+  st = um__backend_adopt(be, &m->opts, &m->backends[slot].ctx, native[0], native[1], native[2], &desc);
   if (st == UM_OK && (st = add_device(m, be, &desc, out)) == UM_OK)
     enable_peers(m, *out);
   pthread_mutex_unlock(&m->devices_lock);

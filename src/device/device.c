@@ -41,7 +41,7 @@ int um_device_memory(um_device *d, uint64_t *free_bytes, uint64_t *total_bytes) 
     return um__set_error(UM_EINVAL, "um_device_memory: NULL argument or not a device");
   if (um__process_changed(d->m))
     return um__manager_check_process(d->m);
-  st = d->be->memory(d->bdev, &f, &t);
+  st = um__dev_memory(d, &f, &t);
   if (st != UM_OK)
     return st;
   if (free_bytes)

@@ -17,9 +17,7 @@ int um_peer_possible(const um_device *a, const um_device *b) {
     return st;
   if (a == b)
     return 1;
-  if (a->be != b->be || a->be->peer_possible == NULL)
-    return 0;
-  return a->be->peer_possible(a->bdev, b->bdev) ? 1 : 0;
+  return um__dev_peer_possible(a, b);
 }
 
 int um_peer_enable(um_device *a, um_device *b) {
@@ -42,7 +40,7 @@ int um_peer_enable(um_device *a, um_device *b) {
     return um__set_error(UM_ENOTSUP, "peer access from device %d (%s) to device %d (%s) is not possible",
                          a->index, a->info.name, b->index, b->info.name);
   }
-  st = a->be->peer_enable(a->bdev, b->bdev);
+  st = um__dev_peer_enable(a, b);
   if (st == UM_OK)
     m->peer[a->index * UM__MAX_DEVICES + b->index] = 1;
   pthread_mutex_unlock(&m->peer_lock);

@@ -21,11 +21,7 @@
 #include "interop.h"
 
 /* The device's backend can order device work with the caller's. */
-static bool interop(const um_device *d) {
-  const um__backend *be = d->be;
-  return be->xfer_async != NULL && be->token_native != NULL && be->token_adopt != NULL &&
-         be->gate_new != NULL && be->gate_open != NULL && be->caller_marker != NULL;
-}
+static bool interop(const um_device *d) { return um__dev_has_interop(d); }
 
 static um_buffer *bracket_buffer(const um_event *op) { return op->dst != NULL ? op->dst : op->src; }
 
@@ -61,15 +57,15 @@ static int start_marker(um_event *op, void *const *after, int nafter, um__done_f
   x.kind = UM__XFER_MARKER;
   x.wait[0] = op->access_wait;
   x.wait[1] = op->access_done;
-  st = d->be->xfer_async(d->bdev, &x, after, nafter, done, op, native);
+  st = um__dev_xfer_async(d, &x, after, nafter, done, op, native);
   if (op->access_wait_owner != NULL) {
     um__event_token_put(op->access_wait_owner, d, op->access_wait);
     um__event_unref(op->access_wait_owner);
   } else if (op->access_wait != NULL) {
-    d->be->native_release(d->bdev, op->access_wait); /* the gate's second owner */
+    um__dev_native_release(d, op->access_wait); /* the gate's second owner */
   }
   if (op->access_done != NULL)
-    d->be->native_release(d->bdev, op->access_done);
+    um__dev_native_release(d, op->access_done);
   op->access_wait_owner = NULL;
   op->access_wait = op->access_done = NULL;
   return st;
@@ -85,7 +81,7 @@ static bool plan_gate(um_event *op) { return op->kind == UM__OP_GATE; }
 
 static int run_gate(um_event *op) {
   if (op->gate_token != NULL)
-    op->gate_dev->be->gate_open(op->gate_dev->bdev, op->gate_token, UM_OK);
+    um__dev_gate_open(op->gate_dev, op->gate_token, UM_OK);
   return UM_OK;
 }
 
@@ -110,12 +106,12 @@ static int make_wait(um_event *op, um_event *dep, void **wait) {
   if (op->native_dev != NULL && (tok = um__op_token_borrow(dep, d)) != NULL) {
     op->access_wait = tok;
     op->access_wait_owner = dep; /* keeps dep's reference until the end */
-    *wait = d->be->token_native(d->bdev, tok);
+    *wait = um__dev_token_native(d, tok);
     return UM_OK;
   }
   if ((gate = um__event_new(d->m, UM__OP_GATE)) == NULL)
     return um__set_error(UM_ENOMEM, "um_access_begin: out of memory for a gate");
-  if (op->native_dev != NULL && (st = d->be->gate_new(d->bdev, &gate->gate_token)) != UM_OK) {
+  if (op->native_dev != NULL && (st = um__dev_gate_new(d, &gate->gate_token)) != UM_OK) {
     um__event_unref(gate);
     return st;
   }
@@ -125,7 +121,7 @@ static int make_wait(um_event *op, um_event *dep, void **wait) {
   op->access_gate = gate;
   op->access_wait = gate->gate_token;
   if (op->native_dev != NULL) {
-    *wait = d->be->token_native(d->bdev, gate->gate_token);
+    *wait = um__dev_token_native(d, gate->gate_token);
   } else {
     um__event_ref(gate); /* the caller's handle's, until the end */
     atomic_store_explicit(&gate->caller_holds, true, memory_order_relaxed);
@@ -267,7 +263,7 @@ static int adopt_done(um_buffer *b, void *done_native, void **done) {
   if (!interop(d))
     return um__set_error(UM_EINVAL, "um_access_end: device %d (%s) has no native events: pass NULL",
                          d->index, d->info.name);
-  return d->be->token_adopt(d->bdev, done_native, done);
+  return um__dev_token_adopt(d, done_native, done);
 }
 
 int um_access_end(um_buffer *b, void *done_native) {
@@ -288,7 +284,7 @@ int um_access_end(um_buffer *b, void *done_native) {
   pthread_mutex_unlock(&b->lock);
   if (op == NULL) { /* another thread ended it meanwhile */
     if (done != NULL)
-      b->dev->be->native_release(b->dev->bdev, done);
+      um__dev_native_release(b->dev, done);
     return um__set_error(UM_ESTATE, "um_access_end: no bracket open on %p", (void *)b);
   }
   finish(op, done);
@@ -300,7 +296,7 @@ int um_access_end(um_buffer *b, void *done_native) {
 static void end_implicitly(um_event *op) {
   um_device *d = bracket_buffer(op)->dev;
   void *done = NULL;
-  if (op->native_dev != NULL && d->be->caller_marker(d->bdev, &done) != UM_OK)
+  if (op->native_dev != NULL && um__dev_caller_marker(d, &done) != UM_OK)
     done = NULL; /* no marker: the bracket ends behind its own wait only */
   finish(op, done);
 }
@@ -331,9 +327,8 @@ int um_device_native_get(um_device *d, um_device_native *out) {
     return um__set_error(UM_EINVAL, "um_device_native_get: NULL argument or not a device");
   memset(out, 0, sizeof(*out));
   out->cu_device = -1;
-  snprintf(out->backend, sizeof(out->backend), "%s", d->be->name);
-  if (d->be->device_native != NULL)
-    d->be->device_native(d->bdev, out);
+  snprintf(out->backend, sizeof(out->backend), "%s", um__dev_backend_name(d));
+  um__dev_device_native(d, out);
   return UM_OK;
 }
 
@@ -345,8 +340,8 @@ int um_buffer_native_get(um_buffer *b, um_buffer_native *out) {
     return um__set_error(UM_EINVAL, "um_buffer_native_get: NULL out");
   memset(out, 0, sizeof(*out));
   /* UM_HOST blocks come from the cpu device on every device (block.c). */
-  if (b->loc != UM_HOST && b->dev->be->mem_native != NULL)
-    b->dev->be->mem_native(b->dev->bdev, &b->mem, b->loc, out);
+  if (b->loc != UM_HOST)
+    um__dev_mem_native(b->dev, &b->mem, b->loc, out);
   out->host = b->mem.host;
   return UM_OK;
 }

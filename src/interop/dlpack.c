@@ -21,7 +21,7 @@
 
 #define MAX_EXPORT_NDIM 64
 
-static const char *backend_of(const um_device *d) { return d->be->name; }
+static const char *backend_of(const um_device *d) { return um__dev_backend_name(d); }
 
 static bool is_backend(const um_device *d, const char *name) { return strcmp(backend_of(d), name) == 0; }
 
@@ -29,7 +29,7 @@ static bool is_backend(const um_device *d, const char *name) { return strcmp(bac
 static int32_t ordinal_in_backend(const um_device *d) {
   int32_t n = 0;
   for (int i = 0; i < d->index; i++)
-    n += d->m->devices[i]->be == d->be;
+    n += um__dev_same_backend(d->m->devices[i], d);
   return n;
 }
 
@@ -264,8 +264,8 @@ typedef struct import_record {
 /* The buffer's memory went back: the backend's part, then the producer's. */
 static void import_return(void *ctx) {
   import_record *r = ctx;
-  if (r->wrapped_by_backend && r->dev->be->foreign_release != NULL)
-    r->dev->be->foreign_release(r->dev->bdev, &r->mem);
+  if (r->wrapped_by_backend)
+    um__dev_foreign_release(r->dev, &r->mem);
   if (r->versioned) {
     um_dl_managed_tensor_versioned *t = r->tensor;
     if (t->deleter != NULL)
@@ -352,9 +352,7 @@ static int import_mem(import_record *r, um_location loc, const um_dl_tensor *t, 
   uintptr_t at;
   memset(&r->mem, 0, sizeof(r->mem));
   if (is_backend(d, "opencl")) {
-    if (d->be->foreign_wrap == NULL)
-      return um__set_error(UM_ENOTSUP, "um_dlpack_import: %s cannot wrap a cl_mem", d->info.name);
-    int st = d->be->foreign_wrap(d->bdev, loc, (uintptr_t)t->data, t->byte_offset, bytes, &r->mem);
+    int st = um__dev_foreign_wrap(d, loc, (uintptr_t)t->data, t->byte_offset, bytes, &r->mem);
     r->wrapped_by_backend = st == UM_OK;
     return st;
   }
@@ -411,7 +409,7 @@ int um_dlpack_import(um_manager *m, void *tensor, unsigned flags, um_buffer **ou
 
 fail:
   if (r->wrapped_by_backend)
-    r->dev->be->foreign_release(r->dev->bdev, &r->mem);
+    um__dev_foreign_release(r->dev, &r->mem);
   free(r);
   return st;
 }

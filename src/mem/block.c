@@ -24,7 +24,7 @@ int um__block_alloc(um_device *d, um_location loc, size_t bytes, um__mem *mem) {
   um_device *g = giver(d, loc);
   int st;
   memset(mem, 0, sizeof(*mem));
-  st = g->be->mem_alloc(g->bdev, loc, bytes, mem);
+  st = um__dev_mem_alloc(g, loc, bytes, mem);
   if (st == UM_OK) {
     UM__STAT_ADD(d, device_allocs, 1);
     UM__STAT_ADD(d, bytes_reserved, bytes);
@@ -35,7 +35,7 @@ int um__block_alloc(um_device *d, um_location loc, size_t bytes, um__mem *mem) {
 void um__block_free(um_device *d, um_location loc, size_t bytes, um__mem *mem) {
   um_device *g = giver(d, loc);
   UM__TEST_POINT(UM__TP_BLOCK_FREE, d);
-  g->be->mem_free(g->bdev, loc, bytes, mem);
+  um__dev_mem_free(g, loc, bytes, mem);
   UM__STAT_ADD(d, device_frees, 1);
   UM__STAT_SUB(d, bytes_reserved, bytes);
 }
@@ -53,7 +53,7 @@ __attribute__((noinline)) int um__block_zero(um_buffer *b, size_t bytes) {
   x.dst = &b->mem;
   x.dst_loc = b->loc;
   x.bytes = bytes;
-  return b->dev->be->xfer(b->dev->bdev, &x);
+  return um__dev_xfer(b->dev, &x);
 }
 
 /* ------------------------------------------------------------------------ */

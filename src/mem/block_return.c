@@ -17,7 +17,7 @@ void um__buffer_return_borrowed(um_buffer *b) {
   if (b->kind == UM__KIND_WRAPPED) {
     void (*fn)(void *) = b->on_return;
     if (b->pinned_wrap)
-      b->dev->be->host_unregister(b->dev->bdev, &b->mem);
+      um__dev_host_unregister(b->dev, &b->mem);
     b->pinned_wrap = false;
     b->on_return = NULL;
     if (fn != NULL) /* the owner's own release (a DLPack deleter), once */

@@ -99,7 +99,7 @@ static int chunk_device(const stage_job *j, const stage_pair *p, int s, size_t o
     x.kind = UM__XFER_H2D;
     x.dst = &b->mem, x.dst_loc = b->loc, x.dst_off = j->x.buf_off + off;
   }
-  st = d->be->xfer(d->bdev, &x);
+  st = um__dev_xfer(d, &x);
   if (st == UM_OK && j->x.dir == UM__NET_PUT)
     UM__STAT_ADD(d, bytes_d2h, n);
   else if (st == UM_OK)

@@ -38,7 +38,7 @@ static int shadow_xfer(um_buffer *b, bool to_device, size_t off, size_t len) {
     x.kind = UM__XFER_D2H;
     x.src = &b->mem, x.src_loc = b->loc, x.src_off = off;
   }
-  st = b->dev->be->xfer(b->dev->bdev, &x);
+  st = um__dev_xfer(b->dev, &x);
   if (st == UM_OK) {
     if (to_device)
       UM__STAT_ADD(b->dev, bytes_h2d, len);
@@ -56,8 +56,8 @@ static int shadow_xfer(um_buffer *b, bool to_device, size_t off, size_t len) {
 static int map_device(um_buffer *b, um_map_mode mode, size_t off, size_t len, void **ptr,
                       unsigned *valid) {
   int st;
-  if (b->dev->be->map != NULL) {
-    st = b->dev->be->map(b->dev->bdev, &b->mem, b->loc, off, len, mode, ptr);
+  if (um__dev_has_map(b->dev)) {
+    st = um__dev_map(b->dev, &b->mem, b->loc, off, len, mode, ptr);
     *valid = mode_writes(mode) ? UM_VALID_HOST : (UM_VALID_HOST | UM_VALID_DEVICE);
     return st;
   }
@@ -141,7 +141,7 @@ int um_map(um_buffer *b, um_map_mode mode, size_t off, size_t len, void **host) 
   b->map_busy = false;
   if (st == UM_OK) {
     b->valid = valid;
-    b->map_native = b->mem.host == NULL && b->dev->be->map != NULL;
+    b->map_native = b->mem.host == NULL && um__dev_has_map(b->dev);
     b->map_mode = mode;
     b->map_off = off;
     b->map_len = len;
@@ -160,7 +160,7 @@ int um_map(um_buffer *b, um_map_mode mode, size_t off, size_t len, void **host) 
 static int unmap_device(um_buffer *b, void *host, unsigned *valid) {
   int st = UM_OK;
   if (b->map_native) {
-    st = b->dev->be->unmap(b->dev->bdev, &b->mem, b->loc, host);
+    st = um__dev_unmap(b->dev, &b->mem, b->loc, host);
     *valid = UM_VALID_DEVICE;
   } else if (mode_writes(b->map_mode)) {
     st = shadow_xfer(b, true, b->map_off, b->map_len);

@@ -32,7 +32,7 @@
 
 /* The device's queue runs op when its backend queues transfers. */
 static bool native_on(um_event *op, um_device *d) {
-  op->native_dev = d->be->xfer_async != NULL ? d : NULL;
+  op->native_dev = um__dev_has_async(d) ? d : NULL;
   return true;
 }
 
@@ -44,7 +44,7 @@ static um_device *xfer_of(const um_event *op, um__xfer *x) { return op->path->xf
 static int run_single(um_event *op) {
   um__xfer x;
   um_device *d = xfer_of(op, &x);
-  return d->be->xfer(d->bdev, &x);
+  return um__dev_xfer(d, &x);
 }
 
 static int start_single(um_event *op, void *const *after, int nafter, um__done_fn done, void **native) {
@@ -54,7 +54,7 @@ static int start_single(um_event *op, void *const *after, int nafter, um__done_f
     x.done_space = op->done_space; /* op lives until its completion */
     x.token_held = 1;              /* op_finish puts it (op.c's keep_native) */
   }
-  return d->be->xfer_async(d->bdev, &x, after, nafter, done, op, native);
+  return um__dev_xfer_async(d, &x, after, nafter, done, op, native);
 }
 
 /* The device-side ends of a copy between two blocks. */
@@ -195,7 +195,7 @@ static bool plan_local(um_event *op) {
 }
 
 static bool plan_peer(um_event *op) {
-  return op->src->dev->be == op->dst->dev->be && um_peer_enabled(op->dst->dev, op->src->dev) == 1 &&
+  return um__dev_same_backend(op->src->dev, op->dst->dev) && um_peer_enabled(op->dst->dev, op->src->dev) == 1 &&
          native_on(op, op->dst->dev);
 }
 
@@ -233,9 +233,7 @@ static int queue_of(const um_event *op) {
   const um_device *d = op->native_dev;
   if (d == NULL || !op->path->queued)
     return -1;
-  if (d->be->single_queue)
-    return 0;
-  return d->be->queue_of != NULL ? d->be->queue_of(op->path->kind) : -1;
+  return um__dev_queue_of(d, op->path->kind);
 }
 
 void um__path_plan(um_event *op) {

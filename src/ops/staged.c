@@ -13,7 +13,7 @@
 static bool can_pipeline(const um_device *d, size_t bytes) {
   const um_options *o = &d->m->opts;
   return (o->use_pinned_staging == 2 || (o->use_pinned_staging == 1 && !d->host_memory)) &&
-         d->be->xfer_async != NULL && (d->info.locations & (1u << UM_PINNED)) &&
+         um__dev_has_async(d) && (d->info.locations & (1u << UM_PINNED)) &&
          bytes > o->staging_chunk_bytes;
 }
 
@@ -31,8 +31,8 @@ static int chunk_finish(um_device *d, chunk_wait *w) {
   if (w->token == NULL && !w->latch.busy)
     return UM_OK;
   st = um__chunk_latch_wait(&w->latch);
-  if (w->token != NULL && d->be->native_release)
-    d->be->native_release(d->bdev, w->token);
+  if (w->token != NULL)
+    um__dev_native_release(d, w->token);
   w->token = NULL;
   return st;
 }
@@ -41,7 +41,7 @@ static int chunk_start(um_device *d, chunk_wait *w, const um__xfer *x) {
   int st;
   w->latch.busy = true;
   w->latch.status = UM_OK;
-  st = d->be->xfer_async(d->bdev, x, NULL, 0, um__chunk_latch_done, &w->latch, &w->token);
+  st = um__dev_xfer_async(d, x, NULL, 0, um__chunk_latch_done, &w->latch, &w->token);
   if (st != UM_OK) {
     w->latch.busy = false;
     w->token = NULL;
@@ -151,7 +151,7 @@ static int run_pipelined(um_event *op, bool to_device) {
   if (!pipe_open(&p)) {
     /* No pinned memory to stage through: one direct call still works. */
     um__xfer_host(&x, to_device ? UM__XFER_H2D : UM__XFER_D2H, p.buf, p.off, p.host, p.bytes);
-    return p.d->be->xfer(p.d->bdev, &x);
+    return um__dev_xfer(p.d, &x);
   }
   st = to_device ? pipe_to_device(&p) : pipe_from_device(&p);
   return pipe_close(&p, st);
@@ -197,10 +197,10 @@ static int run_staged(um_event *op) {
     um__xfer x;
     um__xfer_host(&x, UM__XFER_D2H, op->src, op->src_off + off, bounce, n);
     x.host_pinned = pinned;
-    if ((st = sd->be->xfer(sd->bdev, &x)) != UM_OK)
+    if ((st = um__dev_xfer(sd, &x)) != UM_OK)
       break;
     um__xfer_host(&x, UM__XFER_H2D, op->dst, op->dst_off + off, bounce, n);
-    st = dd->be->xfer(dd->bdev, &x);
+    st = um__dev_xfer(dd, &x);
     off += n;
   }
   if (pinned)
@@ -231,10 +231,10 @@ static int run_overlap(um_event *op) {
   if (tmp == NULL)
     return um__set_error(UM_ENOMEM, "overlapping copy: no memory for %zu bytes", op->bytes);
   um__xfer_host(&x, UM__XFER_D2H, op->src, op->src_off, tmp, op->bytes);
-  st = d->be->xfer(d->bdev, &x);
+  st = um__dev_xfer(d, &x);
   if (st == UM_OK) {
     um__xfer_host(&x, UM__XFER_H2D, op->dst, op->dst_off, tmp, op->bytes);
-    st = d->be->xfer(d->bdev, &x);
+    st = um__dev_xfer(d, &x);
   }
   free(tmp);
   return st;

@@ -67,6 +67,6 @@ int um_device_synchronize(um_device *d) {
   if ((um__atomic_load_relaxed(&m->brackets_open) != 0 || !um__engine_drain_unless_bracket(m)) &&
       (st = synchronize_around_brackets(d)) != UM_OK)
     return st;
-  st = d->be->synchronize(d->bdev);
+  st = um__dev_synchronize(d);
   return st;
 }
