@@ -1,7 +1,7 @@
 /* The copy and fill API: argument checks, then one operation each, issued
  * through the operation layer (op.c), which orders it and runs it on the
  * path (path.c) it plans. um_copy_batch issues a group whose event completes
- * with its members (op.c: most go in a run per device, with no operation
+ * with its members (group.c: most go in a run per device, with no operation
  * object of their own). */
 #include <string.h>
 

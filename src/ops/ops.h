@@ -34,7 +34,7 @@ int um__op_issue(um_event *op, um_event **done);
  * passes through one (it would wait for um_access_end without end), with
  * the reason. */
 int um__op_bracket_error(const um_buffer *b);
-/* Open brackets (op.c): a bracket takes a slot before it is published
+/* Open brackets (brackets.c): a bracket takes a slot before it is published
  * (open) and gives it back when it ends (close). Whether a wait for what
  * was issued on b (its lock held) would pass through an open bracket: b's
  * own, or one its operations follow on other buffers, however far back;
@@ -45,9 +45,9 @@ void um__bracket_open(um_event *op);
 void um__bracket_close(um_event *op);
 bool um__buffer_waits_bracket_locked(const um_buffer *b, bool own_ends);
 bool um__op_waits_bracket(const um_event *op);
-/* op finished with status (on any thread): buffers, waiters, followers. */
+/* complete.c: op finished with status (on any thread): buffers, waiters, followers. */
 void um__op_complete(um_event *op, int status);
-/* A group (um_copy_batch): begin it (blocking: no event asked for, so its
+/* group.c: a group (um_copy_batch): begin it (blocking: no event asked for, so its
  * members refuse to wait for a bracket), issue its copies (checked, every
  * buffer of the group's manager; a copy that cannot be issued any more, its
  * buffer released meanwhile, counts as a failure of the group), end the
@@ -55,7 +55,7 @@ void um__op_complete(um_event *op, int status);
 um_event *um__op_group_begin(um_manager *m, bool blocking);
 void um__op_group_copies(um_event *group, const um_copy_op *ops, size_t n);
 int um__op_group_end(um_event *group, um_event **done);
-/* A held operation (a bracket): published on its buffers like any other
+/* held.c: a held operation (a bracket): published on its buffers like any other
  * (later operations wait for it) but not started; *dep is the unfinished
  * operation it was ordered after (a reference), or NULL. start_held starts
  * it once after (a reference, consumed; NULL: now) has finished.
@@ -85,7 +85,7 @@ struct um__path {
   void (*account)(const um_event *op);
   /* Queued single-call paths: count n finished transfers of bytes in all
    * on d, the device whose queue ran them, as account counts one (a
-   * batch's run, op.c). */
+   * batch's run, group.c). */
   void (*account_queued)(um_device *d, uint64_t n, uint64_t bytes);
   /* Single backend call paths: the transfer, and the device it runs on. */
   um_device *(*xfer)(const um_event *op, um__xfer *x);
@@ -159,7 +159,7 @@ int um__event_wait_internal(um_event *e);
 int um__event_wait_result(um_event *e);
 /* Drop one owner of e's token (e->native_refs); the last releases it. */
 void um__event_token_put(um_event *e, um_device *ndev, void *native);
-/* Drop the caller's share of e's token (um_event_release; op.c's
+/* Drop the caller's share of e's token (um_event_release; tokens.c's
  * keep_native when the release came first). */
 void um__event_caller_native_drop(um_event *e);
 /* Destroy, before the devices close: the native tokens that events never
@@ -170,7 +170,7 @@ void um__events_free_all(um_manager *m);
 /* A thread's cache goes (thread exit): its stash of event objects back to
  * the manager. */
 void um__events_stash_flush(um_manager *m, um__tcache *tc);
-/* event.c: the engine. push: a worker will call w->fn(w) (first: ahead of
+/* engine.c: the engine. push: a worker will call w->fn(w) (first: ahead of
  * the queue). op_begin / op_done count the operations in flight; drain
  * waits until none is. op_done is the completing thread's last touch of the
  * manager. */

@@ -52,7 +52,7 @@ static int start_single(um_event *op, void *const *after, int nafter, um__done_f
   um_device *d = xfer_of(op, &x);
   if (done != NULL) {
     x.done_space = op->done_space; /* op lives until its completion */
-    x.token_held = 1;              /* op_finish puts it (op.c's keep_native) */
+    x.token_held = 1;              /* op_finish puts it (tokens.c's keep_native) */
   }
   return um__dev_xfer_async(d, &x, after, nafter, done, op, native);
 }
@@ -167,7 +167,7 @@ const um__path um__path_memcpy = {.name = "memcpy", .plan = plan_memcpy, .run = 
 /* Direct host <-> device, device-local and peer copies */
 
 /* Each counts n transfers of bytes in all on d, the device whose queue ran
- * them (a batch's run counts its copies at once, op.c); the account of one
+ * them (a batch's run counts its copies at once, group.c); the account of one
  * operation is the same with n = 1. */
 #define TALLY(name, bytes_field, xfer_field)                                                      \
   static void name(um_device *d, uint64_t n, uint64_t bytes) {                                    \
