@@ -7,17 +7,6 @@
 
 #include "core.h"
 
-/* The backends this build knows, in device order after the cpu. Adding one
- * (Metal, Level Zero) is one line here and one file in backends/. */
-static const um__backend *const builtin_backends[] = {
-#ifdef UNIMEM_HAVE_OPENCL
-    &um__backend_opencl,
-#endif
-#ifdef UNIMEM_HAVE_CUDA
-    &um__backend_cuda,
-#endif
-    NULL};
-
 static const char *const location_names[] = {"host", "device", "pinned", "unified"};
 
 static void destroy_device(um_device *d) {
@@ -161,11 +150,11 @@ int um__manager_create_ex(const um_options *opts, const um__backend *const *extr
   }
 
   /* Device 0 is always the host CPU, whatever the backend list says. */
-  if ((st = open_backend(m, &um__backend_cpu, true)) != UM_OK)
+  if ((st = open_backend(m, um__backends_builtin[0], true)) != UM_OK)
     goto fail;
-  for (int i = 0; builtin_backends[i] != NULL; i++)
-    if (um__backend_selected(&m->opts, builtin_backends[i]->name))
-      if ((st = open_backend(m, builtin_backends[i], false)) != UM_OK)
+  for (int i = 1; um__backends_builtin[i] != NULL; i++)
+    if (um__backend_selected(&m->opts, um__backend_name(um__backends_builtin[i])))
+      if ((st = open_backend(m, um__backends_builtin[i], false)) != UM_OK)
         goto fail;
   for (int i = 0; i < nextra; i++)
     if ((st = open_backend(m, extra[i], true)) != UM_OK)
@@ -281,7 +270,6 @@ int um_manager_destroy(um_manager *m) {
 /* ------------------------------------------------------------------------ */
 /* Adopted devices */
 
-#ifdef UNIMEM_HAVE_OPENCL
 /* The backend's slot of m (its per-manager state), made if m did not open
  * the backend; -1 when there is no room. */
 static int backend_slot(um_manager *m, const um__backend *be) {
@@ -326,7 +314,6 @@ static int adopt(um_manager *m, const um__backend *be, void *const native[3], um
   pthread_mutex_unlock(&m->devices_lock);
   return st;
 }
-#endif
 
 int um_device_adopt_opencl(um_manager *m, void *cl_context, void *cl_device, void *cl_queue,
                            um_device **out) {
@@ -334,10 +321,8 @@ int um_device_adopt_opencl(um_manager *m, void *cl_context, void *cl_device, voi
     return um__set_error(UM_EINVAL, "um_device_adopt_opencl: NULL argument or not a manager");
   if (um__process_changed(m))
     return um__manager_check_process(m);
-#ifdef UNIMEM_HAVE_OPENCL
   void *const native[3] = {cl_context, cl_device, cl_queue};
-  return adopt(m, &um__backend_opencl, native, out);
-#else
-  return um__set_error(UM_ENOTSUP, "um_device_adopt_opencl: unimem was built without OpenCL");
-#endif
+  if (um__backend_adopts_opencl == NULL)
+    return um__set_error(UM_ENOTSUP, "um_device_adopt_opencl: unimem was built without OpenCL");
+  return adopt(m, um__backend_adopts_opencl, native, out);
 }

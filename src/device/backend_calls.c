@@ -150,3 +150,24 @@ int um__backend_adopt(const um__backend *be, const um_options *opts, void **ctx,
 }
 
 void um__backend_close(const um__backend *be, void *ctx) { be->close(ctx); }
+
+/* ------------------------------------------------------------------------ */
+/* The backends this build knows */
+
+/* In device order: the cpu first (always opened), then the others. Adding
+ * one (Metal, Level Zero) is one line here and a folder in backend/. */
+const um__backend *const um__backends_builtin[] = {
+    &um__backend_cpu,
+#ifdef UNIMEM_HAVE_OPENCL
+    &um__backend_opencl,
+#endif
+#ifdef UNIMEM_HAVE_CUDA
+    &um__backend_cuda,
+#endif
+    NULL};
+
+#ifdef UNIMEM_HAVE_OPENCL
+const um__backend *const um__backend_adopts_opencl = &um__backend_opencl;
+#else
+const um__backend *const um__backend_adopts_opencl = NULL;
+#endif

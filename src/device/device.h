@@ -107,6 +107,11 @@ void um__dev_host_unregister(um_device *d, um__mem *mem);
 int um__dev_memory(um_device *d, uint64_t *free_bytes, uint64_t *total_bytes);
 /* Wait for all work the backend queued on d. */
 int um__dev_synchronize(um_device *d);
+
+/* The backends this build knows, the cpu first, NULL-terminated; the one
+ * that adopts a caller's OpenCL context (NULL: built without OpenCL). */
+extern const um__backend *const um__backends_builtin[];
+extern const um__backend *const um__backend_adopts_opencl;
 /* Whether d maps blocks that have no host view (map); without it the core keeps a shadow. */
 bool um__dev_has_map(const um_device *d);
 /* Map a range of a block; UM_ENOTSUP without map. */

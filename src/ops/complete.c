@@ -248,10 +248,10 @@ static void refused_marked(void *arg, int status) {
 void um__complete_refused(um_event *op, int st) {
   um_device *d = op->native_dev;
   op->native_status = st;
-  if (d != NULL && d->be->single_queue) {
+  if (d != NULL && um__dev_single_queue(d)) {
     if (um__queue_mark(d, 0, refused_marked, op) == UM_OK)
       return;
-    (void)d->be->synchronize(d->bdev);
+    (void)um__dev_synchronize(d);
   }
   um__op_complete(op, st);
 }

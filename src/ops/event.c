@@ -201,8 +201,8 @@ void um__events_free_all(um_manager *m) {
 }
 
 void um__event_token_put(um_event *e, um_device *ndev, void *native) {
-  if (um__atomic_sub_acq_rel(&e->native_refs, 1) == 1 && ndev->be->native_release)
-    ndev->be->native_release(ndev->bdev, native);
+  if (um__atomic_sub_acq_rel(&e->native_refs, 1) == 1)
+    um__dev_native_release(ndev, native);
 }
 
 /* Drop the caller's share of e's token if it is still here: whichever of
@@ -239,14 +239,10 @@ static int event_spin_poll(void *arg) {
   if (atomic_load_explicit(&s->e->state, memory_order_acquire) == UM__EV_DONE)
     return 1;
   if (s->token != NULL && !s->device_done && ++s->polls % POLLS_PER_QUERY == 0) {
-    const um__backend *be = s->dev->be;
-    if (be->token_reap != NULL) {
-      bool was = um__thread_completes_inline_set(true);
-      s->device_done = be->token_reap(s->dev->bdev, s->token) != 0;
-      um__thread_completes_inline_set(was);
-      return atomic_load_explicit(&s->e->state, memory_order_acquire) == UM__EV_DONE;
-    }
-    s->device_done = be->token_query(s->dev->bdev, s->token) != 0;
+    /* A reap may report the completion right here (the thread completes
+     * inline meanwhile); a query only says the device is done. */
+    s->device_done = um__dev_token_reap(s->dev, s->token) != 0;
+    return atomic_load_explicit(&s->e->state, memory_order_acquire) == UM__EV_DONE;
   }
   return 0;
 }
@@ -261,7 +257,7 @@ static bool event_spin_wait(um_event *e, uint32_t ns) {
   pthread_mutex_lock(&e->lock);
   void *native = atomic_load_explicit(&e->native, memory_order_acquire);
   if (atomic_load_explicit(&e->state, memory_order_acquire) != UM__EV_DONE && native != NULL &&
-      e->native_dev->be->token_query != NULL) {
+      um__dev_can_query(e->native_dev)) {
     /* Borrowed as an issuer borrows a dependency's (op.c). The borrow may
      * outlive the operation, and its release is a backend call: the spin
      * counts as one more operation in flight, so that no drain (a
@@ -434,11 +430,11 @@ int um_event_native(um_event *e, void **native) {
     return um__set_error(UM_EINVAL, "um_event_native: NULL native");
   tok = atomic_load(&e->caller_native);
   d = e->native_dev;
-  if (d == NULL || d->be->token_native == NULL)
+  if (d == NULL || !um__dev_has_native_events(d))
     return um__set_error(UM_ENOTSUP, "the operation runs on host threads: it has no native event");
   if (tok == NULL)
     return um__set_error(UM_EAGAIN, "the operation is not on the device's queue yet");
-  *native = d->be->token_native(d->bdev, tok);
+  *native = um__dev_token_native(d, tok);
   return UM_OK;
 }
 

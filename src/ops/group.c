@@ -371,7 +371,7 @@ static void close_runs(um_event *group) {
     group->runs = r->next;
     atomic_store_explicit(&r->op->queued_on, d, memory_order_release);
     if ((st = um__queue_mark(d, r->op->queued_q, run_marked, r)) != UM_OK) {
-      (void)d->be->synchronize(d->bdev);
+      (void)um__dev_synchronize(d);
       r->status = st;
       keep_error_text(r->op);
       run_complete(r);

@@ -152,8 +152,7 @@ int um__op_check_locked(um_event *op, um_buffer **bufs, int nbufs) {
  * queue: b is a, or the backend lets a's wait lists hold b's tokens (an
  * OpenCL context's devices; CUDA devices). */
 static bool tokens_reach(um_device *a, um_device *b) {
-  return b == a || (b != NULL && a->be == b->be && a->be->tokens_shared != NULL &&
-                    a->be->tokens_shared(a->bdev, b->bdev) == 1);
+  return um__dev_tokens_shared(a, b);
 }
 
 /* Under the locks: op's dependencies are the buffers' unfinished last

@@ -44,7 +44,7 @@ static inline void drop_attached(um_event *op) {
 /* Whether a report from d on this thread is finished here, without waking
  * a worker: the driver allows it in its callbacks, or this thread is one
  * of the backend's own. */
-static inline bool finish_here(const um_device *d) { return d->be->callbacks_reenter || um__completes_inline; }
+static inline bool finish_here(const um_device *d) { return um__dev_callbacks_reenter(d) || um__completes_inline; }
 
 /* op goes to an in-order queue of its device (queued_q, from its plan) and
  * dep is queued there already, so the queue runs op after dep without a

@@ -89,8 +89,8 @@ int um__queue_mark(um_device *d, int q, um__done_fn done, void *arg) {
   memset(&x, 0, sizeof(x));
   x.kind = UM__XFER_QUEUE_MARK;
   x.queue = q;
-  st = d->be->xfer_async(d->bdev, &x, NULL, 0, done, arg, &token);
-  if (st == UM_OK && d->be->native_release != NULL)
-    d->be->native_release(d->bdev, token); /* done may have run already */
+  st = um__dev_xfer_async(d, &x, NULL, 0, done, arg, &token);
+  if (st == UM_OK)
+    um__dev_native_release(d, token); /* done may have run already */
   return st;
 }
