@@ -1,8 +1,8 @@
 /* The OpenCL backend: every device of every OpenCL platform.
  *
  * The vendor library (normally the ICD loader, libOpenCL.so.1) is loaded at
- * run time, once per process, so that unimem neither links against OpenCL
- * nor needs it installed to run. <CL/cl.h> is included for its types and
+ * run time, once per process (base/vendor_lib.c), so that unimem neither
+ * links against OpenCL nor needs it installed to run. <CL/cl.h> is included for its types and
  * constants only; every call goes through the `ocl` table of entry points.
  *
  * Layout of the state:
@@ -34,7 +34,7 @@
 #define CL_TARGET_OPENCL_VERSION 300
 
 #include <CL/cl.h>
-#include <dlfcn.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdbool.h>
@@ -144,86 +144,44 @@ typedef void(CL_CALLBACK *ocl_event_notify_fn)(cl_event event,
   XX(cl_mem, clCreateSubBuffer,                                                \
      (cl_mem, cl_mem_flags, cl_buffer_create_type, const void *, cl_int *))
 
-/* The loaded library: filled once by ocl_load(), read-only afterwards. */
-static struct {
+/* The loaded library: filled once by ocl_lib's load, read-only afterwards. */
+typedef struct ocl_api {
 #define OCL_ENTRY_MEMBER_(ret, name, params) ret(CL_API_CALL *name) params;
   OCL_REQUIRED_ENTRY_POINTS(OCL_ENTRY_MEMBER_)
   OCL_OPTIONAL_ENTRY_POINTS(OCL_ENTRY_MEMBER_)
 #undef OCL_ENTRY_MEMBER_
-  void *library;
-  int load_status;         /* UM_OK or UM_ENODEV */
-  unsigned load_generation; /* um__process_generation() at load: drivers do
-                               not survive fork() in the child */
-  char load_failure[384];  /* why, when load_status != UM_OK */
-} ocl;
+} ocl_api;
 
-static pthread_once_t ocl_load_once = PTHREAD_ONCE_INIT;
+static ocl_api ocl;
 
-/* dlsym returns an object pointer; C11 has no conversion from it to a
- * function pointer, POSIX guarantees their representations agree. */
-_Static_assert(sizeof(void *) == sizeof(void (*)(void)),
-               "dlsym results must fit a function pointer");
+static const um__vendor_entry ocl_entries[] = {
+#define OCL_REQUIRED_(ret, name, params) {#name, offsetof(ocl_api, name), true},
+#define OCL_OPTIONAL_(ret, name, params) {#name, offsetof(ocl_api, name), false},
+    OCL_REQUIRED_ENTRY_POINTS(OCL_REQUIRED_) OCL_OPTIONAL_ENTRY_POINTS(OCL_OPTIONAL_)
+#undef OCL_REQUIRED_
+#undef OCL_OPTIONAL_
+};
 
-static void *ocl_symbol(const char *name, void *fn_slot) {
-  void *symbol = dlsym(ocl.library, name);
-  if (symbol != NULL)
-    memcpy(fn_slot, &symbol, sizeof(symbol));
-  return symbol;
-}
-
-/* Runs once per process. The library is never unloaded: vendor drivers keep
- * threads and atexit handlers that do not survive dlclose (the ICD loader
- * does the same). */
-static void ocl_load(void) {
-  const char *path = getenv(OCL_LIBRARY_ENV);
-  if (path == NULL || path[0] == '\0')
-    path = OCL_DEFAULT_LIBRARY;
-
-  ocl.load_generation = um__process_generation();
-  ocl.library = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (ocl.library == NULL) {
-    const char *reason = dlerror();
-    snprintf(ocl.load_failure, sizeof(ocl.load_failure), "%s",
-             reason != NULL ? reason : path);
-    ocl.load_status = UM_ENODEV;
-    return;
-  }
-
-#define OCL_LOAD_REQUIRED_(ret, name, params)                                  \
-  if (ocl_symbol(#name, (void *)&ocl.name) == NULL) {                          \
-    snprintf(ocl.load_failure, sizeof(ocl.load_failure),                       \
-             "%s missing in %s", #name, path);                                 \
-    goto fail;                                                                 \
-  }
-  OCL_REQUIRED_ENTRY_POINTS(OCL_LOAD_REQUIRED_)
-#undef OCL_LOAD_REQUIRED_
-#define OCL_LOAD_OPTIONAL_(ret, name, params)                                  \
-  (void)ocl_symbol(#name, (void *)&ocl.name);
-  OCL_OPTIONAL_ENTRY_POINTS(OCL_LOAD_OPTIONAL_)
-#undef OCL_LOAD_OPTIONAL_
-
-  if (ocl.clCreateCommandQueueWithProperties == NULL &&
-      ocl.clCreateCommandQueue == NULL) {
-    snprintf(ocl.load_failure, sizeof(ocl.load_failure),
-             "clCreateCommandQueueWithProperties and clCreateCommandQueue "
-             "missing in %s",
-             path);
-    goto fail;
+/* The optional entry points that go in pairs. */
+static int ocl_loaded(um__vendor_lib *lib) {
+  if (ocl.clCreateCommandQueueWithProperties == NULL && ocl.clCreateCommandQueue == NULL) {
+    snprintf(lib->failure, sizeof(lib->failure),
+             "clCreateCommandQueueWithProperties and clCreateCommandQueue missing in %s", lib->path);
+    return -1;
   }
   /* UNIFIED needs both halves of the pair. */
   if (ocl.clSVMAlloc == NULL || ocl.clSVMFree == NULL) {
     ocl.clSVMAlloc = NULL;
     ocl.clSVMFree = NULL;
   }
-  ocl.load_status = UM_OK;
-  return;
-
-fail:
-  /* Not the library we need: nothing of it is used, so it may go. */
-  dlclose(ocl.library);
-  ocl.library = NULL;
-  ocl.load_status = UM_ENODEV;
+  return 0;
 }
+
+static const char *const ocl_names[] = {OCL_DEFAULT_LIBRARY, NULL};
+
+/* The library is never unloaded: vendor drivers keep threads and atexit
+ * handlers that do not survive dlclose (the ICD loader does the same). */
+static um__vendor_lib ocl_lib = UM__VENDOR_LIB_INIT("opencl", OCL_LIBRARY_ENV, ocl_names, ocl_entries, &ocl, ocl_loaded);
 
 /* ------------------------------------------------------------------------ */
 /* Errors                                                                    */
@@ -779,12 +737,9 @@ static int ocl_open(const um_options *opts, void **ctx, int *count) {
   cl_int err;
   int status;
 
-  pthread_once(&ocl_load_once, ocl_load);
-  if (ocl.load_status != UM_OK)
-    return um__set_error(UM_ENODEV, "opencl: %s", ocl.load_failure);
-  if (ocl.load_generation != um__process_generation())
-    return um__set_error(UM_ENODEV, "opencl: the driver was loaded before fork(); it cannot be used in "
-                                    "the child process");
+  status = um__vendor_lib_load(&ocl_lib, UM_ENODEV);
+  if (status != UM_OK)
+    return status;
 
   state = calloc(1, sizeof(*state));
   if (state == NULL)
@@ -2137,9 +2092,8 @@ static int ocl_adopt(const um_options *opts, void **ctx, void *context, void *de
   ocl_device *dev = NULL;
   cl_platform_id platform = NULL;
   int ndevices = 0, major = 0, minor = 0, status;
-  pthread_once(&ocl_load_once, ocl_load);
-  if (ocl.load_status != UM_OK)
-    return um__set_error(UM_ENOTSUP, "opencl: %s", ocl.load_failure);
+  if ((status = um__vendor_lib_load(&ocl_lib, UM_ENOTSUP)) != UM_OK)
+    return status;
   if ((status = check_adopted(context, device, queue, &ndevices)) != UM_OK)
     return status;
   if (ocl.clGetDeviceInfo(device, CL_DEVICE_PLATFORM, sizeof(platform), &platform, NULL) != CL_SUCCESS ||
