@@ -263,13 +263,11 @@ typedef struct cuda_device {
   unsigned caps;
   unsigned locations;
   uint64_t real_total_bytes;
-  uint64_t limit_bytes; /* opts->device_limit_bytes; 0: no limit */
+  uint64_t limit_bytes; /* opts->device_limit_bytes (0: none): the total
+                           described; the core counts the bytes */
   uint32_t spin_ns;     /* opts->wait_spin_ns: blocking calls poll first */
   int driver_sleeps;    /* the context's scheduling is CU_CTX_SCHED_BLOCKING_SYNC:
                            the driver's own waits sleep (cuda_xfer) */
-  /* DEVICE and UNIFIED bytes allocated now: what device_limit_bytes caps.
-   * PINNED memory is host memory and does not count. */
-  atomic_uint_fast64_t device_bytes_in_use;
   char name[128];
   /* Interop (SPEC §8), under interop_lock: the lanes, the gates' host
    * words, and the gate kernel where gates spin in one. */
@@ -489,7 +487,6 @@ static int open_device(cuda_backend_state *state, int ordinal,
   d->ordinal = ordinal;
   d->limit_bytes = state->opts.device_limit_bytes;
   d->spin_ns = state->opts.wait_spin_ns;
-  atomic_init(&d->device_bytes_in_use, 0);
   if (pthread_mutex_init(&d->interop_lock, NULL) != 0)
     return um__set_error(UM_ENOMEM, "cuda device %d: no mutex", ordinal);
   d->interop_ready = 1;
@@ -633,26 +630,9 @@ static void cuda_close(void *ctx) {
 /* ------------------------------------------------------------------------ */
 /* Memory                                                                    */
 
-/* Count bytes against device_limit_bytes; 0 when they would pass it. */
-static int reserve_device_bytes(cuda_device *d, size_t bytes) {
-  uint_fast64_t in_use = um__atomic_load_relaxed(&d->device_bytes_in_use);
-  do {
-    if (d->limit_bytes != 0 &&
-        (bytes > d->limit_bytes || in_use > d->limit_bytes - bytes))
-      return 0;
-  } while (!um__atomic_cas_acq_rel(&d->device_bytes_in_use, &in_use,
-                                   in_use + bytes));
-  return 1;
-}
-
-static void unreserve_device_bytes(cuda_device *d, size_t bytes) {
-  um__atomic_sub_relaxed(&d->device_bytes_in_use, bytes);
-}
-
 static int cuda_mem_alloc(void *bdev, um_location loc, size_t bytes,
                           um__mem *out) {
   cuda_device *d = bdev;
-  int counted = loc == UM_DEVICE || loc == UM_UNIFIED;
   CUdeviceptr address = 0;
   void *host = NULL;
   CUcontext previous = NULL;
@@ -664,17 +644,9 @@ static int cuda_mem_alloc(void *bdev, um_location loc, size_t bytes,
     return um__set_error(UM_ENOTSUP,
                          "cuda device %d (%s) cannot allocate location %d",
                          d->ordinal, d->name, (int)loc);
-  if (counted && !reserve_device_bytes(d, bytes))
-    return um__set_error(
-        UM_ENOMEM,
-        "cuda device %d: %zu bytes would pass device_limit_bytes (%llu of "
-        "%llu in use)",
-        d->ordinal, bytes,
-        (unsigned long long)um__atomic_load_relaxed(&d->device_bytes_in_use),
-        (unsigned long long)d->limit_bytes);
   status = enter_context(d, &previous);
   if (status != UM_OK)
-    goto fail;
+    return status;
 
   switch (loc) {
   case UM_DEVICE:
@@ -706,23 +678,15 @@ static int cuda_mem_alloc(void *bdev, um_location loc, size_t bytes,
     break;
   default: /* UM_HOST: excluded by locations above */
     leave_context(d, previous);
-    status = um__set_error(UM_ENOTSUP, "cuda: location %d", (int)loc);
-    goto fail;
+    return um__set_error(UM_ENOTSUP, "cuda: location %d", (int)loc);
   }
   leave_context(d, previous);
-  if (result != CUDA_SUCCESS) {
-    status = cuda_status(result, call);
-    goto fail;
-  }
+  if (result != CUDA_SUCCESS)
+    return cuda_status(result, call);
   out->host = host;
   out->handle = (uintptr_t)address;
   out->priv = NULL;
   return UM_OK;
-
-fail:
-  if (counted)
-    unreserve_device_bytes(d, bytes);
-  return status;
 }
 
 /* A free held while a gate was closed (hold_free). */
@@ -814,8 +778,6 @@ static void cuda_mem_free(void *bdev, um_location loc, size_t bytes,
     if (result != CUDA_SUCCESS)
       status = cuda_status(result, call);
   }
-  if (loc == UM_DEVICE || loc == UM_UNIFIED)
-    unreserve_device_bytes(d, bytes);
   /* A free cannot fail from the caller's view: the log says it did. */
   if (status != UM_OK)
     um__log(&d->owner->opts, UM_LOG_WARN, "freeing %zu bytes: %s", bytes,
@@ -876,14 +838,7 @@ static int cuda_memory(void *bdev, uint64_t *free_bytes,
     return cuda_status(result, "cuMemGetInfo_v2");
   free_out = free_now;
   total_out = total_now;
-  if (d->limit_bytes != 0) {
-    uint64_t in_use = um__atomic_load_relaxed(&d->device_bytes_in_use);
-    uint64_t left = in_use < d->limit_bytes ? d->limit_bytes - in_use : 0;
-    if (total_out > d->limit_bytes)
-      total_out = d->limit_bytes;
-    if (free_out > left)
-      free_out = left;
-  }
+  /* device_limit_bytes: the core caps these figures (um_device_memory). */
   if (free_bytes != NULL)
     *free_bytes = free_out;
   if (total_bytes != NULL)

@@ -18,8 +18,9 @@
  * - adopted devices (um_device_adopt_opencl): the caller's context and
  *   queue, retained; the caller's queue is the caller queue, and unimem
  *   makes its own in that context;
- * - per device, an atomic count of the bytes held in device memory, because
- *   OpenCL has no standard free-memory query.
+ * - no count of the bytes held: the core keeps it (um_device's
+ *   limited_bytes), for device_limit_bytes and because OpenCL has no
+ *   standard free-memory query.
  *
  * Blocks by location:
  * - UM_DEVICE:  clCreateBuffer(CL_MEM_READ_WRITE); host = NULL;
@@ -289,10 +290,6 @@ typedef struct ocl_device {
    * end (settle), and when one last did (um__spin_clock_ns). */
   uint32_t settle_ns;
   _Atomic uint64_t spun_end_ns;
-  /* Bytes of DEVICE and UNIFIED blocks alive on the device. PINNED blocks
-   * are host memory (that is what CL_MEM_ALLOC_HOST_PTR asks for) and are
-   * not counted. */
-  atomic_uint_fast64_t bytes_held;
   /* The driver runs each command inside the call that submits it (PoCL's
    * basic device): calls that submit take submit_lock (below). */
   int runs_inline;
@@ -619,7 +616,6 @@ static int open_device(cl_device_id id, cl_context context, int context_devices,
   dev->id = id;
   dev->context = context;
   dev->context_devices = context_devices;
-  atomic_init(&dev->bytes_held, 0);
   atomic_init(&dev->watch_locked, false);
   atomic_init(&dev->walk_tails, 0);
   atomic_init(&dev->order_held, false);
@@ -838,29 +834,6 @@ static void ocl_close(void *ctx) {
 /* ------------------------------------------------------------------------ */
 /* Memory                                                                    */
 
-/* Count bytes against the device before allocating them, so that two
- * threads cannot both pass the limit check and then together exceed it. */
-static int reserve_device_bytes(ocl_device *dev, size_t bytes) {
-  uint_fast64_t held = um__atomic_load_relaxed(&dev->bytes_held);
-  do {
-    if (dev->limit_bytes != 0 &&
-        ((uint64_t)bytes > dev->limit_bytes ||
-         held > dev->limit_bytes - (uint64_t)bytes))
-      return um__set_error(UM_ENOMEM,
-                           "opencl: %zu bytes on %s would pass "
-                           "device_limit_bytes (%llu bytes, %llu in use)",
-                           bytes, dev->name,
-                           (unsigned long long)dev->limit_bytes,
-                           (unsigned long long)held);
-  } while (!um__atomic_cas_acq_rel(&dev->bytes_held, &held,
-                                   held + (uint64_t)bytes));
-  return UM_OK;
-}
-
-static void unreserve_device_bytes(ocl_device *dev, size_t bytes) {
-  um__atomic_sub_relaxed(&dev->bytes_held, (uint64_t)bytes);
-}
-
 /* clCreateBuffer without a host pointer; a NULL answer without a code is
  * counted as a lack of memory. */
 static int create_buffer(ocl_device *dev, cl_mem_flags flags, size_t bytes,
@@ -956,7 +929,6 @@ static int alloc_unified_block(ocl_device *dev, size_t bytes, um__mem *out) {
 static int ocl_mem_alloc(void *bdev, um_location loc, size_t bytes,
                          um__mem *out) {
   ocl_device *dev = bdev;
-  int counted = loc != UM_PINNED;
   int status;
 
   if (loc != UM_DEVICE && loc != UM_PINNED && loc != UM_UNIFIED)
@@ -975,12 +947,6 @@ static int ocl_mem_alloc(void *bdev, um_location loc, size_t bytes,
                          " (%llu bytes) of %s",
                          bytes, (unsigned long long)dev->max_alloc_bytes,
                          dev->name);
-  if (counted) {
-    status = reserve_device_bytes(dev, bytes);
-    if (status != UM_OK)
-      return status;
-  }
-
   switch (loc) {
   case UM_DEVICE:
     status = alloc_device_block(dev, bytes, out);
@@ -992,21 +958,19 @@ static int ocl_mem_alloc(void *bdev, um_location loc, size_t bytes,
     status = alloc_unified_block(dev, bytes, out);
     break;
   }
-  if (status != UM_OK && counted)
-    unreserve_device_bytes(dev, bytes);
   return status;
 }
 
 static void ocl_mem_free(void *bdev, um_location loc, size_t bytes,
                          um__mem *mem) {
   ocl_device *dev = bdev;
+  (void)bytes;
   /* Nothing of ours outlives the memory: not even a finished command's
    * event, which a driver may let hold its buffers. */
   release_later(dev);
   switch (loc) {
   case UM_DEVICE:
     ocl.clReleaseMemObject((cl_mem)mem->handle);
-    unreserve_device_bytes(dev, bytes);
     break;
   case UM_PINNED:
     /* The release waits for the unmap: OpenCL deletes a memory object only
@@ -1019,7 +983,6 @@ static void ocl_mem_free(void *bdev, um_location loc, size_t bytes,
     break;
   case UM_UNIFIED:
     ocl.clSVMFree(dev->context, mem->host);
-    unreserve_device_bytes(dev, bytes);
     break;
   default:
     break;
@@ -1029,13 +992,13 @@ static void ocl_mem_free(void *bdev, um_location loc, size_t bytes,
 }
 
 /* OpenCL has no standard free-memory query (cl_amd_device_attribute_query
- * and the like are vendor extensions), so free memory is the total less what
- * this backend holds on the device; other processes' use is not seen. */
+ * and the like are vendor extensions): the answer is the whole device, and
+ * the core takes off what this process holds there (um_device_memory);
+ * other processes' use is not seen. */
 static int ocl_memory(void *bdev, uint64_t *free_bytes, uint64_t *total_bytes) {
   ocl_device *dev = bdev;
-  uint_fast64_t held = um__atomic_load_relaxed(&dev->bytes_held);
   if (free_bytes != NULL)
-    *free_bytes = held >= dev->total_bytes ? 0 : dev->total_bytes - held;
+    *free_bytes = dev->total_bytes;
   if (total_bytes != NULL)
     *total_bytes = dev->total_bytes;
   return UM_OK;
