@@ -12,7 +12,7 @@ set(UM_LAYERS base backend device mem core ops interop net_ucx net)
 
 set(UM_LAYER_base_SOURCES
   src/base/errors.c src/base/options.c src/base/fork.c src/base/pagelock.c src/base/sizeclass.c
-  src/base/spin.c src/base/thread.c)
+  src/base/spin.c src/base/thread.c src/base/vendor_lib.c)
 set(UM_LAYER_base_SEES base)
 
 set(UM_LAYER_backend_SOURCES ${UM_BACKEND_SOURCES})

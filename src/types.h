@@ -113,6 +113,10 @@ struct um_device {
   um__pool pools[UM_LOCATION_COUNT];
   um__counters stats;
   bool host_memory; /* um__bdev_desc.host_memory */
+  /* DEVICE and UNIFIED bytes held from an OpenCL or CUDA device now: what
+   * um_options.device_limit_bytes caps (block.c), and what OpenCL, which
+   * has no free-memory query, would not know (um_device_memory). */
+  atomic_uint_fast64_t limited_bytes;
   /* Pinned staging chunks for pageable copies (block.c). */
   pthread_mutex_t staging_lock;
   um__mem staging_free[8];

@@ -1,7 +1,8 @@
 /* The cuda backend: NVIDIA GPUs through the CUDA driver API, loaded at run
  * time.
  *
- * libcuda.so.1 is dlopen()ed once per process (UNIMEM_CUDA_LIBRARY names
+ * libcuda.so.1 is dlopen()ed once per process (base/vendor_lib.c;
+ * UNIMEM_CUDA_LIBRARY names
  * another file, e.g. a test double) and every entry point is fetched by the
  * symbol the driver exports. cuda.h maps most API names onto versioned ABI
  * symbols (cuMemAlloc -> cuMemAlloc_v2), so the table below spells out the
@@ -25,7 +26,6 @@
  * Linux device) makes a pinned or managed block's host pointer also its
  * device address, so every block's handle is a CUdeviceptr.
  */
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -111,39 +111,22 @@ typedef struct cuda_driver_api {
 #undef CUDA_API_FIELD_
 } cuda_driver_api;
 
-typedef struct cuda_entry_point {
-  const char *symbol;
-  size_t offset; /* of its pointer in cuda_driver_api */
-  int required;
-} cuda_entry_point;
-
-static const cuda_entry_point cuda_entry_points[] = {
-#define CUDA_REQUIRED_(symbol) {#symbol, offsetof(cuda_driver_api, symbol), 1},
-#define CUDA_OPTIONAL_(symbol) {#symbol, offsetof(cuda_driver_api, symbol), 0},
+static const um__vendor_entry cuda_entry_points[] = {
+#define CUDA_REQUIRED_(symbol) {#symbol, offsetof(cuda_driver_api, symbol), true},
+#define CUDA_OPTIONAL_(symbol) {#symbol, offsetof(cuda_driver_api, symbol), false},
     CUDA_ENTRY_POINTS(CUDA_REQUIRED_, CUDA_OPTIONAL_)
 #undef CUDA_REQUIRED_
 #undef CUDA_OPTIONAL_
 };
 
-/* dlsym() answers a void *; POSIX guarantees it converts to a function
- * pointer, which we store by copying the representation. */
-_Static_assert(sizeof(void *) == sizeof(void (*)(void)),
-               "function pointers must be as wide as object pointers");
-
-/* What the one-time load found; read-only once driver_once has run. */
-static struct {
-  int status;          /* UM_OK, or UM_ENODEV: the backend is unavailable */
-  int no_devices;      /* cuInit answered CUDA_ERROR_NO_DEVICE */
-  unsigned generation; /* um__process_generation() at load: CUDA does not
-                          survive fork() in the child */
-  char reason[512];    /* why status is not UM_OK, or why no devices */
-  void *library;       /* the dlopen() handle, kept for the process */
-  cuda_driver_api api;
-} driver;
-static pthread_once_t driver_once = PTHREAD_ONCE_INIT;
+/* The entry points, filled once by driver_lib's load (read-only after),
+ * and what cuInit said where it found no device. */
+static cuda_driver_api driver_api;
+static int driver_no_devices;         /* cuInit answered CUDA_ERROR_NO_DEVICE */
+static char driver_no_device_reason[512];
 
 /* cu->cuMemAlloc_v2(...) reads as the driver call it is. */
-static const cuda_driver_api *const cu = &driver.api;
+static const cuda_driver_api *const cu = &driver_api;
 
 /* The one translation of a CUresult into a UM_E* code. With call != NULL it
  * also records the driver's error name for um_last_error(). Stream
@@ -190,76 +173,37 @@ static int cuda_status(CUresult result, const char *call) {
                        (int)result);
 }
 
-/* The backend cannot run: keep the reason, drop the library. */
-static void forget_driver(void) {
-  driver.status = UM_ENODEV;
-  if (driver.library != NULL)
-    dlclose(driver.library);
-  driver.library = NULL;
-  memset(&driver.api, 0, sizeof(driver.api));
+/* cuInit is per process, so it belongs to the one-time load. A machine
+ * with the driver but no GPU is not an error: the backend offers zero
+ * devices. A driver that cannot initialise (stub library, version
+ * mismatch) gives no usable device either, so it reads as ENODEV. */
+static int driver_init(um__vendor_lib *lib) {
+  CUresult result = cu->cuInit(0);
+  const char *text;
+  if (result == CUDA_SUCCESS)
+    return 0;
+  cuda_status(result, "cuInit");
+  if (result == CUDA_ERROR_NO_DEVICE) {
+    driver_no_devices = 1;
+    snprintf(driver_no_device_reason, sizeof(driver_no_device_reason), "%s (driver %s)", um_last_error(),
+             lib->path);
+    return 0;
+  }
+  /* The loader's message starts with "cuda: " already. */
+  text = um_last_error();
+  if (strncmp(text, "cuda: ", 6) == 0)
+    text += 6;
+  snprintf(lib->failure, sizeof(lib->failure), "%s (driver %s%s)", text, lib->path,
+           result == CUDA_ERROR_STUB_LIBRARY ? ": the toolkit's stub library, not a driver" : "");
+  return -1;
 }
 
-static void load_driver(void) {
-  const char *path = getenv("UNIMEM_CUDA_LIBRARY");
-  const char *dl_text;
-  size_t i;
-  CUresult result;
+static const char *const driver_names[] = {"libcuda.so.1", NULL};
 
-  driver.generation = um__process_generation();
-  if (path == NULL || path[0] == '\0')
-    path = "libcuda.so.1";
-  driver.library = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (driver.library == NULL) {
-    /* glibc's text starts with the path already; say it once. */
-    dl_text = dlerror();
-    if (dl_text == NULL)
-      dl_text = "unknown dlopen error";
-    if (strstr(dl_text, path) != NULL)
-      snprintf(driver.reason, sizeof(driver.reason), "cuda: %s", dl_text);
-    else
-      snprintf(driver.reason, sizeof(driver.reason), "cuda: %s: %s", path,
-               dl_text);
-    forget_driver();
-    return;
-  }
-  for (i = 0; i < sizeof(cuda_entry_points) / sizeof(cuda_entry_points[0]);
-       i++) {
-    const cuda_entry_point *entry = &cuda_entry_points[i];
-    void *address = dlsym(driver.library, entry->symbol);
-    if (address == NULL) {
-      if (entry->required) {
-        snprintf(driver.reason, sizeof(driver.reason),
-                 "cuda: entry point %s missing from %s", entry->symbol, path);
-        forget_driver();
-        return;
-      }
-      continue;
-    }
-    memcpy((char *)&driver.api + entry->offset, &address, sizeof(address));
-  }
-
-  /* cuInit is per process, so it belongs to the one-time load. A machine
-   * with the driver but no GPU is not an error: the backend offers zero
-   * devices. A driver that cannot initialise (stub library, version
-   * mismatch) gives no usable device either, so it reads as ENODEV. */
-  result = cu->cuInit(0);
-  if (result != CUDA_SUCCESS) {
-    cuda_status(result, "cuInit");
-    snprintf(driver.reason, sizeof(driver.reason), "%s (driver %s%s)",
-             um_last_error(), path,
-             result == CUDA_ERROR_STUB_LIBRARY
-                 ? ": the toolkit's stub library, not a driver"
-                 : "");
-    if (result == CUDA_ERROR_NO_DEVICE) {
-      driver.no_devices = 1;
-      driver.status = UM_OK;
-    } else {
-      forget_driver();
-    }
-    return;
-  }
-  driver.status = UM_OK;
-}
+/* libcuda stays loaded for the process: the driver keeps threads that do
+ * not survive dlclose. */
+static um__vendor_lib driver_lib =
+    UM__VENDOR_LIB_INIT("cuda", "UNIMEM_CUDA_LIBRARY", driver_names, cuda_entry_points, &driver_api, driver_init);
 
 /* ------------------------------------------------------------------------ */
 /* Devices                                                                   */
@@ -319,13 +263,11 @@ typedef struct cuda_device {
   unsigned caps;
   unsigned locations;
   uint64_t real_total_bytes;
-  uint64_t limit_bytes; /* opts->device_limit_bytes; 0: no limit */
+  uint64_t limit_bytes; /* opts->device_limit_bytes (0: none): the total
+                           described; the core counts the bytes */
   uint32_t spin_ns;     /* opts->wait_spin_ns: blocking calls poll first */
   int driver_sleeps;    /* the context's scheduling is CU_CTX_SCHED_BLOCKING_SYNC:
                            the driver's own waits sleep (cuda_xfer) */
-  /* DEVICE and UNIFIED bytes allocated now: what device_limit_bytes caps.
-   * PINNED memory is host memory and does not count. */
-  atomic_uint_fast64_t device_bytes_in_use;
   char name[128];
   /* Interop (SPEC §8), under interop_lock: the lanes, the gates' host
    * words, and the gate kernel where gates spin in one. */
@@ -545,7 +487,6 @@ static int open_device(cuda_backend_state *state, int ordinal,
   d->ordinal = ordinal;
   d->limit_bytes = state->opts.device_limit_bytes;
   d->spin_ns = state->opts.wait_spin_ns;
-  atomic_init(&d->device_bytes_in_use, 0);
   if (pthread_mutex_init(&d->interop_lock, NULL) != 0)
     return um__set_error(UM_ENOMEM, "cuda device %d: no mutex", ordinal);
   d->interop_ready = 1;
@@ -601,13 +542,10 @@ static int cuda_open(const um_options *opts, void **ctx, int *count) {
 
   if (ctx == NULL || count == NULL)
     return um__set_error(UM_EINVAL, "cuda: open without ctx or count");
-  pthread_once(&driver_once, load_driver);
-  if (driver.status != UM_OK)
-    return um__set_error(driver.status, "%s", driver.reason);
-  if (driver.generation != um__process_generation())
-    return um__set_error(UM_ENODEV, "cuda: the driver was initialised before fork(); CUDA cannot be "
-                                    "used in the child process");
-  if (!driver.no_devices) {
+  status = um__vendor_lib_load(&driver_lib, UM_ENODEV);
+  if (status != UM_OK)
+    return status;
+  if (!driver_no_devices) {
     result = cu->cuDeviceGetCount(&device_count);
     if (result != CUDA_SUCCESS)
       return cuda_status(result, "cuDeviceGetCount");
@@ -615,8 +553,7 @@ static int cuda_open(const um_options *opts, void **ctx, int *count) {
   if (device_count == 0) {
     /* The reason stays in um_last_error(); the manager logs it. */
     um__set_error(UM_OK, "%s",
-                  driver.no_devices ? driver.reason
-                                    : "cuda: the driver reports no device");
+                  driver_no_devices ? driver_no_device_reason : "cuda: the driver reports no device");
     *ctx = NULL;
     *count = 0;
     return UM_OK;
@@ -693,26 +630,9 @@ static void cuda_close(void *ctx) {
 /* ------------------------------------------------------------------------ */
 /* Memory                                                                    */
 
-/* Count bytes against device_limit_bytes; 0 when they would pass it. */
-static int reserve_device_bytes(cuda_device *d, size_t bytes) {
-  uint_fast64_t in_use = um__atomic_load_relaxed(&d->device_bytes_in_use);
-  do {
-    if (d->limit_bytes != 0 &&
-        (bytes > d->limit_bytes || in_use > d->limit_bytes - bytes))
-      return 0;
-  } while (!um__atomic_cas_acq_rel(&d->device_bytes_in_use, &in_use,
-                                   in_use + bytes));
-  return 1;
-}
-
-static void unreserve_device_bytes(cuda_device *d, size_t bytes) {
-  um__atomic_sub_relaxed(&d->device_bytes_in_use, bytes);
-}
-
 static int cuda_mem_alloc(void *bdev, um_location loc, size_t bytes,
                           um__mem *out) {
   cuda_device *d = bdev;
-  int counted = loc == UM_DEVICE || loc == UM_UNIFIED;
   CUdeviceptr address = 0;
   void *host = NULL;
   CUcontext previous = NULL;
@@ -724,17 +644,9 @@ static int cuda_mem_alloc(void *bdev, um_location loc, size_t bytes,
     return um__set_error(UM_ENOTSUP,
                          "cuda device %d (%s) cannot allocate location %d",
                          d->ordinal, d->name, (int)loc);
-  if (counted && !reserve_device_bytes(d, bytes))
-    return um__set_error(
-        UM_ENOMEM,
-        "cuda device %d: %zu bytes would pass device_limit_bytes (%llu of "
-        "%llu in use)",
-        d->ordinal, bytes,
-        (unsigned long long)um__atomic_load_relaxed(&d->device_bytes_in_use),
-        (unsigned long long)d->limit_bytes);
   status = enter_context(d, &previous);
   if (status != UM_OK)
-    goto fail;
+    return status;
 
   switch (loc) {
   case UM_DEVICE:
@@ -766,23 +678,15 @@ static int cuda_mem_alloc(void *bdev, um_location loc, size_t bytes,
     break;
   default: /* UM_HOST: excluded by locations above */
     leave_context(d, previous);
-    status = um__set_error(UM_ENOTSUP, "cuda: location %d", (int)loc);
-    goto fail;
+    return um__set_error(UM_ENOTSUP, "cuda: location %d", (int)loc);
   }
   leave_context(d, previous);
-  if (result != CUDA_SUCCESS) {
-    status = cuda_status(result, call);
-    goto fail;
-  }
+  if (result != CUDA_SUCCESS)
+    return cuda_status(result, call);
   out->host = host;
   out->handle = (uintptr_t)address;
   out->priv = NULL;
   return UM_OK;
-
-fail:
-  if (counted)
-    unreserve_device_bytes(d, bytes);
-  return status;
 }
 
 /* A free held while a gate was closed (hold_free). */
@@ -874,8 +778,6 @@ static void cuda_mem_free(void *bdev, um_location loc, size_t bytes,
     if (result != CUDA_SUCCESS)
       status = cuda_status(result, call);
   }
-  if (loc == UM_DEVICE || loc == UM_UNIFIED)
-    unreserve_device_bytes(d, bytes);
   /* A free cannot fail from the caller's view: the log says it did. */
   if (status != UM_OK)
     um__log(&d->owner->opts, UM_LOG_WARN, "freeing %zu bytes: %s", bytes,
@@ -936,14 +838,7 @@ static int cuda_memory(void *bdev, uint64_t *free_bytes,
     return cuda_status(result, "cuMemGetInfo_v2");
   free_out = free_now;
   total_out = total_now;
-  if (d->limit_bytes != 0) {
-    uint64_t in_use = um__atomic_load_relaxed(&d->device_bytes_in_use);
-    uint64_t left = in_use < d->limit_bytes ? d->limit_bytes - in_use : 0;
-    if (total_out > d->limit_bytes)
-      total_out = d->limit_bytes;
-    if (free_out > left)
-      free_out = left;
-  }
+  /* device_limit_bytes: the core caps these figures (um_device_memory). */
   if (free_bytes != NULL)
     *free_bytes = free_out;
   if (total_bytes != NULL)

@@ -1,8 +1,8 @@
 /* The OpenCL backend: every device of every OpenCL platform.
  *
  * The vendor library (normally the ICD loader, libOpenCL.so.1) is loaded at
- * run time, once per process, so that unimem neither links against OpenCL
- * nor needs it installed to run. <CL/cl.h> is included for its types and
+ * run time, once per process (base/vendor_lib.c), so that unimem neither
+ * links against OpenCL nor needs it installed to run. <CL/cl.h> is included for its types and
  * constants only; every call goes through the `ocl` table of entry points.
  *
  * Layout of the state:
@@ -18,8 +18,9 @@
  * - adopted devices (um_device_adopt_opencl): the caller's context and
  *   queue, retained; the caller's queue is the caller queue, and unimem
  *   makes its own in that context;
- * - per device, an atomic count of the bytes held in device memory, because
- *   OpenCL has no standard free-memory query.
+ * - no count of the bytes held: the core keeps it (um_device's
+ *   limited_bytes), for device_limit_bytes and because OpenCL has no
+ *   standard free-memory query.
  *
  * Blocks by location:
  * - UM_DEVICE:  clCreateBuffer(CL_MEM_READ_WRITE); host = NULL;
@@ -34,7 +35,7 @@
 #define CL_TARGET_OPENCL_VERSION 300
 
 #include <CL/cl.h>
-#include <dlfcn.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdbool.h>
@@ -144,86 +145,44 @@ typedef void(CL_CALLBACK *ocl_event_notify_fn)(cl_event event,
   XX(cl_mem, clCreateSubBuffer,                                                \
      (cl_mem, cl_mem_flags, cl_buffer_create_type, const void *, cl_int *))
 
-/* The loaded library: filled once by ocl_load(), read-only afterwards. */
-static struct {
+/* The loaded library: filled once by ocl_lib's load, read-only afterwards. */
+typedef struct ocl_api {
 #define OCL_ENTRY_MEMBER_(ret, name, params) ret(CL_API_CALL *name) params;
   OCL_REQUIRED_ENTRY_POINTS(OCL_ENTRY_MEMBER_)
   OCL_OPTIONAL_ENTRY_POINTS(OCL_ENTRY_MEMBER_)
 #undef OCL_ENTRY_MEMBER_
-  void *library;
-  int load_status;         /* UM_OK or UM_ENODEV */
-  unsigned load_generation; /* um__process_generation() at load: drivers do
-                               not survive fork() in the child */
-  char load_failure[384];  /* why, when load_status != UM_OK */
-} ocl;
+} ocl_api;
 
-static pthread_once_t ocl_load_once = PTHREAD_ONCE_INIT;
+static ocl_api ocl;
 
-/* dlsym returns an object pointer; C11 has no conversion from it to a
- * function pointer, POSIX guarantees their representations agree. */
-_Static_assert(sizeof(void *) == sizeof(void (*)(void)),
-               "dlsym results must fit a function pointer");
+static const um__vendor_entry ocl_entries[] = {
+#define OCL_REQUIRED_(ret, name, params) {#name, offsetof(ocl_api, name), true},
+#define OCL_OPTIONAL_(ret, name, params) {#name, offsetof(ocl_api, name), false},
+    OCL_REQUIRED_ENTRY_POINTS(OCL_REQUIRED_) OCL_OPTIONAL_ENTRY_POINTS(OCL_OPTIONAL_)
+#undef OCL_REQUIRED_
+#undef OCL_OPTIONAL_
+};
 
-static void *ocl_symbol(const char *name, void *fn_slot) {
-  void *symbol = dlsym(ocl.library, name);
-  if (symbol != NULL)
-    memcpy(fn_slot, &symbol, sizeof(symbol));
-  return symbol;
-}
-
-/* Runs once per process. The library is never unloaded: vendor drivers keep
- * threads and atexit handlers that do not survive dlclose (the ICD loader
- * does the same). */
-static void ocl_load(void) {
-  const char *path = getenv(OCL_LIBRARY_ENV);
-  if (path == NULL || path[0] == '\0')
-    path = OCL_DEFAULT_LIBRARY;
-
-  ocl.load_generation = um__process_generation();
-  ocl.library = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (ocl.library == NULL) {
-    const char *reason = dlerror();
-    snprintf(ocl.load_failure, sizeof(ocl.load_failure), "%s",
-             reason != NULL ? reason : path);
-    ocl.load_status = UM_ENODEV;
-    return;
-  }
-
-#define OCL_LOAD_REQUIRED_(ret, name, params)                                  \
-  if (ocl_symbol(#name, (void *)&ocl.name) == NULL) {                          \
-    snprintf(ocl.load_failure, sizeof(ocl.load_failure),                       \
-             "%s missing in %s", #name, path);                                 \
-    goto fail;                                                                 \
-  }
-  OCL_REQUIRED_ENTRY_POINTS(OCL_LOAD_REQUIRED_)
-#undef OCL_LOAD_REQUIRED_
-#define OCL_LOAD_OPTIONAL_(ret, name, params)                                  \
-  (void)ocl_symbol(#name, (void *)&ocl.name);
-  OCL_OPTIONAL_ENTRY_POINTS(OCL_LOAD_OPTIONAL_)
-#undef OCL_LOAD_OPTIONAL_
-
-  if (ocl.clCreateCommandQueueWithProperties == NULL &&
-      ocl.clCreateCommandQueue == NULL) {
-    snprintf(ocl.load_failure, sizeof(ocl.load_failure),
-             "clCreateCommandQueueWithProperties and clCreateCommandQueue "
-             "missing in %s",
-             path);
-    goto fail;
+/* The optional entry points that go in pairs. */
+static int ocl_loaded(um__vendor_lib *lib) {
+  if (ocl.clCreateCommandQueueWithProperties == NULL && ocl.clCreateCommandQueue == NULL) {
+    snprintf(lib->failure, sizeof(lib->failure),
+             "clCreateCommandQueueWithProperties and clCreateCommandQueue missing in %s", lib->path);
+    return -1;
   }
   /* UNIFIED needs both halves of the pair. */
   if (ocl.clSVMAlloc == NULL || ocl.clSVMFree == NULL) {
     ocl.clSVMAlloc = NULL;
     ocl.clSVMFree = NULL;
   }
-  ocl.load_status = UM_OK;
-  return;
-
-fail:
-  /* Not the library we need: nothing of it is used, so it may go. */
-  dlclose(ocl.library);
-  ocl.library = NULL;
-  ocl.load_status = UM_ENODEV;
+  return 0;
 }
+
+static const char *const ocl_names[] = {OCL_DEFAULT_LIBRARY, NULL};
+
+/* The library is never unloaded: vendor drivers keep threads and atexit
+ * handlers that do not survive dlclose (the ICD loader does the same). */
+static um__vendor_lib ocl_lib = UM__VENDOR_LIB_INIT("opencl", OCL_LIBRARY_ENV, ocl_names, ocl_entries, &ocl, ocl_loaded);
 
 /* ------------------------------------------------------------------------ */
 /* Errors                                                                    */
@@ -331,10 +290,6 @@ typedef struct ocl_device {
    * end (settle), and when one last did (um__spin_clock_ns). */
   uint32_t settle_ns;
   _Atomic uint64_t spun_end_ns;
-  /* Bytes of DEVICE and UNIFIED blocks alive on the device. PINNED blocks
-   * are host memory (that is what CL_MEM_ALLOC_HOST_PTR asks for) and are
-   * not counted. */
-  atomic_uint_fast64_t bytes_held;
   /* The driver runs each command inside the call that submits it (PoCL's
    * basic device): calls that submit take submit_lock (below). */
   int runs_inline;
@@ -661,7 +616,6 @@ static int open_device(cl_device_id id, cl_context context, int context_devices,
   dev->id = id;
   dev->context = context;
   dev->context_devices = context_devices;
-  atomic_init(&dev->bytes_held, 0);
   atomic_init(&dev->watch_locked, false);
   atomic_init(&dev->walk_tails, 0);
   atomic_init(&dev->order_held, false);
@@ -779,12 +733,9 @@ static int ocl_open(const um_options *opts, void **ctx, int *count) {
   cl_int err;
   int status;
 
-  pthread_once(&ocl_load_once, ocl_load);
-  if (ocl.load_status != UM_OK)
-    return um__set_error(UM_ENODEV, "opencl: %s", ocl.load_failure);
-  if (ocl.load_generation != um__process_generation())
-    return um__set_error(UM_ENODEV, "opencl: the driver was loaded before fork(); it cannot be used in "
-                                    "the child process");
+  status = um__vendor_lib_load(&ocl_lib, UM_ENODEV);
+  if (status != UM_OK)
+    return status;
 
   state = calloc(1, sizeof(*state));
   if (state == NULL)
@@ -883,29 +834,6 @@ static void ocl_close(void *ctx) {
 /* ------------------------------------------------------------------------ */
 /* Memory                                                                    */
 
-/* Count bytes against the device before allocating them, so that two
- * threads cannot both pass the limit check and then together exceed it. */
-static int reserve_device_bytes(ocl_device *dev, size_t bytes) {
-  uint_fast64_t held = um__atomic_load_relaxed(&dev->bytes_held);
-  do {
-    if (dev->limit_bytes != 0 &&
-        ((uint64_t)bytes > dev->limit_bytes ||
-         held > dev->limit_bytes - (uint64_t)bytes))
-      return um__set_error(UM_ENOMEM,
-                           "opencl: %zu bytes on %s would pass "
-                           "device_limit_bytes (%llu bytes, %llu in use)",
-                           bytes, dev->name,
-                           (unsigned long long)dev->limit_bytes,
-                           (unsigned long long)held);
-  } while (!um__atomic_cas_acq_rel(&dev->bytes_held, &held,
-                                   held + (uint64_t)bytes));
-  return UM_OK;
-}
-
-static void unreserve_device_bytes(ocl_device *dev, size_t bytes) {
-  um__atomic_sub_relaxed(&dev->bytes_held, (uint64_t)bytes);
-}
-
 /* clCreateBuffer without a host pointer; a NULL answer without a code is
  * counted as a lack of memory. */
 static int create_buffer(ocl_device *dev, cl_mem_flags flags, size_t bytes,
@@ -1001,7 +929,6 @@ static int alloc_unified_block(ocl_device *dev, size_t bytes, um__mem *out) {
 static int ocl_mem_alloc(void *bdev, um_location loc, size_t bytes,
                          um__mem *out) {
   ocl_device *dev = bdev;
-  int counted = loc != UM_PINNED;
   int status;
 
   if (loc != UM_DEVICE && loc != UM_PINNED && loc != UM_UNIFIED)
@@ -1020,12 +947,6 @@ static int ocl_mem_alloc(void *bdev, um_location loc, size_t bytes,
                          " (%llu bytes) of %s",
                          bytes, (unsigned long long)dev->max_alloc_bytes,
                          dev->name);
-  if (counted) {
-    status = reserve_device_bytes(dev, bytes);
-    if (status != UM_OK)
-      return status;
-  }
-
   switch (loc) {
   case UM_DEVICE:
     status = alloc_device_block(dev, bytes, out);
@@ -1037,21 +958,19 @@ static int ocl_mem_alloc(void *bdev, um_location loc, size_t bytes,
     status = alloc_unified_block(dev, bytes, out);
     break;
   }
-  if (status != UM_OK && counted)
-    unreserve_device_bytes(dev, bytes);
   return status;
 }
 
 static void ocl_mem_free(void *bdev, um_location loc, size_t bytes,
                          um__mem *mem) {
   ocl_device *dev = bdev;
+  (void)bytes;
   /* Nothing of ours outlives the memory: not even a finished command's
    * event, which a driver may let hold its buffers. */
   release_later(dev);
   switch (loc) {
   case UM_DEVICE:
     ocl.clReleaseMemObject((cl_mem)mem->handle);
-    unreserve_device_bytes(dev, bytes);
     break;
   case UM_PINNED:
     /* The release waits for the unmap: OpenCL deletes a memory object only
@@ -1064,7 +983,6 @@ static void ocl_mem_free(void *bdev, um_location loc, size_t bytes,
     break;
   case UM_UNIFIED:
     ocl.clSVMFree(dev->context, mem->host);
-    unreserve_device_bytes(dev, bytes);
     break;
   default:
     break;
@@ -1074,13 +992,13 @@ static void ocl_mem_free(void *bdev, um_location loc, size_t bytes,
 }
 
 /* OpenCL has no standard free-memory query (cl_amd_device_attribute_query
- * and the like are vendor extensions), so free memory is the total less what
- * this backend holds on the device; other processes' use is not seen. */
+ * and the like are vendor extensions): the answer is the whole device, and
+ * the core takes off what this process holds there (um_device_memory);
+ * other processes' use is not seen. */
 static int ocl_memory(void *bdev, uint64_t *free_bytes, uint64_t *total_bytes) {
   ocl_device *dev = bdev;
-  uint_fast64_t held = um__atomic_load_relaxed(&dev->bytes_held);
   if (free_bytes != NULL)
-    *free_bytes = held >= dev->total_bytes ? 0 : dev->total_bytes - held;
+    *free_bytes = dev->total_bytes;
   if (total_bytes != NULL)
     *total_bytes = dev->total_bytes;
   return UM_OK;
@@ -2137,9 +2055,8 @@ static int ocl_adopt(const um_options *opts, void **ctx, void *context, void *de
   ocl_device *dev = NULL;
   cl_platform_id platform = NULL;
   int ndevices = 0, major = 0, minor = 0, status;
-  pthread_once(&ocl_load_once, ocl_load);
-  if (ocl.load_status != UM_OK)
-    return um__set_error(UM_ENOTSUP, "opencl: %s", ocl.load_failure);
+  if ((status = um__vendor_lib_load(&ocl_lib, UM_ENOTSUP)) != UM_OK)
+    return status;
   if ((status = check_adopted(context, device, queue, &ndevices)) != UM_OK)
     return status;
   if (ocl.clGetDeviceInfo(device, CL_DEVICE_PLATFORM, sizeof(platform), &platform, NULL) != CL_SUCCESS ||

@@ -122,6 +122,46 @@ static inline uint64_t um__net_le_get(const unsigned char *p, int n) {
 }
 
 /* ------------------------------------------------------------------------ */
+/* vendor_lib.c: a vendor library loaded at run time, once per process and
+ * kept for it. The user fills the first fields (UM__VENDOR_LIB_INIT); the
+ * rest is what the one load found. */
+typedef struct um__vendor_entry {
+  const char *symbol; /* the exact name the library exports */
+  size_t offset;      /* of its function pointer in the table */
+  bool required;      /* missing: the library is refused */
+} um__vendor_entry;
+
+typedef struct um__vendor_lib {
+  const char *what;         /* the messages' first word: "opencl", "cuda", "UCX" */
+  const char *env;          /* a variable that names another file (a test double) */
+  const char *const *names; /* else these, tried in order; NULL-terminated */
+  const um__vendor_entry *entries;
+  size_t nentries;
+  void *table; /* the struct of function pointers the entries fill */
+  size_t table_size;
+  /* NULL, or the checks once the entries are in (a call such as cuInit):
+   * nonzero refuses the library, with the reason written into failure. */
+  int (*after)(struct um__vendor_lib *lib);
+  pthread_mutex_t lock;
+  atomic_bool done; /* the load ran */
+  bool loaded;      /* and found the library usable */
+  unsigned generation; /* um__process_generation() at load */
+  void *handle;
+  char path[256];     /* the file opened (or tried last) */
+  char failure[384];  /* why not loaded */
+} um__vendor_lib;
+
+#define UM__VENDOR_LIB_INIT(what_, env_, names_, entries_, table_, after_)                               \
+  {.what = (what_), .env = (env_), .names = (names_), .entries = (entries_),                             \
+   .nentries = sizeof(entries_) / sizeof((entries_)[0]), .table = (table_), .table_size = sizeof(*(table_)), \
+   .after = (after_), .lock = PTHREAD_MUTEX_INITIALIZER}
+
+/* Load lib once per process. UM_OK; else code, with what failed (the
+ * library, the missing entry point, the after check, a load made before
+ * fork()) in um_last_error(). */
+int um__vendor_lib_load(um__vendor_lib *lib, int code);
+
+/* ------------------------------------------------------------------------ */
 /* One staging chunk's transfer in flight, waited for by the thread that
  * started it (staged.c's pipelined copies, net_staging.c's network
  * chunks): the starter sets busy, the transfer's done callback

@@ -34,6 +34,33 @@ int um_device_info_get(const um_device *d, um_device_info *out) {
   return UM_OK;
 }
 
+bool um__device_limited(const um_device *d) {
+#ifdef UNIMEM_HAVE_OPENCL
+  if (d->be == &um__backend_opencl)
+    return true;
+#endif
+#ifdef UNIMEM_HAVE_CUDA
+  if (d->be == &um__backend_cuda)
+    return true;
+#endif
+  (void)d;
+  return false;
+}
+
+/* The figures under device_limit_bytes, with what this process holds
+ * (block.c's count) taken off where the backend cannot see it (OpenCL has
+ * no free-memory query). */
+static void limit_figures(const um_device *d, uint64_t *f, uint64_t *t) {
+  uint64_t limit = d->m->opts.device_limit_bytes;
+  uint64_t held = um__atomic_load_relaxed(&d->limited_bytes);
+  if (!um__device_limited(d))
+    return;
+  if (limit != 0 && *t > limit)
+    *t = limit;
+  if (*f > *t - (held < *t ? held : *t))
+    *f = *t - (held < *t ? held : *t);
+}
+
 int um_device_memory(um_device *d, uint64_t *free_bytes, uint64_t *total_bytes) {
   uint64_t f = 0, t = 0;
   int st;
@@ -44,6 +71,7 @@ int um_device_memory(um_device *d, uint64_t *free_bytes, uint64_t *total_bytes) 
   st = um__dev_memory(d, &f, &t);
   if (st != UM_OK)
     return st;
+  limit_figures(d, &f, &t);
   if (free_bytes)
     *free_bytes = f;
   if (total_bytes)

@@ -16,6 +16,10 @@
  * process (before fork()); um__process_changed is its one load and
  * compare, on every entry point. */
 int um__manager_check_process(const um_manager *m);
+/* Whether the device's DEVICE and UNIFIED bytes count against
+ * device_limit_bytes (an OpenCL or CUDA device: block.c counts them in
+ * limited_bytes). */
+bool um__device_limited(const um_device *d);
 static inline bool um__process_changed(const um_manager *m) {
   return __builtin_expect(m->fork_gen != um__atomic_load_relaxed(&um__fork_generation), 0);
 }

@@ -20,11 +20,36 @@ static um_device *giver(um_device *d, um_location loc) {
   return loc == UM_HOST ? d->m->devices[0] : d;
 }
 
+/* Whether a block counts against device_limit_bytes: GPU memory (DEVICE,
+ * UNIFIED) of an OpenCL or CUDA device, not host memory nor the cpu's. */
+static bool limited(const um_device *d, um_location loc) {
+  return (loc == UM_DEVICE || loc == UM_UNIFIED) && um__device_limited(d);
+}
+
+/* Count bytes against the limit before allocating them, so that two
+ * threads cannot both pass the check and then together exceed it. */
+static int limit_reserve(um_device *d, size_t bytes) {
+  uint64_t limit = d->m->opts.device_limit_bytes;
+  uint_fast64_t held = um__atomic_load_relaxed(&d->limited_bytes);
+  do {
+    if (limit != 0 && ((uint64_t)bytes > limit || held > limit - (uint64_t)bytes))
+      return um__set_error(UM_ENOMEM, "%s: %zu bytes on %s would pass device_limit_bytes (%llu bytes, %llu in use)",
+                           um__dev_backend_name(d), bytes, d->info.name, (unsigned long long)limit,
+                           (unsigned long long)held);
+  } while (!um__atomic_cas_acq_rel(&d->limited_bytes, &held, held + (uint64_t)bytes));
+  return UM_OK;
+}
+
 int um__block_alloc(um_device *d, um_location loc, size_t bytes, um__mem *mem) {
   um_device *g = giver(d, loc);
+  bool counted = limited(d, loc);
   int st;
   memset(mem, 0, sizeof(*mem));
+  if (counted && (st = limit_reserve(d, bytes)) != UM_OK)
+    return st;
   st = um__dev_mem_alloc(g, loc, bytes, mem);
+  if (st != UM_OK && counted)
+    um__atomic_sub_relaxed(&d->limited_bytes, (uint64_t)bytes);
   if (st == UM_OK) {
     UM__STAT_ADD(d, device_allocs, 1);
     UM__STAT_ADD(d, bytes_reserved, bytes);
@@ -36,6 +61,8 @@ void um__block_free(um_device *d, um_location loc, size_t bytes, um__mem *mem) {
   um_device *g = giver(d, loc);
   UM__TEST_POINT(UM__TP_BLOCK_FREE, d);
   um__dev_mem_free(g, loc, bytes, mem);
+  if (limited(d, loc))
+    um__atomic_sub_relaxed(&d->limited_bytes, (uint64_t)bytes);
   UM__STAT_ADD(d, device_frees, 1);
   UM__STAT_SUB(d, bytes_reserved, bytes);
 }

@@ -316,8 +316,10 @@ static void test_locations(const um__bdev_desc *d) {
   memset(&mem, 0, sizeof(mem));
   CHECK_STATUS(backend->mem_alloc(d->bdev, UM_DEVICE, n, &mem), UM_OK);
   CHECK(mem.host == NULL && mem.handle != 0);
+  /* The backend does not count what it gives: the core takes the bytes
+   * held off its figure (um_device_memory). */
   CHECK_STATUS(backend->memory(d->bdev, &free1, &total), UM_OK);
-  CHECK(free0 - free1 == n);
+  CHECK(free1 == free0);
   backend->mem_free(d->bdev, UM_DEVICE, n, &mem);
   CHECK_STATUS(backend->memory(d->bdev, &free1, &total), UM_OK);
   CHECK(free1 == free0);
@@ -734,6 +736,9 @@ done:
   free(back);
 }
 
+/* device_limit_bytes: the device is described with the limit as its
+ * total; the core (block.c) counts the bytes and refuses past the limit,
+ * not the backend (test_opencl_errors). */
 static void test_device_limit(void) {
   const uint64_t limit = 1u << 20;
   um_options opts = test_options(limit);
@@ -741,11 +746,8 @@ static void test_device_limit(void) {
   void *ctx = NULL;
   int count = 0;
   uint64_t free_bytes = 0, total_bytes = 0;
-  um__mem a, b, p, c;
+  um__mem a;
   memset(&a, 0, sizeof(a));
-  memset(&b, 0, sizeof(b));
-  memset(&p, 0, sizeof(p));
-  memset(&c, 0, sizeof(c));
 
   CHECK_STATUS(backend->open(&opts, &ctx, &count), UM_OK);
   if (count < 1)
@@ -754,32 +756,9 @@ static void test_device_limit(void) {
   CHECK(d.total_bytes == limit);
   CHECK_STATUS(backend->memory(d.bdev, &free_bytes, &total_bytes), UM_OK);
   CHECK(total_bytes == limit && free_bytes == limit);
-
-  CHECK_STATUS(backend->mem_alloc(d.bdev, UM_DEVICE, 768u << 10, &a), UM_OK);
-  CHECK_STATUS(backend->memory(d.bdev, &free_bytes, &total_bytes), UM_OK);
-  CHECK(free_bytes == 256u << 10);
-  CHECK_STATUS(backend->mem_alloc(d.bdev, UM_DEVICE, 512u << 10, &b),
-               UM_ENOMEM);
-  CHECK(strstr(um_last_error(), "device_limit_bytes") != NULL);
-  CHECK_STATUS(backend->mem_alloc(d.bdev, UM_DEVICE, limit + 1, &b),
-               UM_ENOMEM);
-  /* pinned memory is host memory: not counted against the device */
-  CHECK_STATUS(backend->mem_alloc(d.bdev, UM_PINNED, 512u << 10, &p), UM_OK);
-  CHECK_STATUS(backend->mem_alloc(d.bdev, UM_DEVICE, 256u << 10, &b), UM_OK);
-  CHECK_STATUS(backend->memory(d.bdev, &free_bytes, &total_bytes), UM_OK);
-  CHECK(free_bytes == 0);
-  CHECK_STATUS(backend->mem_alloc(d.bdev, UM_DEVICE, 1, &c), UM_ENOMEM);
+  CHECK_STATUS(backend->mem_alloc(d.bdev, UM_DEVICE, 2 * limit, &a), UM_OK);
   if (a.handle != 0)
-    backend->mem_free(d.bdev, UM_DEVICE, 768u << 10, &a);
-  CHECK_STATUS(backend->mem_alloc(d.bdev, UM_DEVICE, 1, &c), UM_OK);
-  if (c.handle != 0)
-    backend->mem_free(d.bdev, UM_DEVICE, 1, &c);
-  if (b.handle != 0)
-    backend->mem_free(d.bdev, UM_DEVICE, 256u << 10, &b);
-  if (p.handle != 0)
-    backend->mem_free(d.bdev, UM_PINNED, 512u << 10, &p);
-  CHECK_STATUS(backend->memory(d.bdev, &free_bytes, &total_bytes), UM_OK);
-  CHECK(free_bytes == limit);
+    backend->mem_free(d.bdev, UM_DEVICE, 2 * limit, &a);
 done:
   if (ctx != NULL)
     backend->close(ctx);
