@@ -140,7 +140,7 @@ typedef enum {
 /* A manager's bias (tcache.h, "A release without a locked instruction"). */
 enum { UM__BIAS_NONE = 0, UM__BIAS_SOLE = 1, UM__BIAS_SHARED = 2 };
 
-/* Where the block goes when the buffer is released (owner.c). */
+/* Where the block goes when the buffer is released (block_return.c). */
 typedef enum {
   UM__KIND_POOLED = 0,   /* to the pool */
   UM__KIND_UNPOOLED = 1, /* to the device */
@@ -155,7 +155,7 @@ typedef struct um__wrap_reg {
   um__mem mem;
 } um__wrap_reg;
 
-/* A piece of work for the engine's threads (event.c): the engine calls fn
+/* A piece of work for the engine's threads (engine.c): the engine calls fn
  * with the item, as libuv's thread pool calls a request's work callback. */
 typedef struct um__work {
   void (*fn)(struct um__work *w);
@@ -178,7 +178,7 @@ struct um_buffer {
   um__mem mem;
   /* Moves each time the descriptor goes live: an operation checked against
    * one owner's buffer is refused, under the lock, if the descriptor went
-   * to another owner meanwhile (op.c's op_check_locked). */
+   * to another owner meanwhile (op.c's um__op_check_locked). */
   atomic_uint gen;
   bool readonly;
   bool pinned_wrap;
@@ -187,7 +187,7 @@ struct um_buffer {
   um__wrap_reg *wrap_regs;
   int nwrap_regs;
   /* A foreign wrap (um__wrap_foreign: a DLPack producer's memory): called
-   * once when the memory goes back to its owner (owner.c), then NULL. */
+   * once when the memory goes back to its owner (block_return.c), then NULL. */
   void (*on_return)(void *ctx);
   void *on_return_ctx;
   /* Set when an operation or a mapping was made on the buffer since it
@@ -242,16 +242,16 @@ struct um_buffer {
   const char *site_file;
   int site_line;
 
-  /* A retire handed to the engine by a thread that must not block (op.c:
-   * a backend's own reporting thread). Last: a cold field, kept out of the
-   * lines that a pool hit reads and writes (it cost a 1 KiB hit 1.2 ns
-   * when it sat before the pool links). */
+  /* A retire handed to the engine by a thread that must not block (a
+   * backend's own reporting thread, ops/complete.c). Last: a cold field,
+   * kept out of the lines that a pool hit reads and writes (docs/design.md,
+   * Decisions: "Pool fields first"). */
   um__work retire_work;
 };
 
 /* ------------------------------------------------------------------------ */
-/* Events and operations (event.c: the objects and the engine; op.c: the
- * life of an operation; path.c: how a copy runs) */
+/* Events and operations (ops/: event.c the objects, engine.c the workers,
+ * op.c and complete.c the life of an operation, path.c how a copy runs) */
 
 typedef enum {
   UM__OP_COPY = 0,   /* covers copy, copy_from_host, copy_to_host */
@@ -261,7 +261,7 @@ typedef enum {
   UM__OP_GATE = 4,   /* opens a gate, or stands for one, once an earlier
                         operation finished (access.c) */
   UM__OP_NET = 5,    /* um_net_put (src set) or um_net_get (dst set): the
-                        transfer is attached (net_op.c) */
+                        transfer is attached (net_ops.c) */
   UM__OP_RUN = 6     /* a batch's copies queued on one single-queue device
                         (op.c): the last operation of every buffer they
                         touch, done when the queue mark behind them is */
@@ -277,7 +277,7 @@ typedef struct um__path um__path; /* path.c */
 
 #define UM__MAX_DEPENDENTS 3
 
-/* An operation's place in the completion order (op.c's gate): it is
+/* An operation's place in the completion order (complete.c's gate): it is
  * reported done only after prior, an operation it follows on a buffer.
  * While prior is unfinished at the gate, the node is in prior's
  * prior_waiters list. */
@@ -319,7 +319,7 @@ struct um_event {
    * written by the thread that completed its previous operation): the
    * first followers (counted by ndependents), the gate's nodes (counted by
    * npriors), the gate's count, status and ready list (set as it closes,
-   * op.c's gate_passes and um__op_complete), and the engine's work item. */
+   * complete.c's gate_passes and um__op_complete), and the engine's work item. */
   um_event *dependents[UM__MAX_DEPENDENTS];
   um__prior prior_space[2];
   atomic_int priors_pending;
@@ -356,7 +356,7 @@ struct um_event {
   um_event *group; /* batch this operation belongs to */
   atomic_int group_first_error;
 
-  /* completion order (op.c's gate): the operations it follows on its
+  /* completion order (complete.c's gate): the operations it follows on its
    * buffers that had not finished when it was published, in prior_space
    * (or a run's array); at the gate, how many it still waits for, and its
    * status meanwhile; the later operations waiting at their gates for
@@ -375,23 +375,23 @@ struct um_event {
   bool blocking;
 
   /* What the issuer attached beyond the fields above (a network transfer:
-   * net_op.c), and how to drop it: op.c calls attached_drop once, when the
+   * net_ops.c), and how to drop it: op.c calls attached_drop once, when the
    * operation completes or when the issue refuses it, never later, so an
    * event object going back to the free list holds nothing. */
   void *attached;
   void (*attached_drop)(um_event *op);
 
   /* The backend's token while the operation runs on a device queue (set
-   * by op.c's keep_native without the lock, taken under lock when it
+   * by tokens.c's keep_native without the lock, taken under lock when it
    * finishes), and its owners: one for the operation, one per issuer that
-   * borrowed it for a wait list (op.c's token_borrow_locked, under lock).
+   * borrowed it for a wait list (held.c's um__op_token_borrow, under lock).
    * The last owner releases it, so no lock is held across the backend's
    * calls. */
   _Atomic(void *) native;
   atomic_int native_refs;
   int native_status;
   /* The backend reported completion inside xfer_async, on the issuing
-   * thread (op.c's native_done): the issuer completes the operation once
+   * thread (tokens.c's native_done): the issuer completes the operation once
    * the backend call returned. Touched by that thread only. */
   bool complete_deferred;
   /* The token kept for the caller's um_event_native (one of native_refs),
@@ -416,7 +416,7 @@ struct um_event {
   um_event *access_wait_owner;
   um_event *access_gate;
   void *access_done;
-  /* The open brackets it waits for (op.c, "Open brackets"): bit k for the
+  /* The open brackets it waits for (brackets.c): bit k for the
    * bracket of slot k, its own when it is a bracket, inherited from the
    * unfinished operations it follows when it is published, counted while
    * the slot's bracket opened no later than mark_epoch. Written before it
@@ -533,7 +533,7 @@ struct um_manager {
 
   um__engine engine;
 
-  /* Open brackets (op.c, "Open brackets"): bit k of brackets_open is set
+  /* Open brackets (brackets.c): bit k of brackets_open is set
    * while the bracket of slot k is open; slot_epoch[k] is the value of
    * bracket_epoch (a count of openings) at which it opened; the last slot
    * is shared by the brackets beyond the others, bracket_shared of them. A

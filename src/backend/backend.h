@@ -273,7 +273,7 @@ typedef struct um__backend {
 #define UM__MAX_QUEUES 8
 
 /* The backends this build knows, for the manager's table. Each is defined
- * in src/backends/<name>.c. */
+ * in src/backend/. */
 extern const um__backend um__backend_cpu;
 #ifdef UNIMEM_HAVE_OPENCL
 extern const um__backend um__backend_opencl;

@@ -163,7 +163,7 @@ int um__vendor_lib_load(um__vendor_lib *lib, int code);
 
 /* ------------------------------------------------------------------------ */
 /* One staging chunk's transfer in flight, waited for by the thread that
- * started it (staged.c's pipelined copies, net_staging.c's network
+ * started it (staged.c's pipelined copies, staging.c's network
  * chunks): the starter sets busy, the transfer's done callback
  * (um__chunk_latch_done, a um__done_fn) clears it and keeps the status. */
 typedef struct um__chunk_latch {

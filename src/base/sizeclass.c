@@ -6,7 +6,7 @@
  * steps per doubling for the same reason. */
 #include "base.h"
 
-/* The definitions are inline in internal.h (the allocation fast path needs
+/* The definitions are inline in base.h (the allocation fast path needs
  * them without a call); these are the external definitions C99 asks one
  * translation unit to provide. */
 extern inline int um__size_class_of(size_t bytes);

@@ -1,7 +1,7 @@
 /* Buffers: allocation (the thread cache's hit, then the pool's bins, then
  * a new block from the device with the pressure retry), wrapping caller
  * memory, release, and the getters. The host mapping is map.c's; what
- * happens to a released buffer's block is handle.c's and owner.c's. */
+ * happens to a released buffer's block is buffer_state.c's and block_return.c's. */
 #include <stdlib.h>
 #include <string.h>
 

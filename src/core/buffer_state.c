@@ -2,7 +2,7 @@
  * an operation ending on a buffer, and the end of a released buffer
  * (retire). The layer under the API files (buffer.c, map.c, copy.c,
  * stream.c) and the operation layer (op.c); above the quarantine, the
- * owners (owner.c) and the thread caches. */
+ * owners (block_return.c) and the thread caches. */
 #include <stdlib.h>
 
 #include "core.h"

@@ -43,7 +43,7 @@ void um__buffer_retire(um_buffer *b, um__tcache *tc);
 void um__wrap_register_devices(um_buffer *b);
 /* um__wrap_registered: above, before um__path_dma_ready. */
 
-/* (handle.c) Whether d's backend registered b, a UM_WRAP_PIN wrap. */
+/* (buffer_state.c) Whether d's backend registered b, a UM_WRAP_PIN wrap. */
 bool um__wrap_registered(const um_buffer *b, const um_device *d);
 
 #endif /* UNIMEM_CORE_H */

@@ -4,9 +4,9 @@
  * the descriptor waits for its next allocation (a husk), unless it went to
  * the pool with its block.
  *
- * Reached from handle.c (a released buffer with nothing pending) and from
+ * Reached from buffer_state.c (a released buffer with nothing pending) and from
  * the debug quarantine (an entry leaving it). A pooled block released on
- * the caller's thread may go to that thread's cache instead (handle.c). */
+ * the caller's thread may go to that thread's cache instead (buffer_state.c). */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>

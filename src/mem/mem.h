@@ -18,8 +18,8 @@
  * none of it), and then has nothing to do. */
 typedef struct um__upcalls {
   struct {
-    /* event.c: a thread's cache goes (thread exit): its stash of event
-     * objects back to the manager; a manager's engine and events. */
+    /* event.c, engine.c: a thread's cache goes (thread exit): its stash
+     * of event objects back to the manager; a manager's engine, events. */
     void (*thread_exit)(um_manager *m, um__tcache *tc);
     int (*engine_start)(um_manager *m);
     void (*engine_stop)(um_manager *m);

@@ -4,7 +4,7 @@
  * No UCX here: the transport table (net.h, net_ucx.c) does the network.
  * This file owns what is unimem's: checking arguments and ranges, the
  * blobs' envelope, which buffers are exposed, endpoints' lifetimes. Puts
- * and gets are operations of the path table (net_op.c), which calls the
+ * and gets are operations of the path table (net_ops.c), which calls the
  * seam here.
  *
  * Handles. A um_net stays in the registry after um_net_destroy, and a
@@ -990,7 +990,7 @@ int um__net_xfer_start(const um__net_xfer *x, um__done_fn done, void *arg) {
 }
 
 /* ------------------------------------------------------------------------ */
-/* Checks of a transfer (net_op.c issues it) */
+/* Checks of a transfer (net_ops.c issues it) */
 
 int um__net_transfer_check(um__net_dir dir, um_endpoint *ep, um_buffer *b, size_t off, const void *blob,
                            size_t blob_len, size_t roff, size_t bytes, um__net_remote *rem) {

@@ -11,9 +11,9 @@
  *  3. The hooks the core calls: a released buffer stops being exposed, and
  *     a manager destroys the um_net it still has.
  *
- * Layers: API (net.c: handles, blobs, exposures; net_op.c: um_net_put and
- * um_net_get) -> operations (op.c, through net_op.c's entries of the path
- * table) -> seam (net.c, staging in net_staging.c) -> transport
+ * Layers: API (net.c: handles, blobs, exposures; net_ops.c: um_net_put and
+ * um_net_get) -> operations (op.c, through net_ops.c's entries of the path
+ * table) -> seam (net.c, staging in staging.c) -> transport
  * (net_ucx.c) -> the RMA library.
  */
 #ifndef UNIMEM_NET_H
@@ -193,7 +193,7 @@ extern const um__net_transport um__net_ucx;
 #endif
 
 /* ------------------------------------------------------------------------ */
-/* 3. Hooks for the core, and what net_op.c needs of net.c */
+/* 3. Hooks for the core, and what net_ops.c needs of net.c */
 
 /* buffer.c, um_release of a buffer that operations or an exposure touched:
  * revoke its exposure, if any, before its block can be reused. Blocks until
@@ -202,7 +202,7 @@ extern const um__net_transport um__net_ucx;
  * um_net_unexpose gave up): b->net_held is then set, and its retire hands
  * it to um__net_hold instead of giving the memory back. */
 int um__net_buffer_released(um_buffer *b);
-/* handle.c, retiring a buffer with net_held set: true when the net keeps
+/* buffer_state.c, retiring a buffer with net_held set: true when the net keeps
  * it (its memory goes back through um__buffer_retire once no peer's
  * transfer can reach it, or never when its net went first); false when
  * the retire goes on (it settled meanwhile, or the memory is the caller's,
@@ -229,7 +229,7 @@ int um__net_transfer_check(um__net_dir dir, um_endpoint *ep, um_buffer *b, size_
 void um__net_endpoint_ref(um_endpoint *ep);
 void um__net_endpoint_unref(um_endpoint *ep);
 
-/* net_staging.c: the net's staging thread. */
+/* staging.c: the net's staging thread. */
 typedef struct um__net_stager um__net_stager;
 int um__net_stager_start(um__net_stager **out);
 /* Stop after the queued jobs ran (they fail fast once their endpoints are

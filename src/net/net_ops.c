@@ -18,7 +18,7 @@
  * succeeded: bytes_net_out (put) or bytes_net_in (get), and xfer_net. The
  * passive side's counters do not move: its process made no call. A buffer
  * without a host view is staged through pinned host chunks
- * (net_staging.c), whose device copies count in bytes_d2h / bytes_h2d as
+ * (staging.c), whose device copies count in bytes_d2h / bytes_h2d as
  * the bytes crossing the device boundary.
  */
 #include <stdlib.h>

@@ -8,8 +8,8 @@
 #include "ops.h"
 
 /* use_pinned_staging 1 leaves out devices whose memory is host memory: for
- * them the chunks add a second copy of every byte (on PoCL, 64 MiB from
- * pageable memory ran at 42% of the direct call); 2 forces them in. */
+ * them the chunks add a second copy of every byte (docs/design.md,
+ * Decisions: "Pageable copies go direct"); 2 forces them in. */
 static bool can_pipeline(const um_device *d, size_t bytes) {
   const um_options *o = &d->m->opts;
   return (o->use_pinned_staging == 2 || (o->use_pinned_staging == 1 && !d->host_memory)) &&

@@ -1287,10 +1287,9 @@ static int ucx_rma_start(void *tep, const um__net_rma *q, um__done_fn done, void
   rma_advance(r);
   /* Finished already when UCX completed every step inside its calls (shared
    * memory with um_net_alloc memory: the atomics, the copy and the flushes):
-   * the progress thread has nothing to take over. Waking it anyway cost each
-   * such transfer a context switch and this lock handed back and forth:
-   * 1 MiB get on 2 vCPUs, issue to completion less the UCX calls, 10-13 us
-   * with the wake, 1.4-1.9 us without. */
+   * the progress thread has nothing to take over. Waking it anyway costs
+   * each such transfer a context switch and this lock handed back and forth
+   * (docs/design.md, Decisions: "um_net wakes its progress thread"). */
   hand_off = !r->finished || e->force_close;
   list = take_done(n);
   pthread_mutex_unlock(&n->lock);
