@@ -86,10 +86,10 @@ The pieces, and how CI runs them (scripts/test.sh):
 | what | where | CI |
 | --- | --- | --- |
 | fault-injecting backend (test only) | \`tests/support/fault_backend.c\`, \`.h\` | built once as the static library unimem_test_support (\`tests/CMakeLists.txt\`), which every test links |
-| ordering when a single-queue device refuses an operation (\`fault-queue\` flavour) | \`tests/unit/test_fault_queue.c\` | every build, ASan+UBSan, TSan |
+| ordering when a single-queue device refuses an operation (\`fault-queue\` flavour) | \`tests/internals/test_fault_queue.c\` | every build, ASan+UBSan, TSan |
 | PoCL's basic device: commands run inside the submitting call | \`tests/backends/test_opencl_inline.c\` | \`test_opencl_inline_basic\`, every build |
 | fault sweep, device loss, exhaustion | \`tests/reliability/test_faults.c\` | every build, ASan+UBSan, TSan |
-| misuse and the debug quarantine | \`tests/unit/test_misuse.c\`, \`src/quarantine.c\` | every build, ASan+UBSan, TSan |
+| misuse and the debug quarantine | \`tests/misuse/test_misuse.c\`, \`src/quarantine.c\` | every build, ASan+UBSan, TSan |
 | threaded stress | \`tests/reliability/test_stress.c\` (and \`stress_standalone\`) | every build, ASan+UBSan, TSan |
 | API fuzzer with a shadow model | \`tests/reliability/fuzz/fuzz_api.c\` | corpus replay in every build (\`fuzz_corpus\`); \`tests/reliability/fuzz/run.sh 60\` |
 | model-based random programs, byte-exact model, stats invariants | \`tests/reliability/test_model.c\`, \`tests/reliability/model/\` | every build, ASan+UBSan, TSan: \`test_model_cpu\`, \`test_model_pocl_{1dev,2dev,basic}\`; soak: \`UNIMEM_MODEL_SEED=S UNIMEM_MODEL_OPS=N\` |

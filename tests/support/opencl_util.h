@@ -25,6 +25,7 @@
 #include <time.h>
 
 #include "test_util.h"
+#include "testing.h"
 #include "testhook.h"
 
 #define OU_MAX_DEVICES 8
