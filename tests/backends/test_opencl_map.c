@@ -10,8 +10,8 @@
 #define BOTH (UM_VALID_HOST | UM_VALID_DEVICE)
 
 static um_buffer *device_buffer_with(ou_env *e, unsigned seed, unsigned char *bytes) {
-  um_buffer *b = ou_alloc(e->m, e->dev[0], N, UM_DEVICE);
-  ou_pattern(bytes, N, seed);
+  um_buffer *b = ub_alloc(e->m, e->dev[0], N, UM_DEVICE);
+  ub_pattern(bytes, N, seed);
   cr_assert_eq(um_copy_from_host(b, 0, bytes, N, NULL), UM_OK);
   cr_assert_eq(um_buffer_valid(b), UM_VALID_DEVICE);
   return b;
@@ -19,7 +19,7 @@ static um_buffer *device_buffer_with(ou_env *e, unsigned seed, unsigned char *by
 
 OU_TEST_1_AND_2(opencl_map, device_buffer_read_mapping) {
   ou_env e = ou_open(NULL, 1);
-  unsigned char *bytes = ou_malloc(N);
+  unsigned char *bytes = ub_malloc(N);
   um_buffer *b = device_buffer_with(&e, 1, bytes);
   void *p = NULL;
   um_stats before = ut_stats(e.m, e.dev[0]), after;
@@ -29,7 +29,7 @@ OU_TEST_1_AND_2(opencl_map, device_buffer_read_mapping) {
   cr_assert(b->map_native, "the backend's map was used");
   cr_assert_null(b->shadow, "no host shadow for a buffer the backend maps");
   cr_assert_eq(um_buffer_valid(b), BOTH);
-  ou_assert_bytes(p, bytes + 1001, 5000, "mapped for reading");
+  ub_assert_bytes(p, bytes + 1001, 5000, "mapped for reading");
   cr_assert_eq(um_unmap(b, p), UM_OK);
   cr_assert_eq(um_buffer_valid(b), UM_VALID_DEVICE);
   after = ut_stats(e.m, e.dev[0]);
@@ -51,7 +51,7 @@ OU_TEST_1_AND_2(opencl_map, host_views_of_pinned_and_unified) {
     if (!(info.locations & (1u << loc)))
       continue;
     tested++;
-    b = ou_alloc(e.m, e.dev[0], N, (um_location)loc);
+    b = ub_alloc(e.m, e.dev[0], N, (um_location)loc);
     for (int mode = UM_MAP_READ; mode <= UM_MAP_WRITE_DISCARD; mode++) {
       cr_assert_eq(um_map(b, (um_map_mode)mode, 1000, 4000, &p), UM_OK);
       cr_assert_not(b->map_native, "location %d: mapped without the backend", loc);

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bytes.h"
 #include "profile.h"
 
 #define BOTH (UM_VALID_HOST | UM_VALID_DEVICE)
@@ -115,7 +116,7 @@ Test(map, cpu_map_waits_for_pending) {
   um_event *e1, *e2;
   void *p;
   cr_assert_not_null(src);
-  ut_pattern(src, n, 21);
+  ub_pattern(src, n, 21);
   cr_assert_eq(um_alloc(m, cpu, n, UM_HOST, 0, &b), UM_OK);
   cr_assert_eq(um_copy_from_host(b, 0, src, n, &e1), UM_OK);
   cr_assert_eq(um_fill(b, n - 4096, 0x33, 4096, &e2), UM_OK);
@@ -168,7 +169,7 @@ Test(shadow, state_machine) {
   unsigned char *p;
   uint64_t r0, w0;
 
-  ut_pattern(src, n, 31);
+  ub_pattern(src, n, 31);
   cr_assert_eq(um_alloc(m, disc, n, UM_DEVICE, 0, &b), UM_OK);
   cr_assert_null(um_buffer_host_ptr(b), "a discrete buffer has no host view");
   cr_assert_eq(um_buffer_valid(b), UM_VALID_DEVICE, "fresh buffer");
@@ -207,7 +208,7 @@ Test(shadow, state_machine) {
   cr_assert_arr_eq(back, src, n, "device copy after write-back");
 
   /* a copy into the buffer makes the device copy the only current one */
-  ut_pattern(src, n, 32);
+  ub_pattern(src, n, 32);
   cr_assert_eq(um_copy_from_host(b, 0, src, n, NULL), UM_OK);
   cr_assert_eq(um_buffer_valid(b), UM_VALID_DEVICE);
   r0 = d2h();
@@ -283,7 +284,7 @@ Test(shadow, map_after_async) {
   um_event *e;
   void *p;
   cr_assert_not_null(src);
-  ut_pattern(src, n, 33);
+  ub_pattern(src, n, 33);
   cr_assert_eq(um_alloc(m, disc, n, UM_DEVICE, 0, &b), UM_OK);
   cr_assert_eq(um_copy_from_host(b, 0, src, n, &e), UM_OK);
   cr_assert_eq(um_map(b, UM_MAP_READ, 0, n, &p), UM_OK);
@@ -303,7 +304,7 @@ Test(shadow, copy_round_trips) {
   um_event *e1, *e2;
   cr_assert_not_null(src);
   cr_assert_not_null(back);
-  ut_pattern(src, n, 34);
+  ub_pattern(src, n, 34);
   cr_assert_eq(um_alloc(m, disc, n, UM_DEVICE, UM_ALLOC_ZERO, &b), UM_OK);
   cr_assert_eq(um_copy_to_host(b, 0, back, n, NULL), UM_OK);
   cr_assert(ut_all_bytes(back, n, 0), "UM_ALLOC_ZERO on a discrete device");
@@ -338,7 +339,7 @@ Test(shadow, copy_between_devices) {
   um_stats s;
   cr_assert_not_null(src);
   cr_assert_not_null(back);
-  ut_pattern(src, n, 35);
+  ub_pattern(src, n, 35);
   cr_assert_eq(um_alloc(m, cpu, n, UM_HOST, 0, &h), UM_OK);
   cr_assert_eq(um_alloc(m, cpu, n, UM_HOST, UM_ALLOC_ZERO, &h2), UM_OK);
   cr_assert_eq(um_alloc(m, disc, n, UM_DEVICE, 0, &d), UM_OK);
@@ -373,40 +374,6 @@ Test(shadow, copy_between_devices) {
 
 #define N (200000u + 13u)
 
-static void *dev_malloc(size_t n) {
-  void *p = malloc(n ? n : 1);
-  cr_assert_not_null(p);
-  return p;
-}
-
-/* Fails at the first byte where got and want differ. */
-#define assert_bytes(got, want, n, ...)                                        \
-  do {                                                                         \
-    const unsigned char *g_ = (const void *)(got), *w_ = (const void *)(want); \
-    size_t n_ = (n), at_ = 0;                                                  \
-    if (memcmp(g_, w_, n_) != 0) {                                             \
-      while (g_[at_] == w_[at_])                                               \
-        at_++;                                                                 \
-      cr_log_error("first difference at byte %zu of %zu: got 0x%02x, want 0x%02x", at_, n_, \
-                   g_[at_], w_[at_]);                                          \
-      cr_assert_fail(__VA_ARGS__);                                             \
-    }                                                                          \
-  } while (0)
-
-static unsigned char *dev_read_all(um_buffer *b) {
-  size_t n = um_buffer_size(b);
-  unsigned char *p = dev_malloc(n);
-  cr_assert_eq(um_copy_to_host(b, 0, p, n, NULL), UM_OK, "read back: %s", um_last_error());
-  return p;
-}
-
-static um_buffer *dev_alloc(ut_env *e, size_t n, um_location loc) {
-  um_buffer *b = NULL;
-  cr_assert_eq(um_alloc(e->m, e->dev, n, loc, 0, &b), UM_OK, "um_alloc(%zu, loc %d): %s", n,
-               (int)loc, um_last_error());
-  return b;
-}
-
 /* The state a buffer is in: without a host view, what the backend's map
  * gives (no_view); with one, HOST|DEVICE always. */
 static unsigned state_of(um_buffer *b, unsigned no_view) {
@@ -424,8 +391,8 @@ static void assert_state_after_unmap(um_buffer *b) {
 }
 
 static um_buffer *device_buffer_with(ut_env *e, unsigned seed, unsigned char *bytes) {
-  um_buffer *b = dev_alloc(e, N, UM_DEVICE);
-  ut_pattern(bytes, N, seed);
+  um_buffer *b = ub_alloc(e->m, e->dev, N, UM_DEVICE);
+  ub_pattern(bytes, N, seed);
   cr_assert_eq(um_copy_from_host(b, 0, bytes, N, NULL), UM_OK);
   cr_assert_eq(um_buffer_valid(b), state_of(b, UM_VALID_DEVICE));
   return b;
@@ -433,13 +400,13 @@ static um_buffer *device_buffer_with(ut_env *e, unsigned seed, unsigned char *by
 
 Test(map_device, device_buffer_read_mapping) {
   ut_env e = ut_profile_open(NULL);
-  unsigned char *bytes = dev_malloc(N);
+  unsigned char *bytes = ub_malloc(N);
   um_buffer *b = device_buffer_with(&e, 1, bytes);
   void *p = NULL;
   cr_assert_eq(um_map(b, UM_MAP_READ, 1001, 5000, &p), UM_OK, "%s", um_last_error());
   cr_assert_not_null(p);
   cr_assert_eq(um_buffer_valid(b), BOTH);
-  assert_bytes(p, bytes + 1001, 5000, "mapped for reading");
+  ub_assert_bytes(p, bytes + 1001, 5000, "mapped for reading");
   cr_assert_eq(um_unmap(b, p), UM_OK);
   assert_state_after_unmap(b);
   cr_assert_eq(um_release(b), UM_OK);
@@ -453,7 +420,7 @@ Test(map_device, device_buffer_writing_modes) {
   static const um_map_mode modes[] = {UM_MAP_WRITE, UM_MAP_READ_WRITE, UM_MAP_WRITE_DISCARD};
   ut_env e = ut_profile_open(NULL);
   for (size_t k = 0; k < sizeof(modes) / sizeof(modes[0]); k++) {
-    unsigned char *bytes = dev_malloc(N), *got;
+    unsigned char *bytes = ub_malloc(N), *got;
     um_buffer *b = device_buffer_with(&e, 2 + (unsigned)k, bytes);
     size_t off = 333 + k, len = 70001;
     unsigned char *p = NULL;
@@ -461,15 +428,15 @@ Test(map_device, device_buffer_writing_modes) {
                  um_last_error());
     cr_assert_eq(um_buffer_valid(b), state_of(b, UM_VALID_HOST), "mode %d", (int)modes[k]);
     if (modes[k] == UM_MAP_READ_WRITE)
-      assert_bytes(p, bytes + off, len, "read-write mapping shows the device's bytes");
+      ub_assert_bytes(p, bytes + off, len, "read-write mapping shows the device's bytes");
     for (size_t i = 0; i < len; i++)
       p[i] = (unsigned char)(bytes[off + i] ^ 0x5A);
     cr_assert_eq(um_unmap(b, p), UM_OK);
     assert_state_after_unmap(b);
     for (size_t i = 0; i < len; i++)
       bytes[off + i] ^= 0x5A;
-    got = dev_read_all(b);
-    assert_bytes(got, bytes, N, "after unmap of mode %d", (int)modes[k]);
+    got = ub_read_all(b);
+    ub_assert_bytes(got, bytes, N, "after unmap of mode %d", (int)modes[k]);
     free(got);
     free(bytes);
     cr_assert_eq(um_release(b), UM_OK);
@@ -480,17 +447,17 @@ Test(map_device, device_buffer_writing_modes) {
 /* The whole buffer, and a map right after asynchronous writes sees them. */
 Test(map_device, map_sees_earlier_async_operations) {
   ut_env e = ut_profile_open(NULL);
-  unsigned char *bytes = dev_malloc(N), *src = dev_malloc(N), *want = dev_malloc(N);
+  unsigned char *bytes = ub_malloc(N), *src = ub_malloc(N), *want = ub_malloc(N);
   um_buffer *b = device_buffer_with(&e, 7, bytes);
   um_event *e1 = NULL, *e2 = NULL;
   void *p = NULL;
-  ut_pattern(src, N, 8);
+  ub_pattern(src, N, 8);
   memcpy(want, src, N);
   memset(want + 10, 0x77, 100);
   cr_assert_eq(um_copy_from_host(b, 0, src, N, &e1), UM_OK);
   cr_assert_eq(um_fill(b, 10, 0x77, 100, &e2), UM_OK);
   cr_assert_eq(um_map(b, UM_MAP_READ, 0, N, &p), UM_OK);
-  assert_bytes(p, want, N, "the mapping waits for the operations issued before it");
+  ub_assert_bytes(p, want, N, "the mapping waits for the operations issued before it");
   cr_assert_eq(um_event_query(e1), UM_OK);
   cr_assert_eq(um_event_query(e2), UM_OK);
   um_event_release(e1);
@@ -505,7 +472,7 @@ Test(map_device, map_sees_earlier_async_operations) {
 
 Test(map_device, misuse_of_a_device_mapping) {
   ut_env e = ut_profile_open(NULL);
-  unsigned char *bytes = dev_malloc(N);
+  unsigned char *bytes = ub_malloc(N);
   um_buffer *b = device_buffer_with(&e, 9, bytes);
   void *p = NULL, *q = NULL;
   char tmp[16];
@@ -529,10 +496,10 @@ Test(map_device, misuse_of_a_device_mapping) {
 /* One location with a host view: every mode maps the view itself, and the
  * bytes written through it are what a read and a device copy see. */
 static void host_view_of(ut_env *e, um_location loc) {
-  um_buffer *b = dev_alloc(e, N, loc), *d;
-  unsigned char *host = um_buffer_host_ptr(b), *p = NULL, *got, *dev_bytes, *bytes = dev_malloc(N);
+  um_buffer *b = ub_alloc(e->m, e->dev, N, loc), *d;
+  unsigned char *host = um_buffer_host_ptr(b), *p = NULL, *got, *dev_bytes, *bytes = ub_malloc(N);
   cr_assert_not_null(host);
-  ut_pattern(bytes, N, 10 + (unsigned)loc);
+  ub_pattern(bytes, N, 10 + (unsigned)loc);
   cr_assert_eq(um_copy_from_host(b, 0, bytes, N, NULL), UM_OK);
   cr_assert_eq(um_buffer_valid(b), BOTH);
   for (int mode = UM_MAP_READ; mode <= UM_MAP_WRITE_DISCARD; mode++) {
@@ -546,13 +513,13 @@ static void host_view_of(ut_env *e, um_location loc) {
     cr_assert_eq(um_unmap(b, p), UM_OK);
     cr_assert_eq(um_buffer_valid(b), BOTH);
   }
-  got = dev_read_all(b);
-  assert_bytes(got, bytes, N, "location %d after writes through mappings", (int)loc);
-  assert_bytes(host, bytes, N, "location %d host view", (int)loc);
-  d = dev_alloc(e, N, UM_DEVICE);
+  got = ub_read_all(b);
+  ub_assert_bytes(got, bytes, N, "location %d after writes through mappings", (int)loc);
+  ub_assert_bytes(host, bytes, N, "location %d host view", (int)loc);
+  d = ub_alloc(e->m, e->dev, N, UM_DEVICE);
   cr_assert_eq(um_copy(d, 0, b, 0, N, NULL), UM_OK);
-  dev_bytes = dev_read_all(d);
-  assert_bytes(dev_bytes, bytes, N, "device copy of location %d", (int)loc);
+  dev_bytes = ub_read_all(d);
+  ub_assert_bytes(dev_bytes, bytes, N, "device copy of location %d", (int)loc);
   free(dev_bytes);
   cr_assert_eq(um_release(d), UM_OK);
   free(got);
