@@ -12,7 +12,7 @@
  *     DLManagedTensor *t = (DLManagedTensor *)legacy;            // v0.6+
  *     DLManagedTensorVersioned *v = (DLManagedTensorVersioned *)versioned;
  *
- * tests/unit/test_dlpack.c pins every offset and size below to the published
+ * tests/conformance/test_dlpack.c pins every offset and size below to the published
  * ABI (LP64: x86-64, AArch64).
  */
 #ifndef UNIMEM_DLPACK_H

@@ -1,16 +1,5 @@
 # Included by tests/CMakeLists.txt after the test_*.c executables exist.
 
-# The fault-injecting backend (common/fault_backend.c) is built into the
-# tests that use it, never into the library. A test that includes
-# fault_backend.h goes in this list (a missing one fails to link).
-set(UM_FAULT_BACKEND_TESTS
-    test_batch test_fault_inline test_fault_order test_fault_queue test_lifecycle test_wait
-    test_misuse test_misuse_buffers test_misuse_caller_memory test_misuse_handles test_misuse_owners
-    test_faults test_model test_stress)
-foreach(name ${UM_FAULT_BACKEND_TESTS})
-  target_sources(${name} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/common/fault_backend.c)
-endforeach()
-
 # The model-based randomized test (tests/reliability/test_model.c, its
 # model in tests/reliability/model/): once per device configuration, each with a few fixed
 # seeds. UNIMEM_MODEL_SEED / UNIMEM_MODEL_OPS turn any of them into a
@@ -34,10 +23,8 @@ endforeach()
 
 # The fuzz target without libFuzzer: replays the kept corpus as a plain
 # test, so every build (ASan, TSan, valgrind) runs it.
-add_executable(fuzz_api_replay ${CMAKE_CURRENT_SOURCE_DIR}/reliability/fuzz/fuzz_api.c
-                               ${CMAKE_CURRENT_SOURCE_DIR}/common/fault_backend.c)
-target_link_libraries(fuzz_api_replay PRIVATE unimem_internals)
-  target_include_directories(fuzz_api_replay PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/common)
+add_executable(fuzz_api_replay ${CMAKE_CURRENT_SOURCE_DIR}/reliability/fuzz/fuzz_api.c)
+target_link_libraries(fuzz_api_replay PRIVATE unimem_internals unimem_test_support)
 target_compile_definitions(fuzz_api_replay PRIVATE _GNU_SOURCE)
 target_compile_options(fuzz_api_replay PRIVATE ${UM_WARNINGS})
 target_link_libraries(fuzz_api_replay PRIVATE unimem_static)
@@ -48,10 +35,8 @@ set_tests_properties(fuzz_corpus PROPERTIES TIMEOUT 300 LABELS "core")
 # The stress test again, without Criterion: Criterion cannot start under
 # TSan (its arena collides with the sanitizer's memory layout), so this is
 # the test that the TSan build relies on.
-add_executable(stress_standalone ${CMAKE_CURRENT_SOURCE_DIR}/reliability/test_stress.c
-                                 ${CMAKE_CURRENT_SOURCE_DIR}/common/fault_backend.c)
-target_link_libraries(stress_standalone PRIVATE unimem_internals)
-  target_include_directories(stress_standalone PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/common)
+add_executable(stress_standalone ${CMAKE_CURRENT_SOURCE_DIR}/reliability/test_stress.c)
+target_link_libraries(stress_standalone PRIVATE unimem_internals unimem_test_support)
 target_compile_definitions(stress_standalone PRIVATE _GNU_SOURCE UNIMEM_STRESS_STANDALONE)
 target_compile_options(stress_standalone PRIVATE ${UM_WARNINGS})
 target_link_libraries(stress_standalone PRIVATE unimem_static)

@@ -1,7 +1,7 @@
 # The um_net tests (label net), included by tests/CMakeLists.txt after the
 # test_*.c executables exist.
 #
-# test_net_*.c (in backends/) link the blob-exchange helper
+# test_net_*.c (in net/) link the blob-exchange helper
 # (bench/net_bootstrap.c, which `unimem bench net` uses too). The data
 # path and failure tests run once more per UCX transport of this machine,
 # loopback and shared memory only:
@@ -26,10 +26,10 @@ foreach(src ${UM_TEST_SOURCES})
 endforeach()
 
 # Environment of every net test: one PoCL device, and in TSan builds the
-# suppressions of UCX's handlers (backends/tsan_net.supp says why).
+# suppressions of UCX's handlers (net/tsan_net.supp says why).
 set(UM_NET_ENV "POCL_DEVICES=pthread")
 if(UNIMEM_SANITIZE STREQUAL "thread")
-  list(APPEND UM_NET_ENV "TSAN_OPTIONS=suppressions=${CMAKE_CURRENT_SOURCE_DIR}/backends/tsan_net.supp")
+  list(APPEND UM_NET_ENV "TSAN_OPTIONS=suppressions=${CMAKE_CURRENT_SOURCE_DIR}/net/tsan_net.supp")
 endif()
 
 if(TARGET test_net AND UM_HAVE_UCX)
@@ -65,7 +65,7 @@ if(TARGET test_net_api)
                        ENVIRONMENT "UNIMEM_UCX_LIBRARY=/nonexistent/libucp.so.0;${UM_NET_ENV}")
 endif()
 
-# UCX alone, no unimem (tests/ucx/ucx_put_peer_killed.c): shows that UCX
+# UCX alone, no unimem (tests/net/ucx_put_peer_killed.c): shows that UCX
 # 1.13 over tcp aborts a passive put target whose writer is killed
 # mid-put (docs/guide.md). Built so that it keeps compiling; not a test,
 # since it demonstrates UCX's behaviour, not unimem's.
@@ -73,7 +73,7 @@ if(UM_HAVE_UCX)
   find_library(UM_UCP_LIBRARY NAMES ucp)
   find_library(UM_UCS_LIBRARY NAMES ucs)
   if(UM_UCP_LIBRARY AND UM_UCS_LIBRARY)
-    add_executable(ucx_put_peer_killed ${CMAKE_CURRENT_SOURCE_DIR}/ucx/ucx_put_peer_killed.c)
+    add_executable(ucx_put_peer_killed ${CMAKE_CURRENT_SOURCE_DIR}/net/ucx_put_peer_killed.c)
     target_include_directories(ucx_put_peer_killed PRIVATE ${UM_UCX_INCLUDE_DIR})
     target_compile_definitions(ucx_put_peer_killed PRIVATE _GNU_SOURCE)
     target_compile_options(ucx_put_peer_killed PRIVATE ${UM_WARNINGS})

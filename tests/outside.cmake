@@ -21,10 +21,10 @@ foreach(src ${UM_OUTSIDE_SOURCES})
   string(REGEX REPLACE "^test_" "" short ${file})
   set(exe outside_${short})
   add_executable(${exe} ${src} ${CMAKE_SOURCE_DIR}/bench/net_bootstrap.c)
-  # bench/ for net_bootstrap.h; common/ for the TSan stand-in of Criterion
+  # bench/ for net_bootstrap.h; support/ for the TSan stand-in of Criterion
   # only: its headers that include internal.h fail here, src/ being absent.
   target_include_directories(${exe} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/outside
-                             ${CMAKE_SOURCE_DIR}/bench ${CMAKE_CURRENT_SOURCE_DIR}/common
+                             ${CMAKE_SOURCE_DIR}/bench ${CMAKE_CURRENT_SOURCE_DIR}/support
                              ${CRITERION_INCLUDE_DIR})
   target_compile_definitions(${exe} PRIVATE _GNU_SOURCE)
   target_compile_options(${exe} PRIVATE ${UM_WARNINGS})

@@ -12,7 +12,7 @@
  * for a new owner), free (an idle block goes back to its device and its
  * descriptor to the husks).
  *
- * Invariants (checked by tests/unit/test_pool_basic.c, test_pool_fast.c and
+ * Invariants (checked by tests/internals/test_pool_basic.c, test_pool_fast.c and
  * the stress test, test_pool_stress.c):
  * - a block is in at most one bin or one cache slot, and only while its
  *   descriptor is IDLE;

@@ -14,6 +14,7 @@
 
 #define CAC_MAIN "fake-driver" /* cuda_api_checks.h: main() */
 #include "fakecuda_util.h"
+#include "testing.h"
 #include "testhook.h"
 
 TestSuite(fakecuda_xfer, .timeout = 240);

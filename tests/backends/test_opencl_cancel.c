@@ -20,13 +20,13 @@ static ou_env open_staged(void) {
 
 OU_TEST_1_AND_2(opencl_cancel, queued_behind_a_running_copy) {
   ou_env e = open_staged();
-  um_buffer *b = ou_alloc(e.m, e.dev[0], N, UM_DEVICE);
-  unsigned char *first = ou_malloc(N), *second = ou_malloc(N), *want = ou_malloc(N), *got;
+  um_buffer *b = ub_alloc(e.m, e.dev[0], N, UM_DEVICE);
+  unsigned char *first = ub_malloc(N), *second = ub_malloc(N), *want = ub_malloc(N), *got;
   um_event *long_op = NULL, *victim = NULL, *fill_victim = NULL, *after = NULL;
   um_stats before, done;
 
-  ou_pattern(first, N, 1);
-  ou_pattern(second, N, 2);
+  ub_pattern(first, N, 1);
+  ub_pattern(second, N, 2);
   cr_assert_eq(um_fill(b, 0, 0, N, NULL), UM_OK);
   ou_gate_install(e.m, 0);
   cr_assert_eq(um_copy_from_host(b, 0, first, N, &long_op), UM_OK);
@@ -47,7 +47,7 @@ OU_TEST_1_AND_2(opencl_cancel, queued_behind_a_running_copy) {
 
   before = ut_stats(e.m, e.dev[0]);
   ou_gate_open();
-  ou_wait(long_op, UM_OK);
+  ub_wait(long_op, UM_OK);
   cr_assert_eq(um_event_wait(victim), UM_ECANCELED);
   cr_assert_eq(um_event_query(victim), UM_ECANCELED);
   cr_assert_eq(um_event_wait(fill_victim), UM_ECANCELED);
@@ -64,8 +64,8 @@ OU_TEST_1_AND_2(opencl_cancel, queued_behind_a_running_copy) {
 
   memcpy(want, first, N);
   memset(want + 20000, 0xDD, 10);
-  got = ou_read_all(b);
-  ou_assert_bytes(got, want, N, "the canceled operations left no bytes");
+  got = ub_read_all(b);
+  ub_assert_bytes(got, want, N, "the canceled operations left no bytes");
   um_event_release(victim);
   um_event_release(fill_victim);
   free(got);
@@ -80,11 +80,11 @@ OU_TEST_1_AND_2(opencl_cancel, queued_behind_a_running_copy) {
  * and releasing a buffer whose queued operation was canceled is safe. */
 OU_TEST_1_AND_2(opencl_cancel, canceled_copy_and_release) {
   ou_env e = open_staged();
-  um_buffer *a = ou_alloc(e.m, e.dev[0], N, UM_DEVICE), *b = ou_alloc(e.m, e.dev[0], N, UM_DEVICE);
-  unsigned char *src = ou_malloc(N), *got;
+  um_buffer *a = ub_alloc(e.m, e.dev[0], N, UM_DEVICE), *b = ub_alloc(e.m, e.dev[0], N, UM_DEVICE);
+  unsigned char *src = ub_malloc(N), *got;
   um_event *long_op = NULL, *copy = NULL, *read_b = NULL;
-  unsigned char *b_bytes = ou_malloc(N);
-  ou_pattern(src, N, 3);
+  unsigned char *b_bytes = ub_malloc(N);
+  ub_pattern(src, N, 3);
   cr_assert_eq(um_fill(b, 0, 0x11, N, NULL), UM_OK);
   ou_gate_install(e.m, 0);
   cr_assert_eq(um_copy_from_host(a, 0, src, N, &long_op), UM_OK);
@@ -95,14 +95,14 @@ OU_TEST_1_AND_2(opencl_cancel, canceled_copy_and_release) {
   cr_assert_eq(um_event_cancel(copy), UM_OK);
   cr_assert_eq(um_release(b), UM_OK, "release with queued operations is deferred");
   ou_gate_open();
-  ou_wait(long_op, UM_OK);
+  ub_wait(long_op, UM_OK);
   cr_assert_eq(um_event_wait(copy), UM_ECANCELED);
   um_event_release(copy);
-  ou_wait(read_b, UM_OK);
+  ub_wait(read_b, UM_OK);
   for (size_t i = 0; i < N; i++)
     cr_assert_eq(b_bytes[i], 0x11, "byte %zu: the canceled copy reached b", i);
-  got = ou_read_all(a);
-  ou_assert_bytes(got, src, N, "a holds the long copy");
+  got = ub_read_all(a);
+  ub_assert_bytes(got, src, N, "a holds the long copy");
   free(got);
   free(src);
   free(b_bytes);
@@ -113,16 +113,16 @@ OU_TEST_1_AND_2(opencl_cancel, canceled_copy_and_release) {
 /* Native operations start at issue: they are never cancelable. */
 OU_TEST_1_AND_2(opencl_cancel, native_operations_are_busy_at_once) {
   ou_env e = ou_open(NULL, 1);
-  um_buffer *b = ou_alloc(e.m, e.dev[0], N, UM_DEVICE);
-  unsigned char *src = ou_malloc(N);
+  um_buffer *b = ub_alloc(e.m, e.dev[0], N, UM_DEVICE);
+  unsigned char *src = ub_malloc(N);
   um_event *w = NULL, *f = NULL;
-  ou_pattern(src, N, 4);
+  ub_pattern(src, N, 4);
   cr_assert_eq(um_copy_from_host(b, 0, src, N, &w), UM_OK);
   cr_assert_eq(um_fill(b, 0, 1, 10, &f), UM_OK);
   cr_assert_eq(um_event_cancel(w), UM_EBUSY);
   cr_assert_eq(um_event_cancel(f), UM_EBUSY);
-  ou_wait(w, UM_OK);
-  ou_wait(f, UM_OK);
+  ub_wait(w, UM_OK);
+  ub_wait(f, UM_OK);
   free(src);
   cr_assert_eq(um_release(b), UM_OK);
   ou_close(&e);
@@ -132,13 +132,13 @@ OU_TEST_1_AND_2(opencl_cancel, native_operations_are_busy_at_once) {
  * either canceled (its bytes absent) or done (its bytes present). */
 OU_TEST_1_AND_2(opencl_cancel, cancel_races_with_completion) {
   ou_env e = open_staged();
-  um_buffer *b = ou_alloc(e.m, e.dev[0], N, UM_DEVICE);
-  unsigned char *src = ou_malloc(N), *got;
+  um_buffer *b = ub_alloc(e.m, e.dev[0], N, UM_DEVICE);
+  unsigned char *src = ub_malloc(N), *got;
   enum { K = 16 };
   um_event *ev[K];
   unsigned char value[K];
   int last_done = -1;
-  ou_pattern(src, N, 5);
+  ub_pattern(src, N, 5);
   cr_assert_eq(um_copy_from_host(b, 0, src, N, &ev[0]), UM_OK); /* pipelined: worker */
   value[0] = 0;
   for (int i = 1; i < K; i++) {
@@ -156,12 +156,12 @@ OU_TEST_1_AND_2(opencl_cancel, cancel_races_with_completion) {
       last_done = i;
     um_event_release(ev[i]);
   }
-  got = ou_read_all(b);
+  got = ub_read_all(b);
   if (last_done > 0)
     for (size_t i = 64; i < 128; i++)
       cr_assert_eq(got[i], value[last_done], "the last fill that ran wins");
   else
-    ou_assert_bytes(got + 64, src + 64, 64, "no fill ran");
+    ub_assert_bytes(got + 64, src + 64, 64, "no fill ran");
   free(got);
   free(src);
   cr_assert_eq(um_release(b), UM_OK);

@@ -45,9 +45,9 @@ static void batch_keeps_n_in_flight(int n) {
   cr_assert_leq(k, K_MAX);
   memset(ops, 0, sizeof(ops));
   for (int i = 0; i < k; i++) {
-    dst[i] = ou_alloc(e.m, e.dev[0], LEN, UM_DEVICE);
-    src[i] = ou_malloc(LEN);
-    ou_pattern(src[i], LEN, (unsigned)i);
+    dst[i] = ub_alloc(e.m, e.dev[0], LEN, UM_DEVICE);
+    src[i] = ub_malloc(LEN);
+    ub_pattern(src[i], LEN, (unsigned)i);
     ops[i] = (um_copy_op){.dst = dst[i], .host_src = src[i], .bytes = LEN};
   }
   ou_gate_install(e.m, n);
@@ -57,8 +57,8 @@ static void batch_keeps_n_in_flight(int n) {
   cr_assert_eq(ou_running_max(), n, "at most and at least %d transfers ran at once", n);
   ou_assert_strategies(before, after, 0, 0, 0, (uint64_t)k, 0);
   for (int i = 0; i < k; i++) {
-    unsigned char *got = ou_read_all(dst[i]);
-    ou_assert_bytes(got, src[i], LEN, "copy %d of the batch", i);
+    unsigned char *got = ub_read_all(dst[i]);
+    ub_assert_bytes(got, src[i], LEN, "copy %d of the batch", i);
     free(got);
     free(src[i]);
     cr_assert_eq(um_release(dst[i]), UM_OK);
@@ -80,23 +80,23 @@ Test(opencl_concurrency, staged_copies_are_bounded) {
   ou_env e = open_with(n, 1);
   um_buffer *a[7], *b[7];
   um_event *ev[7];
-  unsigned char *bytes = ou_malloc(LEN);
-  ou_pattern(bytes, LEN, 99);
+  unsigned char *bytes = ub_malloc(LEN);
+  ub_pattern(bytes, LEN, 99);
   for (int i = 0; i < k; i++) {
-    a[i] = ou_alloc(e.m, e.dev[0], LEN, UM_DEVICE);
-    b[i] = ou_alloc(e.m, e.dev[1], LEN, UM_DEVICE);
+    a[i] = ub_alloc(e.m, e.dev[0], LEN, UM_DEVICE);
+    b[i] = ub_alloc(e.m, e.dev[1], LEN, UM_DEVICE);
     cr_assert_eq(um_copy_from_host(a[i], 0, bytes, CHUNK, NULL), UM_OK); /* direct: one chunk */
   }
   ou_gate_install(e.m, n);
   for (int i = 0; i < k; i++)
     cr_assert_eq(um_copy(b[i], 0, a[i], 0, CHUNK, &ev[i]), UM_OK);
   for (int i = 0; i < k; i++)
-    ou_wait(ev[i], UM_OK);
+    ub_wait(ev[i], UM_OK);
   cr_assert_eq(ou_running_max(), n);
   for (int i = 0; i < k; i++) {
     unsigned char got[64];
     cr_assert_eq(um_copy_to_host(b[i], 0, got, sizeof(got), NULL), UM_OK);
-    ou_assert_bytes(got, bytes, sizeof(got), "staged copy %d", i);
+    ub_assert_bytes(got, bytes, sizeof(got), "staged copy %d", i);
     cr_assert_eq(um_release(a[i]), UM_OK);
     cr_assert_eq(um_release(b[i]), UM_OK);
   }
@@ -110,13 +110,13 @@ Test(opencl_concurrency, staged_copies_are_bounded) {
 OU_TEST_1_AND_2(opencl_concurrency, native_batch_of_small_copies) {
   ou_env e = open_with(2, 0);
   enum { K = 1000, S = 4096 };
-  um_buffer *dst = ou_alloc(e.m, e.dev[0], K / 2 * S, UM_DEVICE);
-  unsigned char *src = ou_malloc((size_t)K * S), *want = ou_malloc(K / 2 * S), *got;
+  um_buffer *dst = ub_alloc(e.m, e.dev[0], K / 2 * S, UM_DEVICE);
+  unsigned char *src = ub_malloc((size_t)K * S), *want = ub_malloc(K / 2 * S), *got;
   um_copy_op *ops = calloc(K, sizeof(*ops));
   um_event *done = NULL;
   um_stats before, after;
   cr_assert_not_null(ops);
-  ou_pattern(src, (size_t)K * S, 5);
+  ub_pattern(src, (size_t)K * S, 5);
   for (int i = 0; i < K; i++) {
     size_t slot = (size_t)(i % (K / 2));
     ops[i] = (um_copy_op){.dst = dst, .dst_off = slot * S, .host_src = src + (size_t)i * S, .bytes = S};
@@ -124,13 +124,13 @@ OU_TEST_1_AND_2(opencl_concurrency, native_batch_of_small_copies) {
   }
   before = ut_stats(e.m, e.dev[0]);
   cr_assert_eq(um_copy_batch(e.m, ops, K, &done), UM_OK);
-  ou_wait(done, UM_OK);
+  ub_wait(done, UM_OK);
   after = ut_stats(e.m, e.dev[0]);
   ou_assert_strategies(before, after, 0, 0, K, 0, 0);
   cr_assert_eq(after.bytes_h2d - before.bytes_h2d, (uint64_t)K * S);
   cr_assert_eq(ou_running_max(), 0, "no worker ran a native copy");
-  got = ou_read_all(dst);
-  ou_assert_bytes(got, want, K / 2 * S, "the batch's writes in order");
+  got = ub_read_all(dst);
+  ub_assert_bytes(got, want, K / 2 * S, "the batch's writes in order");
   free(got);
   free(want);
   free(src);
@@ -156,7 +156,7 @@ static void *copier(void *p) {
     goto out;
   for (int r = 0; r < 5; r++) {
     um_event *e1 = NULL, *e2 = NULL;
-    ou_pattern(src, LEN, (unsigned)r + 40);
+    ub_pattern(src, LEN, (unsigned)r + 40);
     if (um_copy_from_host(b, 0, src, LEN, &e1) != UM_OK || um_copy_to_host(b, 0, back, LEN, &e2) != UM_OK)
       goto out;
     if (um_event_wait(e1) != UM_OK || um_event_wait(e2) != UM_OK)

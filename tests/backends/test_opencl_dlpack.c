@@ -33,10 +33,10 @@ static void producer_init(producer *p, cl_mem mem, int32_t ordinal, uint64_t byt
 /* A buffer of the device's context, filled with a pattern. */
 static cl_mem cl_buffer(const um_device_native *nat, size_t bytes, unsigned seed) {
   cl_int err;
-  unsigned char *host = ou_malloc(bytes);
+  unsigned char *host = ub_malloc(bytes);
   cl_mem mem = clCreateBuffer((cl_context)nat->cl_context, CL_MEM_READ_WRITE, bytes, NULL, &err);
   cr_assert_eq(err, CL_SUCCESS);
-  ou_pattern(host, bytes, seed);
+  ub_pattern(host, bytes, seed);
   cr_assert_eq(clEnqueueWriteBuffer((cl_command_queue)nat->cl_queue, mem, CL_TRUE, 0, bytes, host, 0, NULL, NULL),
                CL_SUCCESS);
   free(host);
@@ -52,7 +52,7 @@ OU_TEST_1_AND_2(opencl_dlpack, device_buffer_exports_its_cl_mem) {
   ou_env e = ou_open(NULL, 1);
   unsigned char want[BYTES], got[BYTES];
   for (int k = 0; k < e.ndev; k++) {
-    um_buffer *b = ou_alloc(e.m, e.dev[k], BYTES, UM_DEVICE);
+    um_buffer *b = ub_alloc(e.m, e.dev[k], BYTES, UM_DEVICE);
     um_device_native nat;
     um_buffer_native bn;
     int64_t shape[1] = {BYTES / 4 - 64};
@@ -60,7 +60,7 @@ OU_TEST_1_AND_2(opencl_dlpack, device_buffer_exports_its_cl_mem) {
     int32_t type = -1, id = -1;
     cr_assert_eq(um_device_native_get(e.dev[k], &nat), UM_OK);
     cr_assert_eq(um_buffer_native_get(b, &bn), UM_OK);
-    ou_pattern(want, BYTES, (unsigned)k + 3);
+    ub_pattern(want, BYTES, (unsigned)k + 3);
     cr_assert_eq(um_copy_from_host(b, 0, want, BYTES, NULL), UM_OK);
     cr_assert_eq(um_dlpack_device(b, &type, &id), UM_OK);
     cr_assert_eq(type, UM_DL_OPENCL);
@@ -72,10 +72,10 @@ OU_TEST_1_AND_2(opencl_dlpack, device_buffer_exports_its_cl_mem) {
     cr_assert_eq(t->dl_tensor.device.device_id, k);
     /* The consumer reads the buffer's current bytes through the cl_mem. */
     cl_read(&nat, t->dl_tensor.data, (size_t)t->dl_tensor.byte_offset, got, BYTES - 256);
-    ou_assert_bytes(got, want + 256, BYTES - 256, "tensor bytes on device %d", k);
+    ub_assert_bytes(got, want + 256, BYTES - 256, "tensor bytes on device %d", k);
     cr_assert_eq(um_release(b), UM_OK);
     cl_read(&nat, t->dl_tensor.data, 0, got, 16); /* still the tensor's */
-    ou_assert_bytes(got, want, 16, "after the release");
+    ub_assert_bytes(got, want, 16, "after the release");
     t->deleter(t);
   }
   cr_assert_eq(ut_stats(e.m, NULL).active_buffers, 0);
@@ -89,7 +89,7 @@ Test(opencl_dlpack, pinned_and_unified_export_as_host_memory) {
   for (int loc = UM_HOST; loc <= UM_UNIFIED; loc++) {
     if (loc == UM_DEVICE || !(info.locations & (1u << loc)))
       continue;
-    um_buffer *b = ou_alloc(e.m, e.dev[0], 128, (um_location)loc);
+    um_buffer *b = ub_alloc(e.m, e.dev[0], 128, (um_location)loc);
     int64_t shape[1] = {128};
     um_dl_managed_tensor *t = NULL;
     cr_assert_eq(um_dlpack_export(b, 0, 1, shape, NULL, UM_DL_UINT, 8, 1, 0, (void **)&t), UM_OK);
@@ -111,7 +111,7 @@ OU_TEST_1_AND_2(opencl_dlpack, cl_mem_imports_zero_copy) {
     um_buffer_native bn;
     cr_assert_eq(um_device_native_get(e.dev[k], &nat), UM_OK);
     cl_mem mem = cl_buffer(&nat, BYTES, 9);
-    ou_pattern(want, BYTES, 9);
+    ub_pattern(want, BYTES, 9);
     producer_init(&p, mem, k, 0, BYTES);
     cr_assert_eq(um_dlpack_import(e.m, &p.t, 0, &b), UM_OK, "%s", um_last_error());
     cr_assert_eq(um_buffer_device(b), e.dev[k]);
@@ -120,7 +120,7 @@ OU_TEST_1_AND_2(opencl_dlpack, cl_mem_imports_zero_copy) {
     cr_assert_eq(um_buffer_native_get(b, &bn), UM_OK);
     cr_assert_eq(bn.cl_mem, (void *)mem, "the producer's cl_mem itself");
     cr_assert_eq(um_copy_to_host(b, 0, got, BYTES, NULL), UM_OK);
-    ou_assert_bytes(got, want, BYTES, "imported bytes");
+    ub_assert_bytes(got, want, BYTES, "imported bytes");
     cr_assert_eq(um_fill(b, 100, 0xab, 50, NULL), UM_OK);
     cl_read(&nat, mem, 100, got, 50);
     for (int i = 0; i < 50; i++)
@@ -145,11 +145,11 @@ Test(opencl_dlpack, byte_offset_imports_as_a_sub_buffer) {
   size_t align = align_bits / 8;
   cr_assert(align > 1 && align <= 1024, "alignment %zu", align);
   cl_mem mem = cl_buffer(&nat, BYTES, 4);
-  ou_pattern(want, BYTES, 4);
+  ub_pattern(want, BYTES, 4);
   producer_init(&p, mem, 0, align, 512);
   cr_assert_eq(um_dlpack_import(e.m, &p.t, 0, &b), UM_OK, "%s", um_last_error());
   cr_assert_eq(um_copy_to_host(b, 0, got, 512, NULL), UM_OK);
-  ou_assert_bytes(got, want + align, 512, "bytes from the offset on");
+  ub_assert_bytes(got, want + align, 512, "bytes from the offset on");
   cr_assert_eq(um_release(b), UM_OK);
   cr_assert_eq(p.deleted, 1);
   /* Misaligned: the device cannot start a sub-buffer there. */
@@ -205,7 +205,7 @@ Test(opencl_dlpack, round_trip_with_a_kernel) {
   unsigned char want[BYTES], got[BYTES];
   int64_t shape[1] = {BYTES};
   um_dl_managed_tensor_versioned *v = NULL;
-  um_buffer *b = ou_alloc(e.m, e.dev[0], BYTES, UM_DEVICE), *w = NULL;
+  um_buffer *b = ub_alloc(e.m, e.dev[0], BYTES, UM_DEVICE), *w = NULL;
   um_buffer_native wn;
   void *wait = NULL;
   cl_event done = NULL;
@@ -215,7 +215,7 @@ Test(opencl_dlpack, round_trip_with_a_kernel) {
   cl_program prog = clCreateProgramWithSource((cl_context)nat.cl_context, 1, &src, NULL, &err);
   cr_assert_eq(clBuildProgram(prog, 1, &dev, "", NULL, NULL), CL_SUCCESS);
   cl_kernel inc = clCreateKernel(prog, "inc", &err);
-  ou_pattern(want, BYTES, 7);
+  ub_pattern(want, BYTES, 7);
   cr_assert_eq(um_copy_from_host(b, 0, want, BYTES, NULL), UM_OK);
   cr_assert_eq(um_dlpack_export(b, 0, 1, shape, NULL, UM_DL_UINT, 8, 1, UM_DLPACK_VERSIONED, (void **)&v), UM_OK);
   cr_assert_eq(um_dlpack_import(e.m, v, UM_DLPACK_VERSIONED, &w), UM_OK, "%s", um_last_error());
@@ -230,7 +230,7 @@ Test(opencl_dlpack, round_trip_with_a_kernel) {
   cr_assert_eq(um_copy_to_host(w, 0, got, BYTES, NULL), UM_OK);
   for (int i = 0; i < BYTES; i++)
     want[i] = (unsigned char)(want[i] + 1);
-  ou_assert_bytes(got, want, BYTES, "kernel result");
+  ub_assert_bytes(got, want, BYTES, "kernel result");
   cr_assert_eq(um_release(w), UM_OK);
   cr_assert_eq(ut_stats(e.m, NULL).active_buffers, 0);
   clReleaseKernel(inc);

@@ -36,7 +36,7 @@ OU_TEST_1_AND_2(opencl_errors, allocation_above_the_device_maximum) {
   /* PINNED is bounded by the same driver limit */
   cr_assert_eq(um_alloc(e.m, e.dev[0], (size_t)info.total_bytes + 1, UM_PINNED, 0, &b), UM_ENOMEM);
   /* and the device still works */
-  b = ou_alloc(e.m, e.dev[0], 4096, UM_DEVICE);
+  b = ub_alloc(e.m, e.dev[0], 4096, UM_DEVICE);
   cr_assert_eq(um_release(b), UM_OK);
   ou_close(&e);
 }
@@ -54,7 +54,7 @@ OU_TEST_1_AND_2(opencl_errors, pressure_releases_pooled_blocks_and_retries) {
   cr_assert_eq(total, 8 * MiB);
   cr_assert_eq(free_bytes, 8 * MiB);
 
-  a = ou_alloc(e.m, e.dev[0], 4 * MiB, UM_DEVICE);
+  a = ub_alloc(e.m, e.dev[0], 4 * MiB, UM_DEVICE);
   cr_assert_eq(um_release(a), UM_OK);
   s0 = ut_stats(e.m, e.dev[0]);
   cr_assert_eq(s0.bytes_pooled, 4 * MiB, "the block idles in the pool");
@@ -82,16 +82,16 @@ OU_TEST_1_AND_2(opencl_errors, pressure_releases_pooled_blocks_and_retries) {
 
   /* The live buffer works, and once released the 4 MiB fits again. */
   {
-    unsigned char *p = ou_malloc(6 * MiB), *q;
-    ou_pattern(p, 6 * MiB, 1);
+    unsigned char *p = ub_malloc(6 * MiB), *q;
+    ub_pattern(p, 6 * MiB, 1);
     cr_assert_eq(um_copy_from_host(b, 0, p, 6 * MiB, NULL), UM_OK);
-    q = ou_read_all(b);
-    ou_assert_bytes(q, p, 6 * MiB, "the buffer allocated under pressure");
+    q = ub_read_all(b);
+    ub_assert_bytes(q, p, 6 * MiB, "the buffer allocated under pressure");
     free(p);
     free(q);
   }
   cr_assert_eq(um_release(b), UM_OK);
-  c = ou_alloc(e.m, e.dev[0], 4 * MiB, UM_DEVICE);
+  c = ub_alloc(e.m, e.dev[0], 4 * MiB, UM_DEVICE);
   cr_assert_eq(um_release(c), UM_OK);
   ou_close(&e);
 }
@@ -105,7 +105,7 @@ OU_TEST_1_AND_2(opencl_errors, no_trim_without_trim_on_pressure) {
   um_stats s0, s1;
   o.trim_on_pressure = 0;
   e = ou_open(&o, 1);
-  a = ou_alloc(e.m, e.dev[0], 4 * MiB, UM_DEVICE);
+  a = ub_alloc(e.m, e.dev[0], 4 * MiB, UM_DEVICE);
   cr_assert_eq(um_release(a), UM_OK);
   s0 = ut_stats(e.m, e.dev[0]);
   cr_assert_eq(um_alloc(e.m, e.dev[0], 6 * MiB, UM_DEVICE, 0, &b), UM_ENOMEM);
@@ -114,7 +114,7 @@ OU_TEST_1_AND_2(opencl_errors, no_trim_without_trim_on_pressure) {
   cr_assert_eq(s1.bytes_pooled, 4 * MiB);
   /* an explicit trim makes room */
   cr_assert_eq(um_pool_trim(e.m, 0), UM_OK);
-  b = ou_alloc(e.m, e.dev[0], 6 * MiB, UM_DEVICE);
+  b = ub_alloc(e.m, e.dev[0], 6 * MiB, UM_DEVICE);
   cr_assert_eq(um_release(b), UM_OK);
   ou_close(&e);
 }
@@ -143,7 +143,7 @@ OU_TEST_1_AND_2(opencl_errors, on_oom_callback_gets_a_last_try) {
   o.on_oom = free_victim;
   o.enable_pooling = 0; /* the victim's block goes back to the device */
   e = ou_open(&o, 1);
-  oom_victim = ou_alloc(e.m, e.dev[0], 5 * MiB, UM_DEVICE);
+  oom_victim = ub_alloc(e.m, e.dev[0], 5 * MiB, UM_DEVICE);
   s0 = ut_stats(e.m, e.dev[0]);
   cr_assert_eq(um_alloc(e.m, e.dev[0], 5 * MiB, UM_DEVICE, 0, &b), UM_OK, "%s", um_last_error());
   s1 = ut_stats(e.m, e.dev[0]);
@@ -206,17 +206,17 @@ OU_TEST_1_AND_2(opencl_errors, unified_without_svm_is_not_supported) {
 /* Errors of the copy API on OpenCL buffers leave the buffers as they were. */
 OU_TEST_1_AND_2(opencl_errors, bad_ranges_change_nothing) {
   ou_env e = ou_open(NULL, 1);
-  um_buffer *b = ou_alloc(e.m, e.dev[0], 1000, UM_DEVICE), *c = ou_alloc(e.m, e.dev[0], 10, UM_DEVICE);
+  um_buffer *b = ub_alloc(e.m, e.dev[0], 1000, UM_DEVICE), *c = ub_alloc(e.m, e.dev[0], 10, UM_DEVICE);
   unsigned char src[1000], *got;
-  ou_pattern(src, sizeof(src), 7);
+  ub_pattern(src, sizeof(src), 7);
   cr_assert_eq(um_copy_from_host(b, 0, src, 1000, NULL), UM_OK);
   cr_assert_eq(um_copy_from_host(b, 1, src, 1000, NULL), UM_ERANGE);
   cr_assert_eq(um_copy_to_host(b, 999, src, 2, NULL), UM_ERANGE);
   cr_assert_eq(um_copy(c, 0, b, 0, 11, NULL), UM_ERANGE);
   cr_assert_eq(um_fill(b, 1000, 0, 1, NULL), UM_ERANGE);
   cr_assert_eq(um_copy(c, 0, b, 0, 0, NULL), UM_EINVAL);
-  got = ou_read_all(b);
-  ou_assert_bytes(got, src, 1000, "after refused operations");
+  got = ub_read_all(b);
+  ub_assert_bytes(got, src, 1000, "after refused operations");
   free(got);
   cr_assert_eq(um_release(b), UM_OK);
   cr_assert_eq(um_release(c), UM_OK);

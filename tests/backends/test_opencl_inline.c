@@ -105,14 +105,14 @@ Test(opencl_inline, blocking_read_during_another_threads_command_reads_its_bytes
 
   /* The read's buffer holds known bytes; the write goes to another one. */
   memset(&r, 0, sizeof(r));
-  r.b = ou_alloc(e.m, e.dev[0], SMALL, UM_DEVICE);
-  ou_pattern(want, SMALL, 7);
+  r.b = ub_alloc(e.m, e.dev[0], SMALL, UM_DEVICE);
+  ub_pattern(want, SMALL, 7);
   cr_assert_eq(um_copy_from_host(r.b, 0, want, SMALL, NULL), UM_OK, "%s", um_last_error());
   memset(r.got, 0xee, SMALL);
-  w.b = ou_alloc(e.m, e.dev[0], BIG, UM_DEVICE);
+  w.b = ub_alloc(e.m, e.dev[0], BIG, UM_DEVICE);
   src = mmap(NULL, BIG, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   cr_assert_neq(src, MAP_FAILED);
-  ou_pattern(src, BIG, 3);
+  ub_pattern(src, BIG, 3);
   w.src = src;
   trap = src + BIG / 2;
   cr_assert_eq(mprotect(trap, page, PROT_NONE), 0);
@@ -131,7 +131,7 @@ Test(opencl_inline, blocking_read_during_another_threads_command_reads_its_bytes
   /* The read first: with the defect, the writer's thread never returns. */
   cr_assert_eq(pthread_join(tb, NULL), 0);
   cr_assert_eq(r.st, UM_OK, "%s", um_last_error());
-  ou_assert_bytes(r.got, want, SMALL,
+  ub_assert_bytes(r.got, want, SMALL,
                   "the blocking read returned before its command ran (another thread's "
                   "command was running on the device)");
   cr_assert_eq(pthread_join(ta, NULL), 0);
@@ -140,8 +140,8 @@ Test(opencl_inline, blocking_read_during_another_threads_command_reads_its_bytes
   sigaction(SIGSEGV, &old, NULL);
 
   {
-    unsigned char *back = ou_read_all(w.b);
-    ou_assert_bytes(back, src, BIG, "the stopped write");
+    unsigned char *back = ub_read_all(w.b);
+    ub_assert_bytes(back, src, BIG, "the stopped write");
     free(back);
   }
   munmap(src, BIG);

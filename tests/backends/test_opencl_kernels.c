@@ -99,7 +99,7 @@ static void axpb(kdev *k, um_buffer *x, int a, int b) {
 }
 
 static int *ints(size_t n, int (*f)(size_t)) {
-  int *p = ou_malloc(n * sizeof(int));
+  int *p = ub_malloc(n * sizeof(int));
   for (size_t i = 0; i < n; i++)
     p[i] = f(i);
   return p;
@@ -113,7 +113,7 @@ static int triple(size_t i) { return (int)(3 * i + 1); }
 OU_TEST_1_AND_2(opencl_kernels, vector_add) {
   ou_env e = ou_open(NULL, 1);
   kdev k;
-  int *a = ints(N, iota), *b = ints(N, triple), *c = ou_malloc(N * sizeof(int));
+  int *a = ints(N, iota), *b = ints(N, triple), *c = ub_malloc(N * sizeof(int));
   um_buffer *ba, *bb, *bc;
   void *wait_a = NULL, *wait_b = NULL, *wait_c = NULL;
   cl_event waits[3], done;
@@ -121,9 +121,9 @@ OU_TEST_1_AND_2(opencl_kernels, vector_add) {
   size_t global = N;
   int nw = 0;
   build(&k, e.dev[e.ndev - 1]);
-  ba = ou_alloc(e.m, k.d, N * sizeof(int), UM_DEVICE);
-  bb = ou_alloc(e.m, k.d, N * sizeof(int), UM_DEVICE);
-  bc = ou_alloc(e.m, k.d, N * sizeof(int), UM_DEVICE);
+  ba = ub_alloc(e.m, k.d, N * sizeof(int), UM_DEVICE);
+  bb = ub_alloc(e.m, k.d, N * sizeof(int), UM_DEVICE);
+  bc = ub_alloc(e.m, k.d, N * sizeof(int), UM_DEVICE);
   cr_assert_eq(um_copy_from_host(ba, 0, a, N * sizeof(int), NULL), UM_OK);
   cr_assert_eq(um_copy_from_host(bb, 0, b, N * sizeof(int), NULL), UM_OK);
   cr_assert_eq(um_access_begin(ba, UM_MAP_READ, &wait_a), UM_OK);
@@ -160,9 +160,9 @@ OU_TEST_1_AND_2(opencl_kernels, vector_add) {
  * there -> copy back -> x+5 on the first -> copy out: every call returns at
  * once (asynchronous copies, brackets); the only wait is the last event. */
 static void chain(ou_env *e, kdev *k0, kdev *k1) {
-  int *in = ints(N, iota), *out = ou_malloc(N * sizeof(int));
+  int *in = ints(N, iota), *out = ub_malloc(N * sizeof(int));
   size_t bytes = N * sizeof(int);
-  um_buffer *x0 = ou_alloc(e->m, k0->d, bytes, UM_DEVICE), *x1 = ou_alloc(e->m, k1->d, bytes, UM_DEVICE);
+  um_buffer *x0 = ub_alloc(e->m, k0->d, bytes, UM_DEVICE), *x1 = ub_alloc(e->m, k1->d, bytes, UM_DEVICE);
   um_event *ev[4];
   cr_assert_eq(um_copy_from_host(x0, 0, in, bytes, &ev[0]), UM_OK);
   axpb(k0, x0, 2, 1);
@@ -297,7 +297,7 @@ OU_TEST_1_AND_2(opencl_kernels, bracket_after_a_queued_copy) {
   ou_env e = ou_open(NULL, 1);
   kdev k;
   size_t bytes = N * sizeof(int), global = N;
-  int *in = ints(N, iota), *out = ou_malloc(bytes), one = 1, zero = 0;
+  int *in = ints(N, iota), *out = ub_malloc(bytes), one = 1, zero = 0;
   um_buffer *s, *x;
   um_event *copied;
   void *wait = NULL;
@@ -305,8 +305,8 @@ OU_TEST_1_AND_2(opencl_kernels, bracket_after_a_queued_copy) {
   cl_int err;
   cl_mem ms;
   build(&k, e.dev[0]);
-  s = ou_alloc(e.m, k.d, bytes, UM_DEVICE);
-  x = ou_alloc(e.m, k.d, bytes, UM_DEVICE);
+  s = ub_alloc(e.m, k.d, bytes, UM_DEVICE);
+  x = ub_alloc(e.m, k.d, bytes, UM_DEVICE);
   cr_assert_eq(um_copy_from_host(s, 0, in, bytes, NULL), UM_OK);
   hold = clCreateUserEvent((cl_context)k.nat.cl_context, &err);
   cr_assert_eq(err, CL_SUCCESS);
@@ -347,7 +347,7 @@ OU_TEST_1_AND_2(opencl_kernels, kernel_writes_then_map) {
   int *in = ints(N, iota), *p = NULL;
   um_buffer *x;
   build(&k, e.dev[0]);
-  x = ou_alloc(e.m, k.d, N * sizeof(int), UM_DEVICE);
+  x = ub_alloc(e.m, k.d, N * sizeof(int), UM_DEVICE);
   cr_assert_eq(um_copy_from_host(x, 0, in, N * sizeof(int), NULL), UM_OK);
   cr_assert_eq(um_map(x, UM_MAP_READ, 0, 16, (void **)&p), UM_OK);
   cr_assert_eq(um_unmap(x, p), UM_OK, "a host copy is current now");
@@ -372,7 +372,7 @@ OU_TEST_1_AND_2(opencl_kernels, kernel_racing_a_release) {
                  "held by a user event would hold unimem's fill too");
   ou_env e = ou_open(NULL, 1);
   kdev k;
-  int *back = ou_malloc(N * sizeof(int)), v = 77, rounds = 1;
+  int *back = ub_malloc(N * sizeof(int)), v = 77, rounds = 1;
   um_buffer *x, *y, *p, *q;
   void *wait = NULL;
   cl_event hold;
@@ -380,7 +380,7 @@ OU_TEST_1_AND_2(opencl_kernels, kernel_racing_a_release) {
   cl_mem mem;
   size_t global = N;
   build(&k, e.dev[0]);
-  x = ou_alloc(e.m, k.d, N * sizeof(int), UM_DEVICE);
+  x = ub_alloc(e.m, k.d, N * sizeof(int), UM_DEVICE);
   mem = mem_of(x);
   hold = clCreateUserEvent((cl_context)k.nat.cl_context, &err);
   cr_assert_eq(err, CL_SUCCESS);
@@ -393,7 +393,7 @@ OU_TEST_1_AND_2(opencl_kernels, kernel_racing_a_release) {
                CL_SUCCESS);
   clFlush((cl_command_queue)k.nat.cl_queue);
   cr_assert_eq(um_release(x), UM_OK, "the release ends the bracket behind the caller's queue");
-  y = ou_alloc(e.m, k.d, N * sizeof(int), UM_DEVICE);
+  y = ub_alloc(e.m, k.d, N * sizeof(int), UM_DEVICE);
   cr_assert_neq(y, x, "x's block is still the kernel's");
   cr_assert_eq(um_fill(y, 0, 0x11, N * sizeof(int), NULL), UM_OK);
   cr_assert_eq(clSetUserEventStatus(hold, CL_COMPLETE), CL_SUCCESS);
@@ -405,8 +405,8 @@ OU_TEST_1_AND_2(opencl_kernels, kernel_racing_a_release) {
   /* Now x's block is back in the pool (with y's, once released): the next
    * two allocations take both, one of them x's, with the kernel's bytes. */
   cr_assert_eq(um_release(y), UM_OK);
-  p = ou_alloc(e.m, k.d, N * sizeof(int), UM_DEVICE);
-  q = ou_alloc(e.m, k.d, N * sizeof(int), UM_DEVICE);
+  p = ub_alloc(e.m, k.d, N * sizeof(int), UM_DEVICE);
+  q = ub_alloc(e.m, k.d, N * sizeof(int), UM_DEVICE);
   cr_assert(p == x || q == x, "the released block returned to the pool after the kernel");
   cr_assert_eq(um_copy_to_host(x, 0, back, N * sizeof(int), NULL), UM_OK);
   for (size_t i = 0; i < N; i++)
@@ -517,7 +517,7 @@ OU_TEST_1_AND_2(opencl_kernels, chain_in_an_adopted_context) {
 /* Bad input: exact codes, statistics unchanged. */
 OU_TEST_1_AND_2(opencl_kernels, bad_brackets) {
   ou_env e = ou_open(NULL, 1);
-  um_buffer *x = ou_alloc(e.m, e.dev[0], 4096, UM_DEVICE), *gone;
+  um_buffer *x = ub_alloc(e.m, e.dev[0], 4096, UM_DEVICE), *gone;
   void *wait = NULL;
   cl_int err;
   cl_device_id id;
@@ -529,7 +529,7 @@ OU_TEST_1_AND_2(opencl_kernels, bad_brackets) {
   id = (cl_device_id)nat.cl_device;
   other = clCreateContext(NULL, 1, &id, NULL, NULL, &err);
   foreign = clCreateUserEvent(other, &err);
-  gone = ou_alloc(e.m, e.dev[0], 64, UM_DEVICE);
+  gone = ub_alloc(e.m, e.dev[0], 64, UM_DEVICE);
   cr_assert_eq(um_release(gone), UM_OK);
   before = ut_snap(e.m);
   cr_assert_eq(um_access_begin(NULL, UM_MAP_READ, &wait), UM_EINVAL);
@@ -564,7 +564,7 @@ OU_TEST_1_AND_2(opencl_kernels, bad_brackets) {
 OU_TEST_1_AND_2(opencl_kernels, event_native) {
   ou_env e = ou_open(NULL, 1);
   unsigned char src[4096] = {1};
-  um_buffer *x = ou_alloc(e.m, e.dev[0], 4096, UM_DEVICE), *h = ou_alloc(e.m, e.dev[0], 4096, UM_HOST);
+  um_buffer *x = ub_alloc(e.m, e.dev[0], 4096, UM_DEVICE), *h = ub_alloc(e.m, e.dev[0], 4096, UM_HOST);
   um_event *ev;
   void *native = NULL;
   cl_int status = 0;
@@ -592,7 +592,7 @@ Test(opencl_kernels, retain) {
   um_buffer *x;
   ou_want_devices(1);
   e = ou_open(NULL, 1);
-  x = ou_alloc(e.m, e.dev[0], 64, UM_DEVICE);
+  x = ub_alloc(e.m, e.dev[0], 64, UM_DEVICE);
   cr_assert_eq(um_buffer_retain(x), UM_OK);
   cr_assert_eq(um_buffer_retain(x), UM_OK);
   cr_assert_eq(um_release(x), UM_OK);

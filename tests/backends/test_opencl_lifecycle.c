@@ -27,7 +27,7 @@ OU_TEST_1_AND_2(opencl_lifecycle, destroy_waits_for_the_driver_thread) {
   um_buffer *b;
   um_event *ev;
   memset(src, 3, sizeof(src));
-  b = ou_alloc(e.m, e.dev[0], sizeof(src), UM_DEVICE);
+  b = ub_alloc(e.m, e.dev[0], sizeof(src), UM_DEVICE);
   test_thread = pthread_self();
   atomic_store(&um__test_hook, hold_driver_thread);
   cr_assert_eq(um_copy_from_host(b, 0, src, sizeof(src), &ev), UM_OK);
@@ -78,8 +78,8 @@ Test(opencl_lifecycle, fork_child_gets_a_cpu_only_manager, .timeout = 60) {
   pid_t pid;
   ou_want_devices(1);
   e = ou_open(NULL, 1);
-  ou_pattern(src, sizeof(src), 5);
-  b = ou_alloc(e.m, e.dev[0], sizeof(src), UM_DEVICE);
+  ub_pattern(src, sizeof(src), 5);
+  b = ub_alloc(e.m, e.dev[0], sizeof(src), UM_DEVICE);
   cr_assert_eq(um_copy_from_host(b, 0, src, sizeof(src), NULL), UM_OK);
   ut_wait_threads_asleep();
   pid = fork();
@@ -100,7 +100,7 @@ Test(opencl_lifecycle, fork_child_gets_a_cpu_only_manager, .timeout = 60) {
     _exit(bad == 0 ? 0 : 1);
   }
   cr_assert_eq(um_copy_to_host(b, 0, back, sizeof(back), NULL), UM_OK);
-  ou_assert_bytes(back, src, sizeof(src), "the parent's buffer after the fork");
+  ub_assert_bytes(back, src, sizeof(src), "the parent's buffer after the fork");
   cr_assert_eq(waitpid(pid, &status, 0), pid);
   cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status 0x%x", status);
   cr_assert_eq(um_release(b), UM_OK);

@@ -28,7 +28,7 @@ typedef struct model {
 static void model_init(model *md, um_buffer *b0, um_buffer *b1) {
   memset(md, 0, sizeof(*md));
   for (int i = 0; i < 2; i++) {
-    md->bytes[i] = ou_malloc(N);
+    md->bytes[i] = ub_malloc(N);
     memset(md->bytes[i], 0, N);
   }
   cr_assert_eq(um_fill(b0, 0, 0, N, NULL), UM_OK);
@@ -41,9 +41,9 @@ static void keep(model *md, um_event *e) {
 }
 
 static void op_write(model *md, um_buffer *b, int which, size_t off, size_t len, unsigned seed) {
-  unsigned char *src = ou_malloc(len); /* freed at the end: async source */
+  unsigned char *src = ub_malloc(len); /* freed at the end: async source */
   um_event *e = NULL;
-  ou_pattern(src, len, seed);
+  ub_pattern(src, len, seed);
   memcpy(md->bytes[which] + off, src, len);
   cr_assert_eq(um_copy_from_host(b, off, src, len, &e), UM_OK, "%s", um_last_error());
   keep(md, e);
@@ -67,7 +67,7 @@ static void op_copy(model *md, um_buffer *dst, int dw, size_t doff, um_buffer *s
 }
 
 static void op_read(model *md, um_buffer *b, int which, size_t off, size_t len) {
-  unsigned char *dst = ou_malloc(len), *want = ou_malloc(len);
+  unsigned char *dst = ub_malloc(len), *want = ub_malloc(len);
   um_event *e = NULL;
   memset(dst, 0xEE, len);
   memcpy(want, md->bytes[which] + off, len);
@@ -83,17 +83,17 @@ static void op_read(model *md, um_buffer *b, int which, size_t off, size_t len) 
  * bytes at its place in the order) and both buffers. */
 static void model_check(model *md, um_buffer *b0, um_buffer *b1) {
   for (int i = 0; i < md->nev; i++)
-    ou_wait(md->ev[i], UM_OK);
+    ub_wait(md->ev[i], UM_OK);
   for (int i = 0; i < md->nreads; i++)
-    ou_assert_bytes(md->reads[i], md->expect[i], md->read_len[i], "read %d", i);
+    ub_assert_bytes(md->reads[i], md->expect[i], md->read_len[i], "read %d", i);
   {
-    unsigned char *got = ou_read_all(b0);
-    ou_assert_bytes(got, md->bytes[0], N, "buffer 0 at the end");
+    unsigned char *got = ub_read_all(b0);
+    ub_assert_bytes(got, md->bytes[0], N, "buffer 0 at the end");
     free(got);
   }
   if (b1 != NULL) {
-    unsigned char *got = ou_read_all(b1);
-    ou_assert_bytes(got, md->bytes[1], N, "buffer 1 at the end");
+    unsigned char *got = ub_read_all(b1);
+    ub_assert_bytes(got, md->bytes[1], N, "buffer 1 at the end");
     free(got);
   }
 }
@@ -115,7 +115,7 @@ static void model_free(model *md) {
  * every operation is native, ordered by the device's queue. */
 OU_TEST_1_AND_2(opencl_ordering, one_device_through_the_native_queue) {
   ou_env e = ou_open(NULL, 1);
-  um_buffer *a = ou_alloc(e.m, e.dev[0], N, UM_DEVICE), *b = ou_alloc(e.m, e.dev[0], N, UM_DEVICE);
+  um_buffer *a = ub_alloc(e.m, e.dev[0], N, UM_DEVICE), *b = ub_alloc(e.m, e.dev[0], N, UM_DEVICE);
   model md;
   model_init(&md, a, b);
   for (int round = 0; round < 3; round++) {
@@ -152,8 +152,8 @@ Test(opencl_ordering, two_devices_through_registration) {
   model md;
   ou_want_two_devices();
   e = ou_open(NULL, 2);
-  a = ou_alloc(e.m, e.dev[0], N, UM_DEVICE);
-  b = ou_alloc(e.m, e.dev[1], N, UM_DEVICE);
+  a = ub_alloc(e.m, e.dev[0], N, UM_DEVICE);
+  b = ub_alloc(e.m, e.dev[1], N, UM_DEVICE);
   model_init(&md, a, b);
   for (int round = 0; round < 3; round++) {
     op_fill(&md, a, 0, 0, N, 0x21 + round);
@@ -185,8 +185,8 @@ OU_TEST_1_AND_2(opencl_ordering, behind_a_worker_run_copy) {
   o.use_pinned_staging = 2;
   o.staging_chunk_bytes = 16 * 1024;
   e = ou_open(&o, 1);
-  a = ou_alloc(e.m, e.dev[0], N, UM_DEVICE);
-  b = ou_alloc(e.m, e.dev[0], N, UM_DEVICE);
+  a = ub_alloc(e.m, e.dev[0], N, UM_DEVICE);
+  b = ub_alloc(e.m, e.dev[0], N, UM_DEVICE);
   model_init(&md, a, b);
   op_fill(&md, b, 1, 0, N, 0x01);
   ou_gate_install(e.m, 0);
@@ -222,8 +222,8 @@ Test(opencl_ordering, around_staged_copies) {
   o.staging_chunk_bytes = 32 * 1024;
   ou_want_two_devices();
   e = ou_open(&o, 2);
-  a = ou_alloc(e.m, e.dev[0], N, UM_DEVICE);
-  b = ou_alloc(e.m, e.dev[1], N, UM_DEVICE);
+  a = ub_alloc(e.m, e.dev[0], N, UM_DEVICE);
+  b = ub_alloc(e.m, e.dev[1], N, UM_DEVICE);
   model_init(&md, a, b);
   for (int round = 0; round < 3; round++) {
     op_write(&md, a, 0, 0, N, 100 + (unsigned)round);
@@ -258,7 +258,7 @@ static void *issuer(void *p) {
   if (src == NULL || back == NULL || want == NULL || um_alloc(w->m, w->d, N, UM_DEVICE, 0, &b) != UM_OK)
     goto out;
   for (int r = 0; r < 20; r++) {
-    ou_pattern(src, N, w->seed + (unsigned)r);
+    ub_pattern(src, N, w->seed + (unsigned)r);
     memcpy(want, src, N);
     memset(want + 10, r, 100);
     if (um_fill(b, 0, 0xAB, N, &ev[0]) != UM_OK || um_copy_from_host(b, 0, src, N, &ev[1]) != UM_OK ||
@@ -305,9 +305,9 @@ OU_TEST_1_AND_2(opencl_ordering, threads_on_their_own_buffers) {
 OU_TEST_1_AND_2(opencl_ordering, release_with_operations_in_flight) {
   ou_env e = ou_open(NULL, 1);
   enum { ROUNDS = 40, S = 64 * 1024 };
-  unsigned char *src = ou_malloc(S);
+  unsigned char *src = ub_malloc(S);
   um_stats before, after;
-  ou_pattern(src, S, 77);
+  ub_pattern(src, S, 77);
   before = ut_stats(e.m, e.dev[0]);
   for (int r = 0; r < ROUNDS; r++) {
     um_buffer *b = NULL, *c = NULL;
@@ -319,8 +319,8 @@ OU_TEST_1_AND_2(opencl_ordering, release_with_operations_in_flight) {
     cr_assert_eq(um_copy(c, 0, b, 0, S, &cp), UM_OK);
     cr_assert_eq(um_release(b), UM_OK);
     cr_assert_eq(um_release(c), UM_OK);
-    ou_wait(w, UM_OK);
-    ou_wait(cp, UM_OK);
+    ub_wait(w, UM_OK);
+    ub_wait(cp, UM_OK);
   }
   cr_assert_eq(um_device_synchronize(e.dev[0]), UM_OK);
   after = ut_stats(e.m, e.dev[0]);

@@ -18,11 +18,11 @@ static um_options options_with(int enable_peer, int use_pinned_staging) {
   return o;
 }
 
-/* A DEVICE buffer of n bytes on d holding ou_pattern(seed). */
+/* A DEVICE buffer of n bytes on d holding ub_pattern(seed). */
 static um_buffer *device_with_pattern(um_manager *m, um_device *d, size_t n, unsigned seed) {
-  um_buffer *b = ou_alloc(m, d, n, UM_DEVICE);
-  unsigned char *p = ou_malloc(n);
-  ou_pattern(p, n, seed);
+  um_buffer *b = ub_alloc(m, d, n, UM_DEVICE);
+  unsigned char *p = ub_malloc(n);
+  ub_pattern(p, n, seed);
   cr_assert_eq(um_copy_from_host(b, 0, p, n, NULL), UM_OK, "%s", um_last_error());
   free(p);
   return b;
@@ -34,19 +34,19 @@ static um_buffer *device_with_pattern(um_manager *m, um_device *d, size_t n, uns
 static void copy_and_check(um_manager *m, um_buffer *dst, size_t doff, um_buffer *src, size_t soff, size_t len,
                            unsigned seed, int async, um_device *counted, um_stats *before, um_stats *after) {
   size_t dn = um_buffer_size(dst);
-  unsigned char *want = ou_malloc(dn), *got, *srcbytes = ou_malloc(um_buffer_size(src));
+  unsigned char *want = ub_malloc(dn), *got, *srcbytes = ub_malloc(um_buffer_size(src));
   um_event *e = NULL;
-  ou_pattern(srcbytes, um_buffer_size(src), seed);
+  ub_pattern(srcbytes, um_buffer_size(src), seed);
   memset(want, 0x33, dn);
   memcpy(want + doff, srcbytes + soff, len);
   cr_assert_eq(um_fill(dst, 0, 0x33, dn, NULL), UM_OK);
   *before = ut_stats(m, counted);
   cr_assert_eq(um_copy(dst, doff, src, soff, len, async ? &e : NULL), UM_OK, "um_copy: %s", um_last_error());
   if (async)
-    ou_wait(e, UM_OK);
+    ub_wait(e, UM_OK);
   *after = ut_stats(m, counted);
-  got = ou_read_all(dst);
-  ou_assert_bytes(got, want, dn, "copy of %zu bytes (%s)", len, async ? "async" : "blocking");
+  got = ub_read_all(dst);
+  ub_assert_bytes(got, want, dn, "copy of %zu bytes (%s)", len, async ? "async" : "blocking");
   free(want);
   free(got);
   free(srcbytes);
@@ -67,7 +67,7 @@ Test(opencl_strategies, peer_between_two_devices) {
   for (int async = 0; async <= 1; async++) {
     const size_t n = 5 * CHUNK + 4099, len = n - 1001;
     um_buffer *src = device_with_pattern(e.m, e.dev[0], n, 1);
-    um_buffer *dst = ou_alloc(e.m, e.dev[1], n, UM_DEVICE);
+    um_buffer *dst = ub_alloc(e.m, e.dev[1], n, UM_DEVICE);
     um_stats a, b, sa, sb;
     sa = ut_stats(e.m, e.dev[0]);
     copy_and_check(e.m, dst, 7, src, 993, len, 1, async, e.dev[1], &a, &b);
@@ -79,7 +79,7 @@ Test(opencl_strategies, peer_between_two_devices) {
     cr_assert_eq(um_release(dst), UM_OK);
     /* and the other way */
     src = device_with_pattern(e.m, e.dev[1], n, 2);
-    dst = ou_alloc(e.m, e.dev[0], n, UM_DEVICE);
+    dst = ub_alloc(e.m, e.dev[0], n, UM_DEVICE);
     copy_and_check(e.m, dst, 0, src, 11, len, 2, async, e.dev[0], &a, &b);
     ou_assert_strategies(a, b, 0, 1, 0, 0, 0);
     cr_assert_eq(um_release(src), UM_OK);
@@ -101,7 +101,7 @@ Test(opencl_strategies, peer_enable_explicit) {
   cr_assert_eq(um_peer_enable(e.dev[1], e.dev[0]), UM_OK, "%s", um_last_error());
   cr_assert_eq(um_peer_enabled(e.dev[1], e.dev[0]), 1);
   src = device_with_pattern(e.m, e.dev[0], 100000, 2);
-  dst = ou_alloc(e.m, e.dev[1], 100000, UM_DEVICE);
+  dst = ub_alloc(e.m, e.dev[1], 100000, UM_DEVICE);
   copy_and_check(e.m, dst, 1, src, 2, 99990, 2, 1, e.dev[1], &a, &b);
   ou_assert_strategies(a, b, 0, 1, 0, 0, 0);
   cr_assert_eq(um_release(src), UM_OK);
@@ -122,7 +122,7 @@ Test(opencl_strategies, staged_through_host_without_peer) {
     for (size_t k = 0; k < sizeof(lens) / sizeof(lens[0]); k++) {
       size_t len = lens[k], n = len + 64;
       um_buffer *src = device_with_pattern(e.m, e.dev[0], n, 3);
-      um_buffer *dst = ou_alloc(e.m, e.dev[1], n, UM_DEVICE);
+      um_buffer *dst = ub_alloc(e.m, e.dev[1], n, UM_DEVICE);
       um_stats a, b;
       copy_and_check(e.m, dst, 31, src, 17, len, 3, async, e.dev[1], &a, &b);
       ou_assert_strategies(a, b, 0, 0, 0, 0, 1);
@@ -142,25 +142,25 @@ OU_TEST_1_AND_2(opencl_strategies, device_local) {
   const size_t n = 3 * CHUNK + 5;
   for (int async = 0; async <= 1; async++) {
     um_buffer *src = device_with_pattern(e.m, e.dev[0], n, 4);
-    um_buffer *dst = ou_alloc(e.m, e.dev[0], n, UM_DEVICE);
+    um_buffer *dst = ub_alloc(e.m, e.dev[0], n, UM_DEVICE);
     um_stats a, b;
-    unsigned char *want = ou_malloc(n), *got;
+    unsigned char *want = ub_malloc(n), *got;
     um_event *ev = NULL;
     copy_and_check(e.m, dst, 3, src, 1, n - 9, 4, async, e.dev[0], &a, &b);
     ou_assert_strategies(a, b, 1, 0, 0, 0, 0);
     cr_assert_eq(b.bytes_d2d - a.bytes_d2d, n - 9);
 
     /* disjoint ranges of one buffer */
-    ou_pattern(want, n, 4);
+    ub_pattern(want, n, 4);
     memcpy(want + n / 2 + 1, want + 1, n / 2 - 3);
     a = ut_stats(e.m, e.dev[0]);
     cr_assert_eq(um_copy(src, n / 2 + 1, src, 1, n / 2 - 3, async ? &ev : NULL), UM_OK);
     if (async)
-      ou_wait(ev, UM_OK);
+      ub_wait(ev, UM_OK);
     b = ut_stats(e.m, e.dev[0]);
     ou_assert_strategies(a, b, 1, 0, 0, 0, 0);
-    got = ou_read_all(src);
-    ou_assert_bytes(got, want, n, "disjoint ranges of one buffer");
+    got = ub_read_all(src);
+    ub_assert_bytes(got, want, n, "disjoint ranges of one buffer");
     free(got);
 
     /* overlapping ranges of one buffer */
@@ -168,11 +168,11 @@ OU_TEST_1_AND_2(opencl_strategies, device_local) {
     a = ut_stats(e.m, e.dev[0]);
     cr_assert_eq(um_copy(src, 100, src, 1, n - 200, async ? &ev : NULL), UM_OK);
     if (async)
-      ou_wait(ev, UM_OK);
+      ub_wait(ev, UM_OK);
     b = ut_stats(e.m, e.dev[0]);
     ou_assert_strategies(a, b, 0, 0, 0, 0, 1);
-    got = ou_read_all(src);
-    ou_assert_bytes(got, want, n, "overlapping ranges of one buffer");
+    got = ub_read_all(src);
+    ub_assert_bytes(got, want, n, "overlapping ranges of one buffer");
     free(got);
     free(want);
     cr_assert_eq(um_release(src), UM_OK);
@@ -188,25 +188,25 @@ OU_TEST_1_AND_2(opencl_strategies, direct_from_pinned_of_the_same_device) {
   ou_env e = ou_open(&o, 1);
   const size_t n = 9 * CHUNK + 77;
   for (int async = 0; async <= 1; async++) {
-    um_buffer *pin = ou_alloc(e.m, e.dev[0], n, UM_PINNED);
-    um_buffer *dev = ou_alloc(e.m, e.dev[0], n, UM_DEVICE);
+    um_buffer *pin = ub_alloc(e.m, e.dev[0], n, UM_PINNED);
+    um_buffer *dev = ub_alloc(e.m, e.dev[0], n, UM_DEVICE);
     um_stats a, b;
-    ou_pattern(um_buffer_host_ptr(pin), n, 5);
+    ub_pattern(um_buffer_host_ptr(pin), n, 5);
     copy_and_check(e.m, dev, 5, pin, 3, n - 10, 5, async, e.dev[0], &a, &b);
     ou_assert_strategies(a, b, 0, 0, 1, 0, 0);
     /* and device -> pinned */
     {
-      unsigned char *want = ou_malloc(n), *devbytes = ou_read_all(dev);
+      unsigned char *want = ub_malloc(n), *devbytes = ub_read_all(dev);
       um_event *ev = NULL;
       memcpy(want, um_buffer_host_ptr(pin), n);
       memcpy(want + 1, devbytes + 2, n - 4);
       a = ut_stats(e.m, e.dev[0]);
       cr_assert_eq(um_copy(pin, 1, dev, 2, n - 4, async ? &ev : NULL), UM_OK);
       if (async)
-        ou_wait(ev, UM_OK);
+        ub_wait(ev, UM_OK);
       b = ut_stats(e.m, e.dev[0]);
       ou_assert_strategies(a, b, 0, 0, 1, 0, 0);
-      ou_assert_bytes(um_buffer_host_ptr(pin), want, n, "device -> pinned");
+      ub_assert_bytes(um_buffer_host_ptr(pin), want, n, "device -> pinned");
       free(want);
       free(devbytes);
     }
@@ -227,23 +227,23 @@ OU_TEST_1_AND_2(opencl_strategies, pipelined_staging_of_pageable_memory) {
   for (int async = 0; async <= 1; async++) {
     for (size_t k = 0; k < sizeof(lens) / sizeof(lens[0]); k++) {
       size_t len = lens[k], n = len + 10;
-      um_buffer *dev = ou_alloc(e.m, e.dev[0], n, UM_DEVICE);
-      unsigned char *src = ou_malloc(len), *back = ou_malloc(len + 2), *all;
+      um_buffer *dev = ub_alloc(e.m, e.dev[0], n, UM_DEVICE);
+      unsigned char *src = ub_malloc(len), *back = ub_malloc(len + 2), *all;
       um_event *ev = NULL;
       um_stats a, b;
-      ou_pattern(src, len, (unsigned)k + 6);
+      ub_pattern(src, len, (unsigned)k + 6);
       cr_assert_eq(um_fill(dev, 0, 0x44, n, NULL), UM_OK);
       a = ut_stats(e.m, e.dev[0]);
       cr_assert_eq(um_copy_from_host(dev, 3, src, len, async ? &ev : NULL), UM_OK, "%s", um_last_error());
       if (async)
-        ou_wait(ev, UM_OK);
+        ub_wait(ev, UM_OK);
       b = ut_stats(e.m, e.dev[0]);
       ou_assert_strategies(a, b, 0, 0, 0, 1, 0);
       cr_assert_eq(b.bytes_h2d - a.bytes_h2d, len);
-      all = ou_read_all(dev);
+      all = ub_read_all(dev);
       for (size_t i = 0; i < 3; i++)
         cr_assert_eq(all[i], 0x44);
-      ou_assert_bytes(all + 3, src, len, "pipelined H2D of %zu bytes", len);
+      ub_assert_bytes(all + 3, src, len, "pipelined H2D of %zu bytes", len);
       for (size_t i = len + 3; i < n; i++)
         cr_assert_eq(all[i], 0x44);
       free(all);
@@ -252,13 +252,13 @@ OU_TEST_1_AND_2(opencl_strategies, pipelined_staging_of_pageable_memory) {
       a = ut_stats(e.m, e.dev[0]);
       cr_assert_eq(um_copy_to_host(dev, 3, back + 1, len, async ? &ev : NULL), UM_OK, "%s", um_last_error());
       if (async)
-        ou_wait(ev, UM_OK);
+        ub_wait(ev, UM_OK);
       b = ut_stats(e.m, e.dev[0]);
       ou_assert_strategies(a, b, 0, 0, 0, 1, 0);
       cr_assert_eq(b.bytes_d2h - a.bytes_d2h, len);
       cr_assert_eq(back[0], 0xEE);
       cr_assert_eq(back[len + 1], 0xEE);
-      ou_assert_bytes(back + 1, src, len, "pipelined D2H of %zu bytes", len);
+      ub_assert_bytes(back + 1, src, len, "pipelined D2H of %zu bytes", len);
       cr_assert_eq(um_release(dev), UM_OK);
       free(src);
       free(back);
@@ -278,10 +278,10 @@ OU_TEST_1_AND_2(opencl_strategies, direct_from_pageable_memory) {
     for (size_t k = 0; k < sizeof(lens) / sizeof(lens[0]); k++) {
       size_t len = lens[k];
       int staged = mode == 2 && len > CHUNK;
-      um_buffer *dev = ou_alloc(e.m, e.dev[0], len, UM_DEVICE);
-      unsigned char *src = ou_malloc(len), *back = ou_malloc(len);
+      um_buffer *dev = ub_alloc(e.m, e.dev[0], len, UM_DEVICE);
+      unsigned char *src = ub_malloc(len), *back = ub_malloc(len);
       um_stats a, b;
-      ou_pattern(src, len, (unsigned)(k + 9));
+      ub_pattern(src, len, (unsigned)(k + 9));
       a = ut_stats(e.m, e.dev[0]);
       cr_assert_eq(um_copy_from_host(dev, 0, src, len, NULL), UM_OK);
       cr_assert_eq(um_copy_to_host(dev, 0, back, len, NULL), UM_OK);
@@ -290,7 +290,7 @@ OU_TEST_1_AND_2(opencl_strategies, direct_from_pageable_memory) {
         ou_assert_strategies(a, b, 0, 0, 0, 2, 0);
       else
         ou_assert_strategies(a, b, 0, 0, 2, 0, 0);
-      ou_assert_bytes(back, src, len, "use_pinned_staging=%d, %zu bytes", mode, len);
+      ub_assert_bytes(back, src, len, "use_pinned_staging=%d, %zu bytes", mode, len);
       cr_assert_eq(um_release(dev), UM_OK);
       free(src);
       free(back);
@@ -325,17 +325,17 @@ Test(opencl_strategies, batch_of_every_strategy) {
   ou_env e;
   const size_t n = 6 * CHUNK + 123;
   um_buffer *d0, *d0b, *d1, *pin;
-  unsigned char *host = ou_malloc(n), *out = ou_malloc(n), *got;
+  unsigned char *host = ub_malloc(n), *out = ub_malloc(n), *got;
   um_copy_op ops[5];
   um_stats a0, b0, a1, b1;
   ou_want_two_devices();
   e = ou_open(&o, 2);
   d0 = device_with_pattern(e.m, e.dev[0], n, 20);
-  d0b = ou_alloc(e.m, e.dev[0], n, UM_DEVICE);
-  d1 = ou_alloc(e.m, e.dev[1], n, UM_DEVICE);
-  pin = ou_alloc(e.m, e.dev[0], n, UM_PINNED);
-  ou_pattern(host, n, 21);
-  ou_pattern(um_buffer_host_ptr(pin), n, 22);
+  d0b = ub_alloc(e.m, e.dev[0], n, UM_DEVICE);
+  d1 = ub_alloc(e.m, e.dev[1], n, UM_DEVICE);
+  pin = ub_alloc(e.m, e.dev[0], n, UM_PINNED);
+  ub_pattern(host, n, 21);
+  ub_pattern(um_buffer_host_ptr(pin), n, 22);
   memset(ops, 0, sizeof(ops));
   ops[0] = (um_copy_op){.dst = d0b, .src = d0, .bytes = n};          /* local */
   ops[1] = (um_copy_op){.dst = d1, .src = d0, .bytes = n};           /* peer */
@@ -350,12 +350,12 @@ Test(opencl_strategies, batch_of_every_strategy) {
   ou_assert_strategies(a0, b0, 1, 0, 1, 1, 0);
   ou_assert_strategies(a1, b1, 0, 1, 0, 1, 0);
   {
-    unsigned char *want = ou_malloc(n);
-    ou_pattern(want, n, 20);
-    ou_assert_bytes(out, want, n, "device 1 got device 0's bytes");
-    ou_assert_bytes(um_buffer_host_ptr(pin), want, n, "pinned got device 0's first bytes");
-    got = ou_read_all(d0);
-    ou_assert_bytes(got, host, n, "device 0 got the host's bytes after being copied");
+    unsigned char *want = ub_malloc(n);
+    ub_pattern(want, n, 20);
+    ub_assert_bytes(out, want, n, "device 1 got device 0's bytes");
+    ub_assert_bytes(um_buffer_host_ptr(pin), want, n, "pinned got device 0's first bytes");
+    got = ub_read_all(d0);
+    ub_assert_bytes(got, host, n, "device 0 got the host's bytes after being copied");
     free(got);
     free(want);
   }

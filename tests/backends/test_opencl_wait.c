@@ -41,31 +41,31 @@ static ou_env spin_open(uint32_t spin_ns) {
  * and a wait on an asynchronous copy. Checks every byte. */
 static void blocking_calls(ou_env *e) {
   const size_t n = (1u << 20) + 4099u;
-  unsigned char *src = ou_malloc(n), *back = ou_malloc(n), *p = NULL;
-  um_buffer *a = ou_alloc(e->m, e->dev[0], n, UM_DEVICE);
-  um_buffer *b = ou_alloc(e->m, e->dev[0], n, UM_DEVICE);
+  unsigned char *src = ub_malloc(n), *back = ub_malloc(n), *p = NULL;
+  um_buffer *a = ub_alloc(e->m, e->dev[0], n, UM_DEVICE);
+  um_buffer *b = ub_alloc(e->m, e->dev[0], n, UM_DEVICE);
   um_event *ev;
-  ou_pattern(src, n, 17);
+  ub_pattern(src, n, 17);
   cr_assert_eq(um_copy_from_host(a, 0, src, 4096, NULL), UM_OK, "%s", um_last_error());
   cr_assert_eq(um_copy_to_host(a, 0, back, 4096, NULL), UM_OK, "%s", um_last_error());
-  ou_assert_bytes(back, src, 4096, "4 KiB round trip");
+  ub_assert_bytes(back, src, 4096, "4 KiB round trip");
   cr_assert_eq(um_copy_from_host(a, 0, src, n, NULL), UM_OK, "%s", um_last_error());
   cr_assert_eq(um_copy(b, 0, a, 0, n, NULL), UM_OK, "%s", um_last_error());
   cr_assert_eq(um_fill(b, 100, 0xc3, 5000, NULL), UM_OK, "%s", um_last_error());
   memset(src + 100, 0xc3, 5000);
   cr_assert_eq(um_copy_to_host(b, 0, back, n, NULL), UM_OK, "%s", um_last_error());
-  ou_assert_bytes(back, src, n, "device copy and fill");
+  ub_assert_bytes(back, src, n, "device copy and fill");
   cr_assert_eq(um_map(b, UM_MAP_READ_WRITE, 64, 8192, (void **)&p), UM_OK, "%s", um_last_error());
-  ou_assert_bytes(p, src + 64, 8192, "read-write mapping");
+  ub_assert_bytes(p, src + 64, 8192, "read-write mapping");
   for (size_t i = 0; i < 8192; i++)
     p[i] = (unsigned char)~p[i];
   cr_assert_eq(um_unmap(b, p), UM_OK, "%s", um_last_error());
   for (size_t i = 64; i < 64 + 8192; i++)
     src[i] = (unsigned char)~src[i];
-  ou_pattern(back, n, 99); /* whatever was there */
+  ub_pattern(back, n, 99); /* whatever was there */
   cr_assert_eq(um_copy_to_host(b, 0, back, n, &ev), UM_OK, "%s", um_last_error());
-  ou_wait(ev, UM_OK);
-  ou_assert_bytes(back, src, n, "after the mapping was written");
+  ub_wait(ev, UM_OK);
+  ub_assert_bytes(back, src, n, "after the mapping was written");
   cr_assert_eq(um_copy_from_host(a, 0, src, n, &ev), UM_OK);
   cr_assert_eq(um_device_synchronize(e->dev[0]), UM_OK, "%s", um_last_error());
   cr_assert_eq(um_event_query(ev), UM_OK, "synchronize returned before the copy finished");
@@ -98,15 +98,15 @@ OU_TEST_1_AND_2(opencl_wait, spin_zero_never_polls) {
 OU_TEST_1_AND_2(opencl_wait, blocking_read_polls_the_command) {
   ou_env e = spin_open(UM__WAIT_SPIN_MAX_NS);
   unsigned char src[4096], back[4096];
-  um_buffer *b = ou_alloc(e.m, e.dev[0], sizeof(src), UM_DEVICE);
-  ou_pattern(src, sizeof(src), 4);
+  um_buffer *b = ub_alloc(e.m, e.dev[0], sizeof(src), UM_DEVICE);
+  ub_pattern(src, sizeof(src), 4);
   cr_assert_eq(um_copy_from_host(b, 0, src, sizeof(src), NULL), UM_OK);
   for (int i = 0; i < 100; i++) {
     int before = atomic_load(&polls);
     memset(back, 0, sizeof(back));
     cr_assert_eq(um_copy_to_host(b, 0, back, sizeof(back), NULL), UM_OK, "%s", um_last_error());
     cr_assert_gt(atomic_load(&polls), before, "round %d did not poll", i);
-    ou_assert_bytes(back, src, sizeof(src), "round %d", i);
+    ub_assert_bytes(back, src, sizeof(src), "round %d", i);
   }
   cr_assert_eq(um_release(b), UM_OK);
   ou_close(&e);
@@ -117,7 +117,7 @@ OU_TEST_1_AND_2(opencl_wait, blocking_read_polls_the_command) {
  * settles they made. */
 static int round_trips(ou_env *e, int rounds, long pause_ns) {
   unsigned char src[4096], back[4096];
-  um_buffer *b = ou_alloc(e->m, e->dev[0], sizeof(src), UM_DEVICE);
+  um_buffer *b = ub_alloc(e->m, e->dev[0], sizeof(src), UM_DEVICE);
   atomic_store(&settles, 0);
   atomic_store(&spun_ends, 0);
   atomic_store(&last_point, -1);
@@ -125,11 +125,11 @@ static int round_trips(ou_env *e, int rounds, long pause_ns) {
     if (pause_ns > 0)
       nanosleep(&(struct timespec){0, pause_ns}, NULL);
     if (i % 2 == 0) {
-      ou_pattern(src, sizeof(src), (unsigned)i + 3);
+      ub_pattern(src, sizeof(src), (unsigned)i + 3);
       cr_assert_eq(um_copy_from_host(b, 0, src, sizeof(src), NULL), UM_OK, "%s", um_last_error());
     } else {
       cr_assert_eq(um_copy_to_host(b, 0, back, sizeof(back), NULL), UM_OK, "%s", um_last_error());
-      ou_assert_bytes(back, src, sizeof(src), "round %d", i / 2);
+      ub_assert_bytes(back, src, sizeof(src), "round %d", i / 2);
     }
   }
   cr_assert_eq(um_release(b), UM_OK);
@@ -186,21 +186,21 @@ OU_TEST_1_AND_2(opencl_wait, event_waits_with_spin) {
   enum { ROUNDS = 200 };
   ou_env e = spin_open(200000);
   unsigned char src[4096 + 3], back[sizeof(src)];
-  um_buffer *b = ou_alloc(e.m, e.dev[0], sizeof(src), UM_DEVICE);
+  um_buffer *b = ub_alloc(e.m, e.dev[0], sizeof(src), UM_DEVICE);
   for (int i = 0; i < ROUNDS; i++) {
     um_event *w, *r;
-    ou_pattern(src, sizeof(src), (unsigned)i);
+    ub_pattern(src, sizeof(src), (unsigned)i);
     cr_assert_eq(um_copy_from_host(b, 0, src, sizeof(src), &w), UM_OK);
     if (i % 2 == 0) {
       cr_assert_eq(um_copy_to_host(b, 0, back, sizeof(back), &r), UM_OK);
-      ou_wait(r, UM_OK);
+      ub_wait(r, UM_OK);
       cr_assert_eq(um_event_query(w), UM_OK, "the read finished before the write it follows");
-      ou_wait(w, UM_OK);
+      ub_wait(w, UM_OK);
     } else {
-      ou_wait(w, UM_OK);
+      ub_wait(w, UM_OK);
       cr_assert_eq(um_copy_to_host(b, 0, back, sizeof(back), NULL), UM_OK);
     }
-    ou_assert_bytes(back, src, sizeof(src), "round %d", i);
+    ub_assert_bytes(back, src, sizeof(src), "round %d", i);
   }
   cr_assert_eq(um_release(b), UM_OK);
   ou_close(&e);

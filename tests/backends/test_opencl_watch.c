@@ -32,11 +32,11 @@
 OU_TEST_1_AND_2(opencl_watch, copies_waited_in_reverse) {
   ou_env e = ou_open(NULL, 1);
   size_t n = (size_t)COUNT * SMALL;
-  unsigned char *src = ou_malloc(n), *back;
-  um_event **ev = ou_malloc(COUNT * sizeof(*ev));
-  um_buffer *b = ou_alloc(e.m, e.dev[0], n, UM_DEVICE);
+  unsigned char *src = ub_malloc(n), *back;
+  um_event **ev = ub_malloc(COUNT * sizeof(*ev));
+  um_buffer *b = ub_alloc(e.m, e.dev[0], n, UM_DEVICE);
   um_stats before = ut_stats(e.m, e.dev[0]), after;
-  ou_pattern(src, n, 5);
+  ub_pattern(src, n, 5);
   for (int i = 0; i < COUNT; i++)
     cr_assert_eq(um_copy_from_host(b, (size_t)i * SMALL, src + (size_t)i * SMALL, SMALL, &ev[i]), UM_OK, "copy %d: %s",
                  i, um_last_error());
@@ -44,11 +44,11 @@ OU_TEST_1_AND_2(opencl_watch, copies_waited_in_reverse) {
   for (int i = 0; i < COUNT; i++)
     cr_assert_eq(um_event_query(ev[i]), UM_OK, "copy %d is reported done once the last one is", i);
   for (int i = COUNT - 1; i >= 0; i--)
-    ou_wait(ev[i], UM_OK);
+    ub_wait(ev[i], UM_OK);
   after = ut_stats(e.m, e.dev[0]);
   cr_assert_eq(after.bytes_h2d - before.bytes_h2d, (uint64_t)n);
-  back = ou_read_all(b);
-  ou_assert_bytes(back, src, n, "2000 watched copies");
+  back = ub_read_all(b);
+  ub_assert_bytes(back, src, n, "2000 watched copies");
   um_release(b);
   free(back), free(ev), free(src);
   ou_close(&e);
@@ -59,9 +59,9 @@ OU_TEST_1_AND_2(opencl_watch, copies_waited_in_reverse) {
 OU_TEST_1_AND_2(opencl_watch, events_released_before_their_copies_ran) {
   ou_env e = ou_open(NULL, 1);
   size_t n = (size_t)COUNT * SMALL;
-  unsigned char *src = ou_malloc(n), *back;
-  um_buffer *b = ou_alloc(e.m, e.dev[0], n, UM_DEVICE);
-  ou_pattern(src, n, 9);
+  unsigned char *src = ub_malloc(n), *back;
+  um_buffer *b = ub_alloc(e.m, e.dev[0], n, UM_DEVICE);
+  ub_pattern(src, n, 9);
   for (int i = 0; i < COUNT; i++) {
     um_event *ev = NULL;
     cr_assert_eq(um_copy_from_host(b, (size_t)i * SMALL, src + (size_t)i * SMALL, SMALL, &ev), UM_OK, "copy %d: %s",
@@ -69,8 +69,8 @@ OU_TEST_1_AND_2(opencl_watch, events_released_before_their_copies_ran) {
     cr_assert_eq(um_event_release(ev), UM_OK);
   }
   cr_assert_eq(um_device_synchronize(e.dev[0]), UM_OK, "%s", um_last_error());
-  back = ou_read_all(b);
-  ou_assert_bytes(back, src, n, "copies whose events were released at once");
+  back = ub_read_all(b);
+  ub_assert_bytes(back, src, n, "copies whose events were released at once");
   /* The buffer is idle: its release pools the block at once. */
   cr_assert_eq(um_release(b), UM_OK);
   free(back), free(src);
@@ -97,7 +97,7 @@ static void *issuer(void *p) {
   a->ok = 0;
   if (src == NULL || back == NULL || um_alloc(a->m, a->d, n, UM_DEVICE, 0, &b) != UM_OK)
     goto out;
-  ou_pattern(src, n, a->seed);
+  ub_pattern(src, n, a->seed);
   for (int i = 0; i < K; i++)
     if (um_copy_from_host(b, (size_t)i * SMALL, src + (size_t)i * SMALL, SMALL, &w[i]) != UM_OK)
       goto out;
@@ -153,12 +153,12 @@ OU_TEST_1_AND_2(opencl_watch, batches_between_single_copies) {
   enum { ROUNDS = 20, PER = 50 };
   ou_env e = ou_open(NULL, 1);
   size_t n = (size_t)ROUNDS * (PER + 1) * SMALL;
-  unsigned char *src = ou_malloc(n), *back;
-  um_buffer *b = ou_alloc(e.m, e.dev[0], n, UM_DEVICE);
+  unsigned char *src = ub_malloc(n), *back;
+  um_buffer *b = ub_alloc(e.m, e.dev[0], n, UM_DEVICE);
   um_copy_op ops[PER];
   um_event *single[ROUNDS], *batch[ROUNDS];
   size_t off = 0;
-  ou_pattern(src, n, 13);
+  ub_pattern(src, n, 13);
   for (int r = 0; r < ROUNDS; r++) {
     for (int i = 0; i < PER; i++, off += SMALL)
       ops[i] = (um_copy_op){.dst = b, .dst_off = off, .host_src = src + off, .bytes = SMALL};
@@ -167,11 +167,11 @@ OU_TEST_1_AND_2(opencl_watch, batches_between_single_copies) {
     off += SMALL;
   }
   for (int r = ROUNDS - 1; r >= 0; r--) {
-    ou_wait(single[r], UM_OK);
-    ou_wait(batch[r], UM_OK);
+    ub_wait(single[r], UM_OK);
+    ub_wait(batch[r], UM_OK);
   }
-  back = ou_read_all(b);
-  ou_assert_bytes(back, src, n, "batches and single copies");
+  back = ub_read_all(b);
+  ub_assert_bytes(back, src, n, "batches and single copies");
   um_release(b);
   free(back), free(src);
   ou_close(&e);
@@ -184,26 +184,26 @@ OU_TEST_1_AND_2(opencl_watch, large_copies_between_small_ones) {
   enum { ROUNDS = 24, BIG = 256 * 1024 };
   ou_env e = ou_open(NULL, 1);
   size_t n = (size_t)ROUNDS * (BIG + SMALL);
-  unsigned char *src = ou_malloc(n), *back;
-  um_buffer *b = ou_alloc(e.m, e.dev[0], n, UM_DEVICE);
+  unsigned char *src = ub_malloc(n), *back;
+  um_buffer *b = ub_alloc(e.m, e.dev[0], n, UM_DEVICE);
   um_event *big[ROUNDS], *small[ROUNDS];
   size_t off = 0;
-  ou_pattern(src, n, 21);
+  ub_pattern(src, n, 21);
   for (int r = 0; r < ROUNDS; r++) {
     cr_assert_eq(um_copy_from_host(b, off, src + off, BIG, &big[r]), UM_OK, "%s", um_last_error());
     off += BIG;
     cr_assert_eq(um_copy_from_host(b, off, src + off, SMALL, &small[r]), UM_OK, "%s", um_last_error());
     off += SMALL;
     if (r > 0) {
-      ou_wait(big[r - 1], UM_OK);
-      ou_wait(small[r - 1], UM_OK);
+      ub_wait(big[r - 1], UM_OK);
+      ub_wait(small[r - 1], UM_OK);
     }
   }
-  ou_wait(small[ROUNDS - 1], UM_OK);
+  ub_wait(small[ROUNDS - 1], UM_OK);
   cr_assert_eq(um_event_query(big[ROUNDS - 1]), UM_OK, "the large copy before the last small one is done");
-  ou_wait(big[ROUNDS - 1], UM_OK);
-  back = ou_read_all(b);
-  ou_assert_bytes(back, src, n, "large and small copies");
+  ub_wait(big[ROUNDS - 1], UM_OK);
+  back = ub_read_all(b);
+  ub_assert_bytes(back, src, n, "large and small copies");
   um_release(b);
   free(back), free(src);
   ou_close(&e);
@@ -239,7 +239,7 @@ static void *seen_writer(void *p) {
     a->bad = -1;
     goto out;
   }
-  ou_pattern(src, n, a->seed);
+  ub_pattern(src, n, a->seed);
   for (int i = 0; i < SEEN_PER; i++)
     if (um_copy_from_host(a->b, a->base + (size_t)i * SEEN_BYTES, src + (size_t)i * SEEN_BYTES, SEEN_BYTES, &ev[i]) != UM_OK)
       a->bad++;
@@ -270,7 +270,7 @@ OU_TEST_1_AND_2(opencl_watch, done_events_bytes_seen_from_another_queue) {
                  "(opencl.c: submit_lock)");
   ou_env e = ou_open(NULL, 1);
   size_t quarter = (size_t)SEEN_PER * SEEN_BYTES;
-  um_buffer *b = ou_alloc(e.m, e.dev[0], 4 * quarter, UM_DEVICE);
+  um_buffer *b = ub_alloc(e.m, e.dev[0], 4 * quarter, UM_DEVICE);
   um_device_native nat;
   um_buffer_native bn;
   pthread_t t[4];
@@ -401,11 +401,11 @@ static void copy_kept(um_buffer *b, size_t off, const unsigned char *src, cl_eve
 OU_TEST_1_AND_2(opencl_watch, released_event_goes_with_the_next_walk) {
   ou_env e = ou_open(NULL, 1);
   unsigned char src[SMALL];
-  um_buffer *b = ou_alloc(e.m, e.dev[0], 2 * SMALL, UM_DEVICE);
+  um_buffer *b = ub_alloc(e.m, e.dev[0], 2 * SMALL, UM_DEVICE);
   cl_event first, second;
   um_event *ev;
   released_watch();
-  ou_pattern(src, SMALL, 21);
+  ub_pattern(src, SMALL, 21);
   ev = copy_seen(b, 0, src, &first);
   wait_all_through(ev, e.dev[0]);
   cr_assert_eq(released_times(first), 0, "released while the caller still holds the event");
@@ -433,13 +433,13 @@ OU_TEST_1_AND_2(opencl_watch, released_event_goes_with_the_next_walk) {
 OU_TEST_1_AND_2(opencl_watch, released_events_kept_at_most_1024) {
   enum { N = 2100 };
   ou_env e = ou_open(NULL, 1);
-  unsigned char *src = ou_malloc((size_t)N * SMALL);
-  um_buffer *b = ou_alloc(e.m, e.dev[0], (size_t)N * SMALL, UM_DEVICE);
-  um_event **ev = ou_malloc(N * sizeof(*ev));
-  cl_event *cl = ou_malloc(N * sizeof(*cl));
+  unsigned char *src = ub_malloc((size_t)N * SMALL);
+  um_buffer *b = ub_alloc(e.m, e.dev[0], (size_t)N * SMALL, UM_DEVICE);
+  um_event **ev = ub_malloc(N * sizeof(*ev));
+  cl_event *cl = ub_malloc(N * sizeof(*cl));
   int kept = 0, stay = N % (KEPT_MAX + 1), on_test;
   released_watch();
-  ou_pattern(src, (size_t)N * SMALL, 22);
+  ub_pattern(src, (size_t)N * SMALL, 22);
   for (int i = 0; i < N; i++)
     ev[i] = copy_seen(b, (size_t)i * SMALL, src + (size_t)i * SMALL, &cl[i]);
   for (int i = 0; i < N; i++)
@@ -482,7 +482,7 @@ OU_TEST_1_AND_2(opencl_watch, close_waits_for_a_walk_releasing) {
                  "the bracket's join completes its user event inside that call)");
   ou_env e = ou_open(NULL, 1);
   unsigned char src[SMALL];
-  um_buffer *b = ou_alloc(e.m, e.dev[0], 2 * SMALL, UM_DEVICE);
+  um_buffer *b = ub_alloc(e.m, e.dev[0], 2 * SMALL, UM_DEVICE);
   um_device_native nat;
   cl_event first, second, hold;
   cl_int err;
@@ -490,7 +490,7 @@ OU_TEST_1_AND_2(opencl_watch, close_waits_for_a_walk_releasing) {
   int entered, done;
   um_event *ev;
   released_watch();
-  ou_pattern(src, SMALL, 24);
+  ub_pattern(src, SMALL, 24);
   copy_kept(b, 0, src, &first, e.dev[0]);
   pthread_mutex_lock(&released.lock);
   released.slow = first;
@@ -503,7 +503,7 @@ OU_TEST_1_AND_2(opencl_watch, close_waits_for_a_walk_releasing) {
   ev = copy_seen(b, SMALL, src, &second);
   cr_assert_eq(um_event_query(ev), UM_EAGAIN, "the copy waits for the test's user event");
   cr_assert_eq(clSetUserEventStatus(hold, CL_COMPLETE), CL_SUCCESS);
-  ou_wait(ev, UM_OK);
+  ub_wait(ev, UM_OK);
   um_release(b);
   ou_close(&e);
   pthread_mutex_lock(&released.lock);
@@ -525,10 +525,10 @@ OU_TEST_1_AND_2(opencl_watch, close_waits_for_a_walk_releasing) {
 OU_TEST_1_AND_2(opencl_watch, memory_freed_releases_kept_events) {
   ou_env e = ou_open(NULL, 1);
   unsigned char src[SMALL];
-  um_buffer *b = ou_alloc(e.m, e.dev[0], SMALL, UM_DEVICE);
+  um_buffer *b = ub_alloc(e.m, e.dev[0], SMALL, UM_DEVICE);
   cl_event cl;
   released_watch();
-  ou_pattern(src, SMALL, 23);
+  ub_pattern(src, SMALL, 23);
   copy_kept(b, 0, src, &cl, e.dev[0]);
   cr_assert_eq(released_times(cl), 0, "kept until a walk");
   um_release(b);

@@ -239,7 +239,7 @@ static int peers_writer(int idx, void *arg) {
 /* T's stderr, copied to this process's; whether it shows UCX's own abort
  * of a software-RMA handler after the writer died, which UCX 1.13 cannot
  * avoid over tcp (docs/guide.md, "A peer that dies mid-transfer";
- * tests/ucx/ucx_put_peer_killed.c shows it with UCX alone). */
+ * tests/net/ucx_put_peer_killed.c shows it with UCX alone). */
 static bool target_log_shows_ucx_abort(int fd) {
   static char text[1 << 16];
   ssize_t n = pread(fd, text, sizeof(text) - 1, 0);

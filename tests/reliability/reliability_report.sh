@@ -85,11 +85,11 @@ The pieces, and how CI runs them (scripts/test.sh):
 
 | what | where | CI |
 | --- | --- | --- |
-| fault-injecting backend (test only) | \`tests/common/fault_backend.c\`, \`.h\` | built into the tests listed in UM_FAULT_BACKEND_TESTS (\`tests/extra.cmake\`) |
-| ordering when a single-queue device refuses an operation (\`fault-queue\` flavour) | \`tests/unit/test_fault_queue.c\` | every build, ASan+UBSan, TSan |
+| fault-injecting backend (test only) | \`tests/support/fault_backend.c\`, \`.h\` | built once as the static library unimem_test_support (\`tests/CMakeLists.txt\`), which every test links |
+| ordering when a single-queue device refuses an operation (\`fault-queue\` flavour) | \`tests/internals/test_fault_queue.c\` | every build, ASan+UBSan, TSan |
 | PoCL's basic device: commands run inside the submitting call | \`tests/backends/test_opencl_inline.c\` | \`test_opencl_inline_basic\`, every build |
 | fault sweep, device loss, exhaustion | \`tests/reliability/test_faults.c\` | every build, ASan+UBSan, TSan |
-| misuse and the debug quarantine | \`tests/unit/test_misuse.c\`, \`src/mem/quarantine.c\` | every build, ASan+UBSan, TSan |
+| misuse and the debug quarantine | \`tests/misuse/test_misuse.c\`, \`src/mem/quarantine.c\` | every build, ASan+UBSan, TSan |
 | threaded stress | \`tests/reliability/test_stress.c\` (and \`stress_standalone\`) | every build, ASan+UBSan, TSan |
 | API fuzzer with a shadow model | \`tests/reliability/fuzz/fuzz_api.c\` | corpus replay in every build (\`fuzz_corpus\`); \`tests/reliability/fuzz/run.sh 60\` |
 | model-based random programs, byte-exact model, stats invariants | \`tests/reliability/test_model.c\`, \`tests/reliability/model/\` | every build, ASan+UBSan, TSan: \`test_model_cpu\`, \`test_model_pocl_{1dev,2dev,basic}\`; soak: \`UNIMEM_MODEL_SEED=S UNIMEM_MODEL_OPS=N\` |
@@ -197,7 +197,7 @@ two bytes choose the manager's configuration (debug quarantine, pooling,
 scrub, pinned staging, workers, one or two fault devices, 128 KiB or 1 MiB
 of device memory, and the flavour of the asynchronous fault devices).
 
-The flavours (tests/common/fault_backend.h) give the core each contract
+The flavours (tests/support/fault_backend.h) give the core each contract
 a real driver gives it: "fault", whose queue thread runs transfers and
 whose completions the core hands to its workers (as a backend whose
 callbacks may not re-enter); "fault-queue", one in-order queue per device
@@ -274,7 +274,7 @@ runs (2 ms). Every read is compared with the buffer's shadow; at the end
 nothing is in use, \`allocations\` equals \`releases\`, each fault device's
 reserved bytes equal what the backend holds, and destroy finds no leak.
 Result: $(verdict stress). The TSan build runs it (and the fault and misuse
-tests) through \`tests/common/test_util.h\`'s stand-in for Criterion, which cannot
+tests) through \`tests/support/test_util.h\`'s stand-in for Criterion, which cannot
 start under TSan; \`stress_standalone\` is the same test as a plain
 program, for valgrind and for longer runs (\`STRESS_SCALE=n\`).
 EOF

@@ -1,6 +1,6 @@
 /* Fuzz target: the input is a program of API calls, good and bad ones,
  * run against a manager with the cpu, one or two "fault" devices and a
- * "fault-map" device (tests/common/fault_backend.c). A shadow model knows what
+ * "fault-map" device (tests/support/fault_backend.c). A shadow model knows what
  * every live buffer must hold, byte by byte, and which code every call
  * must answer; any difference aborts.
  *

@@ -65,7 +65,7 @@ static void expect_stale(um_manager *mm, um_buffer *dead, um_buffer *live, um_de
 
 OU_TEST_1_AND_2(opencl_misuse, released_buffers_every_location) {
   ou_env e = ou_open(NULL, 1);
-  um_buffer *live = ou_alloc(e.m, um_device_get(e.m, 0), 64, UM_HOST);
+  um_buffer *live = ub_alloc(e.m, um_device_get(e.m, 0), 64, UM_HOST);
   for (int d = 0; d < e.ndev; d++) {
     um_device_info info;
     cr_assert_eq(um_device_info_get(e.dev[d], &info), UM_OK);
@@ -73,7 +73,7 @@ OU_TEST_1_AND_2(opencl_misuse, released_buffers_every_location) {
       um_buffer *dead;
       if (!(info.locations & (1u << loc)))
         continue;
-      dead = ou_alloc(e.m, e.dev[d], 4096, (um_location)loc);
+      dead = ub_alloc(e.m, e.dev[d], 4096, (um_location)loc);
       cr_assert_eq(um_fill(dead, 0, 0x3c, 4096, NULL), UM_OK);
       cr_assert_eq(um_release(dead), UM_OK);
       expect_stale(e.m, dead, live, e.dev[d]);
@@ -88,10 +88,10 @@ OU_TEST_1_AND_2(opencl_misuse, released_buffers_every_location) {
 OU_TEST_1_AND_2(opencl_misuse, released_with_native_write_queued) {
   const size_t n = 32u << 20;
   ou_env e = ou_open(NULL, 1);
-  um_buffer *live = ou_alloc(e.m, um_device_get(e.m, 0), 64, UM_HOST), *dead = ou_alloc(e.m, e.dev[0], n, UM_DEVICE);
-  unsigned char *src = ou_malloc(n);
+  um_buffer *live = ub_alloc(e.m, um_device_get(e.m, 0), 64, UM_HOST), *dead = ub_alloc(e.m, e.dev[0], n, UM_DEVICE);
+  unsigned char *src = ub_malloc(n);
   um_event *ev = NULL;
-  ou_pattern(src, n, 5);
+  ub_pattern(src, n, 5);
   cr_assert_eq(um_copy_from_host(dead, 0, src, n, &ev), UM_OK);
   cr_assert_eq(um_release(dead), UM_OK);
   expect_stale(e.m, dead, live, e.dev[0]);
@@ -107,10 +107,10 @@ OU_TEST_1_AND_2(opencl_misuse, released_with_native_write_queued) {
 OU_TEST_1_AND_2(opencl_misuse, released_native_events) {
   const size_t n = 32u << 20;
   ou_env e = ou_open(NULL, 1);
-  um_buffer *b = ou_alloc(e.m, e.dev[0], n, UM_DEVICE);
-  unsigned char *src = ou_malloc(n), *back;
+  um_buffer *b = ub_alloc(e.m, e.dev[0], n, UM_DEVICE);
+  unsigned char *src = ub_malloc(n), *back;
   um_event *done = NULL, *queued = NULL;
-  ou_pattern(src, n, 6);
+  ub_pattern(src, n, 6);
   cr_assert_eq(um_fill(b, 0, 0, 4096, &done), UM_OK);
   cr_assert_eq(um_event_wait(done), UM_OK);
   cr_assert_eq(um_event_release(done), UM_OK);
@@ -123,8 +123,8 @@ OU_TEST_1_AND_2(opencl_misuse, released_native_events) {
     MU_FAILS(e.m, UM_ESTATE, um_event_cancel(stale));
     MU_FAILS(e.m, UM_ESTATE, um_event_release(stale));
   }
-  back = ou_read_all(b);
-  ou_assert_bytes(back, src, n, "the write of a released event did not land");
+  back = ub_read_all(b);
+  ub_assert_bytes(back, src, n, "the write of a released event did not land");
   MU_FAILS(e.m, UM_ESTATE, um_event_wait(queued));
   cr_assert_eq(um_release(b), UM_OK);
   free(src);
@@ -142,7 +142,7 @@ Test(opencl_misuse, device_handle_reused_smaller) {
   unsigned char host[8192];
   ou_want_devices(1);
   e = ou_open(NULL, 1);
-  a = ou_alloc(e.m, e.dev[0], 8192, UM_DEVICE);
+  a = ub_alloc(e.m, e.dev[0], 8192, UM_DEVICE);
   cr_assert_eq(um_release(a), UM_OK);
   cr_assert_eq(um_alloc(e.m, e.dev[0], 8000, UM_DEVICE, UM_ALLOC_ZERO, &b), UM_OK);
   cr_assert_eq(b, a);
@@ -161,7 +161,7 @@ Test(opencl_misuse, device_handle_reused_smaller) {
 
 OU_TEST_1_AND_2(opencl_misuse, buffers_and_devices_of_another_manager) {
   ou_env a = ou_open(NULL, 1), b = ou_open(NULL, 1);
-  um_buffer *ba = ou_alloc(a.m, a.dev[0], 4096, UM_DEVICE), *bb = ou_alloc(b.m, b.dev[b.ndev - 1], 4096, UM_DEVICE);
+  um_buffer *ba = ub_alloc(a.m, a.dev[0], 4096, UM_DEVICE), *bb = ub_alloc(b.m, b.dev[b.ndev - 1], 4096, UM_DEVICE);
   um_buffer *out = MU_SENTINEL;
   unsigned char host[4096];
   um_copy_op ops[2];
@@ -204,7 +204,7 @@ OU_TEST_1_AND_2(opencl_misuse, event_outlives_another_manager) {
   um_options o;
   ou_env a, b;
   um_buffer *ba, *bb, *hb;
-  unsigned char *src = ou_malloc(n), *back;
+  unsigned char *src = ub_malloc(n), *back;
   um_event *ea = NULL, *eb = NULL;
   ut_snapshot held;
   ou_options(&o);
@@ -212,10 +212,10 @@ OU_TEST_1_AND_2(opencl_misuse, event_outlives_another_manager) {
   o.staging_chunk_bytes = 16 * 1024;
   a = ou_open(&o, 1);
   b = ou_open(NULL, 1);
-  ba = ou_alloc(a.m, a.dev[0], n, UM_DEVICE);
-  bb = ou_alloc(b.m, b.dev[0], n, UM_DEVICE);
-  hb = ou_alloc(b.m, um_device_get(b.m, 0), n, UM_HOST);
-  ou_pattern(src, n, 7);
+  ba = ub_alloc(a.m, a.dev[0], n, UM_DEVICE);
+  bb = ub_alloc(b.m, b.dev[0], n, UM_DEVICE);
+  hb = ub_alloc(b.m, um_device_get(b.m, 0), n, UM_HOST);
+  ub_pattern(src, n, 7);
   ou_gate_install(a.m, 0);
   cr_assert_eq(um_copy_from_host(ba, 0, src, n, &ea), UM_OK);
   ou_gate_wait_entered(1);
@@ -231,8 +231,8 @@ OU_TEST_1_AND_2(opencl_misuse, event_outlives_another_manager) {
   ou_gate_open();
   cr_assert_eq(um_event_wait(ea), UM_OK);
   cr_assert_eq(um_event_release(ea), UM_OK);
-  back = ou_read_all(ba);
-  ou_assert_bytes(back, src, n, "A's copy");
+  back = ub_read_all(ba);
+  ub_assert_bytes(back, src, n, "A's copy");
   cr_assert_eq(um_release(ba), UM_OK);
   free(src);
   free(back);
@@ -247,10 +247,10 @@ OU_TEST_1_AND_2(opencl_misuse, event_outlives_another_manager) {
 OU_TEST_1_AND_2(opencl_misuse, destroy_with_native_operations_in_flight) {
   const size_t n = 16u << 20;
   ou_env e = ou_open(NULL, 1);
-  um_buffer *x = ou_alloc(e.m, e.dev[0], n, UM_DEVICE), *y = ou_alloc(e.m, e.dev[e.ndev - 1], n, UM_DEVICE);
-  unsigned char *src = ou_malloc(n), *out = ou_malloc(n);
+  um_buffer *x = ub_alloc(e.m, e.dev[0], n, UM_DEVICE), *y = ub_alloc(e.m, e.dev[e.ndev - 1], n, UM_DEVICE);
+  unsigned char *src = ub_malloc(n), *out = ub_malloc(n);
   um_event *ev[3];
-  ou_pattern(src, n, 8);
+  ub_pattern(src, n, 8);
   memset(out, 0, n);
   cr_assert_eq(um_copy_from_host(x, 0, src, n, &ev[0]), UM_OK);
   cr_assert_eq(um_copy(y, 0, x, 0, n, &ev[1]), UM_OK);
@@ -260,7 +260,7 @@ OU_TEST_1_AND_2(opencl_misuse, destroy_with_native_operations_in_flight) {
   cr_assert_eq(um_release(x), UM_OK);
   cr_assert_eq(um_release(y), UM_OK);
   ou_close(&e);
-  ou_assert_bytes(out, src, n, "destroy returned before the last read finished");
+  ub_assert_bytes(out, src, n, "destroy returned before the last read finished");
   free(src);
   free(out);
 }
@@ -270,11 +270,11 @@ OU_TEST_1_AND_2(opencl_misuse, destroy_with_native_operations_in_flight) {
 OU_TEST_1_AND_2(opencl_misuse, destroy_with_leaked_and_mapped_buffers) {
   const size_t n = 8u << 20;
   ou_env e = ou_open(NULL, 1);
-  unsigned char *src = ou_malloc(n);
-  um_buffer *w = ou_alloc(e.m, e.dev[0], n, UM_DEVICE), *mp = ou_alloc(e.m, e.dev[e.ndev - 1], 4096, UM_DEVICE);
+  unsigned char *src = ub_malloc(n);
+  um_buffer *w = ub_alloc(e.m, e.dev[0], n, UM_DEVICE), *mp = ub_alloc(e.m, e.dev[e.ndev - 1], 4096, UM_DEVICE);
   um_event *ev = NULL;
   void *p = NULL;
-  ou_pattern(src, n, 9);
+  ub_pattern(src, n, 9);
   cr_assert_eq(um_map(mp, UM_MAP_READ_WRITE, 0, 4096, &p), UM_OK);
   memset(p, 1, 4096);
   cr_assert_eq(um_copy_from_host(w, 0, src, n, &ev), UM_OK);
@@ -294,10 +294,10 @@ OU_TEST_1_AND_2(opencl_misuse, destroy_with_leaked_and_mapped_buffers) {
 Test(opencl_misuse, destroy_right_after_a_native_completion) {
   unsigned char src[4096];
   ou_want_devices(1);
-  ou_pattern(src, sizeof(src), 10);
+  ub_pattern(src, sizeof(src), 10);
   for (int i = 0; i < 200; i++) {
     ou_env e = ou_open(NULL, 1);
-    um_buffer *b = ou_alloc(e.m, e.dev[0], sizeof(src), UM_DEVICE);
+    um_buffer *b = ub_alloc(e.m, e.dev[0], sizeof(src), UM_DEVICE);
     um_event *ev = NULL;
     cr_assert_eq(um_copy_from_host(b, 0, src, sizeof(src), &ev), UM_OK);
     cr_assert_eq(um_event_wait(ev), UM_OK);
@@ -313,12 +313,12 @@ Test(opencl_misuse, destroy_right_after_a_native_completion) {
 static void wrap_release_waits(int into_wrap) {
   const size_t n = 64u << 20;
   ou_env e = ou_open(NULL, 1);
-  unsigned char *mem = ou_malloc(n), *pattern = ou_malloc(n), *back;
-  um_buffer *d = ou_alloc(e.m, e.dev[0], n, UM_DEVICE), *w = NULL;
+  unsigned char *mem = ub_malloc(n), *pattern = ub_malloc(n), *back;
+  um_buffer *d = ub_alloc(e.m, e.dev[0], n, UM_DEVICE), *w = NULL;
   um_event *ev = NULL;
   int st, q;
   bool idle, complete = true;
-  ou_pattern(pattern, n, 11);
+  ub_pattern(pattern, n, 11);
   if (into_wrap) {
     memset(mem, 0, n);
     cr_assert_eq(um_copy_from_host(d, 0, pattern, n, NULL), UM_OK);
@@ -346,8 +346,8 @@ static void wrap_release_waits(int into_wrap) {
   cr_assert_eq(um_event_wait(ev), UM_OK);
   cr_assert_eq(um_event_release(ev), UM_OK);
   if (!into_wrap) {
-    back = ou_read_all(d);
-    ou_assert_bytes(back, pattern, n, "the copy read memory the owner had taken back");
+    back = ub_read_all(d);
+    ub_assert_bytes(back, pattern, n, "the copy read memory the owner had taken back");
     free(back);
   }
   cr_assert_eq(um_release(d), UM_OK);
@@ -370,7 +370,7 @@ static int child_round_trips(void) {
   ou_options(&o);
   if (um_manager_create(&o, &mc) != UM_OK)
     return 10;
-  ou_pattern(src, sizeof(src), 12);
+  ub_pattern(src, sizeof(src), 12);
   for (int i = 0; i < um_device_count(mc); i++) {
     um_buffer *b = NULL;
     um_device_info info;
@@ -393,12 +393,12 @@ OU_TEST_1_AND_2(opencl_misuse, fork_child_uses_a_new_manager) {
   MU_SKIP_FORK_UNDER_TSAN();
   e = ou_open(NULL, 1);
   const size_t n = 8u << 20;
-  um_buffer *b = ou_alloc(e.m, e.dev[0], n, UM_DEVICE);
-  unsigned char *src = ou_malloc(n), *back;
+  um_buffer *b = ub_alloc(e.m, e.dev[0], n, UM_DEVICE);
+  unsigned char *src = ub_malloc(n), *back;
   um_event *ev = NULL;
   int status = 0;
   pid_t pid;
-  ou_pattern(src, n, 13);
+  ub_pattern(src, n, 13);
   ut_wait_threads_asleep(); /* under ASan: every thread past its start-up, before the copy */
   cr_assert_eq(um_copy_from_host(b, 0, src, n, &ev), UM_OK); /* in flight across the fork */
   pid = fork();
@@ -413,8 +413,8 @@ OU_TEST_1_AND_2(opencl_misuse, fork_child_uses_a_new_manager) {
   cr_assert_eq(WEXITSTATUS(status), 0, "the child failed at step %d", WEXITSTATUS(status));
   cr_assert_eq(um_event_wait(ev), UM_OK);
   cr_assert_eq(um_event_release(ev), UM_OK);
-  back = ou_read_all(b);
-  ou_assert_bytes(back, src, n, "the parent's copy");
+  back = ub_read_all(b);
+  ub_assert_bytes(back, src, n, "the parent's copy");
   cr_assert_eq(um_release(b), UM_OK);
   free(src);
   free(back);

@@ -24,7 +24,9 @@
 #include <pthread.h>
 #include <time.h>
 
+#include "bytes.h"
 #include "test_util.h"
+#include "testing.h"
 #include "testhook.h"
 
 #define OU_MAX_DEVICES 8
@@ -136,67 +138,6 @@ static UT_UNUSED ou_env ou_open(const um_options *opts, int min_devices) {
 static UT_UNUSED void ou_close(ou_env *e) {
   cr_assert_eq(um_manager_destroy(e->m), UM_OK, "um_manager_destroy: %s", um_last_error());
   e->m = NULL;
-}
-
-/* ------------------------------------------------------------------------ */
-/* Bytes */
-
-static UT_UNUSED unsigned char ou_byte(size_t i, unsigned seed) {
-  return (unsigned char)((i * 131u + (i >> 9) * 7u + seed * 29u + 1u) & 0xffu);
-}
-
-static UT_UNUSED void ou_pattern(void *p, size_t n, unsigned seed) {
-  unsigned char *b = p;
-  for (size_t i = 0; i < n; i++)
-    b[i] = ou_byte(i, seed);
-}
-
-/* Index of the first byte where a and b differ, or n. */
-static UT_UNUSED size_t ou_mismatch(const void *a, const void *b, size_t n) {
-  const unsigned char *x = a, *y = b;
-  if (memcmp(x, y, n) == 0)
-    return n;
-  for (size_t i = 0; i < n; i++)
-    if (x[i] != y[i])
-      return i;
-  return n;
-}
-
-#define ou_assert_bytes(got, want, n, ...)                                     \
-  do {                                                                         \
-    size_t n_ = (n), at_ = ou_mismatch((got), (want), n_);                     \
-    if (at_ != n_) {                                                           \
-      cr_log_error("first difference at byte %zu of %zu: got 0x%02x, want 0x%02x", at_, n_, \
-                   ((const unsigned char *)(got))[at_], ((const unsigned char *)(want))[at_]); \
-      cr_assert_fail(__VA_ARGS__);                                             \
-    }                                                                          \
-  } while (0)
-
-static UT_UNUSED void *ou_malloc(size_t n) {
-  void *p = malloc(n ? n : 1);
-  cr_assert_not_null(p);
-  return p;
-}
-
-/* The whole buffer, read back with a blocking copy. */
-static UT_UNUSED unsigned char *ou_read_all(um_buffer *b) {
-  size_t n = um_buffer_size(b);
-  unsigned char *p = ou_malloc(n);
-  cr_assert_eq(um_copy_to_host(b, 0, p, n, NULL), UM_OK, "read back: %s", um_last_error());
-  return p;
-}
-
-static UT_UNUSED um_buffer *ou_alloc(um_manager *m, um_device *d, size_t n, um_location loc) {
-  um_buffer *b = NULL;
-  cr_assert_eq(um_alloc(m, d, n, loc, 0, &b), UM_OK, "um_alloc(%zu, loc %d): %s", n, (int)loc,
-               um_last_error());
-  return b;
-}
-
-static UT_UNUSED void ou_wait(um_event *e, int want) {
-  int st = um_event_wait(e);
-  cr_assert_eq(st, want, "event: %s, expected %s (%s)", um_err_name(st), um_err_name(want), um_last_error());
-  um_event_release(e);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -7,16 +7,30 @@
  *   HOST|DEVICE --map(read): no transfer
  *   any --copy into / fill--> DEVICE
  *   WRITE_DISCARD of the whole buffer: no fetch
+ *
+ * The suites map and shadow run on the cpu profile alone (their devices are
+ * their own); map_device runs on every profile's device (profile.h): on a
+ * device with no host view (OpenCL, CUDA) the backend maps a DEVICE buffer
+ * (HOST|DEVICE while mapped for reading, HOST while mapped for a writing
+ * mode, DEVICE after unmap); PINNED and UNIFIED buffers, and DEVICE buffers
+ * of a device with a host view, are mapped as a pointer into that view and
+ * the state stays HOST|DEVICE. backends/test_opencl_map.c checks how the
+ * OpenCL backend does it (its own map, no shadow, no transfer).
  */
 #include <stdlib.h>
 #include <string.h>
 
-#include "test_util.h"
+#include "bytes.h"
+#include "profile.h"
 
 #define BOTH (UM_VALID_HOST | UM_VALID_DEVICE)
 
 /* ------------------------------------------------------------------------ */
 /* cpu: one memory, the mapping is a pointer */
+
+static void cpu_profile_only(void) { ut_profile_only("cpu"); }
+
+TestSuite(map, .init = cpu_profile_only);
 
 Test(map, cpu_host_view) {
   um_manager *m = ut_manager();
@@ -102,7 +116,7 @@ Test(map, cpu_map_waits_for_pending) {
   um_event *e1, *e2;
   void *p;
   cr_assert_not_null(src);
-  ut_pattern(src, n, 21);
+  ub_pattern(src, n, 21);
   cr_assert_eq(um_alloc(m, cpu, n, UM_HOST, 0, &b), UM_OK);
   cr_assert_eq(um_copy_from_host(b, 0, src, n, &e1), UM_OK);
   cr_assert_eq(um_fill(b, n - 4096, 0x33, 4096, &e2), UM_OK);
@@ -127,6 +141,7 @@ static um_device *cpu, *disc, *disc2;
 
 static void disc_setup(void) {
   um_device_info info;
+  ut_profile_only("cpu");
   m = ut_manager_disc();
   cpu = um_device_get(m, 0);
   disc = um_device_get(m, 1);
@@ -154,7 +169,7 @@ Test(shadow, state_machine) {
   unsigned char *p;
   uint64_t r0, w0;
 
-  ut_pattern(src, n, 31);
+  ub_pattern(src, n, 31);
   cr_assert_eq(um_alloc(m, disc, n, UM_DEVICE, 0, &b), UM_OK);
   cr_assert_null(um_buffer_host_ptr(b), "a discrete buffer has no host view");
   cr_assert_eq(um_buffer_valid(b), UM_VALID_DEVICE, "fresh buffer");
@@ -193,7 +208,7 @@ Test(shadow, state_machine) {
   cr_assert_arr_eq(back, src, n, "device copy after write-back");
 
   /* a copy into the buffer makes the device copy the only current one */
-  ut_pattern(src, n, 32);
+  ub_pattern(src, n, 32);
   cr_assert_eq(um_copy_from_host(b, 0, src, n, NULL), UM_OK);
   cr_assert_eq(um_buffer_valid(b), UM_VALID_DEVICE);
   r0 = d2h();
@@ -269,7 +284,7 @@ Test(shadow, map_after_async) {
   um_event *e;
   void *p;
   cr_assert_not_null(src);
-  ut_pattern(src, n, 33);
+  ub_pattern(src, n, 33);
   cr_assert_eq(um_alloc(m, disc, n, UM_DEVICE, 0, &b), UM_OK);
   cr_assert_eq(um_copy_from_host(b, 0, src, n, &e), UM_OK);
   cr_assert_eq(um_map(b, UM_MAP_READ, 0, n, &p), UM_OK);
@@ -289,7 +304,7 @@ Test(shadow, copy_round_trips) {
   um_event *e1, *e2;
   cr_assert_not_null(src);
   cr_assert_not_null(back);
-  ut_pattern(src, n, 34);
+  ub_pattern(src, n, 34);
   cr_assert_eq(um_alloc(m, disc, n, UM_DEVICE, UM_ALLOC_ZERO, &b), UM_OK);
   cr_assert_eq(um_copy_to_host(b, 0, back, n, NULL), UM_OK);
   cr_assert(ut_all_bytes(back, n, 0), "UM_ALLOC_ZERO on a discrete device");
@@ -324,7 +339,7 @@ Test(shadow, copy_between_devices) {
   um_stats s;
   cr_assert_not_null(src);
   cr_assert_not_null(back);
-  ut_pattern(src, n, 35);
+  ub_pattern(src, n, 35);
   cr_assert_eq(um_alloc(m, cpu, n, UM_HOST, 0, &h), UM_OK);
   cr_assert_eq(um_alloc(m, cpu, n, UM_HOST, UM_ALLOC_ZERO, &h2), UM_OK);
   cr_assert_eq(um_alloc(m, disc, n, UM_DEVICE, 0, &d), UM_OK);
@@ -352,4 +367,179 @@ Test(shadow, copy_between_devices) {
   cr_assert_eq(um_release(d2), UM_OK);
   free(src);
   free(back);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The profile's device */
+
+#define N (200000u + 13u)
+
+/* The state a buffer is in: without a host view, what the backend's map
+ * gives (no_view); with one, HOST|DEVICE always. */
+static unsigned state_of(um_buffer *b, unsigned no_view) {
+  return um_buffer_host_ptr(b) == NULL ? no_view : BOTH;
+}
+
+/* After unmap the device holds the data. A backend that maps a DEVICE
+ * buffer itself (OpenCL) leaves it there alone; where the core keeps a host
+ * shadow instead (the fault backend, CUDA) the shadow stays valid too. */
+static void assert_state_after_unmap(um_buffer *b) {
+  if (strncmp(ut_profile(), "pocl", 4) == 0)
+    cr_assert_eq(um_buffer_valid(b), state_of(b, UM_VALID_DEVICE));
+  else
+    cr_assert(um_buffer_valid(b) & UM_VALID_DEVICE, "valid 0x%x after unmap", um_buffer_valid(b));
+}
+
+static um_buffer *device_buffer_with(ut_env *e, unsigned seed, unsigned char *bytes) {
+  um_buffer *b = ub_alloc(e->m, e->dev, N, UM_DEVICE);
+  ub_pattern(bytes, N, seed);
+  cr_assert_eq(um_copy_from_host(b, 0, bytes, N, NULL), UM_OK);
+  cr_assert_eq(um_buffer_valid(b), state_of(b, UM_VALID_DEVICE));
+  return b;
+}
+
+Test(map_device, device_buffer_read_mapping) {
+  ut_env e = ut_profile_open(NULL);
+  unsigned char *bytes = ub_malloc(N);
+  um_buffer *b = device_buffer_with(&e, 1, bytes);
+  void *p = NULL;
+  cr_assert_eq(um_map(b, UM_MAP_READ, 1001, 5000, &p), UM_OK, "%s", um_last_error());
+  cr_assert_not_null(p);
+  cr_assert_eq(um_buffer_valid(b), BOTH);
+  ub_assert_bytes(p, bytes + 1001, 5000, "mapped for reading");
+  cr_assert_eq(um_unmap(b, p), UM_OK);
+  assert_state_after_unmap(b);
+  cr_assert_eq(um_release(b), UM_OK);
+  free(bytes);
+  ut_profile_close(&e);
+}
+
+/* Each writing mode: HOST while mapped, DEVICE after unmap, and the device
+ * holds what was written through the mapping (and only there). */
+Test(map_device, device_buffer_writing_modes) {
+  static const um_map_mode modes[] = {UM_MAP_WRITE, UM_MAP_READ_WRITE, UM_MAP_WRITE_DISCARD};
+  ut_env e = ut_profile_open(NULL);
+  for (size_t k = 0; k < sizeof(modes) / sizeof(modes[0]); k++) {
+    unsigned char *bytes = ub_malloc(N), *got;
+    um_buffer *b = device_buffer_with(&e, 2 + (unsigned)k, bytes);
+    size_t off = 333 + k, len = 70001;
+    unsigned char *p = NULL;
+    cr_assert_eq(um_map(b, modes[k], off, len, (void **)&p), UM_OK, "mode %d: %s", (int)modes[k],
+                 um_last_error());
+    cr_assert_eq(um_buffer_valid(b), state_of(b, UM_VALID_HOST), "mode %d", (int)modes[k]);
+    if (modes[k] == UM_MAP_READ_WRITE)
+      ub_assert_bytes(p, bytes + off, len, "read-write mapping shows the device's bytes");
+    for (size_t i = 0; i < len; i++)
+      p[i] = (unsigned char)(bytes[off + i] ^ 0x5A);
+    cr_assert_eq(um_unmap(b, p), UM_OK);
+    assert_state_after_unmap(b);
+    for (size_t i = 0; i < len; i++)
+      bytes[off + i] ^= 0x5A;
+    got = ub_read_all(b);
+    ub_assert_bytes(got, bytes, N, "after unmap of mode %d", (int)modes[k]);
+    free(got);
+    free(bytes);
+    cr_assert_eq(um_release(b), UM_OK);
+  }
+  ut_profile_close(&e);
+}
+
+/* The whole buffer, and a map right after asynchronous writes sees them. */
+Test(map_device, map_sees_earlier_async_operations) {
+  ut_env e = ut_profile_open(NULL);
+  unsigned char *bytes = ub_malloc(N), *src = ub_malloc(N), *want = ub_malloc(N);
+  um_buffer *b = device_buffer_with(&e, 7, bytes);
+  um_event *e1 = NULL, *e2 = NULL;
+  void *p = NULL;
+  ub_pattern(src, N, 8);
+  memcpy(want, src, N);
+  memset(want + 10, 0x77, 100);
+  cr_assert_eq(um_copy_from_host(b, 0, src, N, &e1), UM_OK);
+  cr_assert_eq(um_fill(b, 10, 0x77, 100, &e2), UM_OK);
+  cr_assert_eq(um_map(b, UM_MAP_READ, 0, N, &p), UM_OK);
+  ub_assert_bytes(p, want, N, "the mapping waits for the operations issued before it");
+  cr_assert_eq(um_event_query(e1), UM_OK);
+  cr_assert_eq(um_event_query(e2), UM_OK);
+  um_event_release(e1);
+  um_event_release(e2);
+  cr_assert_eq(um_unmap(b, p), UM_OK);
+  cr_assert_eq(um_release(b), UM_OK);
+  free(bytes);
+  free(src);
+  free(want);
+  ut_profile_close(&e);
+}
+
+Test(map_device, misuse_of_a_device_mapping) {
+  ut_env e = ut_profile_open(NULL);
+  unsigned char *bytes = ub_malloc(N);
+  um_buffer *b = device_buffer_with(&e, 9, bytes);
+  void *p = NULL, *q = NULL;
+  char tmp[16];
+  cr_assert_eq(um_map(b, UM_MAP_READ, 0, N + 1, &p), UM_ERANGE);
+  cr_assert_eq(um_map(b, UM_MAP_READ, 0, 0, &p), UM_EINVAL);
+  cr_assert_eq(um_unmap(b, tmp), UM_ESTATE, "not mapped");
+  cr_assert_eq(um_map(b, UM_MAP_WRITE, 16, 32, &p), UM_OK);
+  cr_assert_eq(um_map(b, UM_MAP_READ, 0, 8, &q), UM_ESTATE, "already mapped");
+  cr_assert_eq(um_copy_from_host(b, 0, tmp, sizeof(tmp), NULL), UM_ESTATE, "operations wait for unmap");
+  cr_assert_eq(um_unmap(b, tmp), UM_EINVAL, "not the pointer um_map returned");
+  cr_assert_eq(um_buffer_valid(b), state_of(b, UM_VALID_HOST));
+  cr_assert_eq(um_unmap(b, p), UM_OK);
+  cr_assert_eq(um_unmap(b, p), UM_ESTATE);
+  /* releasing a mapped buffer unmaps it */
+  cr_assert_eq(um_map(b, UM_MAP_READ, 0, 8, &p), UM_OK);
+  cr_assert_eq(um_release(b), UM_OK);
+  free(bytes);
+  ut_profile_close(&e);
+}
+
+/* One location with a host view: every mode maps the view itself, and the
+ * bytes written through it are what a read and a device copy see. */
+static void host_view_of(ut_env *e, um_location loc) {
+  um_buffer *b = ub_alloc(e->m, e->dev, N, loc), *d;
+  unsigned char *host = um_buffer_host_ptr(b), *p = NULL, *got, *dev_bytes, *bytes = ub_malloc(N);
+  cr_assert_not_null(host);
+  ub_pattern(bytes, N, 10 + (unsigned)loc);
+  cr_assert_eq(um_copy_from_host(b, 0, bytes, N, NULL), UM_OK);
+  cr_assert_eq(um_buffer_valid(b), BOTH);
+  for (int mode = UM_MAP_READ; mode <= UM_MAP_WRITE_DISCARD; mode++) {
+    cr_assert_eq(um_map(b, (um_map_mode)mode, 1000, 4000, (void **)&p), UM_OK);
+    cr_assert_eq(p, host + 1000, "location %d: the mapping is the host view", (int)loc);
+    cr_assert_eq(um_buffer_valid(b), BOTH);
+    if (mode != UM_MAP_READ) {
+      memset(p, mode, 4000);
+      memset(bytes + 1000, mode, 4000);
+    }
+    cr_assert_eq(um_unmap(b, p), UM_OK);
+    cr_assert_eq(um_buffer_valid(b), BOTH);
+  }
+  got = ub_read_all(b);
+  ub_assert_bytes(got, bytes, N, "location %d after writes through mappings", (int)loc);
+  ub_assert_bytes(host, bytes, N, "location %d host view", (int)loc);
+  d = ub_alloc(e->m, e->dev, N, UM_DEVICE);
+  cr_assert_eq(um_copy(d, 0, b, 0, N, NULL), UM_OK);
+  dev_bytes = ub_read_all(d);
+  ub_assert_bytes(dev_bytes, bytes, N, "device copy of location %d", (int)loc);
+  free(dev_bytes);
+  cr_assert_eq(um_release(d), UM_OK);
+  free(got);
+  free(bytes);
+  cr_assert_eq(um_release(b), UM_OK);
+}
+
+/* PINNED and UNIFIED: the mapping is the host view itself. */
+Test(map_device, host_views_of_pinned_and_unified) {
+  ut_env e = ut_profile_open(NULL);
+  um_device_info info;
+  int tested = 0;
+  cr_assert_eq(um_device_info_get(e.dev, &info), UM_OK);
+  for (int loc = UM_PINNED; loc <= UM_UNIFIED; loc++) {
+    if (info.locations & (1u << loc)) {
+      host_view_of(&e, (um_location)loc);
+      tested++;
+    }
+  }
+  ut_profile_close(&e);
+  if (strcmp(info.backend, "opencl") == 0)
+    cr_assert_gt(tested, 0, "PINNED is always offered by the OpenCL backend");
 }

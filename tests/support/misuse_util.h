@@ -1,4 +1,4 @@
-/* Helpers of the misuse suite (tests/unit/test_misuse_*.c, test_opencl_misuse.c):
+/* Helpers of the misuse suite (tests/misuse/test_misuse_*.c, test_opencl_misuse.c):
  * "this call is refused with exactly this code and changes nothing", a gate
  * that holds the manager's workers so an operation stays in flight for as
  * long as a test needs, a log that keeps its lines, and the heap in use
@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "test_util.h"
+#include "testing.h"
 #include "testhook.h"
 
 #if UT_ASAN_ON

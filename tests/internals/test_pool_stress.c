@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "test_util.h" /* Criterion, or its stand-in under TSan */
+#include "testing.h"
 #include "tcache.h"
 
 #define NTHREADS 6

@@ -437,7 +437,7 @@ Test(async, release_after_wait_pools_at_once) {
     um_event_release(e);
     cr_assert_eq(um_release(b), UM_OK);
     s = ut_stats(m, cpu);
-    cr_assert_eq(s.bytes_pooled, um__class_size(um__size_class_of(WORKER_BYTES)), "round %d", round);
+    cr_assert_eq(s.bytes_pooled, ut_class(WORKER_BYTES), "round %d", round);
   }
   free(src);
 }

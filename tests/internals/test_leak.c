@@ -8,6 +8,7 @@
 /* um_alloc and um_alloc_array record their callers' sites in this file. */
 #define UNIMEM_TRACK_SITES
 #include "test_util.h"
+#include "testing.h"
 
 #define MAX_LINES 64
 

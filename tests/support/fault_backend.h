@@ -33,8 +33,8 @@
  * "lost": from then on every operation on it fails with UM_ENODEV (blocks
  * are still freed, so the manager can be destroyed).
  *
- * Use: name the test in UM_FAULT_BACKEND_TESTS (tests/extra.cmake), which
- * adds tests/common/fault_backend.c to its sources.
+ * Use: include this header; fault_backend.c is in unimem_test_support, the
+ * static library every test links (tests/CMakeLists.txt).
  */
 #ifndef UNIMEM_TESTS_FAULT_BACKEND_H
 #define UNIMEM_TESTS_FAULT_BACKEND_H

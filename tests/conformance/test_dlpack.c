@@ -248,15 +248,11 @@ Test(dlpack_export, read_only_wrap) {
 
 /* A device with no host view and no DLPack device type. */
 Test(dlpack_export, device_memory_without_a_dlpack_type_is_not_supported) {
-  um_options o;
-  um_manager *m = NULL;
-  const um__backend *extra[] = {&ut_disc_backend};
+  um_manager *m = ut_manager_disc();
   um_buffer *b = NULL;
   int64_t shape[1] = {16};
   int32_t type, id;
   void *t = NULL;
-  ut_options(&o);
-  cr_assert_eq(um__manager_create_ex(&o, extra, 1, &m), UM_OK);
   cr_assert_eq(um_alloc(m, um_device_get(m, 1), 16, UM_DEVICE, 0, &b), UM_OK);
   cr_assert_eq(um_dlpack_export(b, 0, 1, shape, NULL, UM_DL_UINT, 8, 1, 0, &t), UM_ENOTSUP);
   cr_assert_eq(um_dlpack_device(b, &type, &id), UM_ENOTSUP);

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "test_util.h"
+#include "testing.h"
 #include "testhook.h"
 
 static um_manager *make(void (*tweak)(um_options *)) {

@@ -11,7 +11,7 @@
  * handler's reply path has no error handling.
  *
  * Build (tests/net.cmake builds it as ucx_put_peer_killed):
- *   cc -O2 -o ucx_put_peer_killed tests/ucx/ucx_put_peer_killed.c -lucp -lucs
+ *   cc -O2 -o ucx_put_peer_killed tests/net/ucx_put_peer_killed.c -lucp -lucs
  * Run:
  *   UCX_TLS=tcp UCX_NET_DEVICES=lo ./ucx_put_peer_killed [rounds] [own-ep]
  * Each round forks a target and a writer (before either loads UCX), kills

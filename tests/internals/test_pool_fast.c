@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "test_util.h" /* Criterion, or its stand-in under TSan */
+#include "testing.h"
 #include "tcache.h"
 #include "testhook.h"
 

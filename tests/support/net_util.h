@@ -18,6 +18,7 @@
 
 #include "net_bootstrap.h"
 #include "test_util.h"
+#include "testing.h"
 
 #define NT_WAIT_MS 60000 /* a bootstrap message (the peer may be slow under TSan) */
 #define NT_SKIP 77

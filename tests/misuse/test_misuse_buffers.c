@@ -9,7 +9,7 @@
  *
  * Devices: 0 the cpu, 1 a "fault" device (device memory with no host view,
  * copies queued natively), 2 a "fault-map" device (no host view, mapped by
- * the backend), from tests/common/fault_backend.c. Each test runs in its own
+ * the backend), from tests/support/fault_backend.c. Each test runs in its own
  * process under a timeout. */
 #include <errno.h>
 #include <fcntl.h>
