@@ -8,8 +8,9 @@ backend table, the path table) are not edges: that is how a lower layer
 reaches a higher one without depending on it.
 
   scripts/layers.py                  the folder graph, in words
-  scripts/layers.py --check          exit 1 on a call cycle between folders or
-                                     a call up the order in src/README.md
+  scripts/layers.py --check          exit 1 on a call cycle between folders, a
+                                     call up the order in src/README.md, or a
+                                     function over 80 lines
   scripts/layers.py --files FOLDER   the file-level edges leaving FOLDER
   scripts/layers.py --markdown       the drawing for docs/design.md
   scripts/layers.py --update-design  rewrite that drawing in docs/design.md
@@ -86,6 +87,18 @@ def stripped_lines(rel):
     # Keep the line count: a comment or string becomes as many newlines.
     text = COMMENT.sub(lambda m: "\n" * m.group(0).count("\n") + " ", text)
     return text.split("\n")
+
+
+MAX_FUNCTION_LINES = 80
+
+
+def long_functions(files):
+    out = []
+    for t in tags(files):
+        n = t.get("end", t["line"]) - t["line"] + 1
+        if t["kind"] == "function" and n > MAX_FUNCTION_LINES:
+            out.append(f"function {t['name']} ({t['path']}:{t['line']}) is {n} lines, over {MAX_FUNCTION_LINES}")
+    return out
 
 
 def graph():
@@ -242,6 +255,7 @@ def main(argv):
         return 0
     found = problems(files, fe, order)
     if "--check" in argv:
+        found += long_functions(files)
         if not order:
             print("layers.py: src/README.md has no Order: line")
             return 1
@@ -254,7 +268,8 @@ def main(argv):
             print("docs/design.md's drawing is not the code's: run scripts/layers.py --update-design")
             found.append("drawing")
         print(f"layers.py: {len(found)} problem(s) in {len(files)} files" if found else
-              f"layers.py: no cycle and no call up the order in {len(files)} files")
+              f"layers.py: no cycle, no call up the order, no function over {MAX_FUNCTION_LINES} lines "
+              f"in {len(files)} files")
         return 1 if found else 0
     print("\n".join(describe(fe)))
     for p in found:
