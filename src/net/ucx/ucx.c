@@ -365,19 +365,23 @@ static ucs_status_t post_plain(ucs_status_ptr_t p) {
   return UCS_OK;
 }
 
-static ucs_status_ptr_t post_admission(ucx_rma *r) {
+/* A fetching add of operand to the transfer's slot of the target's
+ * control words, completing through cb. */
+static ucs_status_ptr_t post_slot_add(ucx_rma *r, uint64_t operand, ucp_send_nbx_callback_t cb) {
   ucp_request_param_t prm;
   memset(&prm, 0, sizeof(prm));
   prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
                      UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_REPLY_BUFFER;
-  prm.cb.send = admit_cb;
+  prm.cb.send = cb;
   prm.user_data = r;
   prm.datatype = ucp_dt_make_contig(8);
   prm.reply_buffer = &r->reply;
-  r->operand = 1;
+  r->operand = operand;
   return um__ucx.ucp_atomic_op_nbx(r->ep->uep, UCP_ATOMIC_OP_ADD, &r->operand, 1,
                                    r->rk->ctrl_addr + 8ull * r->rk->slot, r->rk->ctrl, &prm);
 }
+
+static ucs_status_ptr_t post_admission(ucx_rma *r) { return post_slot_add(r, 1, admit_cb); }
 
 /* Posted only once the data's flush completed: a fence would not do, since
  * UCX may move the data as active messages that the target processes
@@ -385,17 +389,8 @@ static ucs_status_ptr_t post_admission(ucx_rma *r) {
  * atomic on the mapped word) would overtake them. Fetching, so that the
  * transfer learns whether the target gave up on it (rma_released). */
 static ucs_status_ptr_t post_release(ucx_rma *r) {
-  ucp_request_param_t prm;
-  memset(&prm, 0, sizeof(prm));
-  prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                     UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_REPLY_BUFFER;
-  prm.cb.send = release_cb;
-  prm.user_data = r;
-  prm.datatype = ucp_dt_make_contig(8);
-  prm.reply_buffer = &r->reply;
-  r->operand = UINT64_MAX; /* -1: the count is >= 1, so no borrow from the generation */
-  return um__ucx.ucp_atomic_op_nbx(r->ep->uep, UCP_ATOMIC_OP_ADD, &r->operand, 1,
-                                   r->rk->ctrl_addr + 8ull * r->rk->slot, r->rk->ctrl, &prm);
+  /* -1: the count is >= 1, so no borrow from the generation */
+  return post_slot_add(r, UINT64_MAX, release_cb);
 }
 
 /* With every step but the last: a fetching add of 0 that reads the word,
