@@ -1,16 +1,18 @@
-/* What the tests that look inside the library see of it: every layer's
- * header (src/README.md), and the parts of the discrete test backend
- * (inside.c) that are made of internal types. Only those tests include it:
- * they link unimem_internals, which gives them every layer's include
- * directory and UM__SEES_ definition; the others see the public API and
- * test_util.h alone. */
+/* What the tests that look inside the library see of it: the layers up
+ * to core/ (src/README.md: the backend table, blocks, pools and thread
+ * caches, the manager and buffer objects, the test points), and the parts
+ * of the discrete test backend (inside.c) that are made of internal types.
+ * Nothing of ops/, interop/ or net/: operations are tested through the
+ * public API. Only these tests include it: they link unimem_internals,
+ * which gives them exactly that view (cmake/layers.cmake); the others see
+ * the public API and test_util.h alone. */
 #ifndef UNIMEM_TESTING_H
 #define UNIMEM_TESTING_H
 
 #include <stdatomic.h>
 
-#include "interop.h"
-#include "net.h"
+#include "core.h"
+#include "testhook.h"
 
 /* The discrete test backend (inside.c), for a test that builds a backend
  * table of its own from its parts. */
