@@ -210,7 +210,9 @@ def markdown(files, fe, order):
     ranked = [n for n in reversed(order) if n in nodes] + [n for n in nodes if n not in order]
     by_folder = {}
     for f in files:
-        by_folder.setdefault(folder_of(f), []).append(os.path.basename(f))
+        # Named from the layer's folder: backend/'s cuda/load.c and opencl/load.c.
+        folder = folder_of(f)
+        by_folder.setdefault(folder, []).append(os.path.relpath(f, "src/" + folder))
     width = max(len(n) for n in ranked) + 2
     out = ["```"]
     for n in ranked:

@@ -43,9 +43,9 @@ typedef enum um__test_point {
   UM__TP_WAIT_POLL,
   /* On a device that runs commands inside the submitting call (PoCL's
    * basic device), a call that submits is about to take the backend's
-   * submit lock (opencl.c). arg: the backend's device. */
+   * submit lock (opencl/devices.c). arg: the backend's device. */
   UM__TP_SUBMIT_INLINE,
-  /* On a CPU device with wait_spin_ns (opencl.c, settle): the device's
+  /* On a CPU device with wait_spin_ns (opencl/devices.c, ocl_settle): the device's
    * settle time is set when it opens (arg: its uint32_t nanoseconds, which
    * a test may change); a spinning wait of the device saw its command end
    * (arg: the backend's device); a blocking call waits before it submits,
@@ -53,7 +53,7 @@ typedef enum um__test_point {
   UM__TP_SETTLE_TIME,
   UM__TP_SPUN_END,
   UM__TP_SETTLE,
-  /* A CUDA stream watcher is about to sleep until its next token (cuda.c,
+  /* A CUDA stream watcher is about to sleep until its next token (cuda/transfers.c,
    * after its spin when wait_spin_ns is set). arg: the watcher. */
   UM__TP_CUDA_WATCH_SLEEP,
   /* A block is about to go back to its device's backend (block.c), its
@@ -63,7 +63,7 @@ typedef enum um__test_point {
    * instruction") read a buffer's state inside its section, and is about
    * to change it (when it read LIVE). arg: the buffer. */
   UM__TP_SOLE_RELEASE,
-  /* The OpenCL backend puts its last reference on a token's event (opencl.c,
+  /* The OpenCL backend puts its last reference on a token's event (opencl/transfers.c,
    * ocl_native_release: at once on a thread that reports a walk, else
    * by the device's next walk, its full list, a free of its memory or its
    * close). arg: the cl_event. */

@@ -288,7 +288,7 @@ Test(fakecuda_xfer, small_copies_reuse_a_bounded_set_of_events) {
  * event that has not completed spins under the context's default
  * scheduling (the fake counts those), and a sleep behind a device-side
  * wait of the watcher's own would share a hardware queue with the
- * caller's work (cuda.c, spare_event_get). The watchers queue nothing on
+ * caller's work (cuda/transfers.c, spare_event_get). The watchers queue nothing on
  * the device: every record is a transfer's, and no stream waits. */
 Test(fakecuda_xfer, the_watchers_sleep_on_the_transfers_events) {
   um_manager *m = threaded_manager("2000");
@@ -322,7 +322,7 @@ Test(fakecuda_xfer, the_watchers_sleep_on_the_transfers_events) {
 }
 
 /* With wait_spin_ns a stream's watcher spins for its next token before it
- * sleeps (cuda.c, watch_main): copies issued one after the other within the
+ * sleeps (cuda/transfers.c, watch_main): copies issued one after the other within the
  * budget find it awake, so their issuers pay no futex wake, and a manager
  * destroyed while it spins stops it at once. Without the budget it sleeps
  * after its reports. The hook counts the watchers' sleeps. */
@@ -437,7 +437,7 @@ static void read_back_and_close(um_manager *m, um_buffer *big, um_buffer *other,
   fc_destroy(m, UM_OK);
 }
 
-/* A stream's watcher finishes the operations it reports itself (cuda.c
+/* A stream's watcher finishes the operations it reports itself (cuda/transfers.c
  * marks it um__thread_completes_inline): the report of a copy needs no
  * worker. With the only worker (max_concurrent_transfers 1) held by a
  * pipelined upload of four 100 ms chunks, a 4 KiB download on the other

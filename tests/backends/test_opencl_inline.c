@@ -10,7 +10,7 @@
  * when it goes on to run the later one (pocl_basic_notify runs it with its
  * event locked). The model test found both (tests/test_model.c with
  * several threads: wrong bytes, and hangs). The backend now submits to
- * such a device under one lock (opencl.c's submit_lock), so no command is
+ * such a device under one lock (opencl/devices.c's submit_lock), so no command is
  * ever submitted while another runs.
  *
  * The test stops a long write in the middle of its memcpy, on the thread

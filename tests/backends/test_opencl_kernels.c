@@ -248,7 +248,7 @@ Test(opencl_kernels, chain_across_contexts) {
   const char *kind = getenv("UNIMEM_TEST_POCL_DEVICE");
   if (kind != NULL && strcmp(kind, "basic") == 0)
     cr_skip_test("SKIP: PoCL's basic device runs a command waiting for a gate inside clSetUserEventStatus, "
-                 "which deadlocks in PoCL 3.1 (opencl.c: submit_lock); the staged copies open gates");
+                 "which deadlocks in PoCL 3.1 (opencl/devices.c: submit_lock); the staged copies open gates");
   ou_env e;
   kdev k0, k1;
   um_device_native nat;

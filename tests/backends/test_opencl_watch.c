@@ -1,5 +1,5 @@
 /* Completions of many small asynchronous commands on OpenCL (the OpenCL
- * backend's watch list, opencl.c: one completion callback armed at a time
+ * backend's watch list, opencl/watch.c: one completion callback armed at a time
  * per device, each report covering every watched command that has ended).
  * Whatever command the callback was armed on, and whichever thread ran it
  * (PoCL's, or the issuing thread when the command had ended already: the
@@ -267,7 +267,7 @@ OU_TEST_1_AND_2(opencl_watch, done_events_bytes_seen_from_another_queue) {
   if (kind != NULL && strcmp(kind, "basic") == 0)
     cr_skip_test("SKIP: PoCL's basic device runs commands inside the submitting call; the caller's reads on "
                  "another queue, submitted by four threads outside unimem's submit lock, deadlock in PoCL 3.1 "
-                 "(opencl.c: submit_lock)");
+                 "(opencl/devices.c: submit_lock)");
   ou_env e = ou_open(NULL, 1);
   size_t quarter = (size_t)SEEN_PER * SEEN_BYTES;
   um_buffer *b = ub_alloc(e.m, e.dev[0], 4 * quarter, UM_DEVICE);
@@ -300,7 +300,7 @@ OU_TEST_1_AND_2(opencl_watch, done_events_bytes_seen_from_another_queue) {
  * put on the caller's thread, is left to the device's next walk (on the
  * driver's callback thread, after the walk's reports), at most 1024 of
  * them per device; freeing device memory and closing the device release
- * them too (opencl.c, ocl_native_release). Seen at the test point where the backend releases
+ * them too (opencl/transfers.c, ocl_native_release). Seen at the test point where the backend releases
  * its reference; the test holds a reference of its own on each event, so
  * that no two of them share an address. */
 

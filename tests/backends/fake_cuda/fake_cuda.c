@@ -1,7 +1,7 @@
 /* A stand-in for libcuda.so.1, for tests on machines without a GPU.
  *
  * It exports, by the driver's own ABI names, the subset of the CUDA driver
- * API that src/backends/cuda.c loads, and emulates it on host memory:
+ * API that src/backend/cuda/ loads, and emulates it on host memory:
  * device memory is malloc()ed, copies are memcpy. Including cuda.h makes
  * the compiler hold every definition here to the real prototype and to the
  * real exported name (cuMemAlloc is defined as cuMemAlloc_v2, and so on).

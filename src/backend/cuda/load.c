@@ -1,0 +1,129 @@
+/* The CUDA driver's entry points (loaded through base/vendor_lib.c), CUresults
+ * as UM_E* codes, and the backend's table (um__backend_cuda). */
+#include "cuda_private.h"
+
+static const um__vendor_entry cuda_entry_points[] = {
+#define CUDA_REQUIRED_(symbol) {#symbol, offsetof(cuda_driver_api, symbol), true},
+#define CUDA_OPTIONAL_(symbol) {#symbol, offsetof(cuda_driver_api, symbol), false},
+    CUDA_ENTRY_POINTS(CUDA_REQUIRED_, CUDA_OPTIONAL_)
+#undef CUDA_REQUIRED_
+#undef CUDA_OPTIONAL_
+};
+
+/* The entry points, filled once by cuda_driver_lib's load (read-only after),
+ * and what cuInit said where it found no device. */
+cuda_driver_api cuda_driver;
+int cuda_driver_no_devices;         /* cuInit answered CUDA_ERROR_NO_DEVICE */
+char cuda_driver_no_device_reason[512];
+
+/* The one translation of a CUresult into a UM_E* code. With call != NULL it
+ * also records the driver's error name for um_last_error(). Stream
+ * callbacks pass call == NULL: they run on a driver thread where no CUDA
+ * call is allowed, cuGetErrorName included. */
+int cuda_status(CUresult result, const char *call) {
+  int status;
+  const char *name = NULL;
+  const char *text = NULL;
+
+  switch (result) {
+  case CUDA_SUCCESS:
+    return UM_OK;
+  case CUDA_ERROR_OUT_OF_MEMORY:
+    status = UM_ENOMEM;
+    break;
+  case CUDA_ERROR_INVALID_VALUE:
+    status = UM_EINVAL;
+    break;
+  case CUDA_ERROR_NO_DEVICE:
+  case CUDA_ERROR_INVALID_DEVICE:
+    status = UM_ENODEV;
+    break;
+  case CUDA_ERROR_NOT_SUPPORTED:
+  case CUDA_ERROR_PEER_ACCESS_UNSUPPORTED:
+  case CUDA_ERROR_TOO_MANY_PEERS: /* this pair cannot have peer access */
+    status = UM_ENOTSUP;
+    break;
+  default:
+    status = UM_EBACKEND;
+    break;
+  }
+  if (call == NULL)
+    return status;
+  if (cu->cuGetErrorName == NULL || cu->cuGetErrorName(result, &name) != CUDA_SUCCESS)
+    name = NULL;
+  if (cu->cuGetErrorString == NULL ||
+      cu->cuGetErrorString(result, &text) != CUDA_SUCCESS)
+    text = NULL;
+  if (name != NULL)
+    return um__set_error(status, "cuda: %s failed: %s (%s)", call, name,
+                         text != NULL ? text : "no description");
+  return um__set_error(status, "cuda: %s failed: CUresult %d", call,
+                       (int)result);
+}
+
+/* cuInit is per process, so it belongs to the one-time load. A machine
+ * with the driver but no GPU is not an error: the backend offers zero
+ * devices. A driver that cannot initialise (stub library, version
+ * mismatch) gives no usable device either, so it reads as ENODEV. */
+static int driver_init(um__vendor_lib *lib) {
+  CUresult result = cu->cuInit(0);
+  const char *text;
+  if (result == CUDA_SUCCESS)
+    return 0;
+  cuda_status(result, "cuInit");
+  if (result == CUDA_ERROR_NO_DEVICE) {
+    cuda_driver_no_devices = 1;
+    snprintf(cuda_driver_no_device_reason, sizeof(cuda_driver_no_device_reason), "%s (driver %s)", um_last_error(),
+             lib->path);
+    return 0;
+  }
+  /* The loader's message starts with "cuda: " already. */
+  text = um_last_error();
+  if (strncmp(text, "cuda: ", 6) == 0)
+    text += 6;
+  snprintf(lib->failure, sizeof(lib->failure), "%s (driver %s%s)", text, lib->path,
+           result == CUDA_ERROR_STUB_LIBRARY ? ": the toolkit's stub library, not a driver" : "");
+  return -1;
+}
+
+static const char *const driver_names[] = {"libcuda.so.1", NULL};
+
+/* libcuda stays loaded for the process: the driver keeps threads that do
+ * not survive dlclose. */
+um__vendor_lib cuda_driver_lib =
+    UM__VENDOR_LIB_INIT("cuda", "UNIMEM_CUDA_LIBRARY", driver_names, cuda_entry_points, &cuda_driver, driver_init);
+
+const um__backend um__backend_cuda = {
+    .name = "cuda",
+    .open = cuda_open,
+    .describe = cuda_describe,
+    .close = cuda_close,
+    .mem_alloc = cuda_mem_alloc,
+    .mem_free = cuda_mem_free,
+    .host_register = cuda_host_register,
+    .host_unregister = cuda_host_unregister,
+    .memory = cuda_memory,
+    .synchronize = cuda_synchronize,
+    .xfer = cuda_xfer,
+    .xfer_async = cuda_xfer_async,
+    .native_release = cuda_native_release,
+    .map = NULL,
+    .unmap = NULL,
+    .peer_possible = cuda_peer_possible,
+    .peer_enable = cuda_peer_enable,
+    .tokens_shared = cuda_tokens_shared,
+    .device_native = cuda_device_native,
+    .mem_native = cuda_mem_native,
+    .token_native = cuda_token_native,
+    .token_adopt = cuda_token_adopt,
+    .gate_new = cuda_gate_new,
+    .gate_open = cuda_gate_open,
+    .caller_marker = cuda_caller_marker,
+    .token_wait = cuda_token_wait,
+    .token_query = cuda_token_query,
+    .token_reap = cuda_token_reap,
+    .adopt = NULL, /* SPEC §8 adopts OpenCL contexts only */
+    /* No CUDA call is allowed in a stream callback. */
+    .callbacks_reenter = 0,
+    .queue_of = cuda_queue_of,
+};

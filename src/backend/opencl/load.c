@@ -1,0 +1,154 @@
+/* The OpenCL library's entry points (loaded through base/vendor_lib.c), its
+ * status codes as UM_E* codes, and the backend's table (um__backend_opencl). */
+#include "opencl_private.h"
+
+ocl_api ocl;
+
+static const um__vendor_entry ocl_entries[] = {
+#define OCL_REQUIRED_(ret, name, params) {#name, offsetof(ocl_api, name), true},
+#define OCL_OPTIONAL_(ret, name, params) {#name, offsetof(ocl_api, name), false},
+    OCL_REQUIRED_ENTRY_POINTS(OCL_REQUIRED_) OCL_OPTIONAL_ENTRY_POINTS(OCL_OPTIONAL_)
+#undef OCL_REQUIRED_
+#undef OCL_OPTIONAL_
+};
+
+/* The optional entry points that go in pairs. */
+static int ocl_loaded(um__vendor_lib *lib) {
+  if (ocl.clCreateCommandQueueWithProperties == NULL && ocl.clCreateCommandQueue == NULL) {
+    snprintf(lib->failure, sizeof(lib->failure),
+             "clCreateCommandQueueWithProperties and clCreateCommandQueue missing in %s", lib->path);
+    return -1;
+  }
+  /* UNIFIED needs both halves of the pair. */
+  if (ocl.clSVMAlloc == NULL || ocl.clSVMFree == NULL) {
+    ocl.clSVMAlloc = NULL;
+    ocl.clSVMFree = NULL;
+  }
+  return 0;
+}
+
+static const char *const ocl_names[] = {OCL_DEFAULT_LIBRARY, NULL};
+
+/* The library is never unloaded: vendor drivers keep threads and atexit
+ * handlers that do not survive dlclose (the ICD loader does the same). */
+um__vendor_lib ocl_lib = UM__VENDOR_LIB_INIT("opencl", OCL_LIBRARY_ENV, ocl_names, ocl_entries, &ocl, ocl_loaded);
+
+/* ------------------------------------------------------------------------ */
+/* Errors                                                                    */
+
+#define OCL_ERROR_NAMES(XX)                                                    \
+  XX(CL_DEVICE_NOT_FOUND)                                                      \
+  XX(CL_DEVICE_NOT_AVAILABLE)                                                  \
+  XX(CL_COMPILER_NOT_AVAILABLE)                                                \
+  XX(CL_MEM_OBJECT_ALLOCATION_FAILURE)                                         \
+  XX(CL_OUT_OF_RESOURCES)                                                      \
+  XX(CL_OUT_OF_HOST_MEMORY)                                                    \
+  XX(CL_PROFILING_INFO_NOT_AVAILABLE)                                          \
+  XX(CL_MEM_COPY_OVERLAP)                                                      \
+  XX(CL_IMAGE_FORMAT_MISMATCH)                                                 \
+  XX(CL_IMAGE_FORMAT_NOT_SUPPORTED)                                            \
+  XX(CL_BUILD_PROGRAM_FAILURE)                                                 \
+  XX(CL_MAP_FAILURE)                                                           \
+  XX(CL_MISALIGNED_SUB_BUFFER_OFFSET)                                          \
+  XX(CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST)                             \
+  XX(CL_INVALID_VALUE)                                                         \
+  XX(CL_INVALID_DEVICE_TYPE)                                                   \
+  XX(CL_INVALID_PLATFORM)                                                      \
+  XX(CL_INVALID_DEVICE)                                                        \
+  XX(CL_INVALID_CONTEXT)                                                       \
+  XX(CL_INVALID_QUEUE_PROPERTIES)                                              \
+  XX(CL_INVALID_COMMAND_QUEUE)                                                 \
+  XX(CL_INVALID_HOST_PTR)                                                      \
+  XX(CL_INVALID_MEM_OBJECT)                                                    \
+  XX(CL_INVALID_EVENT_WAIT_LIST)                                               \
+  XX(CL_INVALID_EVENT)                                                         \
+  XX(CL_INVALID_OPERATION)                                                     \
+  XX(CL_INVALID_BUFFER_SIZE)                                                   \
+  XX(CL_INVALID_PROPERTY)                                                      \
+  XX(CL_PLATFORM_NOT_FOUND_KHR)
+
+const char *ocl_error_name(cl_int err) {
+  switch (err) {
+#define OCL_ERROR_NAME_CASE_(name)                                             \
+  case name:                                                                   \
+    return #name;
+    OCL_ERROR_NAMES(OCL_ERROR_NAME_CASE_)
+#undef OCL_ERROR_NAME_CASE_
+  default:
+    return "CL error";
+  }
+}
+
+/* The one place where OpenCL status codes become UM_E* codes. Records
+ * "CL_NAME (code) in call" for um_last_error() and returns the code. */
+int ocl_translate_cl_error(cl_int err, const char *call) {
+  int status;
+  if (err == CL_SUCCESS)
+    return UM_OK;
+  switch (err) {
+  case CL_MEM_OBJECT_ALLOCATION_FAILURE:
+  case CL_OUT_OF_RESOURCES:
+  case CL_OUT_OF_HOST_MEMORY:
+  case CL_INVALID_BUFFER_SIZE:
+    status = UM_ENOMEM;
+    break;
+  case CL_DEVICE_NOT_AVAILABLE:
+  case CL_DEVICE_NOT_FOUND:
+  case CL_PLATFORM_NOT_FOUND_KHR:
+    status = UM_ENODEV;
+    break;
+  case CL_INVALID_VALUE:
+  case CL_INVALID_HOST_PTR:
+  case CL_INVALID_MEM_OBJECT:
+  case CL_INVALID_EVENT_WAIT_LIST:
+  case CL_INVALID_EVENT:
+  case CL_MEM_COPY_OVERLAP:
+  case CL_MISALIGNED_SUB_BUFFER_OFFSET:
+    status = UM_EINVAL;
+    break;
+  default:
+    status = UM_EBACKEND;
+    break;
+  }
+  return um__set_error(status, "%s (%d) in %s", ocl_error_name(err), (int)err,
+                       call);
+}
+
+const um__backend um__backend_opencl = {
+    .name = "opencl",
+    .open = ocl_open,
+    .describe = ocl_describe,
+    .close = ocl_close,
+    .mem_alloc = ocl_mem_alloc,
+    .mem_free = ocl_mem_free,
+    .host_register = NULL,
+    .host_unregister = NULL,
+    .memory = ocl_memory,
+    .synchronize = ocl_synchronize,
+    .xfer = ocl_xfer,
+    .xfer_async = ocl_xfer_async,
+    .native_release = ocl_native_release,
+    .map = ocl_map,
+    .unmap = ocl_unmap,
+    .peer_possible = ocl_peer_possible,
+    .peer_enable = ocl_peer_enable,
+    .tokens_shared = ocl_tokens_shared,
+    .device_native = ocl_device_native,
+    .mem_native = ocl_mem_native,
+    .token_native = ocl_token_native,
+    .foreign_wrap = ocl_foreign_wrap,
+    .foreign_release = ocl_foreign_release,
+    .token_adopt = ocl_token_adopt,
+    .gate_new = ocl_gate_new,
+    .gate_open = ocl_gate_open,
+    .caller_marker = ocl_caller_marker,
+    .token_wait = ocl_token_wait,
+    .token_query = ocl_token_query,
+    .adopt = ocl_adopt,
+    /* Event callbacks may make non-blocking OpenCL calls (OpenCL 1.2,
+     * 5.9 "clSetEventCallback"); native_release and mem_free are such. */
+    .callbacks_reenter = 1,
+    /* One in-order queue per device carries every transfer (the caller's
+     * commands go on the caller queue). */
+    .single_queue = 1,
+};

@@ -1,0 +1,366 @@
+/* The OpenCL watch list: one driver callback reports the completions of
+ * many commands of a device; and the wait lists of commands. */
+#include "opencl_private.h"
+
+/* ------------------------------------------------------------------------ */
+/* The watch list: completions reported with one callback for many commands
+ *
+ * A callback per command costs its registration on the issuing thread
+ * (clSetEventCallback allocates and takes the event's lock) and its
+ * dispatch on the driver's thread, about as much again as unimem's own
+ * work for a small copy. The device's queue is in order, so the completion
+ * of a command says that those before it have completed too. Each watched
+ * command goes on the device's list. Large ones (WATCH_OWN_BYTES) get a
+ * callback of their own; of the small ones, only one at a time gets a
+ * callback, the lazy one, on the newest small command when it is armed.
+ * A callback marks its entry fired and walks the list; one walk runs at a
+ * time per device (a callback that finds one running leaves its entry to
+ * it and asks it to go round again, so no fired entry is missed by a walk
+ * that had taken the list before the entry fired). A walk reports:
+ *  - every fired entry;
+ *  - the small entries before the last fired entry that is ordered (its
+ *    place on the list is its place in the queue) and completed well:
+ *    complete too, without asking the driver, since the queue ran them
+ *    first (a failed command fails the in-order queue's later ones, or
+ *    leaves the queue in the state the specification leaves undefined);
+ *  - the small entries after it that the driver says have ended, each
+ *    with its own status, up to the first still running (the queue runs
+ *    them in order: the later ones are left for the next callback).
+ * Then it arms the lazy callback again on the newest small entry left, if
+ * any. A small command's report may so come later than its completion, by
+ * at most the small commands queued while the lazy callback before it was
+ * armed (a waiter's wait_spin_ns spin sees the device's own state through
+ * token_query).
+ *
+ * Entries keep their event alive until reported: through the caller's
+ * token (um__xfer.token_held: the core's operations keep theirs until
+ * done), else with a reference of their own. An entry with a callback is
+ * reported only once its callback has run, never by a walk that finds it
+ * complete first: the driver may still be about to call the callback, and
+ * the report may release the event's last reference. */
+
+/* The watch list's lock (watch_locked): held for a few dozen instructions
+ * at a time (an entry put on the list, the list taken or put back, an
+ * entry marked fired), never across a driver call, so a spin; a thread
+ * that finds the holder preempted yields its CPU to it. */
+void ocl_watch_lock(ocl_device *dev) {
+  int spins = 0;
+  while (atomic_exchange_explicit(&dev->watch_locked, true, memory_order_acquire))
+    while (atomic_load_explicit(&dev->watch_locked, memory_order_relaxed)) {
+      if (++spins < 64)
+        um__cpu_pause();
+      else
+        sched_yield();
+    }
+}
+
+void ocl_watch_unlock(ocl_device *dev) {
+  atomic_store_explicit(&dev->watch_locked, false, memory_order_release);
+}
+
+/* The entry whose callback this thread is registering: a driver that calls
+ * the callback inside clSetEventCallback (the command completed already)
+ * marks it fired, and the registering thread walks once the call returned
+ * (not inside the driver's call, which may hold the event's lock). */
+static _Thread_local transfer_completion *arming;
+static _Thread_local int armed_fired;
+
+/* Set while this thread reports a walk's entries (watch_report). */
+_Thread_local int ocl_reporting;
+
+/* Under ocl_watch_lock: take the events kept for the next walk into out. */
+int ocl_take_later_locked(ocl_device *dev, cl_event *out) {
+  int n = dev->nlater;
+  memcpy(out, dev->later, (size_t)n * sizeof(out[0]));
+  dev->nlater = 0;
+  return n;
+}
+
+/* unimem's last reference on a token's event. */
+void ocl_release_token(cl_event ev) {
+  UM__TEST_POINT(UM__TP_TOKEN_RELEASED, ev);
+  ocl.clReleaseEvent(ev);
+}
+
+void ocl_release_events(const cl_event *ev, int n) {
+  for (int i = 0; i < n; i++)
+    ocl_release_token(ev[i]);
+}
+
+static void watch_walk_locked(ocl_device *dev);
+
+/* Under ocl_watch_lock: become the device's walker, or leave the walk to the
+ * one running (it goes round again). */
+static void watch_walk_or_hand_over(ocl_device *dev) {
+  if (dev->watch_walking) {
+    dev->watch_again = 1;
+    ocl_watch_unlock(dev);
+    return; /* nothing of ours runs after this unlock */
+  }
+  dev->watch_walking = 1;
+  watch_walk_locked(dev);
+}
+
+static void CL_CALLBACK on_watch_fired(cl_event event, cl_int execution_status, void *user_data) {
+  transfer_completion *c = user_data;
+  ocl_device *dev = c->dev;
+  (void)event;
+  ocl_watch_lock(dev);
+  c->status = execution_status;
+  atomic_store_explicit(&c->fired, 1, memory_order_release);
+  if (arming == c) {
+    armed_fired = 1;
+    ocl_watch_unlock(dev);
+    return;
+  }
+  watch_walk_or_hand_over(dev);
+}
+
+/* Register the callback on c's command. Returns 0 when it is armed (the
+ * callback reports later), 1 when c is fired already: its callback ran
+ * inside the registration, or none could be registered (the command was
+ * waited for here: its report cannot be lost). The caller walks then. */
+static int watch_arm(ocl_device *dev, transfer_completion *c) {
+  cl_int err;
+  arming = c;
+  armed_fired = 0;
+  err = ocl.clSetEventCallback(c->event, CL_COMPLETE, on_watch_fired, c);
+  arming = NULL;
+  if (err != CL_SUCCESS) {
+    cl_int st = ocl_wait_command_status(c->event);
+    ocl_watch_lock(dev);
+    c->status = st;
+    atomic_store_explicit(&c->fired, 1, memory_order_release);
+    ocl_watch_unlock(dev);
+    return 1;
+  }
+  return armed_fired;
+}
+
+/* Whether c's command has ended (complete, or failed), with its status. */
+static int watch_ended(transfer_completion *c) {
+  cl_int st = CL_QUEUED;
+  if (ocl.clGetEventInfo(c->event, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(st), &st, NULL) != CL_SUCCESS ||
+      st > CL_COMPLETE)
+    return 0; /* left for the callback armed on it or behind it */
+  c->status = st;
+  return 1;
+}
+
+/* Report the entries of ready, in order. done comes last for each, and
+ * after the last nothing of ours runs but a walk's tail, which
+ * ocl_destroy_device waits for (walk_tails): once it returns, the core may
+ * close the backend. */
+static void watch_report(transfer_completion *ready) {
+  while (ready != NULL) {
+    transfer_completion *c = ready;
+    um__done_fn done = c->done;
+    void *arg = c->arg;
+    int status =
+        c->status < 0 ? ocl_translate_cl_error(c->status, ocl_transfer_call_name((um__xfer_kind)c->kind)) : UM_OK;
+    ready = c->next; /* the core's space may go with done */
+    if (c->retained)
+      ocl.clReleaseEvent(c->event);
+    ocl_completion_free(c);
+    done(arg, status);
+  }
+}
+
+/* The last entry of list that fired, is ordered and completed well: the
+ * small entries before it have completed. */
+static transfer_completion *watch_last_sure(transfer_completion *list) {
+  transfer_completion *sure = NULL;
+  for (transfer_completion *c = list; c != NULL; c = c->next)
+    if (c->armed && c->ordered && atomic_load_explicit(&c->fired, memory_order_acquire) &&
+        c->status == CL_COMPLETE)
+      sure = c;
+  return sure;
+}
+
+/* Whether the walk reports c now (with its status set): when it has a
+ * callback of its own, once that fired; else when the sure entry after it
+ * vouches for it; else when the driver says it ended. The driver is asked
+ * until one entry is still running (*running set): the queue runs the
+ * later ones after it. */
+static int watch_reportable(transfer_completion *c, int before_sure, int *running) {
+  if (c->armed)
+    return atomic_load_explicit(&c->fired, memory_order_acquire);
+  if (before_sure) {
+    c->status = CL_COMPLETE;
+    return 1;
+  }
+  if (*running)
+    return 0;
+  *running = !watch_ended(c);
+  return !*running;
+}
+
+/* Called with ocl_watch_lock held, as the device's walker; returns with it
+ * dropped. Takes the reportable entries off the list (the comment above),
+ * going round again while callbacks fired meanwhile, arms the lazy
+ * callback again on the newest small entry left, then reports. The events
+ * kept for it (ocl_native_release) it takes at the start and releases
+ * after its reports, counted in walk_tails until then: the core may
+ * close the backend once the last report returned, and ocl_destroy_device
+ * waits for such a tail. */
+static void watch_walk_locked(ocl_device *dev) {
+  transfer_completion *ready = NULL, **ready_end = &ready;
+  cl_event later[OCL_RELEASE_LATER];
+  int nlater = ocl_take_later_locked(dev, later);
+  if (nlater > 0) /* before any report: the device outlives this walk */
+    atomic_fetch_add_explicit(&dev->walk_tails, 1, memory_order_relaxed);
+  for (;;) {
+    transfer_completion *list = dev->watch_head, *rest = NULL, *rest_last = NULL, *rest_unarmed = NULL;
+    transfer_completion *arm = NULL, *sure;
+    int fired_lazy = 0, running = 0, before_sure;
+    dev->watch_again = 0;
+    dev->watch_head = dev->watch_tail = dev->watch_unarmed = NULL;
+    ocl_watch_unlock(dev);
+    sure = watch_last_sure(list);
+    before_sure = sure != NULL;
+    while (list != NULL) {
+      transfer_completion *c = list;
+      list = c->next;
+      c->next = NULL;
+      if (c == sure)
+        before_sure = 0;
+      if (watch_reportable(c, before_sure, &running)) {
+        fired_lazy += c->armed == WATCH_LAZY;
+        *ready_end = c;
+        ready_end = &c->next;
+        continue;
+      }
+      if (rest_last != NULL)
+        rest_last->next = c;
+      else
+        rest = c;
+      rest_last = c;
+      if (!c->armed)
+        rest_unarmed = c;
+    }
+    ocl_watch_lock(dev);
+    if (rest != NULL) { /* older than what was added meanwhile */
+      rest_last->next = dev->watch_head;
+      if (dev->watch_head == NULL)
+        dev->watch_tail = rest_last;
+      dev->watch_head = rest;
+      if (dev->watch_unarmed == NULL)
+        dev->watch_unarmed = rest_unarmed;
+    }
+    dev->watch_lazy -= fired_lazy;
+    if (dev->watch_again)
+      continue;
+    if (dev->watch_lazy == 0 && dev->watch_unarmed != NULL) {
+      arm = dev->watch_unarmed; /* it covers the small entries before it */
+      arm->armed = WATCH_LAZY;
+      dev->watch_lazy = 1;
+      dev->watch_unarmed = NULL;
+    }
+    if (arm != NULL) {
+      ocl_watch_unlock(dev);
+      watch_arm(dev, arm); /* fired already: it is on the list, marked */
+      ocl_watch_lock(dev);
+      if (dev->watch_again || atomic_load_explicit(&arm->fired, memory_order_relaxed))
+        continue;
+    }
+    break;
+  }
+  dev->watch_walking = 0;
+  ocl_watch_unlock(dev);
+  ocl_reporting++;
+  watch_report(ready);
+  ocl_reporting--;
+  if (nlater > 0) { /* after the reports, which it would delay */
+    ocl_release_events(later, nlater);
+    atomic_fetch_sub_explicit(&dev->walk_tails, 1, memory_order_release); /* the last touch of dev */
+  }
+}
+
+/* The order lock of a device (order_held): a watched command is enqueued
+ * and put on the list in one hold of it, so that the list's order is the
+ * queue's (the walk relies on it to report the small entries before a
+ * completed one unasked). Only ever tried, so no thread ever waits for it: a thread
+ * that issues from inside a driver's callback might otherwise wait for a
+ * thread that holds it and waits for the driver. A command enqueued
+ * without it is not ordered, nor is one whose hold saw such a command put
+ * on the list (watch_unordered moved): its place on the list may not be
+ * its place in the queue. */
+int ocl_order_begin(ocl_device *dev, unsigned *unordered0) {
+  if (atomic_load_explicit(&dev->order_held, memory_order_relaxed) ||
+      atomic_exchange_explicit(&dev->order_held, true, memory_order_acquire))
+    return 0;
+  *unordered0 = atomic_load_explicit(&dev->watch_unordered, memory_order_relaxed);
+  return 1;
+}
+
+void ocl_order_end(ocl_device *dev, int held) {
+  if (held)
+    atomic_store_explicit(&dev->order_held, false, memory_order_release);
+}
+
+/* Watch c's command (c->event), enqueued under the order lock when held
+ * (with watch_unordered at unordered0 then): put it on the list, drop the
+ * order lock, submit it, and register a callback on it when it is large,
+ * or small with no lazy callback armed and no walk to arm one. */
+void ocl_watch_add(ocl_device *dev, transfer_completion *c, int own, int held, unsigned unordered0) {
+  int arm = 1;
+  ocl_watch_lock(dev);
+  if (held) {
+    c->ordered = atomic_load_explicit(&dev->watch_unordered, memory_order_relaxed) == unordered0;
+  } else {
+    c->ordered = 0;
+    um__atomic_add_relaxed(&dev->watch_unordered, 1);
+  }
+  if (dev->watch_tail != NULL)
+    dev->watch_tail->next = c;
+  else
+    dev->watch_head = c;
+  dev->watch_tail = c;
+  if (own) {
+    c->armed = WATCH_OWN;
+  } else if (dev->watch_lazy == 0 && !dev->watch_walking) {
+    c->armed = WATCH_LAZY;
+    dev->watch_lazy = 1;
+    dev->watch_unarmed = NULL;
+  } else {
+    dev->watch_unarmed = c;
+    arm = 0;
+  }
+  ocl_watch_unlock(dev);
+  ocl_order_end(dev, held);
+  /* Commands may sit in the queue until flushed; nobody may ever wait on
+   * this one, so submit it now. A failing flush leaves the command queued,
+   * and its callback still runs when the queue is finished. */
+  ocl_submit_begin(dev);
+  ocl.clFlush(dev->queue);
+  ocl_submit_end(dev);
+  if (arm && watch_arm(dev, c)) {
+    ocl_watch_lock(dev);
+    watch_walk_or_hand_over(dev);
+  }
+}
+
+/* The wait list of x: the tokens of after[] that are not this device's own
+ * queue's, then x->wait[] (a MARKER's gate or caller's event). Tokens are
+ * this backend's cl_events; copy them rather than reinterpret the void *
+ * array as a cl_event array. A command of this device's own queue needs no
+ * wait-list entry: the queue is in order, and its commands were enqueued
+ * before this one. Leaving them out matters: PoCL tracks every wait-list
+ * entry as a dependency, which cost about 0.5 us per queued 4 KiB write. */
+cl_uint ocl_build_wait_list(ocl_device *dev, const um__xfer *x, void *const *after, int nafter,
+                               cl_event *list) {
+  cl_uint waits = 0;
+  for (int i = 0; i < nafter; i++) {
+    cl_command_queue queue = NULL;
+    cl_event token = (cl_event)after[i];
+    if (ocl.clGetEventInfo(token, CL_EVENT_COMMAND_QUEUE, sizeof(queue), &queue, NULL) == CL_SUCCESS &&
+        queue == dev->queue)
+      continue;
+    list[waits++] = token;
+  }
+  for (int i = 0; i < 2; i++)
+    if (x->wait[i] != NULL)
+      list[waits++] = (cl_event)x->wait[i];
+  return waits;
+}
+
