@@ -138,7 +138,7 @@ static int round_trips(ou_env *e, int rounds, long pause_ns) {
 
 /* Whether the test's PoCL devices run commands on driver threads (the
  * "pthread" device; "basic" runs them inside the submitting call, and a
- * blocking call there has nothing to settle: opencl/devices.c, ocl_settle). */
+ * blocking call there has nothing to settle: opencl/devices.c, um__ocl_settle). */
 static int driver_threads(void) { return strcmp(ou_pocl_kind(), "pthread") == 0; }
 
 /* Back to back, every blocking call that follows the end of another seen

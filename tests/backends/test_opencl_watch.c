@@ -300,7 +300,7 @@ OU_TEST_1_AND_2(opencl_watch, done_events_bytes_seen_from_another_queue) {
  * put on the caller's thread, is left to the device's next walk (on the
  * driver's callback thread, after the walk's reports), at most 1024 of
  * them per device; freeing device memory and closing the device release
- * them too (opencl/transfers.c, ocl_native_release). Seen at the test point where the backend releases
+ * them too (opencl/transfers.c, um__ocl_native_release). Seen at the test point where the backend releases
  * its reference; the test holds a reference of its own on each event, so
  * that no two of them share an address. */
 

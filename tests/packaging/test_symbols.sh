@@ -1,12 +1,15 @@
 #!/bin/sh
 # The shared library exports the um_ API and nothing else, its SONAME
 # follows the major version, and it does not link any vendor library
-# (OpenCL, CUDA and UCX are loaded at run time).
+# (OpenCL, CUDA and UCX are loaded at run time). The static library's
+# global symbols are all um_ or um__ names, so that a program linking it
+# statically never meets one of its own names.
 #
-#   test_symbols.sh LIBRARY MAJOR
+#   test_symbols.sh LIBRARY MAJOR [STATIC_LIBRARY]
 set -eu
 lib=$1
 major=$2
+static=${3:-}
 fail() { echo "FAIL: $*" >&2; exit 1; }
 for tool in nm readelf; do
   command -v "$tool" >/dev/null 2>&1 || { echo "SKIP: $tool is not installed" >&2; exit 77; }
@@ -29,4 +32,10 @@ if echo "$dyn" | grep NEEDED | grep -Eiq 'libOpenCL|libcuda|libnvidia|libucp|lib
   fail "links a vendor library: $(echo "$dyn" | grep NEEDED | tr '\n' ' ')"
 fi
 echo "SONAME libunimem.so.$major; NEEDED: $(echo "$dyn" | sed -n 's/.*Shared library: \[\(.*\)\]/\1/p' | tr '\n' ' ')"
+if [ -n "$static" ]; then
+  globals=$(nm -g --defined-only "$static" | awk 'NF == 3 { print $3 }' | sort -u)
+  foreign=$(echo "$globals" | grep -Ev '^um_' || true)
+  [ -z "$foreign" ] || fail "$static defines global names outside um_/um__: $(echo "$foreign" | tr '\n' ' ')"
+  echo "static: $(echo "$globals" | grep -c '^um') global names, all um_ or um__"
+fi
 echo "PASS"

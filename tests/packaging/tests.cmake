@@ -185,7 +185,8 @@ if(TARGET unimem_tool)
                        ${_um_tool_tests} PROPERTIES LABELS "tool" TIMEOUT 300)
 endif()
 
-add_test(NAME package_symbols COMMAND ${_um_pkg}/test_symbols.sh $<TARGET_FILE:unimem> ${PROJECT_VERSION_MAJOR})
+add_test(NAME package_symbols COMMAND ${_um_pkg}/test_symbols.sh $<TARGET_FILE:unimem> ${PROJECT_VERSION_MAJOR}
+                                      $<TARGET_FILE:unimem_static>)
 add_test(NAME package_install COMMAND ${_um_pkg}/test_install.sh ${CMAKE_BINARY_DIR} ${CMAKE_SOURCE_DIR}
                                       ${CMAKE_C_COMPILER} "${_um_san_flags}")
 set_tests_properties(package_symbols package_install PROPERTIES LABELS "packaging" TIMEOUT 300

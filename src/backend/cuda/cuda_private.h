@@ -20,7 +20,7 @@
  * for the interop work that joins unimem's order with the caller's
  * (markers, captured caller events, gates; see "The caller's own device
  * work" below). Every call makes the device's
- * context current for its duration (cuda_enter_context / cuda_leave_context): calls
+ * context current for its duration (um__cuda_enter_context / um__cuda_leave_context): calls
  * come from any thread, and the current context is per thread.
  *
  * Memory: DEVICE = cuMemAlloc, PINNED = cuMemHostAlloc (portable, mapped),
@@ -117,12 +117,12 @@ typedef struct cuda_driver_api {
 #undef CUDA_API_FIELD_
 } cuda_driver_api;
 
-/* The entry points, filled once by cuda_driver_lib's load (load.c), read-only
+/* The entry points, filled once by um__cuda_driver_lib's load (load.c), read-only
  * afterwards. */
-extern cuda_driver_api cuda_driver;
+extern cuda_driver_api um__cuda_driver;
 
 /* cu->cuMemAlloc_v2(...) reads as the driver call it is. */
-__attribute__((unused)) static const cuda_driver_api *const cu = &cuda_driver;
+__attribute__((unused)) static const cuda_driver_api *const cu = &um__cuda_driver;
 
 /* ------------------------------------------------------------------------ */
 /* Devices                                                                   */
@@ -186,7 +186,7 @@ typedef struct cuda_device {
                            described; the core counts the bytes */
   uint32_t spin_ns;     /* opts->wait_spin_ns: blocking calls poll first */
   int driver_sleeps;    /* the context's scheduling is CU_CTX_SCHED_BLOCKING_SYNC:
-                           the driver's own waits sleep (cuda_xfer) */
+                           the driver's own waits sleep (um__cuda_xfer) */
   char name[128];
   /* Interop (SPEC §8), under interop_lock: the lanes, the gates' host
    * words, and the gate kernel where gates spin in one. */
@@ -248,7 +248,7 @@ typedef struct cuda_token {
   cuda_device *dev;
   CUstream stream; /* transfers: where the event was recorded */
   atomic_int reported; /* transfers: done() was called, by the watcher or by
-                          a spinning waiter (cuda_token_reap), whichever
+                          a spinning waiter (um__cuda_token_reap), whichever
                           set this first */
 } cuda_token;
 
@@ -260,105 +260,105 @@ typedef int (*lane_queue_fn)(cuda_device *d, cuda_token *token, const void *arg)
 
 /* devices.c */
 /* Make d's context current, the thread's previous one into *previous. */
-int cuda_enter_context(const cuda_device *d, CUcontext *previous);
+int um__cuda_enter_context(const cuda_device *d, CUcontext *previous);
 /* Give the thread back the context enter_context found current. */
-void cuda_leave_context(const cuda_device *d, CUcontext previous);
+void um__cuda_leave_context(const cuda_device *d, CUcontext previous);
 /* (table) Every device the driver reports. */
-int cuda_open(const um_options *opts, void **ctx, int *count);
+int um__cuda_open(const um_options *opts, void **ctx, int *count);
 /* (table) */
-int cuda_describe(void *ctx, int i, um__bdev_desc *out);
+int um__cuda_describe(void *ctx, int i, um__bdev_desc *out);
 /* (table) */
-void cuda_close(void *ctx);
+void um__cuda_close(void *ctx);
 
 /* gates.c */
 /* Put a gate's host word back on d's free list. */
-void cuda_gate_word_put(cuda_device *d, cuda_gate_word *word);
+void um__cuda_gate_word_put(cuda_device *d, cuda_gate_word *word);
 /* Load the gate kernel's module (at open); the context is current. */
-int cuda_gate_kernel_load(cuda_device *d);
+int um__cuda_gate_kernel_load(cuda_device *d);
 /* (table) */
-int cuda_gate_new(void *bdev, void **token);
+int um__cuda_gate_new(void *bdev, void **token);
 /* (table) */
-void cuda_gate_open(void *bdev, void *token, int status);
+void um__cuda_gate_open(void *bdev, void *token, int status);
 /* At close: free the lanes, the gate slabs and the gate kernel's module. */
-void cuda_release_interop(cuda_device *d);
+void um__cuda_release_interop(cuda_device *d);
 
 /* interop.c */
 /* (table) */
-void cuda_device_native(void *bdev, um_device_native *out);
+void um__cuda_device_native(void *bdev, um_device_native *out);
 /* (table) */
-void cuda_mem_native(void *bdev, const um__mem *mem, um_location loc, um_buffer_native *out);
+void um__cuda_mem_native(void *bdev, const um__mem *mem, um_location loc, um_buffer_native *out);
 /* (table) */
-void *cuda_token_native(void *bdev, void *token);
+void *um__cuda_token_native(void *bdev, void *token);
 /* (table) */
-int cuda_token_query(void *bdev, void *token);
+int um__cuda_token_query(void *bdev, void *token);
 /* (table) A spinning waiter's look at a token: reports a completed transfer. */
-int cuda_token_reap(void *bdev, void *token_);
+int um__cuda_token_reap(void *bdev, void *token_);
 /* (table) */
-int cuda_token_wait(void *bdev, void *token);
+int um__cuda_token_wait(void *bdev, void *token);
 /* A lane (private stream for interop work) with nothing left queued on it. */
-int cuda_lane_take(cuda_device *d, CUstream *out);
+int um__cuda_lane_take(cuda_device *d, CUstream *out);
 /* A token of `owners` owners queued on a lane by queue, into *out. */
-int cuda_lane_item_new(cuda_device *d, int owners, lane_queue_fn queue, const void *arg, void **out);
+int um__cuda_lane_item_new(cuda_device *d, int owners, lane_queue_fn queue, const void *arg, void **out);
 /* A MARKER: a token done once after[] and x's waits are. */
-int cuda_start_marker(cuda_device *d, const um__xfer *x, void *const *after, int nafter, um__done_fn done, void *arg,
-                      void **native);
+int um__cuda_start_marker(cuda_device *d, const um__xfer *x, void *const *after, int nafter, um__done_fn done,
+                          void *arg, void **native);
 /* (table) */
-int cuda_token_adopt(void *bdev, void *native, void **token);
+int um__cuda_token_adopt(void *bdev, void *native, void **token);
 /* (table) An event recorded on the caller's stream. */
-int cuda_caller_marker(void *bdev, void **token);
+int um__cuda_caller_marker(void *bdev, void **token);
 
 /* load.c */
 /* cuInit answered CUDA_ERROR_NO_DEVICE, and what it said then. */
-extern int cuda_driver_no_devices;
-extern char cuda_driver_no_device_reason[512];
+extern int um__cuda_driver_no_devices;
+extern char um__cuda_driver_no_device_reason[512];
 /* The one translation of a CUresult into a UM_E* code (call: for um_last_error()). */
-int cuda_status(CUresult result, const char *call);
+int um__cuda_status(CUresult result, const char *call);
 /* libcuda, loaded once for the process. */
-extern um__vendor_lib cuda_driver_lib;
+extern um__vendor_lib um__cuda_driver_lib;
 
 /* memory.c */
 /* (table) */
-int cuda_mem_alloc(void *bdev, um_location loc, size_t bytes, um__mem *out);
+int um__cuda_mem_alloc(void *bdev, um_location loc, size_t bytes, um__mem *out);
 /* Make the frees held on d while a gate of d was closed. */
-void cuda_free_held(cuda_device *d);
+void um__cuda_free_held(cuda_device *d);
 /* (table) */
-void cuda_mem_free(void *bdev, um_location loc, size_t bytes, um__mem *mem);
+void um__cuda_mem_free(void *bdev, um_location loc, size_t bytes, um__mem *mem);
 /* (table) */
-int cuda_host_register(void *bdev, void *host, size_t bytes, um__mem *out);
+int um__cuda_host_register(void *bdev, void *host, size_t bytes, um__mem *out);
 /* (table) */
-void cuda_host_unregister(void *bdev, um__mem *mem);
+void um__cuda_host_unregister(void *bdev, um__mem *mem);
 /* (table) */
-int cuda_memory(void *bdev, uint64_t *free_bytes, uint64_t *total_bytes);
+int um__cuda_memory(void *bdev, uint64_t *free_bytes, uint64_t *total_bytes);
 /* (table) */
-int cuda_synchronize(void *bdev);
+int um__cuda_synchronize(void *bdev);
 /* (table) cuStreamWaitEvent takes an event of any device or context. */
-int cuda_tokens_shared(void *a, void *b);
+int um__cuda_tokens_shared(void *a, void *b);
 /* (table) */
-int cuda_peer_possible(void *a, void *b);
+int um__cuda_peer_possible(void *a, void *b);
 /* (table) */
-int cuda_peer_enable(void *a, void *b);
+int um__cuda_peer_enable(void *a, void *b);
 
 /* transfers.c */
 /* The copy stream (WATCH_*) of a transfer kind. */
-int cuda_queue_of(um__xfer_kind kind);
+int um__cuda_queue_of(um__xfer_kind kind);
 /* (table) */
-int cuda_xfer(void *bdev, const um__xfer *x);
+int um__cuda_xfer(void *bdev, const um__xfer *x);
 /* Drop one owner of token; the last frees it. */
-void cuda_token_drop(cuda_token *token);
+void um__cuda_token_drop(cuda_token *token);
 /* A token with a fresh event; the device's context is current. */
-int cuda_token_create(int owners, cuda_token **out);
+int um__cuda_token_create(int owners, cuda_token **out);
 /* Free a token that never left the backend; the context is current. */
-void cuda_token_discard(cuda_token *token);
+void um__cuda_token_discard(cuda_token *token);
 /* Make stream wait for the tokens (NULL entries skipped). */
-int cuda_wait_tokens(CUstream stream, void *const *tokens, int n);
+int um__cuda_wait_tokens(CUstream stream, void *const *tokens, int n);
 /* Record a marker's event on its lane, then call its done after it. */
-int cuda_record_and_call_back(cuda_token *token, CUstream lane);
+int um__cuda_record_and_call_back(cuda_token *token, CUstream lane);
 /* Stop w's watcher thread (at release; every transfer has finished). */
-void cuda_watch_stop(cuda_watch *w);
+void um__cuda_watch_stop(cuda_watch *w);
 /* (table) */
-int cuda_xfer_async(void *bdev, const um__xfer *x, void *const *after, int nafter, um__done_fn done, void *arg,
+int um__cuda_xfer_async(void *bdev, const um__xfer *x, void *const *after, int nafter, um__done_fn done, void *arg,
                     void **native);
 /* (table) */
-void cuda_native_release(void *bdev, void *native);
+void um__cuda_native_release(void *bdev, void *native);
 
 #endif

@@ -7,18 +7,18 @@
  * gives the thread its previous context back before returning: the
  * application may use CUDA on the same thread, and its current context --
  * for the runtime, its current device -- must not change under it. */
-int cuda_enter_context(const cuda_device *d, CUcontext *previous) {
+int um__cuda_enter_context(const cuda_device *d, CUcontext *previous) {
   CUresult result = cu->cuCtxGetCurrent(previous);
   if (result != CUDA_SUCCESS)
-    return cuda_status(result, "cuCtxGetCurrent");
+    return um__cuda_status(result, "cuCtxGetCurrent");
   if (*previous == d->context)
     return UM_OK;
   result = cu->cuCtxSetCurrent(d->context);
   return result == CUDA_SUCCESS ? UM_OK
-                                : cuda_status(result, "cuCtxSetCurrent");
+                                : um__cuda_status(result, "cuCtxSetCurrent");
 }
 
-void cuda_leave_context(const cuda_device *d, CUcontext previous) {
+void um__cuda_leave_context(const cuda_device *d, CUcontext previous) {
   if (previous != d->context)
     cu->cuCtxSetCurrent(previous);
 }
@@ -32,8 +32,8 @@ static void release_device(cuda_device *d) {
   CUcontext previous = NULL;
 
   for (int i = 0; i < WATCH_COUNT; i++)
-    cuda_watch_stop(&d->watch[i]);
-  if (d->context != NULL && cuda_enter_context(d, &previous) == UM_OK) {
+    um__cuda_watch_stop(&d->watch[i]);
+  if (d->context != NULL && um__cuda_enter_context(d, &previous) == UM_OK) {
     cu->cuCtxSynchronize();
     /* Give the memory pool's cached blocks back to the device: the primary
      * context may outlive this manager. */
@@ -47,15 +47,15 @@ static void release_device(cuda_device *d) {
       cu->cuStreamDestroy_v2(d->local_stream);
     if (d->caller_stream != NULL)
       cu->cuStreamDestroy_v2(d->caller_stream);
-    cuda_release_interop(d);
+    um__cuda_release_interop(d);
     if (d->interop_ready) {
       d->gates_closed = 0; /* every gate was opened: the context is idle */
-      cuda_free_held(d);
+      um__cuda_free_held(d);
     }
     for (int i = 0; i < d->spare_count; i++)
       cu->cuEventDestroy_v2(d->spare[i]);
     d->spare_count = 0;
-    cuda_leave_context(d, previous);
+    um__cuda_leave_context(d, previous);
   }
   if (d->spare_ready)
     pthread_mutex_destroy(&d->spare_lock);
@@ -169,7 +169,7 @@ static CUresult create_streams(cuda_device *d, const char **call) {
    * without stream memory operations): the module now, while nothing is in
    * flight. Where that fails, the first gate says why. */
   if (result == CUDA_SUCCESS && (d->gate_kernel || cu->cuStreamWaitValue32_v2 == NULL) &&
-      cuda_gate_kernel_load(d) != UM_OK)
+      um__cuda_gate_kernel_load(d) != UM_OK)
     um__log(&d->owner->opts, UM_LOG_INFO, "cuda device %d: the gate kernel: %s", d->ordinal, um_last_error());
   cu->cuCtxSetCurrent(previous);
   return result;
@@ -209,7 +209,7 @@ static int open_device(cuda_backend_state *state, int ordinal,
   if (result == CUDA_SUCCESS)
     result = create_streams(d, &call);
   if (result != CUDA_SUCCESS) {
-    int status = cuda_status(result, call);
+    int status = um__cuda_status(result, call);
     release_device(d);
     return status;
   }
@@ -230,7 +230,7 @@ static int open_device(cuda_backend_state *state, int ordinal,
   return UM_OK;
 }
 
-int cuda_open(const um_options *opts, void **ctx, int *count) {
+int um__cuda_open(const um_options *opts, void **ctx, int *count) {
   cuda_backend_state *state;
   int device_count = 0;
   int opened = 0;
@@ -240,18 +240,18 @@ int cuda_open(const um_options *opts, void **ctx, int *count) {
 
   if (ctx == NULL || count == NULL)
     return um__set_error(UM_EINVAL, "cuda: open without ctx or count");
-  status = um__vendor_lib_load(&cuda_driver_lib, UM_ENODEV);
+  status = um__vendor_lib_load(&um__cuda_driver_lib, UM_ENODEV);
   if (status != UM_OK)
     return status;
-  if (!cuda_driver_no_devices) {
+  if (!um__cuda_driver_no_devices) {
     result = cu->cuDeviceGetCount(&device_count);
     if (result != CUDA_SUCCESS)
-      return cuda_status(result, "cuDeviceGetCount");
+      return um__cuda_status(result, "cuDeviceGetCount");
   }
   if (device_count == 0) {
     /* The reason stays in um_last_error(); the manager logs it. */
     um__set_error(UM_OK, "%s",
-                  cuda_driver_no_devices ? cuda_driver_no_device_reason : "cuda: the driver reports no device");
+                  um__cuda_driver_no_devices ? um__cuda_driver_no_device_reason : "cuda: the driver reports no device");
     *ctx = NULL;
     *count = 0;
     return UM_OK;
@@ -296,7 +296,7 @@ fail:
   return status;
 }
 
-int cuda_describe(void *ctx, int i, um__bdev_desc *out) {
+int um__cuda_describe(void *ctx, int i, um__bdev_desc *out) {
   cuda_backend_state *state = ctx;
   cuda_device *d;
 
@@ -314,7 +314,7 @@ int cuda_describe(void *ctx, int i, um__bdev_desc *out) {
   return UM_OK;
 }
 
-void cuda_close(void *ctx) {
+void um__cuda_close(void *ctx) {
   cuda_backend_state *state = ctx;
   int i;
 

@@ -77,13 +77,13 @@ static int gate_slab_new(cuda_device *d) {
                               CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP);
   if (result != CUDA_SUCCESS) {
     free(slab);
-    return cuda_status(result, "cuMemHostAlloc (gate words)");
+    return um__cuda_status(result, "cuMemHostAlloc (gate words)");
   }
   result = cu->cuMemHostGetDevicePointer_v2(&base, slab->host, 0);
   if (result != CUDA_SUCCESS) {
     cu->cuMemFreeHost(slab->host);
     free(slab);
-    return cuda_status(result, "cuMemHostGetDevicePointer");
+    return um__cuda_status(result, "cuMemHostGetDevicePointer");
   }
   for (int i = 0; i < CUDA_GATE_SLAB_WORDS; i++) {
     slab->words[i].host = (uint32_t *)slab->host + i;
@@ -96,7 +96,7 @@ static int gate_slab_new(cuda_device *d) {
   return UM_OK;
 }
 
-void cuda_gate_word_put(cuda_device *d, cuda_gate_word *word) {
+void um__cuda_gate_word_put(cuda_device *d, cuda_gate_word *word) {
   pthread_mutex_lock(&d->interop_lock);
   word->next_free = d->free_words;
   d->free_words = word;
@@ -108,7 +108,7 @@ void cuda_gate_word_put(cuda_device *d, cuda_gate_word *word) {
  * nothing can be waiting for a gate: when the device is opened (or, for a
  * driver that answers CUDA_ERROR_NOT_SUPPORTED only at the first gate, at
  * that first gate). */
-int cuda_gate_kernel_load(cuda_device *d) {
+int um__cuda_gate_kernel_load(cuda_device *d) {
   CUresult result;
 
   if (d->gate_function != NULL)
@@ -121,14 +121,14 @@ int cuda_gate_kernel_load(cuda_device *d) {
   result = cu->cuModuleLoadData(&d->gate_module, gate_ptx);
   if (result != CUDA_SUCCESS) {
     d->gate_module = NULL;
-    return cuda_status(result, "cuModuleLoadData (gate kernel)");
+    return um__cuda_status(result, "cuModuleLoadData (gate kernel)");
   }
   result = cu->cuModuleGetFunction(&d->gate_function, d->gate_module, "unimem_gate_wait");
   if (result != CUDA_SUCCESS) {
     cu->cuModuleUnload(d->gate_module);
     d->gate_module = NULL;
     d->gate_function = NULL;
-    return cuda_status(result, "cuModuleGetFunction (gate kernel)");
+    return um__cuda_status(result, "cuModuleGetFunction (gate kernel)");
   }
   return UM_OK;
 }
@@ -138,12 +138,12 @@ static int gate_kernel_launch(cuda_device *d, CUstream lane, const cuda_gate_wor
   CUdeviceptr address = word->device;
   void *params[2] = {&address, &value};
   CUresult result;
-  int status = cuda_gate_kernel_load(d);
+  int status = um__cuda_gate_kernel_load(d);
 
   if (status != UM_OK)
     return status;
   result = cu->cuLaunchKernel(d->gate_function, 1, 1, 1, 1, 1, 1, 0, lane, params, NULL);
-  return result == CUDA_SUCCESS ? UM_OK : cuda_status(result, "cuLaunchKernel (gate kernel)");
+  return result == CUDA_SUCCESS ? UM_OK : um__cuda_status(result, "cuLaunchKernel (gate kernel)");
 }
 
 /* Make lane wait until word reaches value; interop_lock held. */
@@ -151,7 +151,7 @@ static int gate_wait(cuda_device *d, CUstream lane, const cuda_gate_word *word, 
   if (!d->gate_kernel && cu->cuStreamWaitValue32_v2 != NULL) {
     CUresult result = cu->cuStreamWaitValue32_v2(lane, word->device, value, CU_STREAM_WAIT_VALUE_GEQ);
     if (result != CUDA_ERROR_NOT_SUPPORTED)
-      return result == CUDA_SUCCESS ? UM_OK : cuda_status(result, "cuStreamWaitValue32");
+      return result == CUDA_SUCCESS ? UM_OK : um__cuda_status(result, "cuStreamWaitValue32");
   }
   if (!d->gate_kernel)
     um__log(&d->owner->opts, UM_LOG_INFO,
@@ -173,7 +173,7 @@ static int gate_queue(cuda_device *d, cuda_token *gate, const void *unused) {
   if (status != UM_OK)
     return status;
   word = d->free_words;
-  if ((status = cuda_lane_take(d, &lane)) != UM_OK)
+  if ((status = um__cuda_lane_take(d, &lane)) != UM_OK)
     return status;
   gate->gate_value = __atomic_load_n(word->host, __ATOMIC_ACQUIRE) + 1;
   if ((status = gate_wait(d, lane, word, gate->gate_value)) != UM_OK)
@@ -184,7 +184,7 @@ static int gate_queue(cuda_device *d, cuda_token *gate, const void *unused) {
     __atomic_store_n(word->host, gate->gate_value, __ATOMIC_RELEASE);
     word->next_free = d->free_words;
     d->free_words = word;
-    return cuda_status(result, "cuEventRecord");
+    return um__cuda_status(result, "cuEventRecord");
   }
   gate->gate_dev = d;
   gate->gate = word;
@@ -192,21 +192,21 @@ static int gate_queue(cuda_device *d, cuda_token *gate, const void *unused) {
   return UM_OK;
 }
 
-int cuda_gate_new(void *bdev, void **token) {
+int um__cuda_gate_new(void *bdev, void **token) {
   cuda_device *d = bdev;
   CUcontext previous = NULL;
-  int status = cuda_enter_context(d, &previous);
+  int status = um__cuda_enter_context(d, &previous);
 
   if (status != UM_OK)
     return status;
-  status = cuda_lane_item_new(d, 2 /* the opener's and the caller's */, gate_queue, NULL, token);
-  cuda_leave_context(d, previous);
+  status = um__cuda_lane_item_new(d, 2 /* the opener's and the caller's */, gate_queue, NULL, token);
+  um__cuda_leave_context(d, previous);
   return status;
 }
 
 /* A CUDA event carries no failure: a gate opened with one still opens, and
  * the core's own event of the operation reports it. */
-void cuda_gate_open(void *bdev, void *token, int status) {
+void um__cuda_gate_open(void *bdev, void *token, int status) {
   cuda_token *gate = token;
   cuda_device *d = gate->gate_dev;
   int last;
@@ -216,14 +216,14 @@ void cuda_gate_open(void *bdev, void *token, int status) {
   pthread_mutex_lock(&d->interop_lock);
   last = --d->gates_closed == 0 && d->held_frees != NULL;
   pthread_mutex_unlock(&d->interop_lock);
-  cuda_token_drop(gate); /* the opener's */
+  um__cuda_token_drop(gate); /* the opener's */
   if (last)
-    cuda_free_held(d);
+    um__cuda_free_held(d);
 }
 
 /* close: every gate was opened and every lane has finished (the context was
  * synchronised); the context is current. */
-void cuda_release_interop(cuda_device *d) {
+void um__cuda_release_interop(cuda_device *d) {
   for (int i = 0; i < d->lane_count; i++)
     cu->cuStreamDestroy_v2(d->lanes[i]);
   free(d->lanes);

@@ -5,7 +5,7 @@
 /* ------------------------------------------------------------------------ */
 /* The caller's own device work (SPEC §8)                                    */
 
-void cuda_device_native(void *bdev, um_device_native *out) {
+void um__cuda_device_native(void *bdev, um_device_native *out) {
   const cuda_device *d = bdev;
   out->cu_device = d->ordinal;
   out->cu_context = d->context;
@@ -16,34 +16,34 @@ void cuda_device_native(void *bdev, um_device_native *out) {
  * memory mapped for the device (CU_MEMHOSTALLOC_DEVICEMAP), whose device
  * address the driver gives (the host address itself under unified
  * addressing, which is also what is left when the driver cannot say). */
-void cuda_mem_native(void *bdev, const um__mem *mem, um_location loc, um_buffer_native *out) {
+void um__cuda_mem_native(void *bdev, const um__mem *mem, um_location loc, um_buffer_native *out) {
   cuda_device *d = bdev;
   CUdeviceptr address = (CUdeviceptr)mem->handle;
   CUcontext previous = NULL;
 
-  if (loc == UM_PINNED && cuda_enter_context(d, &previous) == UM_OK) {
+  if (loc == UM_PINNED && um__cuda_enter_context(d, &previous) == UM_OK) {
     CUdeviceptr mapped = 0;
     if (cu->cuMemHostGetDevicePointer_v2(&mapped, mem->host, 0) == CUDA_SUCCESS)
       address = mapped;
-    cuda_leave_context(d, previous);
+    um__cuda_leave_context(d, previous);
   }
   out->cu_ptr = (uint64_t)address;
   out->offset = 0;
 }
 
-void *cuda_token_native(void *bdev, void *token) {
+void *um__cuda_token_native(void *bdev, void *token) {
   (void)bdev;
   return ((cuda_token *)token)->finished;
 }
 
-int cuda_token_query(void *bdev, void *token) {
+int um__cuda_token_query(void *bdev, void *token) {
   cuda_device *d = bdev;
   CUcontext previous = NULL;
   CUresult result;
-  if (cuda_enter_context(d, &previous) != UM_OK)
+  if (um__cuda_enter_context(d, &previous) != UM_OK)
     return 0; /* not known: the waiter goes by the core's own state */
   result = cu->cuEventQuery(((cuda_token *)token)->finished);
-  cuda_leave_context(d, previous);
+  um__cuda_leave_context(d, previous);
   /* CUDA_ERROR_NOT_READY: still running; any other answer means the work
    * ended, and done() reports how. */
   return result != CUDA_ERROR_NOT_READY;
@@ -53,31 +53,31 @@ int cuda_token_query(void *bdev, void *token) {
  * has completed is reported here unless its watcher got there first; the
  * watcher, awake later, then only drops its share. The waiter borrows the
  * core's share of the token meanwhile, so the token and its event live. */
-int cuda_token_reap(void *bdev, void *token_) {
+int um__cuda_token_reap(void *bdev, void *token_) {
   cuda_device *d = bdev;
   cuda_token *token = token_;
   CUcontext previous = NULL;
   CUresult result;
-  if (cuda_enter_context(d, &previous) != UM_OK)
+  if (um__cuda_enter_context(d, &previous) != UM_OK)
     return 0; /* not known: the waiter goes by the core's own state */
   result = cu->cuEventQuery(token->finished);
   if (result != CUDA_ERROR_NOT_READY && token->dev != NULL && atomic_exchange(&token->reported, 1) == 0)
-    token->done(token->arg, cuda_status(result, NULL));
-  cuda_leave_context(d, previous);
+    token->done(token->arg, um__cuda_status(result, NULL));
+  um__cuda_leave_context(d, previous);
   return result != CUDA_ERROR_NOT_READY;
 }
 
-int cuda_token_wait(void *bdev, void *token) {
+int um__cuda_token_wait(void *bdev, void *token) {
   cuda_device *d = bdev;
   CUcontext previous = NULL;
   CUresult result;
-  int status = cuda_enter_context(d, &previous);
+  int status = um__cuda_enter_context(d, &previous);
 
   if (status != UM_OK)
     return status;
   result = cu->cuEventSynchronize(((cuda_token *)token)->finished);
-  cuda_leave_context(d, previous);
-  return result == CUDA_SUCCESS ? UM_OK : cuda_status(result, "cuEventSynchronize");
+  um__cuda_leave_context(d, previous);
+  return result == CUDA_SUCCESS ? UM_OK : um__cuda_status(result, "cuEventSynchronize");
 }
 
 /* Lanes: private streams for the interop work that waits on tokens --
@@ -91,7 +91,7 @@ int cuda_token_wait(void *bdev, void *token) {
  * every lane is busy: an item then waits for the tokens it names and for
  * nothing else. Lanes live until close. Called with interop_lock held (so
  * that nobody else queues on the lane meanwhile) and the context current. */
-int cuda_lane_take(cuda_device *d, CUstream *out) {
+int um__cuda_lane_take(cuda_device *d, CUstream *out) {
   CUstream lane = NULL;
   CUresult result;
 
@@ -113,19 +113,19 @@ int cuda_lane_take(cuda_device *d, CUstream *out) {
   }
   result = cu->cuStreamCreate(&lane, CU_STREAM_NON_BLOCKING);
   if (result != CUDA_SUCCESS)
-    return cuda_status(result, "cuStreamCreate");
+    return um__cuda_status(result, "cuStreamCreate");
   d->lanes[d->lane_count++] = lane;
   *out = lane;
   return UM_OK;
 }
 
 /* The shape every lane item shares: a token of `owners` owners, queued by
- * `queue` under interop_lock (see cuda_lane_take), then handed out in *out, or
+ * `queue` under interop_lock (see um__cuda_lane_take), then handed out in *out, or
  * discarded when queueing failed. Called with the context current. */
 
-int cuda_lane_item_new(cuda_device *d, int owners, lane_queue_fn queue, const void *arg, void **out) {
+int um__cuda_lane_item_new(cuda_device *d, int owners, lane_queue_fn queue, const void *arg, void **out) {
   cuda_token *token = NULL;
-  int status = cuda_token_create(owners, &token);
+  int status = um__cuda_token_create(owners, &token);
 
   if (status != UM_OK)
     return status;
@@ -133,7 +133,7 @@ int cuda_lane_item_new(cuda_device *d, int owners, lane_queue_fn queue, const vo
   status = queue(d, token, arg);
   pthread_mutex_unlock(&d->interop_lock);
   if (status != UM_OK)
-    cuda_token_discard(token);
+    um__cuda_token_discard(token);
   else
     *out = token;
   return status;
@@ -162,26 +162,26 @@ static int queue_marker(cuda_device *d, cuda_token *token, const void *arg) {
 
   token->done = a->done;
   token->arg = a->arg;
-  status = cuda_lane_take(d, &lane);
+  status = um__cuda_lane_take(d, &lane);
   if (status == UM_OK)
-    status = cuda_wait_tokens(lane, a->after, a->nafter);
+    status = um__cuda_wait_tokens(lane, a->after, a->nafter);
   if (status == UM_OK)
-    status = cuda_wait_tokens(lane, a->x->wait, 2);
+    status = um__cuda_wait_tokens(lane, a->x->wait, 2);
   if (status == UM_OK)
-    status = cuda_record_and_call_back(token, lane);
+    status = um__cuda_record_and_call_back(token, lane);
   return status;
 }
 
-int cuda_start_marker(cuda_device *d, const um__xfer *x, void *const *after,
+int um__cuda_start_marker(cuda_device *d, const um__xfer *x, void *const *after,
                         int nafter, um__done_fn done, void *arg, void **native) {
   marker_args a = {x, after, nafter, done, arg};
   CUcontext previous = NULL;
-  int status = cuda_enter_context(d, &previous);
+  int status = um__cuda_enter_context(d, &previous);
 
   if (status != UM_OK)
     return status;
-  status = cuda_lane_item_new(d, 2, queue_marker, &a, native);
-  cuda_leave_context(d, previous);
+  status = um__cuda_lane_item_new(d, 2, queue_marker, &a, native);
+  um__cuda_leave_context(d, previous);
   return status;
 }
 
@@ -203,56 +203,56 @@ static int queue_capture(cuda_device *d, cuda_token *captured, const void *arg) 
   const capture_args *a = arg;
   CUstream lane = NULL;
   CUresult result;
-  int status = cuda_lane_take(d, &lane);
+  int status = um__cuda_lane_take(d, &lane);
 
   if (status == UM_OK && a->pending &&
       (result = cu->cuStreamWaitEvent(lane, a->caller, CU_EVENT_WAIT_DEFAULT)) != CUDA_SUCCESS)
-    status = cuda_status(result, "cuStreamWaitEvent");
+    status = um__cuda_status(result, "cuStreamWaitEvent");
   if (status == UM_OK && (result = cu->cuEventRecord(captured->finished, lane)) != CUDA_SUCCESS)
-    status = cuda_status(result, "cuEventRecord");
+    status = um__cuda_status(result, "cuEventRecord");
   return status;
 }
 
-int cuda_token_adopt(void *bdev, void *native, void **token) {
+int um__cuda_token_adopt(void *bdev, void *native, void **token) {
   cuda_device *d = bdev;
   capture_args a = {native, 0};
   CUcontext previous = NULL;
   CUresult result;
-  int status = cuda_enter_context(d, &previous);
+  int status = um__cuda_enter_context(d, &previous);
 
   if (status != UM_OK)
     return status;
   result = cu->cuEventQuery(a.caller);
   a.pending = result == CUDA_ERROR_NOT_READY;
   if (result != CUDA_SUCCESS && !a.pending) {
-    cuda_status(result, "cuEventQuery");
+    um__cuda_status(result, "cuEventQuery");
     status = um__set_error(UM_EINVAL, "cuda: the done event is not a live CUevent (%s)", um_last_error());
   }
   if (status == UM_OK)
-    status = cuda_lane_item_new(d, 1, queue_capture, &a, token);
-  cuda_leave_context(d, previous);
+    status = um__cuda_lane_item_new(d, 1, queue_capture, &a, token);
+  um__cuda_leave_context(d, previous);
   return status;
 }
 
 /* An event recorded on the caller's stream after what the caller queued
  * there so far. */
-int cuda_caller_marker(void *bdev, void **token) {
+int um__cuda_caller_marker(void *bdev, void **token) {
   cuda_device *d = bdev;
   cuda_token *marker = NULL;
   CUcontext previous = NULL;
   CUresult result;
-  int status = cuda_enter_context(d, &previous);
+  int status = um__cuda_enter_context(d, &previous);
 
   if (status != UM_OK)
     return status;
-  status = cuda_token_create(1, &marker);
+  status = um__cuda_token_create(1, &marker);
   if (status == UM_OK && (result = cu->cuEventRecord(marker->finished, d->caller_stream)) != CUDA_SUCCESS) {
-    status = cuda_status(result, "cuEventRecord");
-    cuda_token_discard(marker);
+    status = um__cuda_status(result, "cuEventRecord");
+    um__cuda_token_discard(marker);
   }
   if (status == UM_OK)
     *token = marker;
-  cuda_leave_context(d, previous);
+  um__cuda_leave_context(d, previous);
   return status;
 }
 

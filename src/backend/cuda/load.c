@@ -10,17 +10,17 @@ static const um__vendor_entry cuda_entry_points[] = {
 #undef CUDA_OPTIONAL_
 };
 
-/* The entry points, filled once by cuda_driver_lib's load (read-only after),
+/* The entry points, filled once by um__cuda_driver_lib's load (read-only after),
  * and what cuInit said where it found no device. */
-cuda_driver_api cuda_driver;
-int cuda_driver_no_devices;         /* cuInit answered CUDA_ERROR_NO_DEVICE */
-char cuda_driver_no_device_reason[512];
+cuda_driver_api um__cuda_driver;
+int um__cuda_driver_no_devices;         /* cuInit answered CUDA_ERROR_NO_DEVICE */
+char um__cuda_driver_no_device_reason[512];
 
 /* The one translation of a CUresult into a UM_E* code. With call != NULL it
  * also records the driver's error name for um_last_error(). Stream
  * callbacks pass call == NULL: they run on a driver thread where no CUDA
  * call is allowed, cuGetErrorName included. */
-int cuda_status(CUresult result, const char *call) {
+int um__cuda_status(CUresult result, const char *call) {
   int status;
   const char *name = NULL;
   const char *text = NULL;
@@ -70,11 +70,11 @@ static int driver_init(um__vendor_lib *lib) {
   const char *text;
   if (result == CUDA_SUCCESS)
     return 0;
-  cuda_status(result, "cuInit");
+  um__cuda_status(result, "cuInit");
   if (result == CUDA_ERROR_NO_DEVICE) {
-    cuda_driver_no_devices = 1;
-    snprintf(cuda_driver_no_device_reason, sizeof(cuda_driver_no_device_reason), "%s (driver %s)", um_last_error(),
-             lib->path);
+    um__cuda_driver_no_devices = 1;
+    snprintf(um__cuda_driver_no_device_reason, sizeof(um__cuda_driver_no_device_reason), "%s (driver %s)",
+             um_last_error(), lib->path);
     return 0;
   }
   /* The loader's message starts with "cuda: " already. */
@@ -90,40 +90,40 @@ static const char *const driver_names[] = {"libcuda.so.1", NULL};
 
 /* libcuda stays loaded for the process: the driver keeps threads that do
  * not survive dlclose. */
-um__vendor_lib cuda_driver_lib =
-    UM__VENDOR_LIB_INIT("cuda", "UNIMEM_CUDA_LIBRARY", driver_names, cuda_entry_points, &cuda_driver, driver_init);
+um__vendor_lib um__cuda_driver_lib =
+    UM__VENDOR_LIB_INIT("cuda", "UNIMEM_CUDA_LIBRARY", driver_names, cuda_entry_points, &um__cuda_driver, driver_init);
 
 const um__backend um__backend_cuda = {
     .name = "cuda",
-    .open = cuda_open,
-    .describe = cuda_describe,
-    .close = cuda_close,
-    .mem_alloc = cuda_mem_alloc,
-    .mem_free = cuda_mem_free,
-    .host_register = cuda_host_register,
-    .host_unregister = cuda_host_unregister,
-    .memory = cuda_memory,
-    .synchronize = cuda_synchronize,
-    .xfer = cuda_xfer,
-    .xfer_async = cuda_xfer_async,
-    .native_release = cuda_native_release,
+    .open = um__cuda_open,
+    .describe = um__cuda_describe,
+    .close = um__cuda_close,
+    .mem_alloc = um__cuda_mem_alloc,
+    .mem_free = um__cuda_mem_free,
+    .host_register = um__cuda_host_register,
+    .host_unregister = um__cuda_host_unregister,
+    .memory = um__cuda_memory,
+    .synchronize = um__cuda_synchronize,
+    .xfer = um__cuda_xfer,
+    .xfer_async = um__cuda_xfer_async,
+    .native_release = um__cuda_native_release,
     .map = NULL,
     .unmap = NULL,
-    .peer_possible = cuda_peer_possible,
-    .peer_enable = cuda_peer_enable,
-    .tokens_shared = cuda_tokens_shared,
-    .device_native = cuda_device_native,
-    .mem_native = cuda_mem_native,
-    .token_native = cuda_token_native,
-    .token_adopt = cuda_token_adopt,
-    .gate_new = cuda_gate_new,
-    .gate_open = cuda_gate_open,
-    .caller_marker = cuda_caller_marker,
-    .token_wait = cuda_token_wait,
-    .token_query = cuda_token_query,
-    .token_reap = cuda_token_reap,
+    .peer_possible = um__cuda_peer_possible,
+    .peer_enable = um__cuda_peer_enable,
+    .tokens_shared = um__cuda_tokens_shared,
+    .device_native = um__cuda_device_native,
+    .mem_native = um__cuda_mem_native,
+    .token_native = um__cuda_token_native,
+    .token_adopt = um__cuda_token_adopt,
+    .gate_new = um__cuda_gate_new,
+    .gate_open = um__cuda_gate_open,
+    .caller_marker = um__cuda_caller_marker,
+    .token_wait = um__cuda_token_wait,
+    .token_query = um__cuda_token_query,
+    .token_reap = um__cuda_token_reap,
     .adopt = NULL, /* SPEC §8 adopts OpenCL contexts only */
     /* No CUDA call is allowed in a stream callback. */
     .callbacks_reenter = 0,
-    .queue_of = cuda_queue_of,
+    .queue_of = um__cuda_queue_of,
 };

@@ -5,7 +5,7 @@
 /* ------------------------------------------------------------------------ */
 /* Memory                                                                    */
 
-int cuda_mem_alloc(void *bdev, um_location loc, size_t bytes,
+int um__cuda_mem_alloc(void *bdev, um_location loc, size_t bytes,
                           um__mem *out) {
   cuda_device *d = bdev;
   CUdeviceptr address = 0;
@@ -19,7 +19,7 @@ int cuda_mem_alloc(void *bdev, um_location loc, size_t bytes,
     return um__set_error(UM_ENOTSUP,
                          "cuda device %d (%s) cannot allocate location %d",
                          d->ordinal, d->name, (int)loc);
-  status = cuda_enter_context(d, &previous);
+  status = um__cuda_enter_context(d, &previous);
   if (status != UM_OK)
     return status;
 
@@ -52,12 +52,12 @@ int cuda_mem_alloc(void *bdev, um_location loc, size_t bytes,
     host = (void *)(uintptr_t)address;
     break;
   default: /* UM_HOST: excluded by locations above */
-    cuda_leave_context(d, previous);
+    um__cuda_leave_context(d, previous);
     return um__set_error(UM_ENOTSUP, "cuda: location %d", (int)loc);
   }
-  cuda_leave_context(d, previous);
+  um__cuda_leave_context(d, previous);
   if (result != CUDA_SUCCESS)
-    return cuda_status(result, call);
+    return um__cuda_status(result, call);
   out->host = host;
   out->handle = (uintptr_t)address;
   out->priv = NULL;
@@ -98,7 +98,7 @@ static int hold_free(cuda_device *d, um_location loc, size_t bytes, const um__me
 
 /* Make the frees held on d, while no gate of d is closed; those left when
  * one closes again go back to wait for it. */
-void cuda_free_held(cuda_device *d) {
+void um__cuda_free_held(cuda_device *d) {
   for (;;) {
     cuda_held_free *h = NULL;
     pthread_mutex_lock(&d->interop_lock);
@@ -107,12 +107,12 @@ void cuda_free_held(cuda_device *d) {
     pthread_mutex_unlock(&d->interop_lock);
     if (h == NULL)
       return;
-    cuda_mem_free(d, h->loc, h->bytes, &h->mem);
+    um__cuda_mem_free(d, h->loc, h->bytes, &h->mem);
     free(h);
   }
 }
 
-void cuda_mem_free(void *bdev, um_location loc, size_t bytes,
+void um__cuda_mem_free(void *bdev, um_location loc, size_t bytes,
                           um__mem *mem) {
   cuda_device *d = bdev;
   CUcontext previous = NULL;
@@ -122,7 +122,7 @@ void cuda_mem_free(void *bdev, um_location loc, size_t bytes,
 
   if (hold_free(d, loc, bytes, mem))
     return;
-  status = cuda_enter_context(d, &previous);
+  status = um__cuda_enter_context(d, &previous);
 
   if (status == UM_OK) {
     switch (loc) {
@@ -148,9 +148,9 @@ void cuda_mem_free(void *bdev, um_location loc, size_t bytes,
     default: /* UM_HOST: never allocated here */
       break;
     }
-    cuda_leave_context(d, previous);
+    um__cuda_leave_context(d, previous);
     if (result != CUDA_SUCCESS)
-      status = cuda_status(result, call);
+      status = um__cuda_status(result, call);
   }
   /* A free cannot fail from the caller's view: the log says it did. */
   if (status != UM_OK)
@@ -158,58 +158,58 @@ void cuda_mem_free(void *bdev, um_location loc, size_t bytes,
             um_last_error());
 }
 
-int cuda_host_register(void *bdev, void *host, size_t bytes,
+int um__cuda_host_register(void *bdev, void *host, size_t bytes,
                               um__mem *out) {
   cuda_device *d = bdev;
   CUcontext previous = NULL;
   CUresult result;
-  int status = cuda_enter_context(d, &previous);
+  int status = um__cuda_enter_context(d, &previous);
 
   if (status != UM_OK)
     return status;
   /* Portable: any context may DMA from it, as from PINNED blocks. */
   result = cu->cuMemHostRegister_v2(host, bytes, CU_MEMHOSTREGISTER_PORTABLE);
-  cuda_leave_context(d, previous);
+  um__cuda_leave_context(d, previous);
   if (result != CUDA_SUCCESS)
-    return cuda_status(result, "cuMemHostRegister_v2");
+    return um__cuda_status(result, "cuMemHostRegister_v2");
   out->host = host;
   out->handle = (uintptr_t)host;
   out->priv = NULL;
   return UM_OK;
 }
 
-void cuda_host_unregister(void *bdev, um__mem *mem) {
+void um__cuda_host_unregister(void *bdev, um__mem *mem) {
   cuda_device *d = bdev;
   CUcontext previous = NULL;
   CUresult result;
-  int status = cuda_enter_context(d, &previous);
+  int status = um__cuda_enter_context(d, &previous);
 
   if (status == UM_OK) {
     result = cu->cuMemHostUnregister(mem->host);
-    cuda_leave_context(d, previous);
+    um__cuda_leave_context(d, previous);
     if (result != CUDA_SUCCESS)
-      status = cuda_status(result, "cuMemHostUnregister");
+      status = um__cuda_status(result, "cuMemHostUnregister");
   }
   if (status != UM_OK)
     um__log(&d->owner->opts, UM_LOG_WARN, "unregistering host memory: %s",
             um_last_error());
 }
 
-int cuda_memory(void *bdev, uint64_t *free_bytes,
+int um__cuda_memory(void *bdev, uint64_t *free_bytes,
                        uint64_t *total_bytes) {
   cuda_device *d = bdev;
   size_t free_now = 0, total_now = 0;
   uint64_t free_out, total_out;
   CUcontext previous = NULL;
   CUresult result;
-  int status = cuda_enter_context(d, &previous);
+  int status = um__cuda_enter_context(d, &previous);
 
   if (status != UM_OK)
     return status;
   result = cu->cuMemGetInfo_v2(&free_now, &total_now);
-  cuda_leave_context(d, previous);
+  um__cuda_leave_context(d, previous);
   if (result != CUDA_SUCCESS)
-    return cuda_status(result, "cuMemGetInfo_v2");
+    return um__cuda_status(result, "cuMemGetInfo_v2");
   free_out = free_now;
   total_out = total_now;
   /* device_limit_bytes: the core caps these figures (um_device_memory). */
@@ -220,30 +220,30 @@ int cuda_memory(void *bdev, uint64_t *free_bytes,
   return UM_OK;
 }
 
-int cuda_synchronize(void *bdev) {
+int um__cuda_synchronize(void *bdev) {
   cuda_device *d = bdev;
   CUcontext previous = NULL;
   CUresult result;
-  int status = cuda_enter_context(d, &previous);
+  int status = um__cuda_enter_context(d, &previous);
 
   if (status != UM_OK)
     return status;
   result = cu->cuCtxSynchronize();
-  cuda_leave_context(d, previous);
+  um__cuda_leave_context(d, previous);
   return result == CUDA_SUCCESS ? UM_OK
-                                : cuda_status(result, "cuCtxSynchronize");
+                                : um__cuda_status(result, "cuCtxSynchronize");
 }
 
 /* ------------------------------------------------------------------------ */
 /* Peers                                                                     */
 
 /* cuStreamWaitEvent takes an event of any device or context. */
-int cuda_tokens_shared(void *a, void *b) {
+int um__cuda_tokens_shared(void *a, void *b) {
   (void)a, (void)b;
   return 1;
 }
 
-int cuda_peer_possible(void *a, void *b) {
+int um__cuda_peer_possible(void *a, void *b) {
   const cuda_device *from = a, *to = b;
   int can_access = 0;
 
@@ -253,24 +253,24 @@ int cuda_peer_possible(void *a, void *b) {
   return can_access != 0;
 }
 
-int cuda_peer_enable(void *a, void *b) {
+int um__cuda_peer_enable(void *a, void *b) {
   cuda_device *from = a;
   const cuda_device *to = b;
   CUcontext previous = NULL;
   CUresult result;
   int status;
 
-  if (!cuda_peer_possible(a, b))
+  if (!um__cuda_peer_possible(a, b))
     return um__set_error(UM_ENOTSUP,
                          "cuda device %d cannot access device %d's memory",
                          from->ordinal, to->ordinal);
-  status = cuda_enter_context(from, &previous);
+  status = um__cuda_enter_context(from, &previous);
   if (status != UM_OK)
     return status;
   result = cu->cuCtxEnablePeerAccess(to->context, 0);
-  cuda_leave_context(from, previous);
+  um__cuda_leave_context(from, previous);
   if (result == CUDA_SUCCESS || result == CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED)
     return UM_OK;
-  return cuda_status(result, "cuCtxEnablePeerAccess");
+  return um__cuda_status(result, "cuCtxEnablePeerAccess");
 }
 

@@ -12,7 +12,7 @@ static CUdeviceptr device_address(const um__mem *mem, size_t offset) {
 /* Uploads, downloads and on-device work each have a stream, so a download
  * never waits behind an unrelated upload: the core's queues (queue_of), one
  * watcher each. */
-int cuda_queue_of(um__xfer_kind kind) {
+int um__cuda_queue_of(um__xfer_kind kind) {
   switch (kind) {
   case UM__XFER_H2D:
     return WATCH_H2D;
@@ -28,7 +28,7 @@ static CUstream queue_stream(const cuda_device *d, int q) {
 }
 
 static CUstream stream_for(const cuda_device *d, um__xfer_kind kind) {
-  return queue_stream(d, cuda_queue_of(kind));
+  return queue_stream(d, um__cuda_queue_of(kind));
 }
 
 /* Queue x on stream; the device's context is current. Pageable host memory
@@ -76,19 +76,19 @@ static int issue_xfer(cuda_device *d, const um__xfer *x, CUstream stream) {
     return um__set_error(UM_EINVAL, "cuda: unknown transfer kind %d",
                          (int)x->kind);
   }
-  return result == CUDA_SUCCESS ? UM_OK : cuda_status(result, call);
+  return result == CUDA_SUCCESS ? UM_OK : um__cuda_status(result, call);
 }
 
 /* Whether a stream has nothing left to run (any answer but NOT_READY ends
  * the spin: the synchronize that follows reports a failure). */
 static int stream_idle(void *stream) { return cu->cuStreamQuery((CUstream)stream) != CUDA_ERROR_NOT_READY; }
 
-int cuda_xfer(void *bdev, const um__xfer *x) {
+int um__cuda_xfer(void *bdev, const um__xfer *x) {
   cuda_device *d = bdev;
   CUstream stream = stream_for(d, x->kind);
   CUcontext previous = NULL;
   CUresult result;
-  int status = cuda_enter_context(d, &previous);
+  int status = um__cuda_enter_context(d, &previous);
 
   if (status != UM_OK)
     return status;
@@ -104,9 +104,9 @@ int cuda_xfer(void *bdev, const um__xfer *x) {
       um__spin_until(d->spin_ns, stream_idle, stream);
     result = cu->cuStreamSynchronize(stream);
     if (result != CUDA_SUCCESS)
-      status = cuda_status(result, "cuStreamSynchronize");
+      status = um__cuda_status(result, "cuStreamSynchronize");
   }
-  cuda_leave_context(d, previous);
+  um__cuda_leave_context(d, previous);
   return status;
 }
 
@@ -155,20 +155,20 @@ static void spare_event_put(cuda_device *d, CUevent event) {
 /* Drop one owner; the last frees the token. A transfer's last owner
  * is the watcher or native_release, both with the context current, never a
  * driver thread. */
-void cuda_token_drop(cuda_token *token) {
+void um__cuda_token_drop(cuda_token *token) {
   if (um__atomic_sub_acq_rel(&token->owners, 1) != 1)
     return;
   /* Never a gate in a stream callback (gates have no callback), where the
    * lock below would be a wait on a driver thread. */
   if (token->gate != NULL)
-    cuda_gate_word_put(token->gate_dev, token->gate);
+    um__cuda_gate_word_put(token->gate_dev, token->gate);
   if (token->dev != NULL)
     spare_event_put(token->dev, token->finished);
   free(token);
 }
 
 /* A token with a fresh event; the device's context is current. */
-int cuda_token_create(int owners, cuda_token **out) {
+int um__cuda_token_create(int owners, cuda_token **out) {
   cuda_token *token = calloc(1, sizeof(*token));
   CUresult result;
 
@@ -177,7 +177,7 @@ int cuda_token_create(int owners, cuda_token **out) {
   result = cu->cuEventCreate(&token->finished, CU_EVENT_DISABLE_TIMING);
   if (result != CUDA_SUCCESS) {
     free(token);
-    return cuda_status(result, "cuEventCreate");
+    return um__cuda_status(result, "cuEventCreate");
   }
   atomic_init(&token->owners, owners);
   *out = token;
@@ -195,7 +195,7 @@ static int transfer_token_create(cuda_device *d, CUstream stream, cuda_token **o
   result = spare_event_get(d, &token->finished);
   if (result != CUDA_SUCCESS) {
     free(token);
-    return cuda_status(result, "cuEventCreate");
+    return um__cuda_status(result, "cuEventCreate");
   }
   atomic_init(&token->owners, 2);
   token->dev = d;
@@ -205,7 +205,7 @@ static int transfer_token_create(cuda_device *d, CUstream stream, cuda_token **o
 }
 
 /* A token that never left the backend; the context is current. */
-void cuda_token_discard(cuda_token *token) {
+void um__cuda_token_discard(cuda_token *token) {
   if (token->dev != NULL)
     spare_event_put(token->dev, token->finished);
   else
@@ -214,7 +214,7 @@ void cuda_token_discard(cuda_token *token) {
 }
 
 /* Make stream wait for the tokens (NULL entries skipped). */
-int cuda_wait_tokens(CUstream stream, void *const *tokens, int n) {
+int um__cuda_wait_tokens(CUstream stream, void *const *tokens, int n) {
   for (int i = 0; i < n; i++) {
     const cuda_token *before = tokens[i];
     CUresult result;
@@ -224,7 +224,7 @@ int cuda_wait_tokens(CUstream stream, void *const *tokens, int n) {
       continue;
     result = cu->cuStreamWaitEvent(stream, before->finished, CU_EVENT_WAIT_DEFAULT);
     if (result != CUDA_SUCCESS)
-      return cuda_status(result, "cuStreamWaitEvent");
+      return um__cuda_status(result, "cuStreamWaitEvent");
   }
   return UM_OK;
 }
@@ -237,23 +237,23 @@ int cuda_wait_tokens(CUstream stream, void *const *tokens, int n) {
 static void CUDA_CB marker_finished(CUstream stream, CUresult result, void *user) {
   cuda_token *token = user;
   (void)stream;
-  token->done(token->arg, cuda_status(result, NULL));
-  cuda_token_drop(token);
+  token->done(token->arg, um__cuda_status(result, NULL));
+  um__cuda_token_drop(token);
 }
 
 /* Record a marker's event on its lane, then have its done called after it
  * (a stream callback). */
-int cuda_record_and_call_back(cuda_token *token, CUstream lane) {
+int um__cuda_record_and_call_back(cuda_token *token, CUstream lane) {
   CUresult result = cu->cuEventRecord(token->finished, lane);
   if (result != CUDA_SUCCESS)
-    return cuda_status(result, "cuEventRecord");
+    return um__cuda_status(result, "cuEventRecord");
   result = cu->cuStreamAddCallback(lane, marker_finished, token, 0);
-  return result == CUDA_SUCCESS ? UM_OK : cuda_status(result, "cuStreamAddCallback");
+  return result == CUDA_SUCCESS ? UM_OK : um__cuda_status(result, "cuStreamAddCallback");
 }
 
 /* Wait for a transfer's event, asleep (it is a blocking-sync event); the
  * driver's answer for it. A transfer a spinning waiter reported already
- * (cuda_token_reap saw its event complete) is not waited for: the answer
+ * (um__cuda_token_reap saw its event complete) is not waited for: the answer
  * would go unused. The wait is the host's alone: nothing is queued on the
  * device for it (see spare_event_get). */
 static CUresult watch_wait(const cuda_token *token) {
@@ -305,8 +305,8 @@ static void *watch_main(void *arg) {
     pthread_mutex_unlock(&w->lock);
     result = watch_wait(token);
     if (atomic_exchange(&token->reported, 1) == 0)
-      token->done(token->arg, cuda_status(result, NULL));
-    cuda_token_drop(token);
+      token->done(token->arg, um__cuda_status(result, NULL));
+    um__cuda_token_drop(token);
     pthread_mutex_lock(&w->lock);
   }
   pthread_mutex_unlock(&w->lock);
@@ -341,7 +341,7 @@ static int watch_push(cuda_watch *w, cuda_token *token) {
   return UM_OK;
 }
 
-void cuda_watch_stop(cuda_watch *w) {
+void um__cuda_watch_stop(cuda_watch *w) {
   if (!w->ready)
     return;
   pthread_mutex_lock(&w->lock);
@@ -366,14 +366,14 @@ static int start_quiet(cuda_device *d, const um__xfer *x, int nafter) {
   int status;
   if (nafter != 0 || x->kind == UM__XFER_QUEUE_MARK)
     return um__set_error(UM_EINVAL, "cuda: a quiet transfer waits for nothing and moves something");
-  if ((status = cuda_enter_context(d, &previous)) != UM_OK)
+  if ((status = um__cuda_enter_context(d, &previous)) != UM_OK)
     return status;
   status = issue_xfer(d, x, stream_for(d, x->kind));
-  cuda_leave_context(d, previous);
+  um__cuda_leave_context(d, previous);
   return status;
 }
 
-int cuda_xfer_async(void *bdev, const um__xfer *x, void *const *after,
+int um__cuda_xfer_async(void *bdev, const um__xfer *x, void *const *after,
                            int nafter, um__done_fn done, void *arg,
                            void **native) {
   cuda_device *d = bdev;
@@ -386,19 +386,19 @@ int cuda_xfer_async(void *bdev, const um__xfer *x, void *const *after,
   int q;
 
   if (x->kind == UM__XFER_MARKER)
-    return cuda_start_marker(d, x, after, nafter, done, arg, native);
+    return um__cuda_start_marker(d, x, after, nafter, done, arg, native);
   if (done == NULL && native == NULL)
     return start_quiet(d, x, nafter);
   /* A queue mark: an event recorded on its queue's stream, reported by
    * that stream's watcher once everything queued there before it ran. */
-  q = x->kind == UM__XFER_QUEUE_MARK ? x->queue : cuda_queue_of(x->kind);
+  q = x->kind == UM__XFER_QUEUE_MARK ? x->queue : um__cuda_queue_of(x->kind);
   if (q < 0 || q >= WATCH_COUNT)
     return um__set_error(UM_EINVAL, "cuda: no queue %d", q);
   stream = queue_stream(d, q);
-  status = cuda_enter_context(d, &previous);
+  status = um__cuda_enter_context(d, &previous);
   if (status != UM_OK)
     return status;
-  status = cuda_wait_tokens(stream, after, nafter);
+  status = um__cuda_wait_tokens(stream, after, nafter);
   if (status == UM_OK)
     status = transfer_token_create(d, stream, &token);
   if (status != UM_OK)
@@ -412,10 +412,10 @@ int cuda_xfer_async(void *bdev, const um__xfer *x, void *const *after,
     issued = 1;
   }
   result = cu->cuEventRecord(token->finished, stream);
-  status = result == CUDA_SUCCESS ? watch_push(&d->watch[q], token) : cuda_status(result, "cuEventRecord");
+  status = result == CUDA_SUCCESS ? watch_push(&d->watch[q], token) : um__cuda_status(result, "cuEventRecord");
   if (status != UM_OK)
     goto fail;
-  cuda_leave_context(d, previous);
+  um__cuda_leave_context(d, previous);
   *native = token;
   return UM_OK;
 
@@ -426,12 +426,12 @@ fail:
   if (issued)
     cu->cuStreamSynchronize(stream);
   if (token != NULL)
-    cuda_token_discard(token);
-  cuda_leave_context(d, previous);
+    um__cuda_token_discard(token);
+  um__cuda_leave_context(d, previous);
   return status;
 }
 
-void cuda_native_release(void *bdev, void *native) {
+void um__cuda_native_release(void *bdev, void *native) {
   cuda_device *d = bdev;
   cuda_token *token = native;
   CUcontext previous = NULL;
@@ -441,13 +441,13 @@ void cuda_native_release(void *bdev, void *native) {
   /* cuEventDestroy on a pending event returns at once and the driver frees
    * it when it completes, so releasing before a marker's callback ran is
    * safe. A transfer's event stays until its watcher is done with it. */
-  if (cuda_enter_context(d, &previous) == UM_OK) {
+  if (um__cuda_enter_context(d, &previous) == UM_OK) {
     if (token->dev == NULL)
       cu->cuEventDestroy_v2(token->finished);
-    cuda_token_drop(token);
-    cuda_leave_context(d, previous);
+    um__cuda_token_drop(token);
+    um__cuda_leave_context(d, previous);
   } else {
-    cuda_token_drop(token);
+    um__cuda_token_drop(token);
   }
 }
 

@@ -7,12 +7,12 @@
 
 /* Wait for one command: CL_SUCCESS, or why it failed (its own execution
  * status where it says one, else the wait's error). */
-cl_int ocl_wait_command_status(cl_event event) {
-  cl_int err = ocl.clWaitForEvents(1, &event);
+cl_int um__ocl_wait_command_status(cl_event event) {
+  cl_int err = um__ocl.clWaitForEvents(1, &event);
   cl_int execution_status = CL_COMPLETE;
   if (err == CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST) {
     /* The command itself failed: its status says why. */
-    if (ocl.clGetEventInfo(event, CL_EVENT_COMMAND_EXECUTION_STATUS,
+    if (um__ocl.clGetEventInfo(event, CL_EVENT_COMMAND_EXECUTION_STATUS,
                            sizeof(execution_status), &execution_status,
                            NULL) == CL_SUCCESS &&
         execution_status < 0)
@@ -22,8 +22,8 @@ cl_int ocl_wait_command_status(cl_event event) {
 }
 
 /* Wait for one command and return its execution status as UM_* code. */
-int ocl_wait_for_command(cl_event event, const char *call) {
-  return ocl_translate_cl_error(ocl_wait_command_status(event), call);
+int um__ocl_wait_for_command(cl_event event, const char *call) {
+  return um__ocl_translate_cl_error(um__ocl_wait_command_status(event), call);
 }
 
 /* Submitting on a device that runs commands inline.
@@ -52,14 +52,14 @@ int ocl_wait_for_command(cl_event event, const char *call) {
  * runs it inside clSetUserEventStatus, which still deadlocks on PoCL 3.1. */
 static pthread_mutex_t submit_lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
 
-void ocl_submit_begin(const ocl_device *dev) {
+void um__ocl_submit_begin(const ocl_device *dev) {
   if (dev->runs_inline) {
     UM__TEST_POINT(UM__TP_SUBMIT_INLINE, dev);
     pthread_mutex_lock(&submit_lock);
   }
 }
 
-void ocl_submit_end(const ocl_device *dev) {
+void um__ocl_submit_end(const ocl_device *dev) {
   if (dev->runs_inline)
     pthread_mutex_unlock(&submit_lock);
 }
@@ -69,29 +69,29 @@ void ocl_submit_end(const ocl_device *dev) {
  * follows reports the error. */
 static int command_ended(void *event) {
   cl_int execution_status = CL_QUEUED;
-  if (ocl.clGetEventInfo((cl_event)event, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(execution_status),
+  if (um__ocl.clGetEventInfo((cl_event)event, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(execution_status),
                          &execution_status, NULL) != CL_SUCCESS)
     return 1;
   return execution_status <= CL_COMPLETE;
 }
 
-/* ocl_wait_for_command for a blocking call of dev: with wait_spin_ns, the
+/* um__ocl_wait_for_command for a blocking call of dev: with wait_spin_ns, the
  * command's status is polled for that long first, so that the caller
  * returns as soon as it completes instead of after the driver's wake-up of
  * a sleeping thread (PoCL's blocking 4 KiB read sleeps about 30 us of its
  * 50). The queue is flushed first: a command nobody flushed may never
  * start, and only clWaitForEvents flushes by itself. */
-int ocl_wait_for_own_command(ocl_device *dev, cl_event event, const char *call) {
+int um__ocl_wait_for_own_command(ocl_device *dev, cl_event event, const char *call) {
   if (dev->spin_ns != 0) {
-    ocl_submit_begin(dev);
-    ocl.clFlush(dev->queue);
-    ocl_submit_end(dev);
+    um__ocl_submit_begin(dev);
+    um__ocl.clFlush(dev->queue);
+    um__ocl_submit_end(dev);
     if (um__spin_until(dev->spin_ns, command_ended, event) != 0 && dev->settle_ns != 0) {
       atomic_store_explicit(&dev->spun_end_ns, um__spin_clock_ns(), memory_order_relaxed);
       UM__TEST_POINT(UM__TP_SPUN_END, dev);
     }
   }
-  return ocl_wait_for_command(event, call);
+  return um__ocl_wait_for_command(event, call);
 }
 
 /* Before a blocking call with wait_spin_ns submits its command: on a CPU
@@ -106,7 +106,7 @@ int ocl_wait_for_own_command(ocl_device *dev, cl_event event, const char *call) 
  * until settle_ns have passed since a spinning wait of the device last saw
  * a command end (back to back: 21-25 us, docs/benchmarks.md). Calls that
  * slept, and calls made later than that, do not wait. */
-void ocl_settle(ocl_device *dev) {
+void um__ocl_settle(ocl_device *dev) {
   uint64_t end, until;
   if (dev->settle_ns == 0)
     return;
@@ -124,16 +124,16 @@ static int query_device_string(cl_device_id id, cl_device_info param,
                                char *out, size_t cap) {
   size_t size = 0;
   char *text;
-  cl_int err = ocl.clGetDeviceInfo(id, param, 0, NULL, &size);
+  cl_int err = um__ocl.clGetDeviceInfo(id, param, 0, NULL, &size);
   if (err != CL_SUCCESS)
-    return ocl_translate_cl_error(err, "clGetDeviceInfo");
+    return um__ocl_translate_cl_error(err, "clGetDeviceInfo");
   text = malloc(size + 1);
   if (text == NULL)
     return um__set_error(UM_ENOMEM, "opencl: out of host memory");
-  err = ocl.clGetDeviceInfo(id, param, size, text, NULL);
+  err = um__ocl.clGetDeviceInfo(id, param, size, text, NULL);
   if (err != CL_SUCCESS) {
     free(text);
-    return ocl_translate_cl_error(err, "clGetDeviceInfo");
+    return um__ocl_translate_cl_error(err, "clGetDeviceInfo");
   }
   text[size] = '\0';
   snprintf(out, cap, "%s", text);
@@ -148,13 +148,13 @@ static void trim_trailing_spaces(char *s) {
 }
 
 /* "OpenCL <major>.<minor> <vendor text>", as the specification fixes it. */
-int ocl_platform_version(cl_platform_id platform, int *major,
+int um__ocl_platform_version(cl_platform_id platform, int *major,
                             int *minor) {
   char version[128];
-  cl_int err = ocl.clGetPlatformInfo(platform, CL_PLATFORM_VERSION,
+  cl_int err = um__ocl.clGetPlatformInfo(platform, CL_PLATFORM_VERSION,
                                      sizeof(version), version, NULL);
   if (err != CL_SUCCESS)
-    return ocl_translate_cl_error(err, "clGetPlatformInfo");
+    return um__ocl_translate_cl_error(err, "clGetPlatformInfo");
   version[sizeof(version) - 1] = '\0';
   if (sscanf(version, "OpenCL %d.%d", major, minor) != 2)
     return um__set_error(UM_EBACKEND, "opencl: unreadable platform version "
@@ -167,11 +167,11 @@ static cl_command_queue create_queue(cl_context context, cl_device_id id,
                                      int platform_major, cl_int *err) {
   /* In-order (no properties): issue order is execution order. The 2.0 entry
    * point is only dispatched by 2.0+ platforms. */
-  if (platform_major >= 2 && ocl.clCreateCommandQueueWithProperties != NULL)
-    return ocl.clCreateCommandQueueWithProperties(context, id, NULL, err);
-  if (ocl.clCreateCommandQueue != NULL)
-    return ocl.clCreateCommandQueue(context, id, 0, err);
-  return ocl.clCreateCommandQueueWithProperties(context, id, NULL, err);
+  if (platform_major >= 2 && um__ocl.clCreateCommandQueueWithProperties != NULL)
+    return um__ocl.clCreateCommandQueueWithProperties(context, id, NULL, err);
+  if (um__ocl.clCreateCommandQueue != NULL)
+    return um__ocl.clCreateCommandQueue(context, id, 0, err);
+  return um__ocl.clCreateCommandQueueWithProperties(context, id, NULL, err);
 }
 
 /* An in-order queue on dev, into *queue. */
@@ -180,13 +180,13 @@ static int make_queue(ocl_device *dev, int platform_major, cl_command_queue *que
   *queue = create_queue(dev->context, dev->id, platform_major, &err);
   if (*queue == NULL || err != CL_SUCCESS) {
     *queue = NULL;
-    return ocl_translate_cl_error(err != CL_SUCCESS ? err : CL_OUT_OF_RESOURCES,
+    return um__ocl_translate_cl_error(err != CL_SUCCESS ? err : CL_OUT_OF_RESOURCES,
                               "clCreateCommandQueue");
   }
   return UM_OK;
 }
 
-int ocl_append_device(ocl_state *state, ocl_device *dev) {
+int um__ocl_append_device(ocl_state *state, ocl_device *dev) {
   if (state->device_count == state->device_capacity) {
     int capacity = state->device_capacity ? state->device_capacity * 2 : 4;
     ocl_device **grown =
@@ -200,7 +200,7 @@ int ocl_append_device(ocl_state *state, ocl_device *dev) {
   return UM_OK;
 }
 
-int ocl_append_context(ocl_state *state, cl_context context) {
+int um__ocl_append_context(ocl_state *state, cl_context context) {
   cl_context *grown = realloc(
       state->contexts, ((size_t)state->context_count + 1) * sizeof(*grown));
   if (grown == NULL)
@@ -211,15 +211,15 @@ int ocl_append_context(ocl_state *state, cl_context context) {
 }
 
 
-void ocl_destroy_device(ocl_device *dev) {
+void um__ocl_destroy_device(ocl_device *dev) {
   while (atomic_load_explicit(&dev->walk_tails, memory_order_acquire) != 0)
     sched_yield();
-  ocl_release_later(dev);
+  um__ocl_release_later(dev);
   if (dev->caller_queue != NULL)
-    ocl.clReleaseCommandQueue(dev->caller_queue);
+    um__ocl.clReleaseCommandQueue(dev->caller_queue);
   if (dev->queue != NULL) {
-    ocl.clFinish(dev->queue);
-    ocl.clReleaseCommandQueue(dev->queue);
+    um__ocl.clFinish(dev->queue);
+    um__ocl.clReleaseCommandQueue(dev->queue);
   }
   free(dev);
 }
@@ -228,7 +228,7 @@ void ocl_destroy_device(ocl_device *dev) {
  * driver: "basic-<cpu>" up to PoCL 4, "cpu-minimal-<cpu>" from PoCL 5. */
 static int runs_commands_inline(const ocl_device *dev) {
   char platform[128];
-  if (ocl.clGetPlatformInfo(dev->platform, CL_PLATFORM_NAME, sizeof(platform), platform, NULL) !=
+  if (um__ocl.clGetPlatformInfo(dev->platform, CL_PLATFORM_NAME, sizeof(platform), platform, NULL) !=
           CL_SUCCESS ||
       strstr(platform, "Portable Computing Language") == NULL)
     return 0;
@@ -246,13 +246,13 @@ static int query_device(ocl_device *dev, int platform_major, const um_options *o
   if (status != UM_OK)
     return status;
   trim_trailing_spaces(dev->name);
-  err = ocl.clGetDeviceInfo(dev->id, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof(global_mem), &global_mem, NULL);
+  err = um__ocl.clGetDeviceInfo(dev->id, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof(global_mem), &global_mem, NULL);
   if (err == CL_SUCCESS)
-    err = ocl.clGetDeviceInfo(dev->id, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof(max_alloc), &max_alloc, NULL);
+    err = um__ocl.clGetDeviceInfo(dev->id, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof(max_alloc), &max_alloc, NULL);
   if (err == CL_SUCCESS)
-    err = ocl.clGetDeviceInfo(dev->id, CL_DEVICE_PLATFORM, sizeof(dev->platform), &dev->platform, NULL);
+    err = um__ocl.clGetDeviceInfo(dev->id, CL_DEVICE_PLATFORM, sizeof(dev->platform), &dev->platform, NULL);
   if (err != CL_SUCCESS)
-    return ocl_translate_cl_error(err, "clGetDeviceInfo");
+    return um__ocl_translate_cl_error(err, "clGetDeviceInfo");
   dev->limit_bytes = opts != NULL ? opts->device_limit_bytes : 0;
   dev->spin_ns = opts != NULL ? opts->wait_spin_ns : 0;
   dev->total_bytes = global_mem;
@@ -263,9 +263,9 @@ static int query_device(ocl_device *dev, int platform_major, const um_options *o
    * GPU's (CL_DEVICE_HOST_UNIFIED_MEMORY, deprecated in 2.0 but answered by
    * every driver): reading pageable memory costs them nothing extra. A
    * failed query leaves the device counted as discrete. */
-  if (ocl.clGetDeviceInfo(dev->id, CL_DEVICE_TYPE, sizeof(type), &type, NULL) != CL_SUCCESS)
+  if (um__ocl.clGetDeviceInfo(dev->id, CL_DEVICE_TYPE, sizeof(type), &type, NULL) != CL_SUCCESS)
     type = 0;
-  if (ocl.clGetDeviceInfo(dev->id, CL_DEVICE_HOST_UNIFIED_MEMORY, sizeof(unified), &unified, NULL) !=
+  if (um__ocl.clGetDeviceInfo(dev->id, CL_DEVICE_HOST_UNIFIED_MEMORY, sizeof(unified), &unified, NULL) !=
       CL_SUCCESS)
     unified = CL_FALSE;
   dev->host_memory = (type & CL_DEVICE_TYPE_CPU) != 0 || unified == CL_TRUE;
@@ -275,15 +275,15 @@ static int query_device(ocl_device *dev, int platform_major, const um_options *o
     UM__TEST_POINT(UM__TP_SETTLE_TIME, &dev->settle_ns);
   }
   /* Devices before 2.0 reject the query (CL_INVALID_VALUE): no SVM. */
-  if (platform_major >= 2 && ocl.clSVMAlloc != NULL &&
-      ocl.clGetDeviceInfo(dev->id, CL_DEVICE_SVM_CAPABILITIES, sizeof(svm), &svm, NULL) == CL_SUCCESS)
+  if (platform_major >= 2 && um__ocl.clSVMAlloc != NULL &&
+      um__ocl.clGetDeviceInfo(dev->id, CL_DEVICE_SVM_CAPABILITIES, sizeof(svm), &svm, NULL) == CL_SUCCESS)
     dev->fine_grain_svm = (svm & CL_DEVICE_SVM_FINE_GRAIN_BUFFER) != 0;
   return UM_OK;
 }
 
 /* Describe one device and give it its queue, and the caller's: caller_queue
  * (retained here; an adopted device's), or a new one. */
-int ocl_open_device(cl_device_id id, cl_context context, int context_devices, int platform_major,
+int um__ocl_open_device(cl_device_id id, cl_context context, int context_devices, int platform_major,
                        const um_options *opts, cl_command_queue caller_queue, ocl_device **out) {
   int status;
   ocl_device *dev = calloc(1, sizeof(*dev));
@@ -296,13 +296,13 @@ int ocl_open_device(cl_device_id id, cl_context context, int context_devices, in
   atomic_init(&dev->walk_tails, 0);
   atomic_init(&dev->order_held, false);
   atomic_init(&dev->watch_unordered, 0);
-  if (caller_queue != NULL && ocl.clRetainCommandQueue(caller_queue) == CL_SUCCESS)
+  if (caller_queue != NULL && um__ocl.clRetainCommandQueue(caller_queue) == CL_SUCCESS)
     dev->caller_queue = caller_queue;
   if ((status = query_device(dev, platform_major, opts)) != UM_OK ||
       (status = make_queue(dev, platform_major, &dev->queue)) != UM_OK ||
       (dev->caller_queue == NULL &&
        (status = make_queue(dev, platform_major, &dev->caller_queue)) != UM_OK)) {
-    ocl_destroy_device(dev);
+    um__ocl_destroy_device(dev);
     return status;
   }
   *out = dev;
@@ -322,7 +322,7 @@ static int open_platform(ocl_state *state, cl_platform_id platform,
   cl_context_properties properties[] = {
       CL_CONTEXT_PLATFORM, (cl_context_properties)platform, 0};
 
-  status = ocl_platform_version(platform, &major, &minor);
+  status = um__ocl_platform_version(platform, &major, &minor);
   if (status != UM_OK)
     return status;
   /* Fill, migration and CL_MAP_WRITE_INVALIDATE_REGION are 1.2. */
@@ -331,41 +331,41 @@ static int open_platform(ocl_state *state, cl_platform_id platform,
                                      "older than 1.2",
                          major, minor);
 
-  err = ocl.clGetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, 0, NULL, &count);
+  err = um__ocl.clGetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, 0, NULL, &count);
   if (err == CL_DEVICE_NOT_FOUND || (err == CL_SUCCESS && count == 0))
     return UM_OK;
   if (err != CL_SUCCESS)
-    return ocl_translate_cl_error(err, "clGetDeviceIDs");
+    return um__ocl_translate_cl_error(err, "clGetDeviceIDs");
   ids = malloc(count * sizeof(*ids));
   if (ids == NULL)
     return um__set_error(UM_ENOMEM, "opencl: out of host memory");
-  err = ocl.clGetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, count, ids, &count);
+  err = um__ocl.clGetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, count, ids, &count);
   if (err != CL_SUCCESS) {
-    status = ocl_translate_cl_error(err, "clGetDeviceIDs");
+    status = um__ocl_translate_cl_error(err, "clGetDeviceIDs");
     goto fail;
   }
 
-  context = ocl.clCreateContext(properties, count, ids, NULL, NULL, &err);
+  context = um__ocl.clCreateContext(properties, count, ids, NULL, NULL, &err);
   if (context == NULL || err != CL_SUCCESS) {
     context = NULL;
-    status = ocl_translate_cl_error(err != CL_SUCCESS ? err : CL_OUT_OF_RESOURCES,
+    status = um__ocl_translate_cl_error(err != CL_SUCCESS ? err : CL_OUT_OF_RESOURCES,
                                 "clCreateContext");
     goto fail;
   }
 
   for (i = 0; i < count; i++) {
     ocl_device *dev = NULL;
-    status = ocl_open_device(ids[i], context, (int)count, major, opts, NULL, &dev);
+    status = um__ocl_open_device(ids[i], context, (int)count, major, opts, NULL, &dev);
     if (status != UM_OK)
       goto fail;
-    status = ocl_append_device(state, dev);
+    status = um__ocl_append_device(state, dev);
     if (status != UM_OK) {
-      ocl_destroy_device(dev);
+      um__ocl_destroy_device(dev);
       goto fail;
     }
   }
 
-  status = ocl_append_context(state, context);
+  status = um__ocl_append_context(state, context);
   if (status != UM_OK)
     goto fail;
   free(ids);
@@ -373,9 +373,9 @@ static int open_platform(ocl_state *state, cl_platform_id platform,
 
 fail:
   while (state->device_count > first_device)
-    ocl_destroy_device(state->devices[--state->device_count]);
+    um__ocl_destroy_device(state->devices[--state->device_count]);
   if (context != NULL)
-    ocl.clReleaseContext(context);
+    um__ocl.clReleaseContext(context);
   free(ids);
   return status;
 }
@@ -388,7 +388,7 @@ fail:
  * context, and spares it the context of a platform it does not use
  * (NVIDIA's takes hundreds of milliseconds to create and to release). */
 static int platform_named(cl_platform_id platform, const char *want, char *name, size_t cap) {
-  if (ocl.clGetPlatformInfo(platform, CL_PLATFORM_NAME, cap, name, NULL) != CL_SUCCESS) {
+  if (um__ocl.clGetPlatformInfo(platform, CL_PLATFORM_NAME, cap, name, NULL) != CL_SUCCESS) {
     snprintf(name, cap, "unnamed");
     return 0;
   }
@@ -400,7 +400,7 @@ static int platform_named(cl_platform_id platform, const char *want, char *name,
 /* Open, describe, close                                                     */
 
 
-int ocl_open(const um_options *opts, void **ctx, int *count) {
+int um__ocl_open(const um_options *opts, void **ctx, int *count) {
   cl_uint platform_count = 0, i;
   cl_platform_id *platforms = NULL;
   ocl_state *state = NULL;
@@ -408,7 +408,7 @@ int ocl_open(const um_options *opts, void **ctx, int *count) {
   cl_int err;
   int status;
 
-  status = um__vendor_lib_load(&ocl_lib, UM_ENODEV);
+  status = um__vendor_lib_load(&um__ocl_lib, UM_ENODEV);
   if (status != UM_OK)
     return status;
 
@@ -416,13 +416,13 @@ int ocl_open(const um_options *opts, void **ctx, int *count) {
   if (state == NULL)
     return um__set_error(UM_ENOMEM, "opencl: out of host memory");
 
-  err = ocl.clGetPlatformIDs(0, NULL, &platform_count);
+  err = um__ocl.clGetPlatformIDs(0, NULL, &platform_count);
   /* The ICD loader answers CL_PLATFORM_NOT_FOUND_KHR when no driver is
    * installed: that is "no devices here", not a failure. */
   if (err == CL_PLATFORM_NOT_FOUND_KHR)
     goto done;
   if (err != CL_SUCCESS) {
-    status = ocl_translate_cl_error(err, "clGetPlatformIDs");
+    status = um__ocl_translate_cl_error(err, "clGetPlatformIDs");
     goto fail;
   }
   if (platform_count == 0)
@@ -432,9 +432,9 @@ int ocl_open(const um_options *opts, void **ctx, int *count) {
     status = um__set_error(UM_ENOMEM, "opencl: out of host memory");
     goto fail;
   }
-  err = ocl.clGetPlatformIDs(platform_count, platforms, &platform_count);
+  err = um__ocl.clGetPlatformIDs(platform_count, platforms, &platform_count);
   if (err != CL_SUCCESS) {
-    status = ocl_translate_cl_error(err, "clGetPlatformIDs");
+    status = um__ocl_translate_cl_error(err, "clGetPlatformIDs");
     goto fail;
   }
 
@@ -465,11 +465,11 @@ done:
 
 fail:
   free(platforms);
-  ocl_close(state);
+  um__ocl_close(state);
   return status;
 }
 
-int ocl_describe(void *ctx, int i, um__bdev_desc *out) {
+int um__ocl_describe(void *ctx, int i, um__bdev_desc *out) {
   ocl_state *state = ctx;
   ocl_device *dev;
   if (state == NULL || out == NULL || i < 0 || i >= state->device_count)
@@ -491,16 +491,16 @@ int ocl_describe(void *ctx, int i, um__bdev_desc *out) {
   return UM_OK;
 }
 
-void ocl_close(void *ctx) {
+void um__ocl_close(void *ctx) {
   ocl_state *state = ctx;
   int i;
   if (state == NULL)
     return;
   /* Queues first: each holds a reference on its context. */
   for (i = 0; i < state->device_count; i++)
-    ocl_destroy_device(state->devices[i]);
+    um__ocl_destroy_device(state->devices[i]);
   for (i = 0; i < state->context_count; i++)
-    ocl.clReleaseContext(state->contexts[i]);
+    um__ocl.clReleaseContext(state->contexts[i]);
   free(state->devices);
   free(state->contexts);
   free(state);

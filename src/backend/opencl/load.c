@@ -2,7 +2,7 @@
  * status codes as UM_E* codes, and the backend's table (um__backend_opencl). */
 #include "opencl_private.h"
 
-ocl_api ocl;
+ocl_api um__ocl;
 
 static const um__vendor_entry ocl_entries[] = {
 #define OCL_REQUIRED_(ret, name, params) {#name, offsetof(ocl_api, name), true},
@@ -14,15 +14,15 @@ static const um__vendor_entry ocl_entries[] = {
 
 /* The optional entry points that go in pairs. */
 static int ocl_loaded(um__vendor_lib *lib) {
-  if (ocl.clCreateCommandQueueWithProperties == NULL && ocl.clCreateCommandQueue == NULL) {
+  if (um__ocl.clCreateCommandQueueWithProperties == NULL && um__ocl.clCreateCommandQueue == NULL) {
     snprintf(lib->failure, sizeof(lib->failure),
              "clCreateCommandQueueWithProperties and clCreateCommandQueue missing in %s", lib->path);
     return -1;
   }
   /* UNIFIED needs both halves of the pair. */
-  if (ocl.clSVMAlloc == NULL || ocl.clSVMFree == NULL) {
-    ocl.clSVMAlloc = NULL;
-    ocl.clSVMFree = NULL;
+  if (um__ocl.clSVMAlloc == NULL || um__ocl.clSVMFree == NULL) {
+    um__ocl.clSVMAlloc = NULL;
+    um__ocl.clSVMFree = NULL;
   }
   return 0;
 }
@@ -31,7 +31,8 @@ static const char *const ocl_names[] = {OCL_DEFAULT_LIBRARY, NULL};
 
 /* The library is never unloaded: vendor drivers keep threads and atexit
  * handlers that do not survive dlclose (the ICD loader does the same). */
-um__vendor_lib ocl_lib = UM__VENDOR_LIB_INIT("opencl", OCL_LIBRARY_ENV, ocl_names, ocl_entries, &ocl, ocl_loaded);
+um__vendor_lib um__ocl_lib =
+    UM__VENDOR_LIB_INIT("opencl", OCL_LIBRARY_ENV, ocl_names, ocl_entries, &um__ocl, ocl_loaded);
 
 /* ------------------------------------------------------------------------ */
 /* Errors                                                                    */
@@ -67,7 +68,7 @@ um__vendor_lib ocl_lib = UM__VENDOR_LIB_INIT("opencl", OCL_LIBRARY_ENV, ocl_name
   XX(CL_INVALID_PROPERTY)                                                      \
   XX(CL_PLATFORM_NOT_FOUND_KHR)
 
-const char *ocl_error_name(cl_int err) {
+const char *um__ocl_error_name(cl_int err) {
   switch (err) {
 #define OCL_ERROR_NAME_CASE_(name)                                             \
   case name:                                                                   \
@@ -81,7 +82,7 @@ const char *ocl_error_name(cl_int err) {
 
 /* The one place where OpenCL status codes become UM_E* codes. Records
  * "CL_NAME (code) in call" for um_last_error() and returns the code. */
-int ocl_translate_cl_error(cl_int err, const char *call) {
+int um__ocl_translate_cl_error(cl_int err, const char *call) {
   int status;
   if (err == CL_SUCCESS)
     return UM_OK;
@@ -110,41 +111,41 @@ int ocl_translate_cl_error(cl_int err, const char *call) {
     status = UM_EBACKEND;
     break;
   }
-  return um__set_error(status, "%s (%d) in %s", ocl_error_name(err), (int)err,
+  return um__set_error(status, "%s (%d) in %s", um__ocl_error_name(err), (int)err,
                        call);
 }
 
 const um__backend um__backend_opencl = {
     .name = "opencl",
-    .open = ocl_open,
-    .describe = ocl_describe,
-    .close = ocl_close,
-    .mem_alloc = ocl_mem_alloc,
-    .mem_free = ocl_mem_free,
+    .open = um__ocl_open,
+    .describe = um__ocl_describe,
+    .close = um__ocl_close,
+    .mem_alloc = um__ocl_mem_alloc,
+    .mem_free = um__ocl_mem_free,
     .host_register = NULL,
     .host_unregister = NULL,
-    .memory = ocl_memory,
-    .synchronize = ocl_synchronize,
-    .xfer = ocl_xfer,
-    .xfer_async = ocl_xfer_async,
-    .native_release = ocl_native_release,
-    .map = ocl_map,
-    .unmap = ocl_unmap,
-    .peer_possible = ocl_peer_possible,
-    .peer_enable = ocl_peer_enable,
-    .tokens_shared = ocl_tokens_shared,
-    .device_native = ocl_device_native,
-    .mem_native = ocl_mem_native,
-    .token_native = ocl_token_native,
-    .foreign_wrap = ocl_foreign_wrap,
-    .foreign_release = ocl_foreign_release,
-    .token_adopt = ocl_token_adopt,
-    .gate_new = ocl_gate_new,
-    .gate_open = ocl_gate_open,
-    .caller_marker = ocl_caller_marker,
-    .token_wait = ocl_token_wait,
-    .token_query = ocl_token_query,
-    .adopt = ocl_adopt,
+    .memory = um__ocl_memory,
+    .synchronize = um__ocl_synchronize,
+    .xfer = um__ocl_xfer,
+    .xfer_async = um__ocl_xfer_async,
+    .native_release = um__ocl_native_release,
+    .map = um__ocl_map,
+    .unmap = um__ocl_unmap,
+    .peer_possible = um__ocl_peer_possible,
+    .peer_enable = um__ocl_peer_enable,
+    .tokens_shared = um__ocl_tokens_shared,
+    .device_native = um__ocl_device_native,
+    .mem_native = um__ocl_mem_native,
+    .token_native = um__ocl_token_native,
+    .foreign_wrap = um__ocl_foreign_wrap,
+    .foreign_release = um__ocl_foreign_release,
+    .token_adopt = um__ocl_token_adopt,
+    .gate_new = um__ocl_gate_new,
+    .gate_open = um__ocl_gate_open,
+    .caller_marker = um__ocl_caller_marker,
+    .token_wait = um__ocl_token_wait,
+    .token_query = um__ocl_token_query,
+    .adopt = um__ocl_adopt,
     /* Event callbacks may make non-blocking OpenCL calls (OpenCL 1.2,
      * 5.9 "clSetEventCallback"); native_release and mem_free are such. */
     .callbacks_reenter = 1,

@@ -10,11 +10,11 @@
 static int create_buffer(ocl_device *dev, cl_mem_flags flags, size_t bytes,
                          cl_mem *out) {
   cl_int err = CL_SUCCESS;
-  cl_mem mem = ocl.clCreateBuffer(dev->context, flags, bytes, NULL, &err);
+  cl_mem mem = um__ocl.clCreateBuffer(dev->context, flags, bytes, NULL, &err);
   if (mem == NULL && err == CL_SUCCESS)
     err = CL_MEM_OBJECT_ALLOCATION_FAILURE;
   if (err != CL_SUCCESS)
-    return ocl_translate_cl_error(err, "clCreateBuffer");
+    return um__ocl_translate_cl_error(err, "clCreateBuffer");
   *out = mem;
   return UM_OK;
 }
@@ -24,7 +24,7 @@ static int create_buffer(ocl_device *dev, cl_mem_flags flags, size_t bytes,
  * status says the allocation failed. */
 static int block_finish(cl_mem mem, void *host, int status, um__mem *out) {
   if (status != UM_OK) {
-    ocl.clReleaseMemObject(mem);
+    um__ocl.clReleaseMemObject(mem);
     return status;
   }
   out->host = host;
@@ -45,16 +45,16 @@ static int alloc_device_block(ocl_device *dev, size_t bytes, um__mem *out) {
    * (undefined) contents to this device commits the memory now, where the
    * core can still answer UM_ENOMEM by trimming its pool and retrying. In a
    * context of several devices it also places the buffer on this one. */
-  ocl_submit_begin(dev);
-  err = ocl.clEnqueueMigrateMemObjects(dev->queue, 1, &mem,
+  um__ocl_submit_begin(dev);
+  err = um__ocl.clEnqueueMigrateMemObjects(dev->queue, 1, &mem,
                                        CL_MIGRATE_MEM_OBJECT_CONTENT_UNDEFINED,
                                        0, NULL, &migrated);
-  ocl_submit_end(dev);
+  um__ocl_submit_end(dev);
   if (err != CL_SUCCESS) {
-    status = ocl_translate_cl_error(err, "clEnqueueMigrateMemObjects");
+    status = um__ocl_translate_cl_error(err, "clEnqueueMigrateMemObjects");
   } else {
-    status = ocl_wait_for_command(migrated, "clEnqueueMigrateMemObjects");
-    ocl.clReleaseEvent(migrated);
+    status = um__ocl_wait_for_command(migrated, "clEnqueueMigrateMemObjects");
+    um__ocl.clReleaseEvent(migrated);
   }
   return block_finish(mem, NULL, status, out);
 }
@@ -70,19 +70,19 @@ static int alloc_pinned_block(ocl_device *dev, size_t bytes, um__mem *out) {
   /* Mapped for the block's whole life: the mapping is the page-locked host
    * view that the core reads and writes, and hands to other buffers'
    * transfers as their DMA-able host pointer. */
-  ocl_submit_begin(dev);
-  host = ocl.clEnqueueMapBuffer(dev->queue, mem, CL_TRUE,
+  um__ocl_submit_begin(dev);
+  host = um__ocl.clEnqueueMapBuffer(dev->queue, mem, CL_TRUE,
                                 CL_MAP_READ | CL_MAP_WRITE, 0, bytes, 0, NULL,
                                 NULL, &err);
-  ocl_submit_end(dev);
+  um__ocl_submit_end(dev);
   if (host == NULL || err != CL_SUCCESS)
-    status = ocl_translate_cl_error(err != CL_SUCCESS ? err : CL_MAP_FAILURE,
+    status = um__ocl_translate_cl_error(err != CL_SUCCESS ? err : CL_MAP_FAILURE,
                                 "clEnqueueMapBuffer");
   return block_finish(mem, host, status, out);
 }
 
 static int alloc_unified_block(ocl_device *dev, size_t bytes, um__mem *out) {
-  void *svm = ocl.clSVMAlloc(dev->context,
+  void *svm = um__ocl.clSVMAlloc(dev->context,
                              CL_MEM_READ_WRITE | CL_MEM_SVM_FINE_GRAIN_BUFFER,
                              bytes, 0);
   /* clSVMAlloc reports no reason; a NULL with valid arguments is a lack of
@@ -97,7 +97,7 @@ static int alloc_unified_block(ocl_device *dev, size_t bytes, um__mem *out) {
   return UM_OK;
 }
 
-int ocl_mem_alloc(void *bdev, um_location loc, size_t bytes,
+int um__ocl_mem_alloc(void *bdev, um_location loc, size_t bytes,
                          um__mem *out) {
   ocl_device *dev = bdev;
   int status;
@@ -132,28 +132,28 @@ int ocl_mem_alloc(void *bdev, um_location loc, size_t bytes,
   return status;
 }
 
-void ocl_mem_free(void *bdev, um_location loc, size_t bytes,
+void um__ocl_mem_free(void *bdev, um_location loc, size_t bytes,
                          um__mem *mem) {
   ocl_device *dev = bdev;
   (void)bytes;
   /* Nothing of ours outlives the memory: not even a finished command's
    * event, which a driver may let hold its buffers. */
-  ocl_release_later(dev);
+  um__ocl_release_later(dev);
   switch (loc) {
   case UM_DEVICE:
-    ocl.clReleaseMemObject((cl_mem)mem->handle);
+    um__ocl.clReleaseMemObject((cl_mem)mem->handle);
     break;
   case UM_PINNED:
     /* The release waits for the unmap: OpenCL deletes a memory object only
      * once the commands that use it have finished. */
-    ocl_submit_begin(dev);
-    ocl.clEnqueueUnmapMemObject(dev->queue, (cl_mem)mem->handle, mem->host, 0,
+    um__ocl_submit_begin(dev);
+    um__ocl.clEnqueueUnmapMemObject(dev->queue, (cl_mem)mem->handle, mem->host, 0,
                                 NULL, NULL);
-    ocl_submit_end(dev);
-    ocl.clReleaseMemObject((cl_mem)mem->handle);
+    um__ocl_submit_end(dev);
+    um__ocl.clReleaseMemObject((cl_mem)mem->handle);
     break;
   case UM_UNIFIED:
-    ocl.clSVMFree(dev->context, mem->host);
+    um__ocl.clSVMFree(dev->context, mem->host);
     break;
   default:
     break;
@@ -166,7 +166,7 @@ void ocl_mem_free(void *bdev, um_location loc, size_t bytes,
  * and the like are vendor extensions): the answer is the whole device, and
  * the core takes off what this process holds there (um_device_memory);
  * other processes' use is not seen. */
-int ocl_memory(void *bdev, uint64_t *free_bytes, uint64_t *total_bytes) {
+int um__ocl_memory(void *bdev, uint64_t *free_bytes, uint64_t *total_bytes) {
   ocl_device *dev = bdev;
   if (free_bytes != NULL)
     *free_bytes = dev->total_bytes;
@@ -175,30 +175,30 @@ int ocl_memory(void *bdev, uint64_t *free_bytes, uint64_t *total_bytes) {
   return UM_OK;
 }
 
-int ocl_synchronize(void *bdev) {
+int um__ocl_synchronize(void *bdev) {
   ocl_device *dev = bdev;
   cl_event marker = NULL;
   cl_int err;
   int status;
   if (dev->spin_ns == 0)
-    return ocl_translate_cl_error(ocl.clFinish(dev->queue), "clFinish");
+    return um__ocl_translate_cl_error(um__ocl.clFinish(dev->queue), "clFinish");
   /* A marker with an empty wait list completes after everything queued
    * before it (clFinish's meaning), and can be polled. */
-  ocl_settle(dev);
-  ocl_submit_begin(dev);
-  err = ocl.clEnqueueMarkerWithWaitList(dev->queue, 0, NULL, &marker);
-  ocl_submit_end(dev);
+  um__ocl_settle(dev);
+  um__ocl_submit_begin(dev);
+  err = um__ocl.clEnqueueMarkerWithWaitList(dev->queue, 0, NULL, &marker);
+  um__ocl_submit_end(dev);
   if (err != CL_SUCCESS)
-    return ocl_translate_cl_error(err, "clEnqueueMarkerWithWaitList");
-  status = ocl_wait_for_own_command(dev, marker, "clFinish");
-  ocl.clReleaseEvent(marker);
+    return um__ocl_translate_cl_error(err, "clEnqueueMarkerWithWaitList");
+  status = um__ocl_wait_for_own_command(dev, marker, "clFinish");
+  um__ocl.clReleaseEvent(marker);
   return status;
 }
 
 /* ------------------------------------------------------------------------ */
 /* Map                                                                       */
 
-int ocl_map(void *bdev, um__mem *mem, um_location loc, size_t off,
+int um__ocl_map(void *bdev, um__mem *mem, um_location loc, size_t off,
                    size_t len, um_map_mode mode, void **host) {
   ocl_device *dev = bdev;
   cl_map_flags flags;
@@ -225,23 +225,23 @@ int ocl_map(void *bdev, um__mem *mem, um_location loc, size_t off,
   default:
     return um__set_error(UM_EINVAL, "opencl: unknown map mode %d", (int)mode);
   }
-  /* Blocking unless the caller asked to spin (ocl_wait_for_own_command). */
-  ocl_settle(dev);
-  ocl_submit_begin(dev);
-  mapped = ocl.clEnqueueMapBuffer(dev->queue, (cl_mem)mem->handle, dev->spin_ns == 0 ? CL_TRUE : CL_FALSE,
+  /* Blocking unless the caller asked to spin (um__ocl_wait_for_own_command). */
+  um__ocl_settle(dev);
+  um__ocl_submit_begin(dev);
+  mapped = um__ocl.clEnqueueMapBuffer(dev->queue, (cl_mem)mem->handle, dev->spin_ns == 0 ? CL_TRUE : CL_FALSE,
                                   flags, off, len, 0, NULL, dev->spin_ns == 0 ? NULL : &done, &err);
-  ocl_submit_end(dev);
+  um__ocl_submit_end(dev);
   if (err != CL_SUCCESS || mapped == NULL)
-    return ocl_translate_cl_error(err != CL_SUCCESS ? err : CL_MAP_FAILURE,
+    return um__ocl_translate_cl_error(err != CL_SUCCESS ? err : CL_MAP_FAILURE,
                               "clEnqueueMapBuffer");
   if (done != NULL) {
-    int status = ocl_wait_for_own_command(dev, done, "clEnqueueMapBuffer");
-    ocl.clReleaseEvent(done);
+    int status = um__ocl_wait_for_own_command(dev, done, "clEnqueueMapBuffer");
+    um__ocl.clReleaseEvent(done);
     if (status != UM_OK) {
       /* The pointer was handed out all the same: give it back. */
-      ocl_submit_begin(dev);
-      ocl.clEnqueueUnmapMemObject(dev->queue, (cl_mem)mem->handle, mapped, 0, NULL, NULL);
-      ocl_submit_end(dev);
+      um__ocl_submit_begin(dev);
+      um__ocl.clEnqueueUnmapMemObject(dev->queue, (cl_mem)mem->handle, mapped, 0, NULL, NULL);
+      um__ocl_submit_end(dev);
       return status;
     }
   }
@@ -249,7 +249,7 @@ int ocl_map(void *bdev, um__mem *mem, um_location loc, size_t off,
   return UM_OK;
 }
 
-int ocl_unmap(void *bdev, um__mem *mem, um_location loc, void *host) {
+int um__ocl_unmap(void *bdev, um__mem *mem, um_location loc, void *host) {
   ocl_device *dev = bdev;
   cl_event unmapped = NULL;
   int status;
@@ -258,16 +258,16 @@ int ocl_unmap(void *bdev, um__mem *mem, um_location loc, void *host) {
   if (loc != UM_DEVICE || mem == NULL || host == NULL)
     return um__set_error(UM_EINVAL, "opencl: unmap of a block that was not "
                                     "mapped by map()");
-  ocl_settle(dev);
-  ocl_submit_begin(dev);
-  err = ocl.clEnqueueUnmapMemObject(dev->queue, (cl_mem)mem->handle, host, 0,
+  um__ocl_settle(dev);
+  um__ocl_submit_begin(dev);
+  err = um__ocl.clEnqueueUnmapMemObject(dev->queue, (cl_mem)mem->handle, host, 0,
                                     NULL, &unmapped);
-  ocl_submit_end(dev);
+  um__ocl_submit_end(dev);
   if (err != CL_SUCCESS)
-    return ocl_translate_cl_error(err, "clEnqueueUnmapMemObject");
+    return um__ocl_translate_cl_error(err, "clEnqueueUnmapMemObject");
   /* Written data reaches the device only when the unmap has run. */
-  status = ocl_wait_for_own_command(dev, unmapped, "clEnqueueUnmapMemObject");
-  ocl.clReleaseEvent(unmapped);
+  status = um__ocl_wait_for_own_command(dev, unmapped, "clEnqueueUnmapMemObject");
+  um__ocl.clReleaseEvent(unmapped);
   return status;
 }
 
@@ -276,16 +276,16 @@ int ocl_unmap(void *bdev, um__mem *mem, um_location loc, void *host) {
 
 /* Devices that share a context can use each other's buffers in commands:
  * that is all "peer access" means to OpenCL, and it needs no enabling. */
-int ocl_peer_possible(void *a, void *b) {
+int um__ocl_peer_possible(void *a, void *b) {
   const ocl_device *da = a, *db = b;
   return da != NULL && db != NULL && da->context == db->context;
 }
 
 /* Events of one context may stand in any of its queues' wait lists. */
-int ocl_tokens_shared(void *a, void *b) { return ocl_peer_possible(a, b); }
+int um__ocl_tokens_shared(void *a, void *b) { return um__ocl_peer_possible(a, b); }
 
-int ocl_peer_enable(void *a, void *b) {
-  if (ocl_peer_possible(a, b))
+int um__ocl_peer_enable(void *a, void *b) {
+  if (um__ocl_peer_possible(a, b))
     return UM_OK;
   return um__set_error(UM_ENOTSUP,
                        "opencl: devices of different platforms share no "

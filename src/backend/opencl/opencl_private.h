@@ -6,7 +6,7 @@
  * The vendor library (normally the ICD loader, libOpenCL.so.1) is loaded at
  * run time, once per process (base/vendor_lib.c), so that unimem neither
  * links against OpenCL nor needs it installed to run. <CL/cl.h> is included for its types and
- * constants only; every call goes through the `ocl` table of entry points.
+ * constants only; every call goes through the `um__ocl` table of entry points.
  *
  * Layout of the state:
  * - one cl_context per platform, holding all of that platform's devices, so
@@ -63,7 +63,7 @@
 #define OCL_LIBRARY_ENV "UNIMEM_OPENCL_LIBRARY"
 /* Only platforms whose CL_PLATFORM_NAME contains this text are opened. */
 #define OCL_PLATFORM_ENV "UNIMEM_OPENCL_PLATFORM"
-/* ocl_settle(): how long after a spinning wait saw a command end a blocking
+/* um__ocl_settle(): how long after a spinning wait saw a command end a blocking
  * call on a CPU device leaves the driver's threads before it submits. */
 #define OCL_SETTLE_NS 5000u
 
@@ -151,7 +151,7 @@ typedef void(CL_CALLBACK *ocl_event_notify_fn)(cl_event event,
   XX(cl_mem, clCreateSubBuffer,                                                \
      (cl_mem, cl_mem_flags, cl_buffer_create_type, const void *, cl_int *))
 
-/* The loaded library: filled once by ocl_lib's load, read-only afterwards. */
+/* The loaded library: filled once by um__ocl_lib's load, read-only afterwards. */
 typedef struct ocl_api {
 #define OCL_ENTRY_MEMBER_(ret, name, params) ret(CL_API_CALL *name) params;
   OCL_REQUIRED_ENTRY_POINTS(OCL_ENTRY_MEMBER_)
@@ -163,7 +163,7 @@ typedef struct ocl_api {
 /* State                                                                     */
 
 /* Tokens released on a thread that reports nothing, kept for the device's
- * next walk to release (ocl_native_release). */
+ * next walk to release (um__ocl_native_release). */
 #define OCL_RELEASE_LATER 1024
 
 typedef struct ocl_device {
@@ -181,7 +181,7 @@ typedef struct ocl_device {
   uint32_t spin_ns;         /* wait_spin_ns: blocking calls poll first */
   /* With spin_ns, on a CPU device with driver threads: how long a
    * blocking call leaves the driver after a spinning wait saw a command
-   * end (ocl_settle), and when one last did (um__spin_clock_ns). */
+   * end (um__ocl_settle), and when one last did (um__spin_clock_ns). */
   uint32_t settle_ns;
   _Atomic uint64_t spun_end_ns;
   /* The driver runs each command inside the call that submits it (PoCL's
@@ -190,18 +190,18 @@ typedef struct ocl_device {
   /* Watched transfers, oldest first, not reported yet (the watch list,
    * below); the newest of them with no callback of its own; whether the
    * lazy callback is armed (0 or 1); walks running. */
-  atomic_bool watch_locked; /* ocl_watch_lock() */
+  atomic_bool watch_locked; /* um__ocl_watch_lock() */
   struct transfer_completion *watch_head, *watch_tail, *watch_unarmed;
   int watch_lazy;
   int watch_walking; /* a walk runs (one at a time) */
   int watch_again;   /* a callback fired during it: it goes round again */
-  /* Commands put on the list without the order lock (ocl_order_begin), and
+  /* Commands put on the list without the order lock (um__ocl_order_begin), and
    * the lock: a watched command is enqueued and listed in one hold. */
   atomic_uint watch_unordered;
   atomic_bool order_held; /* the order lock: only ever tried, never waited for */
   /* Events whose last reference was put on a thread that does not report
-   * completions, for the next walk to release (ocl_native_release); under
-   * ocl_watch_lock. */
+   * completions, for the next walk to release (um__ocl_native_release); under
+   * um__ocl_watch_lock. */
   int nlater;
   cl_event later[OCL_RELEASE_LATER];
   /* Walks that took kept events and release them after their reports: the
@@ -235,14 +235,14 @@ typedef struct transfer_completion {
                              caller does not keep the token until done) */
   unsigned char armed;    /* a callback of its own is registered on event:
                              WATCH_OWN, or WATCH_LAZY (it covers the small
-                             commands before it); under ocl_watch_lock */
+                             commands before it); under um__ocl_watch_lock */
   unsigned char ordered;  /* enqueued and put on the list in one hold of
                              the device's order lock, with no unordered
                              entry put on the list meanwhile: the entries
                              before it on the list were enqueued before it
-                             (set by ocl_watch_add) */
+                             (set by um__ocl_watch_add) */
   atomic_uchar fired;     /* its callback ran, status is set (set under
-                             ocl_watch_lock) */
+                             um__ocl_watch_lock) */
 } transfer_completion;
 
 enum { WATCH_OWN = 1, WATCH_LAZY = 2 };
@@ -265,121 +265,121 @@ _Static_assert(sizeof(transfer_completion) <= UM__DONE_SPACE, "a completion fits
 
 /* devices.c */
 /* Wait for one command: CL_SUCCESS, or why it failed. */
-cl_int ocl_wait_command_status(cl_event event);
+cl_int um__ocl_wait_command_status(cl_event event);
 /* Wait for one command and return its execution status as UM_* code. */
-int ocl_wait_for_command(cl_event event, const char *call);
+int um__ocl_wait_for_command(cl_event event, const char *call);
 /* Bracket a submission on dev: under submit_lock where dev runs commands inline. */
-void ocl_submit_begin(const ocl_device *dev);
-void ocl_submit_end(const ocl_device *dev);
+void um__ocl_submit_begin(const ocl_device *dev);
+void um__ocl_submit_end(const ocl_device *dev);
 /* wait_for_command for a blocking call of dev (spinning for wait_spin_ns first). */
-int ocl_wait_for_own_command(ocl_device *dev, cl_event event, const char *call);
+int um__ocl_wait_for_own_command(ocl_device *dev, cl_event event, const char *call);
 /* Before a spinning blocking call submits: leave a CPU device's threads settle_ns. */
-void ocl_settle(ocl_device *dev);
+void um__ocl_settle(ocl_device *dev);
 /* The platform's OpenCL version, from its CL_PLATFORM_VERSION. */
-int ocl_platform_version(cl_platform_id platform, int *major, int *minor);
+int um__ocl_platform_version(cl_platform_id platform, int *major, int *minor);
 /* Add an opened device, or a context to release at close, to state. */
-int ocl_append_device(ocl_state *state, ocl_device *dev);
-int ocl_append_context(ocl_state *state, cl_context context);
+int um__ocl_append_device(ocl_state *state, ocl_device *dev);
+int um__ocl_append_context(ocl_state *state, cl_context context);
 /* Release dev's queues and events and free it. */
-void ocl_destroy_device(ocl_device *dev);
+void um__ocl_destroy_device(ocl_device *dev);
 /* Describe one device and give it its queue, and the caller's (caller_queue or a new one). */
-int ocl_open_device(cl_device_id id, cl_context context, int context_devices, int platform_major,
+int um__ocl_open_device(cl_device_id id, cl_context context, int context_devices, int platform_major,
                     const um_options *opts, cl_command_queue caller_queue, ocl_device **out);
 /* (table) Every device of the platforms UNIMEM_OPENCL_PLATFORM names. */
-int ocl_open(const um_options *opts, void **ctx, int *count);
+int um__ocl_open(const um_options *opts, void **ctx, int *count);
 /* (table) */
-int ocl_describe(void *ctx, int i, um__bdev_desc *out);
+int um__ocl_describe(void *ctx, int i, um__bdev_desc *out);
 /* (table) */
-void ocl_close(void *ctx);
+void um__ocl_close(void *ctx);
 
 /* interop.c */
 /* (table) */
-void ocl_device_native(void *bdev, um_device_native *out);
+void um__ocl_device_native(void *bdev, um_device_native *out);
 /* (table) */
-void ocl_mem_native(void *bdev, const um__mem *mem, um_location loc, um_buffer_native *out);
+void um__ocl_mem_native(void *bdev, const um__mem *mem, um_location loc, um_buffer_native *out);
 /* (table) A cl_mem of the caller's (a DLPack import) as a DEVICE block. */
-int ocl_foreign_wrap(void *bdev, um_location loc, uintptr_t handle, uint64_t offset, size_t bytes, um__mem *out);
+int um__ocl_foreign_wrap(void *bdev, um_location loc, uintptr_t handle, uint64_t offset, size_t bytes, um__mem *out);
 /* (table) */
-void ocl_foreign_release(void *bdev, um__mem *mem);
+void um__ocl_foreign_release(void *bdev, um__mem *mem);
 /* (table) */
-void *ocl_token_native(void *bdev, void *token);
+void *um__ocl_token_native(void *bdev, void *token);
 /* (table) */
-int ocl_token_adopt(void *bdev, void *native, void **token);
+int um__ocl_token_adopt(void *bdev, void *native, void **token);
 /* (table) A user event with two references: gate_open drops the opener's. */
-int ocl_gate_new(void *bdev, void **token);
+int um__ocl_gate_new(void *bdev, void **token);
 /* (table) */
-void ocl_gate_open(void *bdev, void *token, int status);
+void um__ocl_gate_open(void *bdev, void *token, int status);
 /* (table) */
-int ocl_caller_marker(void *bdev, void **token);
+int um__ocl_caller_marker(void *bdev, void **token);
 /* (table) */
-int ocl_token_query(void *bdev, void *token);
+int um__ocl_token_query(void *bdev, void *token);
 /* (table) */
-int ocl_token_wait(void *bdev, void *token);
+int um__ocl_token_wait(void *bdev, void *token);
 /* (table) The caller's context, device and queue as a device. */
-int ocl_adopt(const um_options *opts, void **ctx, void *context, void *device, void *queue, um__bdev_desc *out);
+int um__ocl_adopt(const um_options *opts, void **ctx, void *context, void *device, void *queue, um__bdev_desc *out);
 
 /* load.c */
-/* The loaded library: filled once by ocl_lib's load, read-only afterwards. */
-extern ocl_api ocl;
+/* The loaded library: filled once by um__ocl_lib's load, read-only afterwards. */
+extern ocl_api um__ocl;
 /* The OpenCL library, loaded once for the process. */
-extern um__vendor_lib ocl_lib;
+extern um__vendor_lib um__ocl_lib;
 /* The CL_* name of an OpenCL status code. */
-const char *ocl_error_name(cl_int err);
+const char *um__ocl_error_name(cl_int err);
 /* The one place where OpenCL status codes become UM_E* codes (call: for um_last_error()). */
-int ocl_translate_cl_error(cl_int err, const char *call);
+int um__ocl_translate_cl_error(cl_int err, const char *call);
 
 /* memory.c */
 /* (table) */
-int ocl_mem_alloc(void *bdev, um_location loc, size_t bytes, um__mem *out);
+int um__ocl_mem_alloc(void *bdev, um_location loc, size_t bytes, um__mem *out);
 /* (table) */
-void ocl_mem_free(void *bdev, um_location loc, size_t bytes, um__mem *mem);
+void um__ocl_mem_free(void *bdev, um_location loc, size_t bytes, um__mem *mem);
 /* (table) The whole device: OpenCL has no standard free-memory query. */
-int ocl_memory(void *bdev, uint64_t *free_bytes, uint64_t *total_bytes);
+int um__ocl_memory(void *bdev, uint64_t *free_bytes, uint64_t *total_bytes);
 /* (table) */
-int ocl_synchronize(void *bdev);
+int um__ocl_synchronize(void *bdev);
 /* (table) */
-int ocl_map(void *bdev, um__mem *mem, um_location loc, size_t off, size_t len, um_map_mode mode, void **host);
+int um__ocl_map(void *bdev, um__mem *mem, um_location loc, size_t off, size_t len, um_map_mode mode, void **host);
 /* (table) */
-int ocl_unmap(void *bdev, um__mem *mem, um_location loc, void *host);
+int um__ocl_unmap(void *bdev, um__mem *mem, um_location loc, void *host);
 /* (table) Devices that share a context. */
-int ocl_peer_possible(void *a, void *b);
+int um__ocl_peer_possible(void *a, void *b);
 /* (table) Events of one context may stand in any of its queues' wait lists. */
-int ocl_tokens_shared(void *a, void *b);
+int um__ocl_tokens_shared(void *a, void *b);
 /* (table) Nothing to enable. */
-int ocl_peer_enable(void *a, void *b);
+int um__ocl_peer_enable(void *a, void *b);
 
 /* transfers.c */
 /* The OpenCL call a transfer kind is enqueued with, for errors. */
-const char *ocl_transfer_call_name(um__xfer_kind kind);
+const char *um__ocl_transfer_call_name(um__xfer_kind kind);
 /* (table) */
-int ocl_xfer(void *bdev, const um__xfer *x);
+int um__ocl_xfer(void *bdev, const um__xfer *x);
 /* Free c where it was allocated (not in the caller's done_space). */
-void ocl_completion_free(transfer_completion *c);
+void um__ocl_completion_free(transfer_completion *c);
 /* (table) */
-int ocl_xfer_async(void *bdev, const um__xfer *x, void *const *after, int nafter, um__done_fn done, void *arg,
+int um__ocl_xfer_async(void *bdev, const um__xfer *x, void *const *after, int nafter, um__done_fn done, void *arg,
                    void **native);
 /* Release the events dev keeps for its next walk. */
-void ocl_release_later(ocl_device *dev);
+void um__ocl_release_later(ocl_device *dev);
 /* (table) A token's last reference; kept for the next walk off a reporting thread. */
-void ocl_native_release(void *bdev, void *native);
+void um__ocl_native_release(void *bdev, void *native);
 
 /* watch.c */
 /* The watch list's lock (watch_locked), a spin. */
-void ocl_watch_lock(ocl_device *dev);
-void ocl_watch_unlock(ocl_device *dev);
+void um__ocl_watch_lock(ocl_device *dev);
+void um__ocl_watch_unlock(ocl_device *dev);
 /* Set while this thread reports a walk's entries (watch_report). */
-extern _Thread_local int ocl_reporting;
+extern _Thread_local int um__ocl_reporting;
 /* Under watch_lock: take the events kept for the next walk into out. */
-int ocl_take_later_locked(ocl_device *dev, cl_event *out);
+int um__ocl_take_later_locked(ocl_device *dev, cl_event *out);
 /* unimem's last reference on a token's event, and on n of them. */
-void ocl_release_token(cl_event ev);
-void ocl_release_events(const cl_event *ev, int n);
+void um__ocl_release_token(cl_event ev);
+void um__ocl_release_events(const cl_event *ev, int n);
 /* The order lock of a device (order_held), only ever tried; order_begin says whether it is held. */
-int ocl_order_begin(ocl_device *dev, unsigned *unordered0);
-void ocl_order_end(ocl_device *dev, int held);
+int um__ocl_order_begin(ocl_device *dev, unsigned *unordered0);
+void um__ocl_order_end(ocl_device *dev, int held);
 /* Put c's command on dev's watch list, submit it, and arm a callback where needed. */
-void ocl_watch_add(ocl_device *dev, transfer_completion *c, int own, int held, unsigned unordered0);
+void um__ocl_watch_add(ocl_device *dev, transfer_completion *c, int own, int held, unsigned unordered0);
 /* The wait list of x: after[]'s tokens of other queues, then x->wait[]. */
-cl_uint ocl_build_wait_list(ocl_device *dev, const um__xfer *x, void *const *after, int nafter, cl_event *list);
+cl_uint um__ocl_build_wait_list(ocl_device *dev, const um__xfer *x, void *const *after, int nafter, cl_event *list);
 
 #endif

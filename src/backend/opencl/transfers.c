@@ -67,43 +67,43 @@ static int enqueue_transfer(ocl_device *dev, const um__xfer *x,
                             const cl_event *wait_list, cl_event *event) {
   cl_int err;
   const char *call;
-  ocl_submit_begin(dev);
+  um__ocl_submit_begin(dev);
   switch (x->kind) {
   case UM__XFER_H2D:
     call = "clEnqueueWriteBuffer";
-    err = ocl.clEnqueueWriteBuffer(dev->queue, (cl_mem)x->dst->handle,
+    err = um__ocl.clEnqueueWriteBuffer(dev->queue, (cl_mem)x->dst->handle,
                                    blocking, x->dst_off, x->bytes, x->host,
                                    wait_count, wait_list, event);
     break;
   case UM__XFER_D2H:
     call = "clEnqueueReadBuffer";
-    err = ocl.clEnqueueReadBuffer(dev->queue, (cl_mem)x->src->handle, blocking,
+    err = um__ocl.clEnqueueReadBuffer(dev->queue, (cl_mem)x->src->handle, blocking,
                                   x->src_off, x->bytes, x->host, wait_count,
                                   wait_list, event);
     break;
   case UM__XFER_FILL:
     call = "clEnqueueFillBuffer";
-    err = ocl.clEnqueueFillBuffer(dev->queue, (cl_mem)x->dst->handle,
+    err = um__ocl.clEnqueueFillBuffer(dev->queue, (cl_mem)x->dst->handle,
                                   &x->value, 1, x->dst_off, x->bytes,
                                   wait_count, wait_list, event);
     break;
   case UM__XFER_QUEUE_MARK: /* an empty wait list: after everything queued */
     call = "clEnqueueMarkerWithWaitList";
-    err = ocl.clEnqueueMarkerWithWaitList(dev->queue, 0, NULL, event);
+    err = um__ocl.clEnqueueMarkerWithWaitList(dev->queue, 0, NULL, event);
     break;
   default: /* D2D, and PEER: one context holds both devices' buffers */
     call = "clEnqueueCopyBuffer";
-    err = ocl.clEnqueueCopyBuffer(dev->queue, (cl_mem)x->src->handle,
+    err = um__ocl.clEnqueueCopyBuffer(dev->queue, (cl_mem)x->src->handle,
                                   (cl_mem)x->dst->handle, x->src_off,
                                   x->dst_off, x->bytes, wait_count, wait_list,
                                   event);
     break;
   }
-  ocl_submit_end(dev);
-  return ocl_translate_cl_error(err, call);
+  um__ocl_submit_end(dev);
+  return um__ocl_translate_cl_error(err, call);
 }
 
-const char *ocl_transfer_call_name(um__xfer_kind kind) {
+const char *um__ocl_transfer_call_name(um__xfer_kind kind) {
   switch (kind) {
   case UM__XFER_QUEUE_MARK:
     return "clEnqueueMarkerWithWaitList";
@@ -120,7 +120,7 @@ const char *ocl_transfer_call_name(um__xfer_kind kind) {
   }
 }
 
-int ocl_xfer(void *bdev, const um__xfer *x) {
+int um__ocl_xfer(void *bdev, const um__xfer *x) {
   ocl_device *dev = bdev;
   cl_event event = NULL;
   int status = check_transfer(dev, x);
@@ -134,12 +134,12 @@ int ocl_xfer(void *bdev, const um__xfer *x) {
   /* Copies and fills have no such flag: a wait on this command's own event,
    * rather than clFinish, so that a blocking copy does not wait for other
    * threads' work queued behind it. */
-  ocl_settle(dev);
+  um__ocl_settle(dev);
   status = enqueue_transfer(dev, x, CL_FALSE, 0, NULL, &event);
   if (status != UM_OK)
     return status;
-  status = ocl_wait_for_own_command(dev, event, ocl_transfer_call_name(x->kind));
-  ocl.clReleaseEvent(event);
+  status = um__ocl_wait_for_own_command(dev, event, um__ocl_transfer_call_name(x->kind));
+  um__ocl.clReleaseEvent(event);
   return status;
 }
 
@@ -160,7 +160,7 @@ static transfer_completion *completion_new(ocl_device *dev, const um__xfer *x, u
   return c;
 }
 
-void ocl_completion_free(transfer_completion *c) {
+void um__ocl_completion_free(transfer_completion *c) {
   if (c->allocated)
     free(c);
 }
@@ -187,8 +187,8 @@ static void join_arrive(ocl_join *j, int status) {
   if (atomic_fetch_sub(&j->left, 1) != 1)
     return;
   status = atomic_load(&j->status);
-  ocl.clSetUserEventStatus(j->user, status == UM_OK ? CL_COMPLETE : CL_INVALID_OPERATION);
-  ocl.clReleaseEvent(j->user); /* the join's reference */
+  um__ocl.clSetUserEventStatus(j->user, status == UM_OK ? CL_COMPLETE : CL_INVALID_OPERATION);
+  um__ocl.clReleaseEvent(j->user); /* the join's reference */
   um__done_fn done = j->done;
   void *arg = j->arg;
   free(j);
@@ -196,8 +196,8 @@ static void join_arrive(ocl_join *j, int status) {
 }
 
 static void CL_CALLBACK on_join_token(cl_event event, cl_int execution_status, void *user_data) {
-  int status = execution_status < 0 ? ocl_translate_cl_error(execution_status, "a marker's token") : UM_OK;
-  ocl.clReleaseEvent(event); /* the reference ocl_join took */
+  int status = execution_status < 0 ? um__ocl_translate_cl_error(execution_status, "a marker's token") : UM_OK;
+  um__ocl.clReleaseEvent(event); /* the reference ocl_join took */
   join_arrive(user_data, status);
 }
 
@@ -216,22 +216,22 @@ static int start_join(ocl_device *dev, const um__xfer *x, void *const *after, in
       tokens[n++] = (cl_event)x->wait[i];
   if ((j = calloc(1, sizeof(*j))) == NULL)
     return um__set_error(UM_ENOMEM, "opencl: out of host memory");
-  j->user = ocl.clCreateUserEvent(dev->context, &err);
+  j->user = um__ocl.clCreateUserEvent(dev->context, &err);
   if (j->user == NULL || err != CL_SUCCESS) {
     free(j);
-    return ocl_translate_cl_error(err != CL_SUCCESS ? err : CL_OUT_OF_RESOURCES, "clCreateUserEvent");
+    return um__ocl_translate_cl_error(err != CL_SUCCESS ? err : CL_OUT_OF_RESOURCES, "clCreateUserEvent");
   }
-  ocl.clRetainEvent(j->user); /* one for the join, one for the caller's token */
+  um__ocl.clRetainEvent(j->user); /* one for the join, one for the caller's token */
   atomic_init(&j->left, n + 1);
   atomic_init(&j->status, UM_OK);
   j->done = done;
   j->arg = arg;
   *native = j->user;
   for (int i = 0; i < n; i++) {
-    ocl.clRetainEvent(tokens[i]);
-    if ((err = ocl.clSetEventCallback(tokens[i], CL_COMPLETE, on_join_token, j)) != CL_SUCCESS) {
-      ocl.clReleaseEvent(tokens[i]);
-      join_arrive(j, ocl_translate_cl_error(err, "clSetEventCallback"));
+    um__ocl.clRetainEvent(tokens[i]);
+    if ((err = um__ocl.clSetEventCallback(tokens[i], CL_COMPLETE, on_join_token, j)) != CL_SUCCESS) {
+      um__ocl.clReleaseEvent(tokens[i]);
+      join_arrive(j, um__ocl_translate_cl_error(err, "clSetEventCallback"));
     }
   }
   join_arrive(j, UM_OK); /* the guard: the join may complete from here on */
@@ -247,7 +247,7 @@ static int start_quiet(ocl_device *dev, const um__xfer *x) {
   return enqueue_transfer(dev, x, CL_FALSE, 0, NULL, NULL);
 }
 
-int ocl_xfer_async(void *bdev, const um__xfer *x, void *const *after, int nafter,
+int um__ocl_xfer_async(void *bdev, const um__xfer *x, void *const *after, int nafter,
                           um__done_fn done, void *arg, void **native) {
   ocl_device *dev = bdev;
   if (x != NULL && x->kind == UM__XFER_MARKER && done != NULL && native != NULL)
@@ -273,19 +273,19 @@ int ocl_xfer_async(void *bdev, const um__xfer *x, void *const *after, int nafter
     status = um__set_error(UM_ENOMEM, "opencl: out of host memory");
     goto fail;
   }
-  waits = ocl_build_wait_list(dev, x, after, nafter, wait_list);
-  held = ocl_order_begin(dev, &unordered0);
+  waits = um__ocl_build_wait_list(dev, x, after, nafter, wait_list);
+  held = um__ocl_order_begin(dev, &unordered0);
   status = enqueue_transfer(dev, x, CL_FALSE, waits, waits > 0 ? wait_list : NULL, &event);
   if (status != UM_OK) {
-    ocl_order_end(dev, held);
+    um__ocl_order_end(dev, held);
     goto fail;
   }
   completion->event = event;
   if (!x->token_held) { /* the caller may release the token before done */
-    ocl.clRetainEvent(event);
+    um__ocl.clRetainEvent(event);
     completion->retained = 1;
   }
-  ocl_watch_add(dev, completion, x->kind == UM__XFER_QUEUE_MARK || x->bytes >= WATCH_OWN_BYTES, held, unordered0);
+  um__ocl_watch_add(dev, completion, x->kind == UM__XFER_QUEUE_MARK || x->bytes >= WATCH_OWN_BYTES, held, unordered0);
   if (wait_list != inline_wait_list)
     free(wait_list);
   *native = event;
@@ -295,18 +295,18 @@ fail:
   if (wait_list != inline_wait_list)
     free(wait_list);
   if (completion != NULL)
-    ocl_completion_free(completion);
+    um__ocl_completion_free(completion);
   return status;
 }
 
 /* Release the events dev keeps for its next walk. */
-void ocl_release_later(ocl_device *dev) {
+void um__ocl_release_later(ocl_device *dev) {
   cl_event out[OCL_RELEASE_LATER];
   int n;
-  ocl_watch_lock(dev);
-  n = ocl_take_later_locked(dev, out);
-  ocl_watch_unlock(dev);
-  ocl_release_events(out, n);
+  um__ocl_watch_lock(dev);
+  n = um__ocl_take_later_locked(dev, out);
+  um__ocl_watch_unlock(dev);
+  um__ocl_release_events(out, n);
 }
 
 /* A token's last reference. The last reference of a finished command's
@@ -319,29 +319,29 @@ void ocl_release_later(ocl_device *dev) {
  * after the waits (bench_transfer --split on a contended machine: the
  * per-copy event added +0.46-0.51 us over raw with those frees, -0.09 to
  * -0.34 us without them). So an event
- * released on a thread that is not ocl_reporting a walk is kept, up to
+ * released on a thread that is not um__ocl_reporting a walk is kept, up to
  * OCL_RELEASE_LATER of them per device, for the device's next walk to
  * release on the driver's callback thread, after its reports; when the
  * list is full the releasing thread releases them all. A free of the
- * device's memory (ocl_mem_free), a foreign block's release and the
+ * device's memory (um__ocl_mem_free), a foreign block's release and the
  * device's close release the list first. A program that stops issuing
  * keeps at most that many finished events per device until one of
  * those. */
-void ocl_native_release(void *bdev, void *native) {
+void um__ocl_native_release(void *bdev, void *native) {
   ocl_device *dev = bdev;
   int kept;
   if (native == NULL)
     return;
-  if (!ocl_reporting) {
-    ocl_watch_lock(dev);
+  if (!um__ocl_reporting) {
+    um__ocl_watch_lock(dev);
     kept = dev->nlater < OCL_RELEASE_LATER;
     if (kept)
       dev->later[dev->nlater++] = (cl_event)native;
-    ocl_watch_unlock(dev);
+    um__ocl_watch_unlock(dev);
     if (kept)
       return;
-    ocl_release_later(dev); /* full: this release takes the list */
+    um__ocl_release_later(dev); /* full: this release takes the list */
   }
-  ocl_release_token((cl_event)native);
+  um__ocl_release_token((cl_event)native);
 }
 

@@ -43,7 +43,7 @@
  * at a time (an entry put on the list, the list taken or put back, an
  * entry marked fired), never across a driver call, so a spin; a thread
  * that finds the holder preempted yields its CPU to it. */
-void ocl_watch_lock(ocl_device *dev) {
+void um__ocl_watch_lock(ocl_device *dev) {
   int spins = 0;
   while (atomic_exchange_explicit(&dev->watch_locked, true, memory_order_acquire))
     while (atomic_load_explicit(&dev->watch_locked, memory_order_relaxed)) {
@@ -54,7 +54,7 @@ void ocl_watch_lock(ocl_device *dev) {
     }
 }
 
-void ocl_watch_unlock(ocl_device *dev) {
+void um__ocl_watch_unlock(ocl_device *dev) {
   atomic_store_explicit(&dev->watch_locked, false, memory_order_release);
 }
 
@@ -66,10 +66,10 @@ static _Thread_local transfer_completion *arming;
 static _Thread_local int armed_fired;
 
 /* Set while this thread reports a walk's entries (watch_report). */
-_Thread_local int ocl_reporting;
+_Thread_local int um__ocl_reporting;
 
-/* Under ocl_watch_lock: take the events kept for the next walk into out. */
-int ocl_take_later_locked(ocl_device *dev, cl_event *out) {
+/* Under um__ocl_watch_lock: take the events kept for the next walk into out. */
+int um__ocl_take_later_locked(ocl_device *dev, cl_event *out) {
   int n = dev->nlater;
   memcpy(out, dev->later, (size_t)n * sizeof(out[0]));
   dev->nlater = 0;
@@ -77,24 +77,24 @@ int ocl_take_later_locked(ocl_device *dev, cl_event *out) {
 }
 
 /* unimem's last reference on a token's event. */
-void ocl_release_token(cl_event ev) {
+void um__ocl_release_token(cl_event ev) {
   UM__TEST_POINT(UM__TP_TOKEN_RELEASED, ev);
-  ocl.clReleaseEvent(ev);
+  um__ocl.clReleaseEvent(ev);
 }
 
-void ocl_release_events(const cl_event *ev, int n) {
+void um__ocl_release_events(const cl_event *ev, int n) {
   for (int i = 0; i < n; i++)
-    ocl_release_token(ev[i]);
+    um__ocl_release_token(ev[i]);
 }
 
 static void watch_walk_locked(ocl_device *dev);
 
-/* Under ocl_watch_lock: become the device's walker, or leave the walk to the
+/* Under um__ocl_watch_lock: become the device's walker, or leave the walk to the
  * one running (it goes round again). */
 static void watch_walk_or_hand_over(ocl_device *dev) {
   if (dev->watch_walking) {
     dev->watch_again = 1;
-    ocl_watch_unlock(dev);
+    um__ocl_watch_unlock(dev);
     return; /* nothing of ours runs after this unlock */
   }
   dev->watch_walking = 1;
@@ -105,12 +105,12 @@ static void CL_CALLBACK on_watch_fired(cl_event event, cl_int execution_status, 
   transfer_completion *c = user_data;
   ocl_device *dev = c->dev;
   (void)event;
-  ocl_watch_lock(dev);
+  um__ocl_watch_lock(dev);
   c->status = execution_status;
   atomic_store_explicit(&c->fired, 1, memory_order_release);
   if (arming == c) {
     armed_fired = 1;
-    ocl_watch_unlock(dev);
+    um__ocl_watch_unlock(dev);
     return;
   }
   watch_walk_or_hand_over(dev);
@@ -124,14 +124,14 @@ static int watch_arm(ocl_device *dev, transfer_completion *c) {
   cl_int err;
   arming = c;
   armed_fired = 0;
-  err = ocl.clSetEventCallback(c->event, CL_COMPLETE, on_watch_fired, c);
+  err = um__ocl.clSetEventCallback(c->event, CL_COMPLETE, on_watch_fired, c);
   arming = NULL;
   if (err != CL_SUCCESS) {
-    cl_int st = ocl_wait_command_status(c->event);
-    ocl_watch_lock(dev);
+    cl_int st = um__ocl_wait_command_status(c->event);
+    um__ocl_watch_lock(dev);
     c->status = st;
     atomic_store_explicit(&c->fired, 1, memory_order_release);
-    ocl_watch_unlock(dev);
+    um__ocl_watch_unlock(dev);
     return 1;
   }
   return armed_fired;
@@ -140,7 +140,7 @@ static int watch_arm(ocl_device *dev, transfer_completion *c) {
 /* Whether c's command has ended (complete, or failed), with its status. */
 static int watch_ended(transfer_completion *c) {
   cl_int st = CL_QUEUED;
-  if (ocl.clGetEventInfo(c->event, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(st), &st, NULL) != CL_SUCCESS ||
+  if (um__ocl.clGetEventInfo(c->event, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(st), &st, NULL) != CL_SUCCESS ||
       st > CL_COMPLETE)
     return 0; /* left for the callback armed on it or behind it */
   c->status = st;
@@ -149,19 +149,19 @@ static int watch_ended(transfer_completion *c) {
 
 /* Report the entries of ready, in order. done comes last for each, and
  * after the last nothing of ours runs but a walk's tail, which
- * ocl_destroy_device waits for (walk_tails): once it returns, the core may
+ * um__ocl_destroy_device waits for (walk_tails): once it returns, the core may
  * close the backend. */
 static void watch_report(transfer_completion *ready) {
   while (ready != NULL) {
     transfer_completion *c = ready;
     um__done_fn done = c->done;
     void *arg = c->arg;
-    int status =
-        c->status < 0 ? ocl_translate_cl_error(c->status, ocl_transfer_call_name((um__xfer_kind)c->kind)) : UM_OK;
+    const char *call = um__ocl_transfer_call_name((um__xfer_kind)c->kind);
+    int status = c->status < 0 ? um__ocl_translate_cl_error(c->status, call) : UM_OK;
     ready = c->next; /* the core's space may go with done */
     if (c->retained)
-      ocl.clReleaseEvent(c->event);
-    ocl_completion_free(c);
+      um__ocl.clReleaseEvent(c->event);
+    um__ocl_completion_free(c);
     done(arg, status);
   }
 }
@@ -195,18 +195,18 @@ static int watch_reportable(transfer_completion *c, int before_sure, int *runnin
   return !*running;
 }
 
-/* Called with ocl_watch_lock held, as the device's walker; returns with it
+/* Called with um__ocl_watch_lock held, as the device's walker; returns with it
  * dropped. Takes the reportable entries off the list (the comment above),
  * going round again while callbacks fired meanwhile, arms the lazy
  * callback again on the newest small entry left, then reports. The events
- * kept for it (ocl_native_release) it takes at the start and releases
+ * kept for it (um__ocl_native_release) it takes at the start and releases
  * after its reports, counted in walk_tails until then: the core may
- * close the backend once the last report returned, and ocl_destroy_device
+ * close the backend once the last report returned, and um__ocl_destroy_device
  * waits for such a tail. */
 static void watch_walk_locked(ocl_device *dev) {
   transfer_completion *ready = NULL, **ready_end = &ready;
   cl_event later[OCL_RELEASE_LATER];
-  int nlater = ocl_take_later_locked(dev, later);
+  int nlater = um__ocl_take_later_locked(dev, later);
   if (nlater > 0) /* before any report: the device outlives this walk */
     atomic_fetch_add_explicit(&dev->walk_tails, 1, memory_order_relaxed);
   for (;;) {
@@ -215,7 +215,7 @@ static void watch_walk_locked(ocl_device *dev) {
     int fired_lazy = 0, running = 0, before_sure;
     dev->watch_again = 0;
     dev->watch_head = dev->watch_tail = dev->watch_unarmed = NULL;
-    ocl_watch_unlock(dev);
+    um__ocl_watch_unlock(dev);
     sure = watch_last_sure(list);
     before_sure = sure != NULL;
     while (list != NULL) {
@@ -238,7 +238,7 @@ static void watch_walk_locked(ocl_device *dev) {
       if (!c->armed)
         rest_unarmed = c;
     }
-    ocl_watch_lock(dev);
+    um__ocl_watch_lock(dev);
     if (rest != NULL) { /* older than what was added meanwhile */
       rest_last->next = dev->watch_head;
       if (dev->watch_head == NULL)
@@ -257,21 +257,21 @@ static void watch_walk_locked(ocl_device *dev) {
       dev->watch_unarmed = NULL;
     }
     if (arm != NULL) {
-      ocl_watch_unlock(dev);
+      um__ocl_watch_unlock(dev);
       watch_arm(dev, arm); /* fired already: it is on the list, marked */
-      ocl_watch_lock(dev);
+      um__ocl_watch_lock(dev);
       if (dev->watch_again || atomic_load_explicit(&arm->fired, memory_order_relaxed))
         continue;
     }
     break;
   }
   dev->watch_walking = 0;
-  ocl_watch_unlock(dev);
-  ocl_reporting++;
+  um__ocl_watch_unlock(dev);
+  um__ocl_reporting++;
   watch_report(ready);
-  ocl_reporting--;
+  um__ocl_reporting--;
   if (nlater > 0) { /* after the reports, which it would delay */
-    ocl_release_events(later, nlater);
+    um__ocl_release_events(later, nlater);
     atomic_fetch_sub_explicit(&dev->walk_tails, 1, memory_order_release); /* the last touch of dev */
   }
 }
@@ -285,7 +285,7 @@ static void watch_walk_locked(ocl_device *dev) {
  * without it is not ordered, nor is one whose hold saw such a command put
  * on the list (watch_unordered moved): its place on the list may not be
  * its place in the queue. */
-int ocl_order_begin(ocl_device *dev, unsigned *unordered0) {
+int um__ocl_order_begin(ocl_device *dev, unsigned *unordered0) {
   if (atomic_load_explicit(&dev->order_held, memory_order_relaxed) ||
       atomic_exchange_explicit(&dev->order_held, true, memory_order_acquire))
     return 0;
@@ -293,7 +293,7 @@ int ocl_order_begin(ocl_device *dev, unsigned *unordered0) {
   return 1;
 }
 
-void ocl_order_end(ocl_device *dev, int held) {
+void um__ocl_order_end(ocl_device *dev, int held) {
   if (held)
     atomic_store_explicit(&dev->order_held, false, memory_order_release);
 }
@@ -302,9 +302,9 @@ void ocl_order_end(ocl_device *dev, int held) {
  * (with watch_unordered at unordered0 then): put it on the list, drop the
  * order lock, submit it, and register a callback on it when it is large,
  * or small with no lazy callback armed and no walk to arm one. */
-void ocl_watch_add(ocl_device *dev, transfer_completion *c, int own, int held, unsigned unordered0) {
+void um__ocl_watch_add(ocl_device *dev, transfer_completion *c, int own, int held, unsigned unordered0) {
   int arm = 1;
-  ocl_watch_lock(dev);
+  um__ocl_watch_lock(dev);
   if (held) {
     c->ordered = atomic_load_explicit(&dev->watch_unordered, memory_order_relaxed) == unordered0;
   } else {
@@ -326,16 +326,16 @@ void ocl_watch_add(ocl_device *dev, transfer_completion *c, int own, int held, u
     dev->watch_unarmed = c;
     arm = 0;
   }
-  ocl_watch_unlock(dev);
-  ocl_order_end(dev, held);
+  um__ocl_watch_unlock(dev);
+  um__ocl_order_end(dev, held);
   /* Commands may sit in the queue until flushed; nobody may ever wait on
    * this one, so submit it now. A failing flush leaves the command queued,
    * and its callback still runs when the queue is finished. */
-  ocl_submit_begin(dev);
-  ocl.clFlush(dev->queue);
-  ocl_submit_end(dev);
+  um__ocl_submit_begin(dev);
+  um__ocl.clFlush(dev->queue);
+  um__ocl_submit_end(dev);
   if (arm && watch_arm(dev, c)) {
-    ocl_watch_lock(dev);
+    um__ocl_watch_lock(dev);
     watch_walk_or_hand_over(dev);
   }
 }
@@ -347,13 +347,13 @@ void ocl_watch_add(ocl_device *dev, transfer_completion *c, int own, int held, u
  * wait-list entry: the queue is in order, and its commands were enqueued
  * before this one. Leaving them out matters: PoCL tracks every wait-list
  * entry as a dependency, which cost about 0.5 us per queued 4 KiB write. */
-cl_uint ocl_build_wait_list(ocl_device *dev, const um__xfer *x, void *const *after, int nafter,
+cl_uint um__ocl_build_wait_list(ocl_device *dev, const um__xfer *x, void *const *after, int nafter,
                                cl_event *list) {
   cl_uint waits = 0;
   for (int i = 0; i < nafter; i++) {
     cl_command_queue queue = NULL;
     cl_event token = (cl_event)after[i];
-    if (ocl.clGetEventInfo(token, CL_EVENT_COMMAND_QUEUE, sizeof(queue), &queue, NULL) == CL_SUCCESS &&
+    if (um__ocl.clGetEventInfo(token, CL_EVENT_COMMAND_QUEUE, sizeof(queue), &queue, NULL) == CL_SUCCESS &&
         queue == dev->queue)
       continue;
     list[waits++] = token;
