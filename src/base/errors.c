@@ -8,28 +8,32 @@
 
 static _Thread_local char last_error[512];
 
+/* Every status code with its name and text, from unimem.h's list. */
+static const struct status_entry {
+  int code;
+  const char *name;
+  const char *text;
+} statuses[] = {
+#define UM_STATUS_ENTRY_(name, value, text) {UM_##name, "UM_" #name, text},
+    UM_ERRNO_MAP(UM_STATUS_ENTRY_)
+#undef UM_STATUS_ENTRY_
+};
+
+static const struct status_entry *status_find(int status) {
+  for (size_t i = 0; i < sizeof(statuses) / sizeof(statuses[0]); i++)
+    if (statuses[i].code == status)
+      return &statuses[i];
+  return NULL;
+}
+
 const char *um_strerror(int status) {
-  switch (status) {
-#define UM_STRERROR_CASE_(name, value, text)                                   \
-  case UM_##name:                                                              \
-    return text;
-    UM_ERRNO_MAP(UM_STRERROR_CASE_)
-#undef UM_STRERROR_CASE_
-  default:
-    return "unknown status";
-  }
+  const struct status_entry *e = status_find(status);
+  return e != NULL ? e->text : "unknown status";
 }
 
 const char *um_err_name(int status) {
-  switch (status) {
-#define UM_ERR_NAME_CASE_(name, value, text)                                   \
-  case UM_##name:                                                              \
-    return "UM_" #name;
-    UM_ERRNO_MAP(UM_ERR_NAME_CASE_)
-#undef UM_ERR_NAME_CASE_
-  default:
-    return "UM_UNKNOWN";
-  }
+  const struct status_entry *e = status_find(status);
+  return e != NULL ? e->name : "UM_UNKNOWN";
 }
 
 const char *um_last_error(void) { return last_error; }

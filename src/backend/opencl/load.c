@@ -68,16 +68,20 @@ um__vendor_lib um__ocl_lib =
   XX(CL_INVALID_PROPERTY)                                                      \
   XX(CL_PLATFORM_NOT_FOUND_KHR)
 
+static const struct {
+  cl_int code;
+  const char *name;
+} ocl_error_names[] = {
+#define OCL_ERROR_ENTRY_(name) {name, #name},
+    OCL_ERROR_NAMES(OCL_ERROR_ENTRY_)
+#undef OCL_ERROR_ENTRY_
+};
+
 const char *um__ocl_error_name(cl_int err) {
-  switch (err) {
-#define OCL_ERROR_NAME_CASE_(name)                                             \
-  case name:                                                                   \
-    return #name;
-    OCL_ERROR_NAMES(OCL_ERROR_NAME_CASE_)
-#undef OCL_ERROR_NAME_CASE_
-  default:
-    return "CL error";
-  }
+  for (size_t i = 0; i < sizeof(ocl_error_names) / sizeof(ocl_error_names[0]); i++)
+    if (ocl_error_names[i].code == err)
+      return ocl_error_names[i].name;
+  return "CL error";
 }
 
 /* The one place where OpenCL status codes become UM_E* codes. Records
