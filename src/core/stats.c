@@ -12,6 +12,7 @@
  * the moment. Exact for one thread (and for threads that take turns); with
  * several threads allocating at the same moment, a peak that no such
  * moment of a single thread coincides with can be missed. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -87,19 +88,27 @@ int um_stats_get(um_manager *m, um_device *d, um_stats *out) {
   return UM_OK;
 }
 
+/* Append to buf (cap bytes, *len written so far, counting what did not
+ * fit); *failed once a format fails. */
+__attribute__((format(printf, 5, 6))) static void append(char *buf, size_t cap, size_t *len, bool *failed,
+                                                         const char *fmt, ...) {
+  va_list ap;
+  int n;
+  va_start(ap, fmt);
+  n = vsnprintf(buf ? buf + (*len < cap ? *len : cap) : NULL, *len < cap ? cap - *len : 0, fmt, ap);
+  va_end(ap);
+  if (n < 0)
+    *failed = true;
+  else
+    *len += (size_t)n;
+}
+
 int um_stats_json(const um_stats *s, char *buf, size_t cap) {
   size_t len = 0;
-  int n;
+  bool failed = false;
   if (s == NULL || (buf == NULL && cap != 0))
     return um__set_error(UM_EINVAL, "um_stats_json: NULL argument");
-#define APPEND(...)                                                            \
-  do {                                                                         \
-    n = snprintf(buf ? buf + (len < cap ? len : cap) : NULL,                   \
-                 len < cap ? cap - len : 0, __VA_ARGS__);                      \
-    if (n < 0)                                                                 \
-      return um__set_error(UM_EINVAL, "um_stats_json: format failed");         \
-    len += (size_t)n;                                                          \
-  } while (0)
+#define APPEND(...) append(buf, cap, &len, &failed, __VA_ARGS__)
 #define FMT_uint64_t(name) APPEND("%s\"%s\":%llu", first ? "" : ",", #name, (unsigned long long)s->name)
 #define FMT_double(name) APPEND("%s\"%s\":%.6f", first ? "" : ",", #name, s->name)
 #define EMIT(type, name, desc)                                                 \
@@ -113,5 +122,7 @@ int um_stats_json(const um_stats *s, char *buf, size_t cap) {
 #undef FMT_double
 #undef FMT_uint64_t
 #undef APPEND
+  if (failed)
+    return um__set_error(UM_EINVAL, "um_stats_json: format failed");
   return len > (size_t)INT32_MAX ? UM_EOVERFLOW : (int)len;
 }
