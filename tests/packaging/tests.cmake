@@ -185,11 +185,21 @@ if(TARGET unimem_tool)
                        ${_um_tool_tests} PROPERTIES LABELS "tool" TIMEOUT 300)
 endif()
 
+# A static link carries only the parts it calls (static_parts.c).
+foreach(variant core full)
+  add_executable(static_parts_${variant} ${_um_pkg}/static_parts.c)
+  target_compile_options(static_parts_${variant} PRIVATE ${UM_WARNINGS})
+  target_link_libraries(static_parts_${variant} PRIVATE unimem_static)
+endforeach()
+target_compile_definitions(static_parts_core PRIVATE STATIC_PARTS_CORE)
+add_test(NAME package_static_parts
+         COMMAND ${_um_pkg}/static_parts.sh $<TARGET_FILE:static_parts_core> $<TARGET_FILE:static_parts_full>)
+
 add_test(NAME package_symbols COMMAND ${_um_pkg}/test_symbols.sh $<TARGET_FILE:unimem> ${PROJECT_VERSION_MAJOR}
                                       $<TARGET_FILE:unimem_static>)
 add_test(NAME package_install COMMAND ${_um_pkg}/test_install.sh ${CMAKE_BINARY_DIR} ${CMAKE_SOURCE_DIR}
                                       ${CMAKE_C_COMPILER} "${_um_san_flags}")
-set_tests_properties(package_symbols package_install PROPERTIES LABELS "packaging" TIMEOUT 300
+set_tests_properties(package_symbols package_install package_static_parts PROPERTIES LABELS "packaging" TIMEOUT 300
                      SKIP_RETURN_CODE 77)
 
 # Every C example of docs/guide.md compiles (-Wall -Wextra -Werror) and runs;
