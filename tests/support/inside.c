@@ -6,6 +6,8 @@
  * core keeps a host shadow and runs transfers on its own threads. It offers
  * two devices with no peer access between them, so copies between them
  * take the staged path. */
+/* A file of the support library, not a test program (test_util_tsan.h). */
+#define UT_NO_MAIN
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>

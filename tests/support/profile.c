@@ -1,4 +1,6 @@
 /* The device profiles of the conformance tests (profile.h). */
+/* A file of the support library, not a test program (test_util_tsan.h). */
+#define UT_NO_MAIN
 #include "profile.h"
 
 #include "fault_backend.h"

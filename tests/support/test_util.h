@@ -25,6 +25,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -144,6 +144,10 @@ static __attribute__((unused)) void ut_log(const char *level, const char *fmt, .
     exit(UT_SKIP_STATUS);                                                      \
   } while (0)
 
+/* The runner: once per test program. The support library's files define
+ * UT_NO_MAIN before they include test_util.h (their fatal checks exit, as
+ * in a test). */
+#ifndef UT_NO_MAIN
 static const ut_test_opts *ut_suite_opts(const char *suite) {
   for (int i = 0; i < ut_nsuites; i++)
     if (strcmp(ut_suites[i].name, suite) == 0)
@@ -218,5 +222,7 @@ int main(int argc, char **argv) {
           tested, passed, failed, crashed, skipped);
   return failed + crashed > 0 ? 1 : 0;
 }
+
+#endif /* UT_NO_MAIN */
 
 #endif /* UNIMEM_TEST_UTIL_TSAN_H */
