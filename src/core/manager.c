@@ -218,8 +218,9 @@ static void report_leak(um_manager *m, um_buffer *b) {
  * net_only), counting them into *leaked and *bytes. */
 static void release_leaks(um_manager *m, bool net_only, int *leaked, uint64_t *bytes) {
   for (um_buffer *b = m->all_buffers; b != NULL; b = b->all_next) {
-    bool net_made = um__upcall.net.allocated != NULL && um__upcall.net.allocated(b);
-    if (atomic_load(&b->state) != UM__BUF_LIVE || (net_only && !net_made))
+    if (atomic_load(&b->state) != UM__BUF_LIVE)
+      continue;
+    if (net_only && (um__upcall.net.allocated == NULL || !um__upcall.net.allocated(b)))
       continue;
     (*leaked)++;
     *bytes += b->size;

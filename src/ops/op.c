@@ -148,13 +148,6 @@ int um__op_check_locked(um_event *op, um_buffer **bufs, int nbufs) {
   return UM_OK;
 }
 
-/* Whether an operation on device a can wait for one on device b on a's
- * queue: b is a, or the backend lets a's wait lists hold b's tokens (an
- * OpenCL context's devices; CUDA devices). */
-static bool tokens_reach(um_device *a, um_device *b) {
-  return um__dev_tokens_shared(a, b);
-}
-
 /* Under the locks: op's dependencies are the buffers' unfinished last
  * operations (one reference each into deps). *all_native stays true when
  * every one of them runs on op's device queue. */
@@ -170,7 +163,7 @@ int um__op_collect_deps(um_event *op, um_buffer **bufs, int nbufs, um_event **de
         !queued_before(last, op) && (ndeps == 0 || deps[0] != last)) {
       um__event_ref(last);
       deps[ndeps++] = last;
-      if (op->native_dev == NULL || !tokens_reach(op->native_dev, last->native_dev))
+      if (op->native_dev == NULL || !um__dev_tokens_shared(op->native_dev, last->native_dev))
         *all_native = false;
     }
     bufs[i]->pending++;
