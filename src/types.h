@@ -277,6 +277,52 @@ typedef struct um__path um__path; /* path.c */
 
 #define UM__MAX_DEPENDENTS 3
 
+/* The parts of an operation that one kind has (um_event's union). */
+
+/* A copy or a fill: where in its buffers, or the caller's host memory. */
+typedef struct um__op_copy {
+  size_t dst_off, src_off;
+  const void *host_src;
+  void *host_dst;
+  unsigned char value; /* a fill's byte */
+} um__op_copy;
+
+/* A bracket (interop/access.c): its mode, the token its wait handle stands
+ * on (borrowed from wait_owner, or a gate) and the caller's last command
+ * (adopted at um_access_end); the gate operation that opens the gate, or
+ * stands for it on devices without native events; its slot (brackets.c). */
+typedef struct um__op_access {
+  um_map_mode mode;
+  int slot;
+  void *wait;
+  um_event *wait_owner;
+  um_event *gate;
+  void *done;
+} um__op_access;
+
+/* A gate operation: the gate it opens on dev (token NULL: none, the
+ * operation itself is the wait). */
+typedef struct um__op_gate {
+  void *token;
+  um_device *dev;
+} um__op_gate;
+
+/* A network transfer (net/net_ops.c), attached by its issuer, and how to
+ * drop it: the operation layer calls drop once, when the operation
+ * completes or when the issue refuses it, never later, so an event object
+ * going back to the free list holds nothing. */
+typedef struct um__op_net {
+  void *transfer;
+  void (*drop)(um_event *op);
+} um__op_net;
+
+/* A group (um_copy_batch, group.c): its open runs, one per single-queue
+ * device, while it is being issued, and its members' first failure. */
+typedef struct um__op_group {
+  struct um__run *runs;
+  atomic_int first_error;
+} um__op_group;
+
 /* An operation's place in the completion order (complete.c's gate): it is
  * reported done only after prior, an operation it follows on a buffer.
  * While prior is unfinished at the gate, the node is in prior's
@@ -337,14 +383,13 @@ struct um_event {
    * with native_status once they finished (op.c's op_start_after_tokens). */
   bool refused;
 
-  /* what to do */
+  /* what to do: its kind (which member of the union below it uses), the
+   * buffers it orders on and how many bytes it moves (0 for a bracket, a
+   * gate, a group or a run) */
   um__op_kind kind;
   um_buffer *dst, *src;
-  size_t dst_off, src_off, bytes;
   uint32_t dst_gen, src_gen; /* the buffers' gen when the API checked them */
-  const void *host_src;
-  void *host_dst;
-  unsigned char value;
+  size_t bytes;
 
   /* ordering: operations that wait for this one; beyond the array (a
    * batch's run is the last operation of many buffers, each of which may
@@ -354,7 +399,6 @@ struct um_event {
   um_event **more_dependents;
   int nmore_dependents;
   um_event *group; /* batch this operation belongs to */
-  atomic_int group_first_error;
 
   /* completion order (complete.c's gate): the operations it follows on its
    * buffers that had not finished when it was published, in prior_space
@@ -366,20 +410,12 @@ struct um_event {
   um__prior *priors;
   int npriors;
   um__prior *prior_waiters;
-  struct um__run *run; /* kind RUN: the run it stands for */
 
   /* how it runs: its path (path.c), chosen at issue under the buffers'
    * locks, and the device whose queue runs it (NULL: host threads) */
   const um__path *path;
   um_device *native_dev;
   bool blocking;
-
-  /* What the issuer attached beyond the fields above (a network transfer:
-   * net_ops.c), and how to drop it: op.c calls attached_drop once, when the
-   * operation completes or when the issue refuses it, never later, so an
-   * event object going back to the free list holds nothing. */
-  void *attached;
-  void (*attached_drop)(um_event *op);
 
   /* The backend's token while the operation runs on a device queue (set
    * by tokens.c's keep_native without the lock, taken under lock when it
@@ -407,15 +443,6 @@ struct um_event {
   /* No caller event and no wait (a batch member, op.c). */
   bool detached;
 
-  /* A bracket (access.c): its mode, the token its wait handle stands on
-   * (borrowed from wait_owner, or a gate) and the caller's last command
-   * (adopted at um_access_end); the gate operation that opens the gate, or
-   * stands for it on devices without native events. */
-  um_map_mode access_mode;
-  void *access_wait;
-  um_event *access_wait_owner;
-  um_event *access_gate;
-  void *access_done;
   /* The open brackets it waits for (brackets.c): bit k for the
    * bracket of slot k, its own when it is a bracket, inherited from the
    * unfinished operations it follows when it is published, counted while
@@ -423,14 +450,17 @@ struct um_event {
    * is published (under its buffers' locks), then only read. */
   uint64_t bracket_marks;
   uint64_t mark_epoch; /* the manager's bracket_epoch as it was marked */
-  int bracket_slot;    /* a bracket: its slot */
-  /* A gate operation: the gate it opens on gate_dev (NULL: none, the
-   * operation itself is the wait). */
-  void *gate_token;
-  um_device *gate_dev;
-  /* A group (um_copy_batch): its open runs, one per single-queue device
-   * (op.c), while the group is being issued. */
-  struct um__run *runs;
+
+  /* What only one kind has. Read only where the kind is known: by the
+   * kind's own path and issuer, or behind a test of kind. */
+  union {
+    um__op_copy copy;     /* UM__OP_COPY, UM__OP_FILL */
+    um__op_access access; /* UM__OP_ACCESS */
+    um__op_gate gate;     /* UM__OP_GATE */
+    um__op_net net;       /* UM__OP_NET */
+    um__op_group batch;   /* UM__OP_GROUP */
+    struct um__run *run;  /* UM__OP_RUN: the run it stands for (group.c) */
+  };
 };
 
 typedef struct um__event_slab {

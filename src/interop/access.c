@@ -55,19 +55,19 @@ static int start_marker(um_event *op, void *const *after, int nafter, um__done_f
   int st;
   memset(&x, 0, sizeof(x));
   x.kind = UM__XFER_MARKER;
-  x.wait[0] = op->access_wait;
-  x.wait[1] = op->access_done;
+  x.wait[0] = op->access.wait;
+  x.wait[1] = op->access.done;
   st = um__dev_xfer_async(d, &x, after, nafter, done, op, native);
-  if (op->access_wait_owner != NULL) {
-    um__event_token_put(op->access_wait_owner, d, op->access_wait);
-    um__event_unref(op->access_wait_owner);
-  } else if (op->access_wait != NULL) {
-    um__dev_native_release(d, op->access_wait); /* the gate's second owner */
+  if (op->access.wait_owner != NULL) {
+    um__event_token_put(op->access.wait_owner, d, op->access.wait);
+    um__event_unref(op->access.wait_owner);
+  } else if (op->access.wait != NULL) {
+    um__dev_native_release(d, op->access.wait); /* the gate's second owner */
   }
-  if (op->access_done != NULL)
-    um__dev_native_release(d, op->access_done);
-  op->access_wait_owner = NULL;
-  op->access_wait = op->access_done = NULL;
+  if (op->access.done != NULL)
+    um__dev_native_release(d, op->access.done);
+  op->access.wait_owner = NULL;
+  op->access.wait = op->access.done = NULL;
   return st;
 }
 
@@ -80,8 +80,8 @@ const um__path um__path_access = {.name = "access", .plan = plan_access, .run = 
 static bool plan_gate(um_event *op) { return op->kind == UM__OP_GATE; }
 
 static int run_gate(um_event *op) {
-  if (op->gate_token != NULL)
-    um__dev_gate_open(op->gate_dev, op->gate_token, UM_OK);
+  if (op->gate.token != NULL)
+    um__dev_gate_open(op->gate.dev, op->gate.token, UM_OK);
   return UM_OK;
 }
 
@@ -104,24 +104,24 @@ static int make_wait(um_event *op, um_event *dep, void **wait) {
   if (dep == NULL)
     return UM_OK;
   if (op->native_dev != NULL && (tok = um__op_token_borrow(dep, d)) != NULL) {
-    op->access_wait = tok;
-    op->access_wait_owner = dep; /* keeps dep's reference until the end */
+    op->access.wait = tok;
+    op->access.wait_owner = dep; /* keeps dep's reference until the end */
     *wait = um__dev_token_native(d, tok);
     return UM_OK;
   }
   if ((gate = um__event_new(d->m, UM__OP_GATE)) == NULL)
     return um__set_error(UM_ENOMEM, "um_access_begin: out of memory for a gate");
-  if (op->native_dev != NULL && (st = um__dev_gate_new(d, &gate->gate_token)) != UM_OK) {
+  if (op->native_dev != NULL && (st = um__dev_gate_new(d, &gate->gate.token)) != UM_OK) {
     um__event_unref(gate);
     return st;
   }
-  gate->gate_dev = d;
+  gate->gate.dev = d;
   um__path_plan(gate);
   um__event_ref(gate); /* the bracket's, until its end */
-  op->access_gate = gate;
-  op->access_wait = gate->gate_token;
+  op->access.gate = gate;
+  op->access.wait = gate->gate.token;
   if (op->native_dev != NULL) {
-    *wait = um__dev_token_native(d, gate->gate_token);
+    *wait = um__dev_token_native(d, gate->gate.token);
   } else {
     um__event_ref(gate); /* the caller's handle's, until the end */
     atomic_store_explicit(&gate->caller_holds, true, memory_order_relaxed);
@@ -196,7 +196,7 @@ int um_access_begin(um_buffer *b, um_map_mode mode, void **wait_native) {
     set_open(b, NULL);
     return um__set_error(UM_ENOMEM, "um_access_begin: out of memory for an operation");
   }
-  op->access_mode = mode;
+  op->access.mode = mode;
   if (writes(mode))
     op->dst = b, op->dst_gen = gen;
   else
@@ -227,9 +227,9 @@ int um_access_begin(um_buffer *b, um_map_mode mode, void **wait_native) {
  * deadlock). */
 static void finish(um_event *op, void *done) {
   um_device *d = op->native_dev;
-  um_event *gate = op->access_gate;
+  um_event *gate = op->access.gate;
   um__bracket_close(op); /* what waits for it now waits for device work only */
-  op->access_done = done;
+  op->access.done = done;
   if (gate != NULL)
     um__event_ref(gate); /* consumed by the registration */
   um__op_start_held(op, gate);
@@ -248,7 +248,7 @@ static um_event *take_open_locked(um_buffer *b) {
     b->access_state = 0;
     b->access_op = NULL;
     /* The caller's writes are on the device: its copy is the current one. */
-    if (writes(op->access_mode) && b->mem.host == NULL)
+    if (writes(op->access.mode) && b->mem.host == NULL)
       b->valid = UM_VALID_DEVICE;
   }
   return op;

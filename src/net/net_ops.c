@@ -40,7 +40,7 @@ static bool plan_net_put(um_event *op) { return op->kind == UM__OP_NET && op->sr
 static bool plan_net_get(um_event *op) { return op->kind == UM__OP_NET && op->dst != NULL; }
 
 static int start_net(um_event *op, um__done_fn done) {
-  net_op *p = op->attached;
+  net_op *p = op->net.transfer;
   return um__net_xfer_start(&p->x, done, op);
 }
 
@@ -61,8 +61,8 @@ const um__path um__path_net_get = {.name = "net-get",
 /* Issuing */
 
 static void net_op_drop(um_event *op) {
-  net_op *p = op->attached;
-  op->attached = NULL;
+  net_op *p = op->net.transfer;
+  op->net.transfer = NULL;
   um__net_endpoint_unref(p->x.ep);
   free(p);
 }
@@ -96,12 +96,12 @@ static int net_issue(um__net_dir dir, um_endpoint *ep, um_buffer *b, size_t off,
                         .remote_off = roff, .bytes = bytes, .detail = op->error_text,
                         .detail_cap = sizeof(op->error_text)};
   um__net_endpoint_ref(ep);
-  op->attached = p;
-  op->attached_drop = net_op_drop;
+  op->net.transfer = p;
+  op->net.drop = net_op_drop;
   if (dir == UM__NET_PUT)
-    op->src = b, op->src_off = off, op->src_gen = gen;
+    op->src = b, op->src_gen = gen;
   else
-    op->dst = b, op->dst_off = off, op->dst_gen = gen;
+    op->dst = b, op->dst_gen = gen;
   op->bytes = bytes;
   return um__op_issue(op, done);
 }

@@ -60,7 +60,7 @@ void um__bracket_open(um_event *op) {
   } else {
     epoch = um__atomic_load_relaxed(&m->slot_epoch[k]);
   }
-  op->bracket_slot = k;
+  op->access.slot = k;
   op->bracket_marks = slot_bit(k);
   op->mark_epoch = epoch;
   /* Seen by every later operation on the bracket's buffer: they read it
@@ -72,7 +72,7 @@ void um__bracket_open(um_event *op) {
 
 void um__bracket_close(um_event *op) {
   um_manager *m = op->m;
-  int k = op->bracket_slot;
+  int k = op->access.slot;
   pthread_mutex_lock(&m->bracket_lock);
   if (k != SHARED_SLOT || --m->bracket_shared == 0)
     atomic_fetch_and_explicit(&m->brackets_open, ~slot_bit(k), memory_order_relaxed);
@@ -95,7 +95,7 @@ bool um__buffer_waits_bracket_locked(const um_buffer *b, bool own_ends) {
     if (!own_ends || b->access_state != 2)
       return true;
     /* (A bracket of the shared slot ignores the others of that slot.) */
-    own = slot_bit(b->access_op->bracket_slot);
+    own = slot_bit(b->access_op->access.slot);
   }
   return b->last != NULL && marks_open(b->last, own);
 }

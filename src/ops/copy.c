@@ -52,9 +52,9 @@ static int copy_common(um_buffer *dst, size_t dst_off, um_buffer *src, size_t sr
   op = um__event_new(m, UM__OP_COPY);
   if (op == NULL)
     return um__set_error(UM_ENOMEM, "out of memory for an operation");
-  op->dst = dst, op->dst_off = dst_off, op->dst_gen = dst_gen;
-  op->src = src, op->src_off = src_off, op->src_gen = src_gen;
-  op->host_src = host_src, op->host_dst = host_dst;
+  op->dst = dst, op->copy.dst_off = dst_off, op->dst_gen = dst_gen;
+  op->src = src, op->copy.src_off = src_off, op->src_gen = src_gen;
+  op->copy.host_src = host_src, op->copy.host_dst = host_dst;
   op->bytes = bytes;
   return um__op_issue(op, done);
 }
@@ -94,8 +94,8 @@ int um_fill(um_buffer *dst, size_t off, int byte, size_t bytes, um_event **done)
   op = um__event_new(dst->m, UM__OP_FILL);
   if (op == NULL)
     return um__set_error(UM_ENOMEM, "out of memory for an operation");
-  op->dst = dst, op->dst_off = off, op->dst_gen = gen, op->bytes = bytes;
-  op->value = (unsigned char)byte;
+  op->dst = dst, op->copy.dst_off = off, op->dst_gen = gen, op->bytes = bytes;
+  op->copy.value = (unsigned char)byte;
   return um__op_issue(op, done);
 }
 

@@ -143,8 +143,9 @@ um_event *um__event_new(um_manager *m, um__op_kind kind) {
   atomic_init(&e->caller_holds, false);
   atomic_init(&e->state, UM__EV_QUEUED);
   atomic_init(&e->deps_pending, 0);
-  atomic_init(&e->group_first_error, UM_OK);
   atomic_init(&e->native_refs, 0);
+  if (kind == UM__OP_GROUP)
+    atomic_init(&e->batch.first_error, UM_OK);
   e->kind = kind;
   return e;
 }

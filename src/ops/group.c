@@ -16,7 +16,7 @@
  * text (written before the member counts as done, read once the group is). */
 void um__group_record_failure(um_event *group, int status, const char *text) {
   int expected = UM_OK;
-  if (atomic_compare_exchange_strong(&group->group_first_error, &expected, status))
+  if (atomic_compare_exchange_strong(&group->batch.first_error, &expected, status))
     snprintf(group->error_text, sizeof(group->error_text), "%s", text != NULL ? text : "");
 }
 
@@ -26,7 +26,7 @@ void um__group_member_done(um_event *group, int status, const char *text) {
   if (status != UM_OK)
     um__group_record_failure(group, status, text);
   if (um__atomic_sub_acq_rel(&group->deps_pending, 1) == 1)
-    um__op_complete(group, atomic_load(&group->group_first_error));
+    um__op_complete(group, atomic_load(&group->batch.first_error));
 }
 
 /* Runs. A batch's copies that go to an in-order queue of a device (an
@@ -96,14 +96,14 @@ static um__run *run_new(um_event *group, um_device *d, int q) {
   atomic_store_explicit(&r->op->state, UM__EV_RUNNING, memory_order_release);
   um__atomic_add_relaxed(&group->deps_pending, 1); /* the run is a member */
   um__engine_op_begin(group->m);
-  r->next = group->runs;
-  group->runs = r;
+  r->next = group->batch.runs;
+  group->batch.runs = r;
   return r;
 }
 
 /* The open run of group on queue q of d, or NULL. */
 static um__run *open_run_on(um_event *group, const um_device *d, int q) {
-  for (um__run *r = group->runs; r != NULL; r = r->next)
+  for (um__run *r = group->batch.runs; r != NULL; r = r->next)
     if (r->dev == d && r->op->queued_q == q)
       return r;
   return NULL;
@@ -202,9 +202,9 @@ static int member_describe(const um_copy_op *o, um_event *member) {
   if (!in_range(o->dst, o->dst_off, o->bytes) || !in_range(o->src, o->src_off, o->bytes))
     return um__set_error(UM_ERANGE, "batch op outside a buffer released and reused since the check");
   member->kind = UM__OP_COPY;
-  member->dst = o->dst, member->dst_off = o->dst_off;
-  member->src = o->src, member->src_off = o->src_off;
-  member->host_src = o->host_src, member->host_dst = o->host_dst;
+  member->dst = o->dst, member->copy.dst_off = o->dst_off;
+  member->src = o->src, member->copy.src_off = o->src_off;
+  member->copy.host_src = o->host_src, member->copy.host_dst = o->host_dst;
   member->bytes = o->bytes;
   return UM_OK;
 }
@@ -245,8 +245,8 @@ static size_t run_queue_quiet(um_event *group, um_event *member, const um_copy_o
   int st;
   for (size_t j = 0; j < k; j++) {
     if (j > 0) {
-      member->dst_off = ops[j].dst_off, member->src_off = ops[j].src_off;
-      member->host_src = ops[j].host_src, member->host_dst = ops[j].host_dst;
+      member->copy.dst_off = ops[j].dst_off, member->copy.src_off = ops[j].src_off;
+      member->copy.host_src = ops[j].host_src, member->copy.host_dst = ops[j].host_dst;
     }
     if ((st = member->path->start_native(member, NULL, 0, NULL, NULL)) != UM_OK)
       um__group_record_failure(group, st, um_last_error());
@@ -364,11 +364,11 @@ static void run_marked(void *arg, int status) {
  * caller's host memory, which a blocking batch hands back when it
  * returns. */
 static void close_runs(um_event *group) {
-  while (group->runs != NULL) {
-    um__run *r = group->runs;
+  while (group->batch.runs != NULL) {
+    um__run *r = group->batch.runs;
     um_device *d = r->dev; /* r may be gone once the mark is queued */
     int st;
-    group->runs = r->next;
+    group->batch.runs = r->next;
     atomic_store_explicit(&r->op->queued_on, d, memory_order_release);
     if ((st = um__queue_mark(d, r->op->queued_q, run_marked, r)) != UM_OK) {
       (void)um__dev_synchronize(d);
@@ -388,11 +388,11 @@ static void member_issue(um_event *group, const um_event *member) {
     um__group_record_failure(group, UM_ENOMEM, "out of memory for an operation");
     return;
   }
-  op->dst = member->dst, op->dst_off = member->dst_off, op->dst_gen = member->dst_gen;
-  op->src = member->src, op->src_off = member->src_off, op->src_gen = member->src_gen;
-  op->host_src = member->host_src, op->host_dst = member->host_dst;
+  op->dst = member->dst, op->copy.dst_off = member->copy.dst_off, op->dst_gen = member->dst_gen;
+  op->src = member->src, op->copy.src_off = member->copy.src_off, op->src_gen = member->src_gen;
+  op->copy.host_src = member->copy.host_src, op->copy.host_dst = member->copy.host_dst;
   op->bytes = member->bytes;
-  op->value = member->value;
+  op->copy.value = member->copy.value;
   op->group = group;
   op->detached = true;
   um__atomic_add_relaxed(&group->deps_pending, 1);

@@ -33,10 +33,12 @@ static inline void keep_error_text(um_event *op) {
     snprintf(op->error_text, sizeof(op->error_text), "%s", um_last_error());
 }
 
-/* The issuer's attachment goes, once (types.h: attached). */
+/* A network transfer's attachment goes, once (types.h: um__op_net). */
 static inline void drop_attached(um_event *op) {
-  void (*drop)(um_event *) = op->attached_drop;
-  op->attached_drop = NULL;
+  if (op->kind != UM__OP_NET)
+    return;
+  void (*drop)(um_event *) = op->net.drop;
+  op->net.drop = NULL;
   if (drop != NULL)
     drop(op);
 }

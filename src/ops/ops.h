@@ -121,15 +121,15 @@ bool um__path_runs_inline(const um_event *op);
 /* The host side of a copy: its pointer, or the buffer's host view at the
  * offset; NULL when that end has no host view. Inline: every plan asks. */
 static inline char *um__path_host_src(const um_event *op) {
-  if (op->host_src != NULL)
-    return (char *)op->host_src;
-  return op->src->mem.host ? (char *)op->src->mem.host + op->src_off : NULL;
+  if (op->copy.host_src != NULL)
+    return (char *)op->copy.host_src;
+  return op->src->mem.host ? (char *)op->src->mem.host + op->copy.src_off : NULL;
 }
 
 static inline char *um__path_host_dst(const um_event *op) {
-  if (op->host_dst != NULL)
-    return op->host_dst;
-  return op->dst->mem.host ? (char *)op->dst->mem.host + op->dst_off : NULL;
+  if (op->copy.host_dst != NULL)
+    return op->copy.host_dst;
+  return op->dst->mem.host ? (char *)op->dst->mem.host + op->copy.dst_off : NULL;
 }
 
 /* b's memory is page-locked for device d: a PINNED block of d, or a

@@ -62,25 +62,25 @@ static void xfer_blocks(const um_event *op, um__xfer *x, um__xfer_kind kind) {
   memset(x, 0, sizeof(*x));
   x->kind = kind;
   x->bytes = op->bytes;
-  x->dst = &op->dst->mem, x->dst_loc = op->dst->loc, x->dst_off = op->dst_off;
-  x->src = &op->src->mem, x->src_loc = op->src->loc, x->src_off = op->src_off;
+  x->dst = &op->dst->mem, x->dst_loc = op->dst->loc, x->dst_off = op->copy.dst_off;
+  x->src = &op->src->mem, x->src_loc = op->src->loc, x->src_off = op->copy.src_off;
   x->src_bdev = op->src->dev->bdev;
 }
 
 static um_device *xfer_fill(const um_event *op, um__xfer *x) {
-  um__xfer_host(x, UM__XFER_FILL, op->dst, op->dst_off, NULL, op->bytes);
-  x->value = op->value;
+  um__xfer_host(x, UM__XFER_FILL, op->dst, op->copy.dst_off, NULL, op->bytes);
+  x->value = op->copy.value;
   return op->dst->dev;
 }
 
 static um_device *xfer_h2d(const um_event *op, um__xfer *x) {
-  um__xfer_host(x, UM__XFER_H2D, op->dst, op->dst_off, um__path_host_src(op), op->bytes);
+  um__xfer_host(x, UM__XFER_H2D, op->dst, op->copy.dst_off, um__path_host_src(op), op->bytes);
   x->host_pinned = um__path_dma_ready(op->src, op->dst->dev);
   return op->dst->dev;
 }
 
 static um_device *xfer_d2h(const um_event *op, um__xfer *x) {
-  um__xfer_host(x, UM__XFER_D2H, op->src, op->src_off, um__path_host_dst(op), op->bytes);
+  um__xfer_host(x, UM__XFER_D2H, op->src, op->copy.src_off, um__path_host_dst(op), op->bytes);
   x->host_pinned = um__path_dma_ready(op->dst, op->src->dev);
   return op->src->dev;
 }
@@ -108,7 +108,7 @@ static void account_fill(const um_event *op) { tally_fill(op->dst->dev, 1, op->b
 static bool plan_fill_host(um_event *op) { return op->kind == UM__OP_FILL && op->dst->mem.host != NULL; }
 
 static int run_fill_host(um_event *op) {
-  memset((char *)op->dst->mem.host + op->dst_off, op->value, op->bytes);
+  memset((char *)op->dst->mem.host + op->copy.dst_off, op->copy.value, op->bytes);
   return UM_OK;
 }
 
@@ -141,9 +141,9 @@ static int run_memcpy(um_event *op) {
  * traffic. */
 static void account_memcpy(const um_event *op) {
   um_device *src = op->src ? op->src->dev : NULL, *dst = op->dst ? op->dst->dev : NULL, *d;
-  if (op->host_src != NULL) {
+  if (op->copy.host_src != NULL) {
     UM__STAT_ADD(d = dst, bytes_h2d, op->bytes);
-  } else if (op->host_dst != NULL) {
+  } else if (op->copy.host_dst != NULL) {
     UM__STAT_ADD(d = src, bytes_d2h, op->bytes);
   } else if (src == dst) {
     UM__STAT_ADD(d = dst, bytes_d2d, op->bytes);

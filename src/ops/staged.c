@@ -144,7 +144,7 @@ static int run_pipelined(um_event *op, bool to_device) {
   memset(&p, 0, sizeof(p));
   p.buf = to_device ? op->dst : op->src;
   p.d = p.buf->dev;
-  p.off = to_device ? op->dst_off : op->src_off;
+  p.off = to_device ? op->copy.dst_off : op->copy.src_off;
   p.host = to_device ? um__path_host_src(op) : um__path_host_dst(op);
   p.bytes = op->bytes;
   p.chunk = p.d->m->opts.staging_chunk_bytes;
@@ -195,11 +195,11 @@ static int run_staged(um_event *op) {
   for (size_t off = 0; off < op->bytes && st == UM_OK;) {
     size_t n = op->bytes - off < chunk ? op->bytes - off : chunk;
     um__xfer x;
-    um__xfer_host(&x, UM__XFER_D2H, op->src, op->src_off + off, bounce, n);
+    um__xfer_host(&x, UM__XFER_D2H, op->src, op->copy.src_off + off, bounce, n);
     x.host_pinned = pinned;
     if ((st = um__dev_xfer(sd, &x)) != UM_OK)
       break;
-    um__xfer_host(&x, UM__XFER_H2D, op->dst, op->dst_off + off, bounce, n);
+    um__xfer_host(&x, UM__XFER_H2D, op->dst, op->copy.dst_off + off, bounce, n);
     st = um__dev_xfer(dd, &x);
     off += n;
   }
@@ -230,10 +230,10 @@ static int run_overlap(um_event *op) {
   int st;
   if (tmp == NULL)
     return um__set_error(UM_ENOMEM, "overlapping copy: no memory for %zu bytes", op->bytes);
-  um__xfer_host(&x, UM__XFER_D2H, op->src, op->src_off, tmp, op->bytes);
+  um__xfer_host(&x, UM__XFER_D2H, op->src, op->copy.src_off, tmp, op->bytes);
   st = um__dev_xfer(d, &x);
   if (st == UM_OK) {
-    um__xfer_host(&x, UM__XFER_H2D, op->dst, op->dst_off, tmp, op->bytes);
+    um__xfer_host(&x, UM__XFER_H2D, op->dst, op->copy.dst_off, tmp, op->bytes);
     st = um__dev_xfer(d, &x);
   }
   free(tmp);
@@ -241,8 +241,8 @@ static int run_overlap(um_event *op) {
 }
 
 static bool plan_overlap(um_event *op) {
-  return op->kind == UM__OP_COPY && op->src == op->dst && op->src_off < op->dst_off + op->bytes &&
-         op->dst_off < op->src_off + op->bytes;
+  return op->kind == UM__OP_COPY && op->src == op->dst && op->copy.src_off < op->copy.dst_off + op->bytes &&
+         op->copy.dst_off < op->copy.src_off + op->bytes;
 }
 
 UM__PATH_ACCOUNT(account_overlap, dst, bytes_d2d, xfer_staged)
