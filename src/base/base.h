@@ -103,9 +103,10 @@ bool um__backend_selected(const um_options *o, const char *name);
 
 
 /* fork.c: moves in every child process of fork() (a manager made under
- * another value belongs to an ancestor process and is refused). */
+ * another value belongs to an ancestor process and is refused), by
+ * um__fork_child_note, which core/thread.c's handler calls first. */
 extern atomic_uint um__fork_generation;
-void um__fork_init(void);
+void um__fork_child_note(void);
 
 /* Little-endian fields of the blobs and keys, whatever the host's order:
  * n bytes of v at p, and back. */

@@ -18,6 +18,23 @@
 int um__wrap_foreign(um_manager *m, um_device *d, um_location loc, const um__mem *mem, size_t bytes,
                      void (*on_return)(void *ctx), void *ctx, um_buffer **out);
 
+/* thread.c: each thread's context and the process's fork, for every
+ * layer. A layer above core/ adds its share at load time (a constructor:
+ * no lock is taken to read the list): a thread leaving m, after the pool's
+ * blocks went back and before its counters are merged (tc is the thread's
+ * cache for m); and fork's three moments, prepare in the reverse order of
+ * addition, parent and child in the order. */
+typedef struct um__thread_part {
+  void (*thread_exit)(um_manager *m, um__tcache *tc);
+  void (*fork_prepare)(void);
+  void (*fork_parent)(void);
+  void (*fork_child)(void);
+} um__thread_part;
+void um__thread_part_add(const um__thread_part *p);
+/* Once per process, before the first manager's first thread cache: the
+ * thread-exit key and the fork handlers. */
+void um__thread_init(void);
+
 /* manager.c */
 int um__manager_create_ex(const um_options *opts, const um__backend *const *extra, int nextra,
                           um_manager **out);

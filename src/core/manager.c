@@ -132,8 +132,7 @@ int um__manager_create_ex(const um_options *opts, const um__backend *const *extr
     m->opts = *opts;
   else
     um_options_init(&m->opts);
-  um__fork_init();
-  um__tcache_fork_init();
+  um__thread_init();
   m->fork_gen = um__process_generation();
   pthread_mutex_init(&m->event_lock, NULL);
   pthread_mutex_init(&m->registry_lock, NULL);

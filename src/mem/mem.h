@@ -18,9 +18,7 @@
  * none of it), and then has nothing to do. */
 typedef struct um__upcalls {
   struct {
-    /* event.c, engine.c: a thread's cache goes (thread exit): its stash
-     * of event objects back to the manager; a manager's engine, events. */
-    void (*thread_exit)(um_manager *m, um__tcache *tc);
+    /* engine.c, event.c: a manager's engine, its event objects. */
     int (*engine_start)(um_manager *m);
     void (*engine_stop)(um_manager *m);
     void (*engine_drain)(um_manager *m);

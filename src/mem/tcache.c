@@ -1,5 +1,6 @@
-/* Thread caches: lookup, creation, flushing, the end of a thread or of a
- * manager, and the statistics they hold. The fast paths are inline in
+/* Thread caches: lookup, creation, flushing, the end of a manager, the
+ * pool's share of a thread's end and of a fork (core/thread.c runs them),
+ * and the statistics they hold. The fast paths are inline in
  * tcache.h and buffer.c; the protocol of a slot is described in tcache.h. */
 #include <errno.h>
 #include <pthread.h>
@@ -25,14 +26,17 @@ static _Thread_local um__tcache *thread_caches;
  * manager still exists. Taken only on those two paths and when a thread
  * frees the caches of destroyed managers. */
 static pthread_mutex_t lifetime_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_once_t key_once = PTHREAD_ONCE_INIT;
+/* core/thread.c's key, whose destructor ends the thread's caches: set
+ * once, before the first manager exists. */
 static pthread_key_t exit_key;
-static bool exit_key_ok;
+static atomic_bool exit_key_ok;
 
-static void thread_exit(void *unused);
 static void publish_locked(um__tcache *tc, um_manager *m);
 
-static void make_key(void) { exit_key_ok = pthread_key_create(&exit_key, thread_exit) == 0; }
+void um__tcache_use_exit_key(pthread_key_t key) {
+  exit_key = key;
+  atomic_store(&exit_key_ok, true);
+}
 
 /* ------------------------------------------------------------------------ */
 /* The process-wide barrier of a flush (tcache.h, "Taking without a locked
@@ -274,29 +278,36 @@ static void free_cache(um__tcache *tc) {
   free(tc);
 }
 
-/* A thread ends: its caches' blocks go back to their managers' bins. */
-static void thread_exit(void *unused) {
-  (void)unused;
-  pthread_mutex_lock(&lifetime_lock);
-  while (thread_caches != NULL) {
-    um__tcache *tc = thread_caches;
-    um_manager *m = atomic_load_explicit(&tc->m, memory_order_relaxed);
-    thread_caches = tc->t_next;
-    if (m != NULL) {
-      flush_slots(tc, m, 0, slot_count(tc->ndevices), true);
-      if (um__upcall.ops.thread_exit != NULL)
-        um__upcall.ops.thread_exit(m, tc);
-      pthread_mutex_lock(&m->tcache_lock);
-      if (tc->high_pending != 0)
-        publish_locked(tc, m);
-      merge_and_unlink(tc, m);
-      pthread_mutex_unlock(&m->tcache_lock);
-    }
-    free_cache(tc);
+/* A thread ends (core/thread.c), one cache at a time. */
+um__tcache *um__tcache_exit_next(um_manager **m) {
+  um__tcache *tc = thread_caches;
+  if (tc == NULL) {
+    um__tcache_last = NULL;
+    return NULL;
   }
-  um__tcache_last = NULL;
-  pthread_mutex_unlock(&lifetime_lock);
+  thread_caches = tc->t_next;
+  *m = atomic_load_explicit(&tc->m, memory_order_relaxed);
+  return tc;
 }
+
+void um__tcache_exit_give_back(um__tcache *tc, um_manager *m) {
+  flush_slots(tc, m, 0, slot_count(tc->ndevices), true);
+}
+
+void um__tcache_exit_leave(um__tcache *tc, um_manager *m) {
+  if (m != NULL) {
+    pthread_mutex_lock(&m->tcache_lock);
+    if (tc->high_pending != 0)
+      publish_locked(tc, m);
+    merge_and_unlink(tc, m);
+    pthread_mutex_unlock(&m->tcache_lock);
+  }
+  free_cache(tc);
+}
+
+void um__tcache_lifetime_lock(void) { pthread_mutex_lock(&lifetime_lock); }
+
+void um__tcache_lifetime_unlock(void) { pthread_mutex_unlock(&lifetime_lock); }
 
 void um__tcache_manager_gone(um_manager *m) {
   pthread_mutex_lock(&lifetime_lock);
@@ -335,8 +346,7 @@ static void free_dead_caches(void) {
 
 static um__tcache *create_cache(um_manager *m) {
   um__tcache *tc;
-  pthread_once(&key_once, make_key);
-  if (!exit_key_ok)
+  if (!atomic_load_explicit(&exit_key_ok, memory_order_relaxed))
     return NULL; /* without the exit hook, cached blocks could be stranded */
   /* Cache-line aligned and padded: nothing another thread writes shares a
    * line with what this thread's fast path writes. */
@@ -524,10 +534,11 @@ void um__tcache_stats_add(um_manager *m, um_device *d, um_stats *s) {
   }
 }
 
-/* fork (after fork.c's handlers): the lifetime lock is held across the fork, so that the
- * child does not inherit it locked by another thread; in the child, the
- * forking thread's caches belong to the parent's managers, which the child
- * may not use: they are marked dead (freed at this thread's next lookup). */
+/* fork (core/thread.c, after the generation moved): the lifetime lock is
+ * held across the fork, so that the child does not inherit it locked by
+ * another thread; in the child, the forking thread's caches belong to the
+ * parent's managers, which the child may not use: they are marked dead
+ * (freed at this thread's next lookup). */
 void um__tcache_fork_prepare(void) { pthread_mutex_lock(&lifetime_lock); }
 
 void um__tcache_fork_parent(void) { pthread_mutex_unlock(&lifetime_lock); }
@@ -538,15 +549,6 @@ void um__tcache_fork_child(void) {
   um__tcache_last = NULL;
   pthread_mutex_unlock(&lifetime_lock);
 }
-
-static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
-
-static void install_fork_handlers(void) {
-  if (pthread_atfork(um__tcache_fork_prepare, um__tcache_fork_parent, um__tcache_fork_child) != 0)
-    um__log(NULL, UM_LOG_WARN, "pthread_atfork failed: a child process of fork() must not use unimem");
-}
-
-void um__tcache_fork_init(void) { pthread_once(&fork_once, install_fork_handlers); }
 
 /* ------------------------------------------------------------------------ */
 /* bytes_in_use outside the hit paths */

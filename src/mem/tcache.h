@@ -37,8 +37,8 @@
  * max_pool_bytes and max_pool_bytes_per_class hold for blocks in caches.
  *
  * Lifetime: a cache is on its thread's list (thread-local) and on its
- * manager's list (m->tcache_lock). Whichever of the thread's exit (a
- * pthread key destructor) and the manager's destroy comes first moves the
+ * manager's list (m->tcache_lock). Whichever of the thread's exit (core/
+ * thread.c's pthread key destructor) and the manager's destroy comes first moves the
  * cache's blocks back to the manager's bins and unlinks it from the
  * manager, under one process-wide lock; the manager's destroy marks the
  * cache dead (m = NULL), and the thread frees it the next time it looks
@@ -85,9 +85,19 @@ void um__tcache_manager_gone(um_manager *m);
 /* Add the caches' counters and idle blocks to stats of d (all devices
  * when d is NULL). Called with m->tcache_lock held. */
 void um__tcache_stats_add(um_manager *m, um_device *d, um_stats *s);
-/* pthread_atfork handlers' share (fork.c). */
-/* Install the handlers below once per process (after um__fork_init). */
-void um__tcache_fork_init(void);
+/* The pool's share of the end of a thread, run by core/thread.c's key
+ * destructor, which sets the key (um__tcache_use_exit_key) before the first
+ * manager exists (until then no cache is made). Under the lifetime lock:
+ * the thread's next cache, off its list, and its manager (NULL: destroyed),
+ * or NULL when none is left; the cache's blocks back to m's bins; its
+ * counters and peaks into m's, unlinked from m (m NULL: neither) and freed. */
+void um__tcache_use_exit_key(pthread_key_t key);
+void um__tcache_lifetime_lock(void);
+void um__tcache_lifetime_unlock(void);
+um__tcache *um__tcache_exit_next(um_manager **m);
+void um__tcache_exit_give_back(um__tcache *tc, um_manager *m);
+void um__tcache_exit_leave(um__tcache *tc, um_manager *m);
+/* The pool's share of a fork (core/thread.c's pthread_atfork handlers). */
 void um__tcache_fork_prepare(void);
 void um__tcache_fork_parent(void);
 void um__tcache_fork_child(void);

@@ -172,11 +172,10 @@ static int ep_check(const um_endpoint *ep) {
   return net_check_process(ep->net);
 }
 
-/* fork(): the registry lock is held across it, so that no child inherits
- * it locked (um_net_create and a buffer's release take it there); the
- * child forgets its parent's nets and exposures, which it must not touch. */
-static pthread_once_t net_fork_once = PTHREAD_ONCE_INIT;
-
+/* fork() (core/thread.c's handlers): the registry lock is held across it,
+ * so that no child inherits it locked (um_net_create and a buffer's release
+ * take it there); the child forgets its parent's nets and exposures, which
+ * it must not touch. */
 static void net_fork_prepare(void) { pthread_mutex_lock(&registry_lock); }
 
 static void net_fork_parent(void) { pthread_mutex_unlock(&registry_lock); }
@@ -187,10 +186,8 @@ static void net_fork_child(void) {
   pthread_mutex_unlock(&registry_lock);
 }
 
-static void net_fork_install(void) {
-  if (pthread_atfork(net_fork_prepare, net_fork_parent, net_fork_child) != 0)
-    um__log(NULL, UM_LOG_WARN, "pthread_atfork failed: a child process of fork() may hang in um_net calls");
-}
+static const um__thread_part thread_part = {
+    .fork_prepare = net_fork_prepare, .fork_parent = net_fork_parent, .fork_child = net_fork_child};
 
 /* The live net of manager m, or NULL; under registry_lock. */
 static um_net *net_of_locked(um_manager *m) {
@@ -316,7 +313,6 @@ int um_net_create(um_manager *m, um_net **out) {
     return um__set_error(UM_EINVAL, "um_net_create: NULL argument or not a manager");
   if (um__process_changed(m))
     return um__manager_check_process(m);
-  pthread_once(&net_fork_once, net_fork_install);
   if (tr == NULL)
     return um__set_error(UM_ENOTSUP, "this unimem was built without UCX (libucx-dev headers were "
                                      "missing or UNIMEM_ENABLE_UCX=OFF)");
@@ -1031,7 +1027,8 @@ int um__net_transfer_check(um__net_dir dir, um_endpoint *ep, um_buffer *b, size_
 }
 
 /* ------------------------------------------------------------------------ */
-/* What the layers below call up into (mem.h, "Calls up") */
+/* What the layers below call up into (mem.h, "Calls up"), and the net's share
+ * of a fork (core/thread.c) */
 
 __attribute__((constructor)) static void register_upcalls(void) {
   um__upcall.net = (__typeof__(um__upcall.net)){.buffer_released = um__net_buffer_released,
@@ -1039,4 +1036,5 @@ __attribute__((constructor)) static void register_upcalls(void) {
                                                  .allocated = um__net_allocated,
                                                  .manager_destroy = um__net_manager_destroy,
                                                  .reap = um__net_reap};
+  um__thread_part_add(&thread_part);
 }

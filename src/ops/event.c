@@ -440,10 +440,15 @@ int um_event_native(um_event *e, void **native) {
 }
 
 /* ------------------------------------------------------------------------ */
-/* What the layers below call up into (mem.h, "Calls up") */
+/* What the layers below call up into (mem.h, "Calls up"), and the event
+ * stash's share of a thread's exit (core/thread.c) */
+
+/* A thread's stash of event objects goes back to the manager as it leaves
+ * (core/thread.c). */
+static const um__thread_part thread_part = {.thread_exit = um__events_stash_flush};
 
 __attribute__((constructor)) static void register_upcalls(void) {
-  um__upcall.ops.thread_exit = um__events_stash_flush;
+  um__thread_part_add(&thread_part);
   um__upcall.ops.events_drop_natives = um__events_drop_natives;
   um__upcall.ops.events_free_all = um__events_free_all;
 }
