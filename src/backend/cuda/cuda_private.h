@@ -263,6 +263,9 @@ typedef int (*lane_queue_fn)(cuda_device *d, cuda_token *token, const void *arg)
 int um__cuda_enter_context(const cuda_device *d, CUcontext *previous);
 /* Give the thread back the context enter_context found current. */
 void um__cuda_leave_context(const cuda_device *d, CUcontext previous);
+/* After one driver call in d's context: the context back, and the call's
+ * result as a status (what: the call's name, for the error text). */
+int um__cuda_leave_with(const cuda_device *d, CUcontext previous, CUresult result, const char *what);
 /* (table) Every device the driver reports. */
 int um__cuda_open(const um_options *opts, void **ctx, int *count);
 /* (table) */

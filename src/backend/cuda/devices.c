@@ -23,6 +23,11 @@ void um__cuda_leave_context(const cuda_device *d, CUcontext previous) {
     cu->cuCtxSetCurrent(previous);
 }
 
+int um__cuda_leave_with(const cuda_device *d, CUcontext previous, CUresult result, const char *what) {
+  um__cuda_leave_context(d, previous);
+  return result == CUDA_SUCCESS ? UM_OK : um__cuda_status(result, what);
+}
+
 
 
 

@@ -196,7 +196,6 @@ int um__cuda_gate_new(void *bdev, void **token) {
   cuda_device *d = bdev;
   CUcontext previous = NULL;
   int status = um__cuda_enter_context(d, &previous);
-
   if (status != UM_OK)
     return status;
   status = um__cuda_lane_item_new(d, 2 /* the opener's and the caller's */, gate_queue, NULL, token);

@@ -68,16 +68,12 @@ int um__cuda_token_reap(void *bdev, void *token_) {
 }
 
 int um__cuda_token_wait(void *bdev, void *token) {
-  cuda_device *d = bdev;
   CUcontext previous = NULL;
-  CUresult result;
-  int status = um__cuda_enter_context(d, &previous);
-
+  int status = um__cuda_enter_context(bdev, &previous);
   if (status != UM_OK)
     return status;
-  result = cu->cuEventSynchronize(((cuda_token *)token)->finished);
-  um__cuda_leave_context(d, previous);
-  return result == CUDA_SUCCESS ? UM_OK : um__cuda_status(result, "cuEventSynchronize");
+  return um__cuda_leave_with(bdev, previous, cu->cuEventSynchronize(((cuda_token *)token)->finished),
+                             "cuEventSynchronize");
 }
 
 /* Lanes: private streams for the interop work that waits on tokens --
@@ -177,7 +173,6 @@ int um__cuda_start_marker(cuda_device *d, const um__xfer *x, void *const *after,
   marker_args a = {x, after, nafter, done, arg};
   CUcontext previous = NULL;
   int status = um__cuda_enter_context(d, &previous);
-
   if (status != UM_OK)
     return status;
   status = um__cuda_lane_item_new(d, 2, queue_marker, &a, native);
@@ -217,12 +212,10 @@ int um__cuda_token_adopt(void *bdev, void *native, void **token) {
   cuda_device *d = bdev;
   capture_args a = {native, 0};
   CUcontext previous = NULL;
-  CUresult result;
   int status = um__cuda_enter_context(d, &previous);
-
   if (status != UM_OK)
     return status;
-  result = cu->cuEventQuery(a.caller);
+  CUresult result = cu->cuEventQuery(a.caller);
   a.pending = result == CUDA_ERROR_NOT_READY;
   if (result != CUDA_SUCCESS && !a.pending) {
     um__cuda_status(result, "cuEventQuery");
@@ -240,13 +233,12 @@ int um__cuda_caller_marker(void *bdev, void **token) {
   cuda_device *d = bdev;
   cuda_token *marker = NULL;
   CUcontext previous = NULL;
-  CUresult result;
   int status = um__cuda_enter_context(d, &previous);
-
   if (status != UM_OK)
     return status;
   status = um__cuda_token_create(1, &marker);
-  if (status == UM_OK && (result = cu->cuEventRecord(marker->finished, d->caller_stream)) != CUDA_SUCCESS) {
+  CUresult result = status == UM_OK ? cu->cuEventRecord(marker->finished, d->caller_stream) : CUDA_SUCCESS;
+  if (result != CUDA_SUCCESS) {
     status = um__cuda_status(result, "cuEventRecord");
     um__cuda_token_discard(marker);
   }

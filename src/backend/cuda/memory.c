@@ -160,18 +160,15 @@ void um__cuda_mem_free(void *bdev, um_location loc, size_t bytes,
 
 int um__cuda_host_register(void *bdev, void *host, size_t bytes,
                               um__mem *out) {
-  cuda_device *d = bdev;
   CUcontext previous = NULL;
-  CUresult result;
-  int status = um__cuda_enter_context(d, &previous);
-
+  int status = um__cuda_enter_context(bdev, &previous);
   if (status != UM_OK)
     return status;
   /* Portable: any context may DMA from it, as from PINNED blocks. */
-  result = cu->cuMemHostRegister_v2(host, bytes, CU_MEMHOSTREGISTER_PORTABLE);
-  um__cuda_leave_context(d, previous);
-  if (result != CUDA_SUCCESS)
-    return um__cuda_status(result, "cuMemHostRegister_v2");
+  status = um__cuda_leave_with(bdev, previous, cu->cuMemHostRegister_v2(host, bytes, CU_MEMHOSTREGISTER_PORTABLE),
+                               "cuMemHostRegister_v2");
+  if (status != UM_OK)
+    return status;
   out->host = host;
   out->handle = (uintptr_t)host;
   out->priv = NULL;
@@ -181,15 +178,9 @@ int um__cuda_host_register(void *bdev, void *host, size_t bytes,
 void um__cuda_host_unregister(void *bdev, um__mem *mem) {
   cuda_device *d = bdev;
   CUcontext previous = NULL;
-  CUresult result;
   int status = um__cuda_enter_context(d, &previous);
-
-  if (status == UM_OK) {
-    result = cu->cuMemHostUnregister(mem->host);
-    um__cuda_leave_context(d, previous);
-    if (result != CUDA_SUCCESS)
-      status = um__cuda_status(result, "cuMemHostUnregister");
-  }
+  if (status == UM_OK)
+    status = um__cuda_leave_with(d, previous, cu->cuMemHostUnregister(mem->host), "cuMemHostUnregister");
   if (status != UM_OK)
     um__log(&d->owner->opts, UM_LOG_WARN, "unregistering host memory: %s",
             um_last_error());
@@ -201,15 +192,12 @@ int um__cuda_memory(void *bdev, uint64_t *free_bytes,
   size_t free_now = 0, total_now = 0;
   uint64_t free_out, total_out;
   CUcontext previous = NULL;
-  CUresult result;
   int status = um__cuda_enter_context(d, &previous);
-
   if (status != UM_OK)
     return status;
-  result = cu->cuMemGetInfo_v2(&free_now, &total_now);
-  um__cuda_leave_context(d, previous);
-  if (result != CUDA_SUCCESS)
-    return um__cuda_status(result, "cuMemGetInfo_v2");
+  status = um__cuda_leave_with(d, previous, cu->cuMemGetInfo_v2(&free_now, &total_now), "cuMemGetInfo_v2");
+  if (status != UM_OK)
+    return status;
   free_out = free_now;
   total_out = total_now;
   /* device_limit_bytes: the core caps these figures (um_device_memory). */
@@ -221,17 +209,11 @@ int um__cuda_memory(void *bdev, uint64_t *free_bytes,
 }
 
 int um__cuda_synchronize(void *bdev) {
-  cuda_device *d = bdev;
   CUcontext previous = NULL;
-  CUresult result;
-  int status = um__cuda_enter_context(d, &previous);
-
+  int status = um__cuda_enter_context(bdev, &previous);
   if (status != UM_OK)
     return status;
-  result = cu->cuCtxSynchronize();
-  um__cuda_leave_context(d, previous);
-  return result == CUDA_SUCCESS ? UM_OK
-                                : um__cuda_status(result, "cuCtxSynchronize");
+  return um__cuda_leave_with(bdev, previous, cu->cuCtxSynchronize(), "cuCtxSynchronize");
 }
 
 /* ------------------------------------------------------------------------ */
