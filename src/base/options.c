@@ -30,10 +30,11 @@ typedef struct option_desc {
  * keep the timer and cap the pool at 2 GiB so that a test machine with
  * 24 GiB is never crowded by idle blocks. 4 concurrent transfers keeps two
  * copy engines per direction busy on current GPUs; 4 MiB staging chunks are
- * large enough that per-chunk overhead is below 1% at PCIe 4 speeds. A network
- * step (at most 16 MiB between two flushes) takes ~25 ms on the slowest
- * transport here (tcp over lo, ~650 MB/s): a 10 s net timeout never fires
- * on a live peer, and still finds a dead shared-memory peer in seconds.
+ * large enough that per-chunk overhead is small at PCIe 4 speeds. A network
+ * step (at most 16 MiB between two flushes) takes a small fraction of the
+ * 10 s net timeout on the slowest transport here (docs/design.md,
+ * Decisions: "Net steps of 16 MiB"), which still finds a dead peer in
+ * seconds.
  * Waits sleep at once by default (wait_spin_ns 0): spinning is the caller's
  * choice of latency over CPU time, as CUDA's cudaDeviceScheduleSpin is. */
 static const option_desc option_table[] = {

@@ -26,8 +26,8 @@
 #include "ops.h"
 
 /* Host copies up to this size run on the issuing thread even when an event
- * was asked for: handing 256 KiB to a worker costs a thread wake-up
- * (~5-20 us), as much as the copy itself at ~10 GB/s. */
+ * was asked for: handing them to a worker costs a thread wake-up, as much
+ * as the copy itself (docs/design.md, Decisions: "Small host copies"). */
 #define INLINE_HOST_BYTES (256u * 1024u)
 
 /* The device's queue runs op when its backend queues transfers. */

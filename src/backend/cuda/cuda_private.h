@@ -144,8 +144,8 @@ struct cuda_token;
  * owner's reference. Not a stream callback: a callback (cuStreamAddCallback,
  * cuLaunchHostFunc) holds its stream until it has run on the driver's
  * thread, so every small copy behind another waited for a round trip
- * through the host -- 35 us per 4 KiB copy of a batch on an H100, against
- * 2.6 us for the copies alone. Started at the first transfer of its stream;
+ * through the host (docs/design.md, Decisions: "CUDA: a watcher thread per
+ * copy stream"). Started at the first transfer of its stream;
  * stopped when the device is released (every transfer has finished by
  * then). */
 typedef struct cuda_watch {
@@ -188,7 +188,7 @@ typedef struct cuda_device {
   int driver_sleeps;    /* the context's scheduling is CU_CTX_SCHED_BLOCKING_SYNC:
                            the driver's own waits sleep (um__cuda_xfer) */
   char name[128];
-  /* Interop (SPEC §8), under interop_lock: the lanes, the gates' host
+  /* Interop (um_access_*), under interop_lock: the lanes, the gates' host
    * words, and the gate kernel where gates spin in one. */
   pthread_mutex_t interop_lock;
   int interop_ready; /* interop_lock initialised */

@@ -3,7 +3,7 @@
 #include "cuda_private.h"
 
 /* ------------------------------------------------------------------------ */
-/* The caller's own device work (SPEC §8)                                    */
+/* The caller's own device work (um_access_*)                               */
 
 void um__cuda_device_native(void *bdev, um_device_native *out) {
   const cuda_device *d = bdev;

@@ -122,7 +122,7 @@ const um__backend um__backend_cuda = {
     .token_wait = um__cuda_token_wait,
     .token_query = um__cuda_token_query,
     .token_reap = um__cuda_token_reap,
-    .adopt = NULL, /* SPEC §8 adopts OpenCL contexts only */
+    .adopt = NULL, /* um_manager_adopt takes OpenCL contexts only */
     /* No CUDA call is allowed in a stream callback. */
     .callbacks_reenter = 0,
     .queue_of = um__cuda_queue_of,

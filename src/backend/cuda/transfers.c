@@ -98,8 +98,8 @@ int um__cuda_xfer(void *bdev, const um__xfer *x) {
      * cuStreamSynchronize would sleep: how it waits is the context's
      * scheduling flag, the application's (the primary context is shared).
      * Under spin, yield or auto it polls already, and polling on top of it
-     * with cuStreamQuery only took the driver's lock from it: 0.3-0.4 us
-     * more per blocking 4 KiB copy on an H200. */
+     * with cuStreamQuery only took the driver's lock from it (docs/design.md,
+     * Decisions: "CUDA: a watcher thread per copy stream"). */
     if (d->driver_sleeps)
       um__spin_until(d->spin_ns, stream_idle, stream);
     result = cu->cuStreamSynchronize(stream);
@@ -116,8 +116,9 @@ int um__cuda_xfer(void *bdev, const um__xfer *x) {
 
 /* A transfer's event: a spare one, or a new blocking-sync one (its watcher
  * sleeps in cuEventSynchronize); the context is current. Recording a
- * blocking-sync event costs the issuing thread 1.5-1.8 us more per copy
- * than a plain one on an H200, but nothing cheaper lets the watcher sleep:
+ * blocking-sync event costs the issuing thread more than a plain one
+ * (docs/design.md, Decisions: "CUDA: a watcher thread per copy stream"),
+ * but nothing cheaper lets the watcher sleep:
  * making a stream of its own wait for a plain event on the device
  * (cuStreamWaitEvent) and sleeping behind that put a device-side wait into
  * a hardware queue the streams share (one of CUDA_DEVICE_MAX_CONNECTIONS,

@@ -78,8 +78,7 @@ static int command_ended(void *event) {
 /* um__ocl_wait_for_command for a blocking call of dev: with wait_spin_ns, the
  * command's status is polled for that long first, so that the caller
  * returns as soon as it completes instead of after the driver's wake-up of
- * a sleeping thread (PoCL's blocking 4 KiB read sleeps about 30 us of its
- * 50). The queue is flushed first: a command nobody flushed may never
+ * a sleeping thread (most of a blocking small read on PoCL). The queue is flushed first: a command nobody flushed may never
  * start, and only clWaitForEvents flushes by itself. */
 int um__ocl_wait_for_own_command(ocl_device *dev, cl_event event, const char *call) {
   if (dev->spin_ns != 0) {
@@ -99,12 +98,10 @@ int um__ocl_wait_for_own_command(ocl_device *dev, cl_event event, const char *ca
  * device), those threads share the CPUs with the caller and are still
  * finishing a command for a few microseconds after its status reads
  * complete. A command submitted in that window waited for the driver
- * thread's next wake-up: back-to-back blocking 4 KiB reads with the spin
- * took 63-70 us each on PoCL, against 16-20 us when 3-5 us passed between
- * one read's end and the next (bench_wait --gap-us), and 25-30 us for the
- * driver's own sleeping blocking read. So such a call waits, spinning,
- * until settle_ns have passed since a spinning wait of the device last saw
- * a command end (back to back: 21-25 us, docs/benchmarks.md). Calls that
+ * thread's next wake-up, three times as long as one submitted a few
+ * microseconds later (docs/design.md, Decisions: the
+ * settle after a spun end). So such a call waits, spinning, until settle_ns have passed
+ * since a spinning wait of the device last saw a command end. Calls that
  * slept, and calls made later than that, do not wait. */
 void um__ocl_settle(ocl_device *dev) {
   uint64_t end, until;

@@ -4,7 +4,7 @@
 #include "opencl_private.h"
 
 /* ------------------------------------------------------------------------ */
-/* The caller's own commands (SPEC §8)                                       */
+/* The caller's own commands (um_access_*)                                  */
 
 void um__ocl_device_native(void *bdev, um_device_native *out) {
   ocl_device *dev = bdev;

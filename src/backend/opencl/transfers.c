@@ -316,9 +316,8 @@ void um__ocl_release_later(ocl_device *dev) {
  * at issue and leaves that free to the driver's threads; unimem keeps a
  * token until the caller releases the event (um_event_native), so the
  * free fell on the thread that issues and waits, in a row of releases
- * after the waits (bench_transfer --split on a contended machine: the
- * per-copy event added +0.46-0.51 us over raw with those frees, -0.09 to
- * -0.34 us without them). So an event
+ * after the waits (docs/design.md, Decisions: "PoCL's event frees off the
+ * issuing thread"). So an event
  * released on a thread that is not um__ocl_reporting a walk is kept, up to
  * OCL_RELEASE_LATER of them per device, for the device's next walk to
  * release on the driver's callback thread, after its reports; when the

@@ -346,7 +346,8 @@ void um__ocl_watch_add(ocl_device *dev, transfer_completion *c, int own, int hel
  * array as a cl_event array. A command of this device's own queue needs no
  * wait-list entry: the queue is in order, and its commands were enqueued
  * before this one. Leaving them out matters: PoCL tracks every wait-list
- * entry as a dependency, which cost about 0.5 us per queued 4 KiB write. */
+ * entry as a dependency (docs/design.md, Decisions: "Completions inside the
+ * driver's callback"). */
 cl_uint um__ocl_build_wait_list(ocl_device *dev, const um__xfer *x, void *const *after, int nafter,
                                cl_event *list) {
   cl_uint waits = 0;

@@ -18,7 +18,7 @@
  * Revocation. ucp_mem_unmap does not revoke anything on the transports
  * UCX 1.13 offers here: software RMA over active messages (tcp, posix,
  * sysv) writes to whatever address a peer names, and CMA needs no key at
- * all (measured: a put after ucp_mem_unmap still lands). So every exposure
+ * all (test_net's revocation tests: a put after ucp_mem_unmap still lands). So every exposure
  * has a 64-bit word in this instance's control region: the high half a
  * generation, the low half the count of admitted transfers. A peer's
  * transfer first adds 1 to the word with a fetching atomic and proceeds
@@ -73,8 +73,9 @@
  * idle one goes when a new one would exceed this. */
 #define UCX_RKEYS_PER_EP 64
 /* A transfer moves at most this much between two flushes, so that each
- * step's deadline measures progress rather than size: at 16 MiB a flush
- * (one round trip, ~100 us on tcp over lo) costs under 1% of the step. */
+ * step's deadline measures progress rather than size, while the flush (one
+ * round trip) stays a small part of the step (docs/design.md, Decisions:
+ * "Net steps of 16 MiB"). */
 #define UCX_STEP_BYTES (16u << 20)
 /* Layout of a key: slot, generation, control address, the two packed rkey
  * lengths, then the data rkey and the control-region rkey. */
