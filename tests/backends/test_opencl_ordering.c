@@ -36,10 +36,7 @@ OU_TEST_1_AND_2(opencl_ordering, one_device_through_the_native_queue) {
     for (int i = first; i < md.nev; i++)
       cr_assert_neq(ou_event_state(md.ev[i]), UM__EV_QUEUED, "operation %d was queued in the core", i);
   }
-  om_check(&md, a, b);
-  om_free(&md);
-  cr_assert_eq(um_release(a), UM_OK);
-  cr_assert_eq(um_release(b), UM_OK);
+  om_finish(&md, a, b);
   ou_close(&e);
 }
 
@@ -74,9 +71,6 @@ OU_TEST_1_AND_2(opencl_ordering, behind_a_worker_run_copy) {
     cr_assert_eq(ou_event_state(md.ev[i]), UM__EV_QUEUED, "operation %d should wait behind the copy", i);
   cr_assert_eq(um_event_query(md.ev[first]), UM_EAGAIN);
   ou_gate_open();
-  om_check(&md, a, b);
-  om_free(&md);
-  cr_assert_eq(um_release(a), UM_OK);
-  cr_assert_eq(um_release(b), UM_OK);
+  om_finish(&md, a, b);
   ou_close(&e);
 }

@@ -4,7 +4,7 @@
  * after a spun end leaves the driver its settle time. Polls are counted
  * through the test build's hook (UM__TP_WAIT_POLL), chained to
  * opencl_util.h's worker watch. The bytes of spinning waits, event waits
- * among them, are checked on every profile by conformance/test_wait.c. */
+ * among them, are checked on every profile by conformance/test_wait_spin.c. */
 #include "blocking_calls.h"
 #include "opencl_util.h"
 

@@ -366,16 +366,6 @@ static place expected_place(um_buffer *b, size_t off, int k) {
 /* Whether the tensor's data is host memory the test may touch. */
 static int host_type(int32_t type) { return type == UM_DL_CPU || type == UM_DL_CUDA_HOST; }
 
-/* A buffer of d with a pattern, copied in. */
-static um_buffer *patterned(um_manager *m, um_device *d, size_t n, um_location loc, unsigned seed) {
-  um_buffer *b = ub_alloc(m, d, n, loc);
-  unsigned char *p = ub_malloc(n);
-  ub_pattern(p, n, seed);
-  cr_assert_eq(um_copy_from_host(b, 0, p, n, NULL), UM_OK, "%s", um_last_error());
-  free(p);
-  return b;
-}
-
 /* The location of the profile's device that exports: DEVICE, or HOST where
  * DEVICE memory has no DLPack type (the fault backend's). */
 static um_location exportable(ut_env *e) {
@@ -396,7 +386,7 @@ static int64_t active(um_manager *m) { return (int64_t)ut_stats(m, NULL).active_
  * the import's last release. */
 static void export_one(ut_env *e, int k, um_location loc) {
   const size_t n = 4096, off = 1024;
-  um_buffer *b = patterned(e->m, e->dev_of[k], n, loc, (unsigned)(k * 4 + loc)), *w = NULL;
+  um_buffer *b = ub_alloc_pattern(e->m, e->dev_of[k], n, loc, (unsigned)(k * 4 + loc)), *w = NULL;
   unsigned char want[2048], got[2048], byte = 0;
   int64_t shape[2] = {16, 32};
   um_dl_managed_tensor *t = NULL;
@@ -479,7 +469,7 @@ Test(dlpack, every_location_exports_and_imports_back) {
 
 Test(dlpack, versioned_tensor_carries_version_and_flags) {
   ut_env e = ut_profile_open(NULL);
-  um_buffer *b = patterned(e.m, e.dev, 64, exportable(&e), 1);
+  um_buffer *b = ub_alloc_pattern(e.m, e.dev, 64, exportable(&e), 1);
   int64_t shape[1] = {8}, strides[1] = {2};
   um_dl_managed_tensor_versioned *v = NULL;
   place p = expected_place(b, 0, 0);
@@ -502,7 +492,7 @@ Test(dlpack, versioned_tensor_carries_version_and_flags) {
  * size, the statistics), and the deleter is the last release. */
 Test(dlpack, buffer_released_while_a_tensor_holds_it_stays_alive) {
   ut_env e = ut_profile_open(NULL);
-  um_buffer *b = patterned(e.m, e.dev, 256, exportable(&e), 2);
+  um_buffer *b = ub_alloc_pattern(e.m, e.dev, 256, exportable(&e), 2);
   int64_t shape[1] = {256};
   um_dl_managed_tensor *t = NULL;
   unsigned char want[256], byte = 0;
@@ -523,7 +513,7 @@ Test(dlpack, buffer_released_while_a_tensor_holds_it_stays_alive) {
 
 Test(dlpack, two_tensors_need_both_deleters) {
   ut_env e = ut_profile_open(NULL);
-  um_buffer *b = patterned(e.m, e.dev, 64, exportable(&e), 3);
+  um_buffer *b = ub_alloc_pattern(e.m, e.dev, 64, exportable(&e), 3);
   int64_t shape[1] = {64};
   um_dl_managed_tensor *t1 = NULL, *t2 = NULL;
   cr_assert_eq(um_dlpack_export(b, 0, 1, shape, NULL, UM_DL_UINT, 8, 1, 0, (void **)&t1), UM_OK);
@@ -562,7 +552,7 @@ Test(dlpack, export_waits_for_pending_operations) {
 
 Test(dlpack, bad_arguments_answer_exact_codes) {
   ut_env e = ut_profile_open(NULL);
-  um_buffer *b = patterned(e.m, e.dev, 64, exportable(&e), 4), *gone = NULL;
+  um_buffer *b = ub_alloc_pattern(e.m, e.dev, 64, exportable(&e), 4), *gone = NULL;
   int64_t shape[1] = {64}, neg[1] = {-1}, big[2] = {INT64_MAX, 4}, strides_neg[1] = {-1};
   int64_t wide[1] = {9};
   void *t = (void *)0x1, *host = NULL, *wait = NULL;
@@ -701,7 +691,7 @@ Test(dlpack, retained_buffer_left_at_destroy_is_freed_and_reported) {
  * under a deleter that counts, the export's own never run). */
 Test(dlpack, import_never_released_runs_the_deleter_at_destroy) {
   ut_env e = ut_profile_open(NULL);
-  um_buffer *b = patterned(e.m, e.dev, 4096, exportable(&e), 5), *w = NULL;
+  um_buffer *b = ub_alloc_pattern(e.m, e.dev, 4096, exportable(&e), 5), *w = NULL;
   int64_t shape[1] = {4096};
   counted c = {.deleted = 0};
   cr_assert_eq(um_dlpack_export(b, 0, 1, shape, NULL, UM_DL_UINT, 8, 1, UM_DLPACK_VERSIONED, (void **)&c.inner_v),
@@ -728,7 +718,7 @@ static void *delete_all(void *arg) {
 
 Test(dlpack, deleters_on_several_threads) {
   ut_env e = ut_profile_open(NULL);
-  um_buffer *b = patterned(e.m, e.dev, 64, exportable(&e), 6);
+  um_buffer *b = ub_alloc_pattern(e.m, e.dev, 64, exportable(&e), 6);
   um_dl_managed_tensor *ts[4][64];
   int64_t shape[1] = {64};
   pthread_t th[4];

@@ -414,31 +414,17 @@ Test(errors_pressure, no_trim_without_trim_on_pressure) {
   ut_profile_close(&e);
 }
 
-/* The application's on_oom callback frees memory and asks for one more
- * try after the pool's own trim did not help. */
-static um_buffer *oom_victim;
-static int oom_calls;
-static int free_victim(void *ctx, um_device *d, size_t bytes) {
-  (void)ctx;
-  (void)d;
-  (void)bytes;
-  oom_calls++;
-  if (oom_victim == NULL)
-    return 0;
-  um_release(oom_victim);
-  oom_victim = NULL;
-  return 1;
-}
-
+/* The application's on_oom callback (bytes.h) frees memory and asks for
+ * one more try after the pool's own trim did not help. */
 Test(errors_pressure, on_oom_callback_gets_a_last_try) {
-  ut_env e = limited_open(8 * MiB, 1, 0, free_victim); /* unpooled: the victim's block goes back */
+  ut_env e = limited_open(8 * MiB, 1, 0, ub_release_oom_victim); /* unpooled: the victim's block goes back */
   um_buffer *b = NULL;
   um_stats s0, s1;
-  oom_victim = ub_alloc(e.m, e.dev, 5 * MiB, UM_DEVICE);
+  ub_oom_victim = ub_alloc(e.m, e.dev, 5 * MiB, UM_DEVICE);
   s0 = ut_stats(e.m, e.dev);
   cr_assert_eq(um_alloc(e.m, e.dev, 5 * MiB, UM_DEVICE, 0, &b), UM_OK, "%s", um_last_error());
   s1 = ut_stats(e.m, e.dev);
-  cr_assert_eq(oom_calls, 1);
+  cr_assert_eq(ub_oom_calls, 1);
   cr_assert_eq(s1.oom_retries - s0.oom_retries, 2, "the pool's retry and the callback's");
   cr_assert_eq(um_release(b), UM_OK);
   ut_profile_close(&e);

@@ -1,6 +1,6 @@
 /* Every kind of blocking call on DEVICE buffers of one device, each
  * checked byte for byte: the body of the wait tests, public API only.
- * conformance/test_wait.c runs it on every profile's device with and
+ * conformance/test_wait_spin.c runs it on every profile's device with and
  * without wait_spin_ns; backends/test_opencl_wait.c counts the polls the
  * same calls make on OpenCL (through the test build's hook). */
 #ifndef UNIMEM_TEST_BLOCKING_CALLS_H

@@ -111,4 +111,12 @@ static UT_UNUSED void om_free(om_model *md) {
   free(md->bytes[1]);
 }
 
+/* om_check, om_free, and both buffers released. */
+static UT_UNUSED void om_finish(om_model *md, um_buffer *b0, um_buffer *b1) {
+  om_check(md, b0, b1);
+  om_free(md);
+  cr_assert_eq(um_release(b0), UM_OK);
+  cr_assert_eq(um_release(b1), UM_OK);
+}
+
 #endif /* UNIMEM_TEST_ORDER_MODEL_H */

@@ -8,7 +8,7 @@
  * Operations are held where needed by a gate at UM__TP_WORKER_RUN: the
  * worker that starts the first operation waits there until the test opens
  * it, so "the wait began while the operation was pending" is certain.
- * conformance/test_wait.c checks the bytes of spinning waits on every
+ * conformance/test_wait_spin.c checks the bytes of spinning waits on every
  * profile's device (batches among them), through the public API alone. */
 #include <pthread.h>
 #include <time.h>
