@@ -324,19 +324,13 @@ Test(errors_dev, host_location_is_host_memory_of_the_device) {
 static ut_env limited_open(uint64_t limit, int trim_on_pressure, int pooling, um_oom_fn on_oom) {
   um_options o;
   ut_env e;
-  uint64_t total = 0;
   ut_profile_options(&o);
   o.device_limit_bytes = limit;
   o.trim_on_pressure = trim_on_pressure;
   o.enable_pooling = pooling;
   o.on_oom = on_oom;
   e = ut_profile_open(&o);
-  cr_assert_eq(um_device_memory(e.dev, NULL, &total), UM_OK);
-  if (total != limit) {
-    ut_profile_close(&e);
-    cr_skip_test("SKIPPED: device_limit_bytes caps OpenCL and CUDA devices only (profile %s: %llu bytes)",
-                 ut_profile(), (unsigned long long)total);
-  }
+  ut_profile_need_cap(&e, limit);
   return e;
 }
 
