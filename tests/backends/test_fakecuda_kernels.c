@@ -3,7 +3,7 @@
  * (the pending work runs on host threads), or nothing, and brackets ended
  * with NULL; the chain copy -> kernel -> copy -> kernel -> copy back over
  * one and two devices issued without a host wait; a kernel then um_map; a
- * kernel racing a release; um_event_native; bad input; the caller on two
+ * kernel racing a release; um_event_native; bad done events; the caller on two
  * streams (no ordering edge of unimem's may deadlock it); gates that spin
  * in a kernel where the driver has no stream memory operations; threads at
  * once. The kernels are the PTX of cuda_kernel_checks.h, which the fake
@@ -193,15 +193,16 @@ Test(fakecuda_kernels, kernel_racing_a_release_threaded) { run_one(1, ck_check_r
 
 Test(fakecuda_kernels, event_native) { run_one(0, ck_check_event_native); }
 
-/* Bad input, with an event the driver no longer knows as the done event. */
-static void check_bad_input(um_manager *m, ck_kdev *k) {
+/* Bad done events: one the driver no longer knows, and handles that are
+ * not events. */
+static void check_bad_done_events(um_manager *m, ck_kdev *k) {
   CUevent dead;
   CK_CU(ck.cuEventCreate(&dead, CU_EVENT_DISABLE_TIMING));
   CK_CU(ck.cuEventDestroy_v2(dead));
-  ck_check_bad_input(m, k, dead);
+  ck_check_bad_done_events(m, k, dead);
 }
 
-Test(fakecuda_kernels, bad_input) { run_one(0, check_bad_input); }
+Test(fakecuda_kernels, bad_done_events) { run_one(0, check_bad_done_events); }
 
 /* An event recorded on another device's stream is a valid done event:
  * CUDA waits across devices, and the bracket is ordered after it. */
@@ -278,7 +279,6 @@ Test(fakecuda_kernels, threads_at_once_threaded) {
   fc_destroy(m, UM_OK);
 }
 
-Test(fakecuda_kernels, retain) { run_one(0, ck_check_retain); }
 
 /* spin_fill on the caller stream, waiting for a word with x in use, then
  * a fill of x on s2 while it waits. */

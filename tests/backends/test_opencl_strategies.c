@@ -18,16 +18,6 @@ static um_options options_with(int enable_peer, int use_pinned_staging) {
   return o;
 }
 
-/* A DEVICE buffer of n bytes on d holding ub_pattern(seed). */
-static um_buffer *device_with_pattern(um_manager *m, um_device *d, size_t n, unsigned seed) {
-  um_buffer *b = ub_alloc(m, d, n, UM_DEVICE);
-  unsigned char *p = ub_malloc(n);
-  ub_pattern(p, n, seed);
-  cr_assert_eq(um_copy_from_host(b, 0, p, n, NULL), UM_OK, "%s", um_last_error());
-  free(p);
-  return b;
-}
-
 /* Copy [soff, soff + len) of src to dst at doff (dst filled with 0x33
  * first), blocking or with an event, and check dst's bytes; returns the
  * statistics of the device the copy is counted on, before and after. */
@@ -66,7 +56,7 @@ Test(opencl_strategies, peer_between_two_devices) {
   cr_assert_eq(um_peer_enabled(e.dev[0], e.dev[1]), 1);
   for (int async = 0; async <= 1; async++) {
     const size_t n = 5 * CHUNK + 4099, len = n - 1001;
-    um_buffer *src = device_with_pattern(e.m, e.dev[0], n, 1);
+    um_buffer *src = ub_alloc_pattern(e.m, e.dev[0], n, UM_DEVICE, 1);
     um_buffer *dst = ub_alloc(e.m, e.dev[1], n, UM_DEVICE);
     um_stats a, b, sa, sb;
     sa = ut_stats(e.m, e.dev[0]);
@@ -78,7 +68,7 @@ Test(opencl_strategies, peer_between_two_devices) {
     cr_assert_eq(um_release(src), UM_OK);
     cr_assert_eq(um_release(dst), UM_OK);
     /* and the other way */
-    src = device_with_pattern(e.m, e.dev[1], n, 2);
+    src = ub_alloc_pattern(e.m, e.dev[1], n, UM_DEVICE, 2);
     dst = ub_alloc(e.m, e.dev[0], n, UM_DEVICE);
     copy_and_check(e.m, dst, 0, src, 11, len, 2, async, e.dev[0], &a, &b);
     ou_assert_strategies(a, b, 0, 1, 0, 0, 0);
@@ -100,7 +90,7 @@ Test(opencl_strategies, peer_enable_explicit) {
   cr_assert_eq(um_peer_possible(e.dev[1], e.dev[0]), 1);
   cr_assert_eq(um_peer_enable(e.dev[1], e.dev[0]), UM_OK, "%s", um_last_error());
   cr_assert_eq(um_peer_enabled(e.dev[1], e.dev[0]), 1);
-  src = device_with_pattern(e.m, e.dev[0], 100000, 2);
+  src = ub_alloc_pattern(e.m, e.dev[0], 100000, UM_DEVICE, 2);
   dst = ub_alloc(e.m, e.dev[1], 100000, UM_DEVICE);
   copy_and_check(e.m, dst, 1, src, 2, 99990, 2, 1, e.dev[1], &a, &b);
   ou_assert_strategies(a, b, 0, 1, 0, 0, 0);
@@ -121,7 +111,7 @@ Test(opencl_strategies, staged_through_host_without_peer) {
     static const size_t lens[] = {1, CHUNK, CHUNK + 1, 7 * CHUNK + 333};
     for (size_t k = 0; k < sizeof(lens) / sizeof(lens[0]); k++) {
       size_t len = lens[k], n = len + 64;
-      um_buffer *src = device_with_pattern(e.m, e.dev[0], n, 3);
+      um_buffer *src = ub_alloc_pattern(e.m, e.dev[0], n, UM_DEVICE, 3);
       um_buffer *dst = ub_alloc(e.m, e.dev[1], n, UM_DEVICE);
       um_stats a, b;
       copy_and_check(e.m, dst, 31, src, 17, len, 3, async, e.dev[1], &a, &b);
@@ -141,7 +131,7 @@ OU_TEST_1_AND_2(opencl_strategies, device_local) {
   ou_env e = ou_open(NULL, 1);
   const size_t n = 3 * CHUNK + 5;
   for (int async = 0; async <= 1; async++) {
-    um_buffer *src = device_with_pattern(e.m, e.dev[0], n, 4);
+    um_buffer *src = ub_alloc_pattern(e.m, e.dev[0], n, UM_DEVICE, 4);
     um_buffer *dst = ub_alloc(e.m, e.dev[0], n, UM_DEVICE);
     um_stats a, b;
     unsigned char *want = ub_malloc(n), *got;
@@ -330,7 +320,7 @@ Test(opencl_strategies, batch_of_every_strategy) {
   um_stats a0, b0, a1, b1;
   ou_want_two_devices();
   e = ou_open(&o, 2);
-  d0 = device_with_pattern(e.m, e.dev[0], n, 20);
+  d0 = ub_alloc_pattern(e.m, e.dev[0], n, UM_DEVICE, 20);
   d0b = ub_alloc(e.m, e.dev[0], n, UM_DEVICE);
   d1 = ub_alloc(e.m, e.dev[1], n, UM_DEVICE);
   pin = ub_alloc(e.m, e.dev[0], n, UM_PINNED);

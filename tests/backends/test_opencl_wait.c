@@ -1,8 +1,11 @@
 /* Low-latency waits on an OpenCL device (um_options.wait_spin_ns): blocking
- * copies, maps, synchronize and event waits that poll the command's status
- * before sleeping return the exact bytes; with the option at 0 none of
- * them polls. Polls are counted through the test build's hook
- * (UM__TP_WAIT_POLL), chained to opencl_util.h's worker watch. */
+ * copies, maps and synchronize poll the command's status before sleeping
+ * (with the option at 0 none of them polls), and a blocking call right
+ * after a spun end leaves the driver its settle time. Polls are counted
+ * through the test build's hook (UM__TP_WAIT_POLL), chained to
+ * opencl_util.h's worker watch. The bytes of spinning waits, event waits
+ * among them, are checked on every profile by conformance/test_wait_spin.c. */
+#include "blocking_calls.h"
 #include "opencl_util.h"
 
 static atomic_int polls, settles, spun_ends, last_point;
@@ -35,50 +38,11 @@ static ou_env spin_open(uint32_t spin_ns) {
   return e;
 }
 
-/* Every kind of blocking call on a DEVICE block (no host view: each one is
- * a command on the device's queue): copies both ways, small and chunked,
- * a device-local copy, a fill, a read and a write mapping, synchronize,
- * and a wait on an asynchronous copy. Checks every byte. */
-static void blocking_calls(ou_env *e) {
-  const size_t n = (1u << 20) + 4099u;
-  unsigned char *src = ub_malloc(n), *back = ub_malloc(n), *p = NULL;
-  um_buffer *a = ub_alloc(e->m, e->dev[0], n, UM_DEVICE);
-  um_buffer *b = ub_alloc(e->m, e->dev[0], n, UM_DEVICE);
-  um_event *ev;
-  ub_pattern(src, n, 17);
-  cr_assert_eq(um_copy_from_host(a, 0, src, 4096, NULL), UM_OK, "%s", um_last_error());
-  cr_assert_eq(um_copy_to_host(a, 0, back, 4096, NULL), UM_OK, "%s", um_last_error());
-  ub_assert_bytes(back, src, 4096, "4 KiB round trip");
-  cr_assert_eq(um_copy_from_host(a, 0, src, n, NULL), UM_OK, "%s", um_last_error());
-  cr_assert_eq(um_copy(b, 0, a, 0, n, NULL), UM_OK, "%s", um_last_error());
-  cr_assert_eq(um_fill(b, 100, 0xc3, 5000, NULL), UM_OK, "%s", um_last_error());
-  memset(src + 100, 0xc3, 5000);
-  cr_assert_eq(um_copy_to_host(b, 0, back, n, NULL), UM_OK, "%s", um_last_error());
-  ub_assert_bytes(back, src, n, "device copy and fill");
-  cr_assert_eq(um_map(b, UM_MAP_READ_WRITE, 64, 8192, (void **)&p), UM_OK, "%s", um_last_error());
-  ub_assert_bytes(p, src + 64, 8192, "read-write mapping");
-  for (size_t i = 0; i < 8192; i++)
-    p[i] = (unsigned char)~p[i];
-  cr_assert_eq(um_unmap(b, p), UM_OK, "%s", um_last_error());
-  for (size_t i = 64; i < 64 + 8192; i++)
-    src[i] = (unsigned char)~src[i];
-  ub_pattern(back, n, 99); /* whatever was there */
-  cr_assert_eq(um_copy_to_host(b, 0, back, n, &ev), UM_OK, "%s", um_last_error());
-  ub_wait(ev, UM_OK);
-  ub_assert_bytes(back, src, n, "after the mapping was written");
-  cr_assert_eq(um_copy_from_host(a, 0, src, n, &ev), UM_OK);
-  cr_assert_eq(um_device_synchronize(e->dev[0]), UM_OK, "%s", um_last_error());
-  cr_assert_eq(um_event_query(ev), UM_OK, "synchronize returned before the copy finished");
-  um_event_release(ev);
-  cr_assert_eq(um_release(a), UM_OK);
-  cr_assert_eq(um_release(b), UM_OK);
-  free(src);
-  free(back);
-}
-
-OU_TEST_1_AND_2(opencl_wait, spinning_blocking_calls_are_exact) {
+/* With a budget, the blocking calls on a DEVICE block (commands on the
+ * device's queue) poll. */
+OU_TEST_1_AND_2(opencl_wait, spinning_blocking_calls_poll) {
   ou_env e = spin_open(50000);
-  blocking_calls(&e);
+  bc_blocking_calls(e.m, e.dev[0]);
   cr_assert_gt(atomic_load(&polls), 0, "nothing polled with wait_spin_ns 50 us");
   ou_close(&e);
 }
@@ -87,7 +51,7 @@ OU_TEST_1_AND_2(opencl_wait, spinning_blocking_calls_are_exact) {
  * core's sleep. */
 OU_TEST_1_AND_2(opencl_wait, spin_zero_never_polls) {
   ou_env e = spin_open(0);
-  blocking_calls(&e);
+  bc_blocking_calls(e.m, e.dev[0]);
   cr_assert_eq(atomic_load(&polls), 0, "%d polls with wait_spin_ns 0", atomic_load(&polls));
   cr_assert_eq(atomic_load(&settles), 0, "%d settles with wait_spin_ns 0", atomic_load(&settles));
   ou_close(&e);
@@ -176,32 +140,5 @@ OU_TEST_1_AND_2(opencl_wait, blocking_calls_apart_do_not_settle) {
   if (driver_threads())
     cr_assert_eq(atomic_load(&spun_ends), 50, "%d of 50 spinning waits saw their command end",
                  atomic_load(&spun_ends));
-  ou_close(&e);
-}
-
-/* Many asynchronous copies: a wait on each with
- * the spin on, interleaved with blocking reads of the same buffers (the
- * blocking read waits for the copy before it, op.c). */
-OU_TEST_1_AND_2(opencl_wait, event_waits_with_spin) {
-  enum { ROUNDS = 200 };
-  ou_env e = spin_open(200000);
-  unsigned char src[4096 + 3], back[sizeof(src)];
-  um_buffer *b = ub_alloc(e.m, e.dev[0], sizeof(src), UM_DEVICE);
-  for (int i = 0; i < ROUNDS; i++) {
-    um_event *w, *r;
-    ub_pattern(src, sizeof(src), (unsigned)i);
-    cr_assert_eq(um_copy_from_host(b, 0, src, sizeof(src), &w), UM_OK);
-    if (i % 2 == 0) {
-      cr_assert_eq(um_copy_to_host(b, 0, back, sizeof(back), &r), UM_OK);
-      ub_wait(r, UM_OK);
-      cr_assert_eq(um_event_query(w), UM_OK, "the read finished before the write it follows");
-      ub_wait(w, UM_OK);
-    } else {
-      ub_wait(w, UM_OK);
-      cr_assert_eq(um_copy_to_host(b, 0, back, sizeof(back), NULL), UM_OK);
-    }
-    ub_assert_bytes(back, src, sizeof(src), "round %d", i);
-  }
-  cr_assert_eq(um_release(b), UM_OK);
   ou_close(&e);
 }

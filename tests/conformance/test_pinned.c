@@ -10,7 +10,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "test_util.h"
+#include "bytes.h"
 
 #define KiB ((size_t)1024)
 #define MiB ((size_t)1024 * 1024)
@@ -164,21 +164,6 @@ Test(pinned, pressure_trim_makes_room) {
 }
 
 /* The application's out-of-memory callback gets the last word. */
-static int oom_calls;
-static um_buffer *oom_victim;
-
-static int free_victim(void *ctx, um_device *d, size_t bytes) {
-  (void)ctx;
-  (void)d;
-  (void)bytes;
-  oom_calls++;
-  if (oom_victim == NULL)
-    return 0;
-  cr_assert_eq(um_release(oom_victim), UM_OK);
-  oom_victim = NULL;
-  return 1;
-}
-
 Test(pinned, oom_callback_retries) {
   UT_SKIP_UNLESS_MLOCK_WORKS();
   um_options o;
@@ -186,19 +171,19 @@ Test(pinned, oom_callback_retries) {
   um_buffer *b;
   restrict_locking(ut_vmlck() + 1 * MiB);
   ut_options(&o);
-  o.on_oom = free_victim;
+  o.on_oom = ub_release_oom_victim;
   cr_assert_eq(um_manager_create(&o, &m), UM_OK);
-  cr_assert_eq(um_alloc(m, um_device_get(m, 0), 700 * KiB, UM_PINNED, UM_ALLOC_UNPOOLED, &oom_victim), UM_OK);
+  cr_assert_eq(um_alloc(m, um_device_get(m, 0), 700 * KiB, UM_PINNED, UM_ALLOC_UNPOOLED, &ub_oom_victim), UM_OK);
   cr_assert_eq(um_alloc(m, um_device_get(m, 0), 700 * KiB, UM_PINNED, UM_ALLOC_UNPOOLED, &b), UM_OK,
                "%s", um_last_error());
-  cr_assert_eq(oom_calls, 1);
+  cr_assert_eq(ub_oom_calls, 1);
   cr_assert_eq(ut_stats(m, NULL).oom_retries, 2, "one retry after the trim, one after the callback");
   cr_assert_eq(um_release(b), UM_OK);
   /* with nothing left to free, the callback declines */
   cr_assert_eq(um_alloc(m, um_device_get(m, 0), 700 * KiB, UM_PINNED, UM_ALLOC_UNPOOLED, &b), UM_OK);
-  cr_assert_eq(um_alloc(m, um_device_get(m, 0), 700 * KiB, UM_PINNED, UM_ALLOC_UNPOOLED, &oom_victim),
+  cr_assert_eq(um_alloc(m, um_device_get(m, 0), 700 * KiB, UM_PINNED, UM_ALLOC_UNPOOLED, &ub_oom_victim),
                UM_ENOMEM);
-  cr_assert_eq(oom_calls, 2);
+  cr_assert_eq(ub_oom_calls, 2);
   cr_assert_eq(um_release(b), UM_OK);
   cr_assert_eq(um_manager_destroy(m), UM_OK);
 }

@@ -1,7 +1,9 @@
-/* um_stream: every byte reaches the device once and in order, in chunks that
- * need not divide the length; the next chunk's copy overlaps the user's
- * function; progress; stopping; bad input; a mapped file; and an OpenCL
- * device whose memory (device_limit_bytes) is smaller than the source. */
+/* um_stream on every profile's device (profile.h): every byte reaches the
+ * device once and in order, in chunks that need not divide the length; the
+ * next chunk's copy overlaps the user's function; progress; stopping; bad
+ * input; a mapped file; and, where device_limit_bytes caps the device
+ * (OpenCL, CUDA), a device whose memory is smaller than the source. On the
+ * cpu profile alone: the discrete test device (no host view). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -10,8 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "test_util.h" /* Criterion, or its stand-in under TSan */
-#include "unimem.h"
+#include "profile.h"
 
 #define KiB ((size_t)1024)
 #define MiB (1024 * KiB)
@@ -23,14 +24,18 @@ static void fill_pattern(unsigned char *p, size_t n) {
     p[i] = pattern_at(i);
 }
 
-static um_manager *make_manager(const char *backends, uint64_t device_limit) {
-  um_manager *mm = NULL;
+/* The profile's manager, its device capped at device_limit bytes (0: no
+ * cap). With a cap, a device it does not cap (the cpu's, the fault
+ * backend's) skips the test, saying so. */
+static ut_env open_limited(uint64_t device_limit) {
   um_options o;
-  um_options_init(&o);
-  snprintf(o.backends, sizeof(o.backends), "%s", backends);
+  ut_env e;
+  ut_profile_options(&o);
   o.device_limit_bytes = device_limit;
-  cr_assert_eq(um_manager_create(&o, &mm), UM_OK);
-  return mm;
+  e = ut_profile_open(&o);
+  if (device_limit != 0)
+    ut_profile_need_cap(&e, device_limit);
+  return e;
 }
 
 /* What the chunk function saw. */
@@ -156,57 +161,61 @@ static void stream_and_check(um_manager *mm, um_device *dev, um_buffer *src, con
 }
 
 /* ------------------------------------------------------------------------ */
-/* cpu device */
+/* The profile's device */
 
-Test(stream_cpu, every_byte_in_order_with_a_chunk_that_does_not_divide) {
-  um_manager *mm = make_manager("cpu", 0);
-  um_device *cpu = um_device_get(mm, 0);
+Test(stream, every_byte_in_order_with_a_chunk_that_does_not_divide) {
+  ut_env e = open_limited(0);
+  um_manager *mm = e.m;
+  um_device *dev = e.dev;
   const size_t n = 10 * MiB + 12345, chunk = 1 * MiB + 777;
   unsigned char *ref = malloc(n);
   um_buffer *src = NULL;
   cr_assert_neq(n % chunk, 0);
   fill_pattern(ref, n);
   cr_assert_eq(um_wrap_host(mm, ref, n, UM_WRAP_READONLY, &src), UM_OK);
-  stream_and_check(mm, cpu, src, ref, 0, n, chunk, 0, 0);
+  stream_and_check(mm, dev, src, ref, 0, n, chunk, 0, 0);
   /* an inner range, odd sizes */
-  stream_and_check(mm, cpu, src, ref, 4097, n - 9000, 333333, 0, 0);
+  stream_and_check(mm, dev, src, ref, 4097, n - 9000, 333333, 0, 0);
   /* chunks smaller than the engine's inline threshold and larger */
-  stream_and_check(mm, cpu, src, ref, 1, 100000, 4099, 0, 0);
+  stream_and_check(mm, dev, src, ref, 1, 100000, 4099, 0, 0);
   cr_assert_eq(um_release(src), UM_OK);
-  cr_assert_eq(um_manager_destroy(mm), UM_OK);
+  ut_profile_close(&e);
   free(ref);
 }
 
-Test(stream_cpu, next_copy_overlaps_the_chunk_function) {
-  um_manager *mm = make_manager("cpu", 0);
+Test(stream, next_copy_overlaps_the_chunk_function) {
+  ut_env e = open_limited(0);
+  um_manager *mm = e.m;
   const size_t n = 6 * MiB + 5, chunk = 1 * MiB + 3; /* > the inline threshold: a worker copies */
   unsigned char *ref = malloc(n);
   um_buffer *src = NULL;
   fill_pattern(ref, n);
   cr_assert_eq(um_alloc(mm, um_device_get(mm, 0), n, UM_HOST, 0, &src), UM_OK);
   cr_assert_eq(um_copy_from_host(src, 0, ref, n, NULL), UM_OK);
-  stream_and_check(mm, um_device_get(mm, 0), src, ref, 0, n, chunk, 1, 0);
+  stream_and_check(mm, e.dev, src, ref, 0, n, chunk, 1, 0);
   cr_assert_eq(um_release(src), UM_OK);
-  cr_assert_eq(um_manager_destroy(mm), UM_OK);
+  ut_profile_close(&e);
   free(ref);
 }
 
-Test(stream_cpu, operations_fn_issues_come_before_the_next_copy) {
-  um_manager *mm = make_manager("cpu", 0);
+Test(stream, operations_fn_issues_come_before_the_next_copy) {
+  ut_env e = open_limited(0);
+  um_manager *mm = e.m;
   const size_t n = 5 * MiB + 99, chunk = 512 * KiB + 1;
   unsigned char *ref = malloc(n);
   um_buffer *src = NULL;
   fill_pattern(ref, n);
   cr_assert_eq(um_wrap_host(mm, ref, n, 0, &src), UM_OK);
-  stream_and_check(mm, um_device_get(mm, 0), src, ref, 0, n, chunk, 0, 1);
+  stream_and_check(mm, e.dev, src, ref, 0, n, chunk, 0, 1);
   cr_assert_eq(um_release(src), UM_OK);
-  cr_assert_eq(um_manager_destroy(mm), UM_OK);
+  ut_profile_close(&e);
   free(ref);
 }
 
-Test(stream_cpu, one_chunk_when_the_chunk_is_larger_than_the_range) {
-  um_manager *mm = make_manager("cpu", 0);
-  um_device *cpu = um_device_get(mm, 0);
+Test(stream, one_chunk_when_the_chunk_is_larger_than_the_range) {
+  ut_env e = open_limited(0);
+  um_manager *mm = e.m;
+  um_device *dev = e.dev;
   unsigned char ref[1000];
   um_buffer *src = NULL;
   seen s;
@@ -214,23 +223,25 @@ Test(stream_cpu, one_chunk_when_the_chunk_is_larger_than_the_range) {
   fill_pattern(ref, sizeof(ref));
   cr_assert_eq(um_wrap_host(mm, ref, sizeof(ref), 0, &src), UM_OK);
   seen_init(&s, mm, 10, 900, 900);
-  cr_assert_eq(um_stream(src, 10, 900, cpu, 1 * MiB, on_chunk, on_progress, &s), UM_OK);
+  cr_assert_eq(um_stream(src, 10, 900, dev, 1 * MiB, on_chunk, on_progress, &s), UM_OK);
   cr_assert_eq(s.calls, 1);
   cr_assert_eq(s.progress_calls, 1);
   cr_assert_eq(s.last_done, 900);
   cr_assert_eq(memcmp(s.out, ref + 10, 900), 0);
   cr_assert_eq(um_buffer_size(s.bufs[0]), 0, "the chunk buffer was released");
   free(s.out);
-  /* Only one buffer, of the range's size, was taken from the pool. */
-  cr_assert_eq(um_stats_get(mm, cpu, &st), UM_OK);
+  /* Only one buffer, of the range's size, was taken from the pool (all
+   * devices: the wrap is the cpu's). */
+  cr_assert_eq(um_stats_get(mm, NULL, &st), UM_OK);
   cr_assert_eq(st.allocations, 2); /* the wrap and one chunk */
   cr_assert_eq(um_release(src), UM_OK);
-  cr_assert_eq(um_manager_destroy(mm), UM_OK);
+  ut_profile_close(&e);
 }
 
-Test(stream_cpu, progress_may_be_null_and_chunks_come_from_the_pool) {
-  um_manager *mm = make_manager("cpu", 0);
-  um_device *cpu = um_device_get(mm, 0);
+Test(stream, progress_may_be_null_and_chunks_come_from_the_pool) {
+  ut_env e = open_limited(0);
+  um_manager *mm = e.m;
+  um_device *dev = e.dev;
   const size_t n = 3 * MiB + 1, chunk = 1 * MiB;
   unsigned char *ref = malloc(n);
   um_buffer *src = NULL;
@@ -239,26 +250,27 @@ Test(stream_cpu, progress_may_be_null_and_chunks_come_from_the_pool) {
   fill_pattern(ref, n);
   cr_assert_eq(um_wrap_host(mm, ref, n, 0, &src), UM_OK);
   seen_init(&s, mm, 0, n, chunk);
-  cr_assert_eq(um_stream(src, 0, n, cpu, chunk, on_chunk, NULL, &s), UM_OK);
+  cr_assert_eq(um_stream(src, 0, n, dev, chunk, on_chunk, NULL, &s), UM_OK);
   cr_assert_eq(s.calls, 4);
   cr_assert_eq(memcmp(s.out, ref, n), 0);
   /* A second stream of the same chunk size takes both buffers from the pool. */
-  cr_assert_eq(um_stats_get(mm, cpu, &a), UM_OK);
+  cr_assert_eq(um_stats_get(mm, dev, &a), UM_OK);
   free(s.out);
   seen_init(&s, mm, 0, n, chunk);
-  cr_assert_eq(um_stream(src, 0, n, cpu, chunk, on_chunk, NULL, &s), UM_OK);
-  cr_assert_eq(um_stats_get(mm, cpu, &b), UM_OK);
+  cr_assert_eq(um_stream(src, 0, n, dev, chunk, on_chunk, NULL, &s), UM_OK);
+  cr_assert_eq(um_stats_get(mm, dev, &b), UM_OK);
   cr_assert_eq(b.pool_hits - a.pool_hits, 2);
   cr_assert_eq(b.pool_misses, a.pool_misses);
   free(s.out);
   cr_assert_eq(um_release(src), UM_OK);
-  cr_assert_eq(um_manager_destroy(mm), UM_OK);
+  ut_profile_close(&e);
   free(ref);
 }
 
-Test(stream_cpu, a_nonzero_return_stops_the_stream) {
-  um_manager *mm = make_manager("cpu", 0);
-  um_device *cpu = um_device_get(mm, 0);
+Test(stream, a_nonzero_return_stops_the_stream) {
+  ut_env e = open_limited(0);
+  um_manager *mm = e.m;
+  um_device *dev = e.dev;
   const size_t n = 4 * MiB + 3, chunk = 300 * KiB;
   unsigned char *ref = malloc(n);
   um_buffer *src = NULL;
@@ -269,7 +281,7 @@ Test(stream_cpu, a_nonzero_return_stops_the_stream) {
   seen_init(&s, mm, 0, n, chunk);
   s.stop_at = 3;
   s.stop_status = UM_ECANCELED;
-  cr_assert_eq(um_stream(src, 0, n, cpu, chunk, on_chunk, on_progress, &s), UM_ECANCELED);
+  cr_assert_eq(um_stream(src, 0, n, dev, chunk, on_chunk, on_progress, &s), UM_ECANCELED);
   cr_assert_eq(s.calls, 4, "fn is not called after it said stop");
   cr_assert_eq(s.progress_calls, 3, "no progress for the chunk that stopped");
   cr_assert_eq(s.last_done, 3 * chunk);
@@ -279,14 +291,14 @@ Test(stream_cpu, a_nonzero_return_stops_the_stream) {
   seen_init(&s, mm, 0, n, chunk);
   s.stop_at = 0;
   s.stop_status = 12345;
-  cr_assert_eq(um_stream(src, 0, n, cpu, chunk, on_chunk, on_progress, &s), 12345);
+  cr_assert_eq(um_stream(src, 0, n, dev, chunk, on_chunk, on_progress, &s), 12345);
   cr_assert_eq(s.calls, 1);
   cr_assert_eq(s.progress_calls, 0);
   free(s.out);
-  cr_assert_eq(um_stats_get(mm, cpu, &st), UM_OK);
-  cr_assert_eq(st.active_buffers, 1); /* the source only */
+  cr_assert_eq(um_stats_get(mm, NULL, &st), UM_OK);
+  cr_assert_eq(st.active_buffers, 1); /* the source only (a wrap: the cpu's) */
   cr_assert_eq(um_release(src), UM_OK);
-  cr_assert_eq(um_manager_destroy(mm), UM_OK);
+  ut_profile_close(&e);
   free(ref);
 }
 
@@ -296,36 +308,37 @@ static int never_called(void *user, um_buffer *chunk, size_t offset, size_t byte
   return 0;
 }
 
-Test(stream_cpu, bad_input) {
-  um_manager *mm = make_manager("cpu", 0), *other = make_manager("cpu", 0);
-  um_device *cpu = um_device_get(mm, 0);
+Test(stream, bad_input) {
+  ut_env e = open_limited(0);
+  um_manager *mm = e.m, *other = ut_manager();
+  um_device *dev = e.dev;
   unsigned char data[4096];
   um_buffer *src = NULL, *gone = NULL;
   um_stats st;
   memset(data, 1, sizeof(data));
   cr_assert_eq(um_wrap_host(mm, data, sizeof(data), 0, &src), UM_OK);
-  cr_assert_eq(um_stream(NULL, 0, 16, cpu, 16, never_called, NULL, NULL), UM_EINVAL);
+  cr_assert_eq(um_stream(NULL, 0, 16, dev, 16, never_called, NULL, NULL), UM_EINVAL);
   cr_assert_eq(um_stream(src, 0, 16, NULL, 16, never_called, NULL, NULL), UM_EINVAL);
-  cr_assert_eq(um_stream(src, 0, 16, cpu, 16, NULL, NULL, NULL), UM_EINVAL);
-  cr_assert_eq(um_stream(src, 0, 0, cpu, 16, never_called, NULL, NULL), UM_EINVAL);
-  cr_assert_eq(um_stream(src, 0, 16, cpu, 0, never_called, NULL, NULL), UM_EINVAL);
+  cr_assert_eq(um_stream(src, 0, 16, dev, 16, NULL, NULL, NULL), UM_EINVAL);
+  cr_assert_eq(um_stream(src, 0, 0, dev, 16, never_called, NULL, NULL), UM_EINVAL);
+  cr_assert_eq(um_stream(src, 0, 16, dev, 0, never_called, NULL, NULL), UM_EINVAL);
   cr_assert_eq(um_stream(src, 0, 16, um_device_get(other, 0), 16, never_called, NULL, NULL), UM_EINVAL);
-  cr_assert_eq(um_stream(src, 0, 4097, cpu, 16, never_called, NULL, NULL), UM_ERANGE);
-  cr_assert_eq(um_stream(src, 4000, 97, cpu, 16, never_called, NULL, NULL), UM_ERANGE);
-  cr_assert_eq(um_stream(src, 4097, 1, cpu, 16, never_called, NULL, NULL), UM_ERANGE);
-  cr_assert_eq(um_stream(src, SIZE_MAX, 2, cpu, 16, never_called, NULL, NULL), UM_ERANGE);
-  cr_assert_eq(um_stream(src, 1, SIZE_MAX, cpu, 16, never_called, NULL, NULL), UM_ERANGE);
+  cr_assert_eq(um_stream(src, 0, 4097, dev, 16, never_called, NULL, NULL), UM_ERANGE);
+  cr_assert_eq(um_stream(src, 4000, 97, dev, 16, never_called, NULL, NULL), UM_ERANGE);
+  cr_assert_eq(um_stream(src, 4097, 1, dev, 16, never_called, NULL, NULL), UM_ERANGE);
+  cr_assert_eq(um_stream(src, SIZE_MAX, 2, dev, 16, never_called, NULL, NULL), UM_ERANGE);
+  cr_assert_eq(um_stream(src, 1, SIZE_MAX, dev, 16, never_called, NULL, NULL), UM_ERANGE);
   cr_assert(um_last_error()[0] != '\0', "no detail in um_last_error()");
   cr_assert_eq(um_wrap_host(mm, data, 64, 0, &gone), UM_OK);
   cr_assert_eq(um_release(gone), UM_OK);
-  cr_assert_eq(um_stream(gone, 0, 16, cpu, 16, never_called, NULL, NULL), UM_ESTATE);
-  /* The manager is as it was. */
-  cr_assert_eq(um_stats_get(mm, cpu, &st), UM_OK);
+  cr_assert_eq(um_stream(gone, 0, 16, dev, 16, never_called, NULL, NULL), UM_ESTATE);
+  /* The manager is as it was (all devices: the wraps are the cpu's). */
+  cr_assert_eq(um_stats_get(mm, NULL, &st), UM_OK);
   cr_assert_eq(st.active_buffers, 1);
   cr_assert_eq(st.allocations, 2);
   cr_assert_eq(um_release(src), UM_OK);
   cr_assert_eq(um_manager_destroy(other), UM_OK);
-  cr_assert_eq(um_manager_destroy(mm), UM_OK);
+  ut_profile_close(&e);
 }
 
 /* Write ref[0..n) to a new file in a new temporary directory; dir and
@@ -342,8 +355,9 @@ static void write_temp_file(const unsigned char *ref, size_t n, char *dir, char 
   close(fd);
 }
 
-Test(stream_cpu, a_mapped_file) {
-  um_manager *mm = make_manager("cpu", 0);
+Test(stream, a_mapped_file) {
+  ut_env e = open_limited(0);
+  um_manager *mm = e.m;
   const size_t n = 7 * MiB + 31;
   unsigned char *ref = malloc(n);
   char dir[256], path[300];
@@ -351,12 +365,12 @@ Test(stream_cpu, a_mapped_file) {
   fill_pattern(ref, n);
   write_temp_file(ref, n, dir, path);
   cr_assert_eq(um_map_file(mm, path, UM_MAP_READ, &file), UM_OK);
-  stream_and_check(mm, um_device_get(mm, 0), file, ref, 1000, n - 1000, 2 * MiB + 1, 1, 0);
+  stream_and_check(mm, e.dev, file, ref, 1000, n - 1000, 2 * MiB + 1, 1, 0);
   cr_assert_eq(um_release(file), UM_OK);
   unlink(path);
   rmdir(dir);
   rmdir(dir);
-  cr_assert_eq(um_manager_destroy(mm), UM_OK);
+  ut_profile_close(&e);
   free(ref);
 }
 
@@ -366,6 +380,7 @@ Test(stream_cpu, a_mapped_file) {
  * as on a GPU. */
 
 Test(stream_discrete, chunks_without_a_host_view) {
+  ut_profile_only("cpu"); /* the test backend is its own */
   um_manager *mm = ut_manager_disc();
   um_device *disc = um_device_get(mm, 1);
   const size_t n = 9 * MiB + 4321, chunk = 2 * MiB + 17;
@@ -381,34 +396,15 @@ Test(stream_discrete, chunks_without_a_host_view) {
 }
 
 /* ------------------------------------------------------------------------ */
-/* OpenCL: a device limited to 8 MiB, a source five times larger. */
+/* A device capped at 8 MiB (device_limit_bytes: OpenCL and CUDA devices), a
+ * source five times larger. */
 
 #define LIMIT (8 * MiB)
 
-static um_device *find_opencl(um_manager *mm) {
-  for (int i = 1; i < um_device_count(mm); i++) {
-    um_device_info info;
-    um_device *d = um_device_get(mm, i);
-    if (um_device_info_get(d, &info) == UM_OK && strcmp(info.backend, "opencl") == 0)
-      return d;
-  }
-  return NULL;
-}
-
-static um_device *opencl_or_skip(um_manager *mm) {
-  um_device *d = find_opencl(mm);
-  if (d == NULL) {
-    fprintf(stderr, "test_stream: SKIPPED: no OpenCL device (install pocl-opencl-icd); "
-                    "the OpenCL part of um_stream is not tested here\n");
-    um_manager_destroy(mm);
-    cr_skip_test("no OpenCL device");
-  }
-  return d;
-}
-
-Test(stream_opencl, a_source_five_times_the_device_memory, .timeout = 120) {
-  um_manager *mm = make_manager("cpu,opencl", LIMIT);
-  um_device *dev = opencl_or_skip(mm);
+Test(stream_limited, a_source_five_times_the_device_memory, .timeout = 120) {
+  ut_env e = open_limited(LIMIT);
+  um_manager *mm = e.m;
+  um_device *dev = e.dev;
   const size_t n = 5 * LIMIT + 1001, chunk = 3 * MiB + 5;
   unsigned char *ref = malloc(n);
   um_buffer *src = NULL, *whole = NULL;
@@ -420,13 +416,14 @@ Test(stream_opencl, a_source_five_times_the_device_memory, .timeout = 120) {
   stream_and_check(mm, dev, src, ref, 0, n, chunk, 1, 0);
   stream_and_check(mm, dev, src, ref, 12345, n - 12345 - 7, 1 * MiB + 1, 0, 1);
   cr_assert_eq(um_release(src), UM_OK);
-  cr_assert_eq(um_manager_destroy(mm), UM_OK);
+  ut_profile_close(&e);
   free(ref);
 }
 
-Test(stream_opencl, a_mapped_file_through_a_small_device, .timeout = 120) {
-  um_manager *mm = make_manager("cpu,opencl", LIMIT);
-  um_device *dev = opencl_or_skip(mm);
+Test(stream_limited, a_mapped_file_through_a_small_device, .timeout = 120) {
+  ut_env e = open_limited(LIMIT);
+  um_manager *mm = e.m;
+  um_device *dev = e.dev;
   const size_t n = 4 * LIMIT + 77;
   unsigned char *ref = malloc(n);
   char dir[256], path[300];
@@ -439,13 +436,14 @@ Test(stream_opencl, a_mapped_file_through_a_small_device, .timeout = 120) {
   unlink(path);
   rmdir(dir);
   rmdir(dir);
-  cr_assert_eq(um_manager_destroy(mm), UM_OK);
+  ut_profile_close(&e);
   free(ref);
 }
 
-Test(stream_opencl, chunks_too_large_for_the_device) {
-  um_manager *mm = make_manager("cpu,opencl", LIMIT);
-  um_device *dev = opencl_or_skip(mm);
+Test(stream_limited, chunks_too_large_for_the_device) {
+  ut_env e = open_limited(LIMIT);
+  um_manager *mm = e.m;
+  um_device *dev = e.dev;
   const size_t n = 20 * MiB;
   unsigned char *ref = malloc(n);
   um_buffer *src = NULL;
@@ -457,6 +455,6 @@ Test(stream_opencl, chunks_too_large_for_the_device) {
   cr_assert_eq(um_stats_get(mm, dev, &st), UM_OK);
   cr_assert_eq(st.active_buffers, 0);
   cr_assert_eq(um_release(src), UM_OK);
-  cr_assert_eq(um_manager_destroy(mm), UM_OK);
+  ut_profile_close(&e);
   free(ref);
 }

@@ -122,10 +122,7 @@ Test(cuda_kernels_gpu, two_caller_streams_gate_kernel) {
   skip_with_one_connection(TWO_STREAMS_ONE_QUEUE);
   run_gpu(1, ck_check_two_caller_streams);
 }
-Test(cuda_kernels_gpu, retain) { run_gpu(0, ck_check_retain); }
-
-static void check_bad_input(um_manager *m, ck_kdev *k) { ck_check_bad_input(m, k, NULL); }
-Test(cuda_kernels_gpu, bad_input) { run_gpu(0, check_bad_input); }
+/* Retain and bad brackets on a GPU: conformance/test_access.c, gpu profile. */
 
 static void check_threads(um_manager *m, ck_kdev *k) { ck_check_threads(m, k, 4, 50); }
 Test(cuda_kernels_gpu, threads_at_once) { run_gpu(0, check_threads); }

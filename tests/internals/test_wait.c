@@ -1,13 +1,15 @@
-/* Low-latency waits (um_options.wait_spin_ns): a waiter polls before it
- * sleeps, and only then. The polls are counted through the test build's
- * hook (testhook.h: UM__TP_WAIT_POLL), never inferred from timing: with
+/* Low-latency waits (um_options.wait_spin_ns) seen from inside: a waiter
+ * polls before it sleeps, and only then. The polls are counted through the
+ * test build's hook (testhook.h: UM__TP_WAIT_POLL), never from timing: with
  * the option at 0 nothing polls at all, an idle manager never polls
  * whatever the option says, and a spinning wait still returns exact data,
  * a cancellation and a failure.
  *
  * Operations are held where needed by a gate at UM__TP_WORKER_RUN: the
  * worker that starts the first operation waits there until the test opens
- * it, so "the wait began while the operation was pending" is certain. */
+ * it, so "the wait began while the operation was pending" is certain.
+ * conformance/test_wait_spin.c checks the bytes of spinning waits on every
+ * profile's device (batches among them), through the public API alone. */
 #include <pthread.h>
 #include <time.h>
 
@@ -267,28 +269,5 @@ Test(wait, spin_and_failed_operation, .timeout = 60) {
   cr_assert_eq(um_copy_to_host(b, 0, back, sizeof(back), NULL), UM_OK);
   cr_assert_arr_eq(back, src, sizeof(src));
   cr_assert_eq(um_release(b), UM_OK);
-  cr_assert_eq(um_manager_destroy(m), UM_OK);
-}
-
-/* A batch waited for with a spin: every member's bytes. */
-Test(wait, spin_batch, .timeout = 60) {
-  enum { N = 64 };
-  um_manager *m = spin_manager(1000000);
-  um_device *cpu = um_device_get(m, 0);
-  static unsigned char src[N][8192], back[N][8192];
-  um_buffer *b[N];
-  um_copy_op ops[N];
-  ut_pattern(src, sizeof(src), 3);
-  for (int i = 0; i < N; i++) {
-    cr_assert_eq(um_alloc(m, cpu, sizeof(src[i]), UM_HOST, 0, &b[i]), UM_OK);
-    ops[i] = (um_copy_op){.dst = b[i], .host_src = src[i], .bytes = sizeof(src[i])};
-  }
-  cr_assert_eq(um_copy_batch(m, ops, N, NULL), UM_OK);
-  for (int i = 0; i < N; i++)
-    ops[i] = (um_copy_op){.src = b[i], .host_dst = back[i], .bytes = sizeof(back[i])};
-  cr_assert_eq(um_copy_batch(m, ops, N, NULL), UM_OK);
-  cr_assert_arr_eq(back, src, sizeof(src));
-  for (int i = 0; i < N; i++)
-    cr_assert_eq(um_release(b[i]), UM_OK);
   cr_assert_eq(um_manager_destroy(m), UM_OK);
 }

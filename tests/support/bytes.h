@@ -1,6 +1,7 @@
 /* Byte helpers of the tests that move data through the public API: byte
  * patterns, comparisons that name the first differing byte, and buffers
- * allocated, read back and waited for with every failure reported. */
+ * allocated, read back and waited for with every failure reported, and an
+ * on_oom callback that frees a victim. */
 #ifndef UNIMEM_TEST_BYTES_H
 #define UNIMEM_TEST_BYTES_H
 
@@ -58,10 +59,37 @@ static UT_UNUSED um_buffer *ub_alloc(um_manager *m, um_device *d, size_t n, um_l
   return b;
 }
 
+/* A buffer of n bytes at loc on d holding ub_pattern(seed), copied in. */
+static UT_UNUSED um_buffer *ub_alloc_pattern(um_manager *m, um_device *d, size_t n, um_location loc, unsigned seed) {
+  um_buffer *b = ub_alloc(m, d, n, loc);
+  unsigned char *p = ub_malloc(n);
+  ub_pattern(p, n, seed);
+  cr_assert_eq(um_copy_from_host(b, 0, p, n, NULL), UM_OK, "%s", um_last_error());
+  free(p);
+  return b;
+}
+
 static UT_UNUSED void ub_wait(um_event *e, int want) {
   int st = um_event_wait(e);
   cr_assert_eq(st, want, "event: %s, expected %s (%s)", um_err_name(st), um_err_name(want), um_last_error());
   um_event_release(e);
+}
+
+/* An on_oom callback (um_options.on_oom): releases ub_oom_victim, when
+ * there is one, and asks for one more try; ub_oom_calls counts the calls. */
+static UT_UNUSED um_buffer *ub_oom_victim;
+static UT_UNUSED int ub_oom_calls;
+
+static UT_UNUSED int ub_release_oom_victim(void *ctx, um_device *d, size_t bytes) {
+  (void)ctx;
+  (void)d;
+  (void)bytes;
+  ub_oom_calls++;
+  if (ub_oom_victim == NULL)
+    return 0;
+  cr_assert_eq(um_release(ub_oom_victim), UM_OK);
+  ub_oom_victim = NULL;
+  return 1;
 }
 
 #endif /* UNIMEM_TEST_BYTES_H */

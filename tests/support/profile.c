@@ -98,6 +98,16 @@ void ut_profile_close(ut_env *e) {
   e->m = NULL;
 }
 
+void ut_profile_need_cap(ut_env *e, uint64_t limit) {
+  uint64_t total = 0;
+  cr_assert_eq(um_device_memory(e->dev, NULL, &total), UM_OK);
+  if (total != limit) {
+    ut_profile_close(e);
+    cr_skip_test("SKIPPED: device_limit_bytes caps OpenCL and CUDA devices only (profile %s: %llu bytes)",
+                 ut_profile(), (unsigned long long)total);
+  }
+}
+
 void ut_profile_only(const char *name) {
   if (!ut_profile_is(name))
     cr_skip_test("SKIPPED: a check of the %s profile alone (this run: %s)", name, ut_profile());

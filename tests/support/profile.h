@@ -42,6 +42,11 @@ ut_env ut_profile_open(const um_options *o);
 /* Destroys the manager, which must succeed. */
 void ut_profile_close(ut_env *e);
 
+/* Skips the test, destroying e's manager, unless um_options.device_limit_bytes
+ * caps the profile's device at limit (it caps OpenCL and CUDA devices, not
+ * the cpu's nor the fault backend's). */
+void ut_profile_need_cap(ut_env *e, uint64_t limit);
+
 /* Skips the test unless the profile is name (for a check that only one
  * backend makes, where the others have their own). */
 void ut_profile_only(const char *name);
