@@ -437,7 +437,9 @@ UM_EXTERN int um_event_query(um_event *e);
  * from then on um_event_wait and um_event_query answer UM_ECANCELED at
  * once, a wait already under way included; the operations issued after it
  * on its buffers still wait for those issued before it), UM_EBUSY once it
- * started or ended. */
+ * started or ended. An operation handed to a device queue has started: on
+ * a backend that queues every transfer at once (OpenCL), a copy is never
+ * cancelable after its issue returned, whatever it waits for. */
 UM_EXTERN int um_event_cancel(um_event *e);
 /* Drop the caller's reference. The operation itself goes on. Returns
  * UM_OK, UM_EINVAL (not an event), UM_ESTATE (released already). A released
