@@ -713,40 +713,4 @@ static UT_UNUSED void cac_check_threads(um_manager *m, um_device *d, int nthread
   cr_assert_eq(s1.active_buffers, s0.active_buffers);
 }
 
-/* ------------------------------------------------------------------------ */
-/* main */
-
-/* With CAC_MAIN defined (to a name for the tests, before the include): a
- * Criterion main that exits 77 when every test of the file skipped (no
- * GPU, or no CUDA backend in the build), so that CTest reports the file as
- * skipped, with the first reason printed, instead of passed. The TSan
- * stand-in for Criterion (test_util_tsan.h) brings its own main. */
-#if defined(CAC_MAIN) && !defined(UT_TSAN)
-static size_t cac_tests_run, cac_tests_skipped;
-static char cac_skip_reason[640];
-
-ReportHook(POST_TEST)(struct criterion_test_stats *stats) {
-  if (stats->test_status == CR_STATUS_SKIPPED && stats->message != NULL && cac_skip_reason[0] == '\0')
-    snprintf(cac_skip_reason, sizeof(cac_skip_reason), "%s", stats->message);
-}
-
-ReportHook(POST_ALL)(struct criterion_global_stats *stats) {
-  cac_tests_run = stats->nb_tests;
-  cac_tests_skipped = stats->tests_skipped;
-}
-
-int main(int argc, char *argv[]) {
-  struct criterion_test_set *tests = criterion_initialize();
-  int result = 0;
-  if (criterion_handle_args(argc, argv, true))
-    result = !criterion_run_all_tests(tests);
-  criterion_finalize(tests);
-  if (result == 0 && cac_tests_skipped > 0 && cac_tests_skipped == cac_tests_run) {
-    printf("SKIP: all %zu %s tests: %s\n", cac_tests_skipped, CAC_MAIN, cac_skip_reason);
-    return 77;
-  }
-  return result;
-}
-#endif
-
 #endif /* UNIMEM_CUDA_API_CHECKS_H */

@@ -1,6 +1,7 @@
-/* The main of the profiled conformance tests: Criterion's own, except that
- * a file whose every test skipped (a profile this machine cannot open, such
- * as gpu without a GPU) exits 77, so that CTest reports it skipped, with
+/* The main of the profiled conformance tests and of the files that define
+ * UT_SKIP_MAIN: Criterion's own, except that a file whose every test
+ * skipped (a profile or a device this machine does not have, such as a GPU)
+ * exits 77, so that CTest reports it skipped, with
  * the first reason, instead of passed. The TSan stand-in for Criterion
  * (test_util_tsan.h) brings its own main, which does the same. */
 #define UT_NO_MAIN
