@@ -222,15 +222,9 @@ static int cpu_xfer(void *bdev, const um__xfer *x) {
 }
 
 const um__backend um__backend_cpu = {
-    .name = "cpu",
-    .open = cpu_open,
-    .describe = cpu_describe,
-    .close = cpu_close,
-    .mem_alloc = cpu_mem_alloc,
-    .mem_free = cpu_mem_free,
-    .host_register = cpu_host_register,
-    .host_unregister = cpu_host_unregister,
-    .memory = cpu_memory,
-    .synchronize = cpu_synchronize,
-    .xfer = cpu_xfer,
+    .name = "cpu", .open = cpu_open, .describe = cpu_describe, .close = cpu_close,
+    .memory = cpu_memory, .synchronize = cpu_synchronize,
+    .mem_alloc = cpu_mem_alloc, .mem_free = cpu_mem_free,
+    .host_register = cpu_host_register, .host_unregister = cpu_host_unregister,
+    .xfer = cpu_xfer, /* each transfer runs to completion on the calling thread */
 };

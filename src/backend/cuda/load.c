@@ -95,35 +95,23 @@ um__vendor_lib um__cuda_driver_lib =
 
 const um__backend um__backend_cuda = {
     .name = "cuda",
-    .open = um__cuda_open,
-    .describe = um__cuda_describe,
-    .close = um__cuda_close,
-    .mem_alloc = um__cuda_mem_alloc,
-    .mem_free = um__cuda_mem_free,
-    .host_register = um__cuda_host_register,
-    .host_unregister = um__cuda_host_unregister,
-    .memory = um__cuda_memory,
-    .synchronize = um__cuda_synchronize,
-    .xfer = um__cuda_xfer,
-    .xfer_async = um__cuda_xfer_async,
-    .native_release = um__cuda_native_release,
-    .map = NULL,
-    .unmap = NULL,
-    .peer_possible = um__cuda_peer_possible,
-    .peer_enable = um__cuda_peer_enable,
-    .tokens_shared = um__cuda_tokens_shared,
+    /* devices */
+    .open = um__cuda_open, .describe = um__cuda_describe, .close = um__cuda_close,
+    .memory = um__cuda_memory, .synchronize = um__cuda_synchronize,
+    .peer_possible = um__cuda_peer_possible, .peer_enable = um__cuda_peer_enable,
     .device_native = um__cuda_device_native,
-    .mem_native = um__cuda_mem_native,
-    .token_native = um__cuda_token_native,
-    .token_adopt = um__cuda_token_adopt,
-    .gate_new = um__cuda_gate_new,
-    .gate_open = um__cuda_gate_open,
-    .caller_marker = um__cuda_caller_marker,
-    .token_wait = um__cuda_token_wait,
-    .token_query = um__cuda_token_query,
-    .token_reap = um__cuda_token_reap,
     .adopt = NULL, /* um_manager_adopt takes OpenCL contexts only */
+    /* memory (no map: device memory has no host view) */
+    .mem_alloc = um__cuda_mem_alloc, .mem_free = um__cuda_mem_free, .mem_native = um__cuda_mem_native,
+    .host_register = um__cuda_host_register, .host_unregister = um__cuda_host_unregister,
+    .map = NULL, .unmap = NULL,
+    /* transfers, one stream per kind */
+    .xfer = um__cuda_xfer, .xfer_async = um__cuda_xfer_async, .queue_of = um__cuda_queue_of,
     /* No CUDA call is allowed in a stream callback. */
     .callbacks_reenter = 0,
-    .queue_of = um__cuda_queue_of,
+    /* tokens, gates and the caller's stream */
+    .native_release = um__cuda_native_release, .tokens_shared = um__cuda_tokens_shared,
+    .token_native = um__cuda_token_native, .token_adopt = um__cuda_token_adopt,
+    .token_wait = um__cuda_token_wait, .token_query = um__cuda_token_query, .token_reap = um__cuda_token_reap,
+    .gate_new = um__cuda_gate_new, .gate_open = um__cuda_gate_open, .caller_marker = um__cuda_caller_marker,
 };

@@ -121,39 +121,26 @@ int um__ocl_translate_cl_error(cl_int err, const char *call) {
 
 const um__backend um__backend_opencl = {
     .name = "opencl",
-    .open = um__ocl_open,
-    .describe = um__ocl_describe,
-    .close = um__ocl_close,
-    .mem_alloc = um__ocl_mem_alloc,
-    .mem_free = um__ocl_mem_free,
-    .host_register = NULL,
-    .host_unregister = NULL,
-    .memory = um__ocl_memory,
-    .synchronize = um__ocl_synchronize,
-    .xfer = um__ocl_xfer,
-    .xfer_async = um__ocl_xfer_async,
-    .native_release = um__ocl_native_release,
-    .map = um__ocl_map,
-    .unmap = um__ocl_unmap,
-    .peer_possible = um__ocl_peer_possible,
-    .peer_enable = um__ocl_peer_enable,
-    .tokens_shared = um__ocl_tokens_shared,
-    .device_native = um__ocl_device_native,
-    .mem_native = um__ocl_mem_native,
-    .token_native = um__ocl_token_native,
-    .foreign_wrap = um__ocl_foreign_wrap,
-    .foreign_release = um__ocl_foreign_release,
-    .token_adopt = um__ocl_token_adopt,
-    .gate_new = um__ocl_gate_new,
-    .gate_open = um__ocl_gate_open,
-    .caller_marker = um__ocl_caller_marker,
-    .token_wait = um__ocl_token_wait,
-    .token_query = um__ocl_token_query,
-    .adopt = um__ocl_adopt,
+    /* devices */
+    .open = um__ocl_open, .describe = um__ocl_describe, .close = um__ocl_close,
+    .memory = um__ocl_memory, .synchronize = um__ocl_synchronize,
+    .peer_possible = um__ocl_peer_possible, .peer_enable = um__ocl_peer_enable,
+    .device_native = um__ocl_device_native, .adopt = um__ocl_adopt,
+    /* memory (host memory is not registered: OpenCL has no such call) */
+    .mem_alloc = um__ocl_mem_alloc, .mem_free = um__ocl_mem_free, .mem_native = um__ocl_mem_native,
+    .host_register = NULL, .host_unregister = NULL,
+    .map = um__ocl_map, .unmap = um__ocl_unmap,
+    .foreign_wrap = um__ocl_foreign_wrap, .foreign_release = um__ocl_foreign_release,
+    /* transfers. One in-order queue per device carries every transfer (the
+     * caller's commands go on the caller queue). */
+    .xfer = um__ocl_xfer, .xfer_async = um__ocl_xfer_async,
+    .single_queue = 1,
     /* Event callbacks may make non-blocking OpenCL calls (OpenCL 1.2,
      * 5.9 "clSetEventCallback"); native_release and mem_free are such. */
     .callbacks_reenter = 1,
-    /* One in-order queue per device carries every transfer (the caller's
-     * commands go on the caller queue). */
-    .single_queue = 1,
+    /* tokens, gates and the caller's queue */
+    .native_release = um__ocl_native_release, .tokens_shared = um__ocl_tokens_shared,
+    .token_native = um__ocl_token_native, .token_adopt = um__ocl_token_adopt,
+    .token_wait = um__ocl_token_wait, .token_query = um__ocl_token_query,
+    .gate_new = um__ocl_gate_new, .gate_open = um__ocl_gate_open, .caller_marker = um__ocl_caller_marker,
 };

@@ -1297,16 +1297,12 @@ static int ucx_rma_start(void *tep, const um__net_rma *q, um__done_fn done, void
 
 const um__net_transport um__net_ucx = {
     .name = "ucx",
-    .open = ucx_open,
-    .close = ucx_close,
-    .address = ucx_address,
-    .connect = ucx_connect,
-    .disconnect = ucx_disconnect,
-    .alloc = ucx_alloc,
-    .free = ucx_free,
-    .expose = ucx_expose,
-    .revoke = ucx_revoke,
-    .settled = ucx_settled,
-    .key_check = ucx_key_check,
+    /* the instance and its peers */
+    .open = ucx_open, .close = ucx_close, .address = ucx_address,
+    .connect = ucx_connect, .disconnect = ucx_disconnect,
+    /* memory, exposures and their keys */
+    .alloc = ucx_alloc, .free = ucx_free,
+    .expose = ucx_expose, .revoke = ucx_revoke, .settled = ucx_settled, .key_check = ucx_key_check,
+    /* transfers */
     .rma = ucx_rma_start,
 };
