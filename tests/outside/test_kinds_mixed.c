@@ -1,0 +1,241 @@
+/* Every kind of operation interleaved on the same buffers and devices, so
+ * that event objects are reused across kinds (kinds_mixed.h says how and
+ * what is checked), on every device profile: one worker, one worker with
+ * staging and throttling that put more operations through workers, the
+ * debug and scrub options, threads on buffers of their own and threads on
+ * shared buffers, and every ordered pair of kinds back to back.
+ * KM_SEED and KM_STEPS override a run's seed and length. */
+#include "kinds_mixed.h"
+
+#define KM_TIMEOUT_MS 240000u
+
+static void km_single(const um_options *o, long steps, uint64_t seed, size_t scale) {
+  km_env e;
+  km_worker *w;
+  km_open(&e, o);
+  w = km_worker_new(&e, 0, steps, seed, false);
+  cr_assert(km_standard_views(w, scale), "%s", w->fail);
+  km_run_workers(&w, 1, KM_TIMEOUT_MS);
+  km_worker_free(w);
+  cr_assert_eq(um_manager_destroy(e.m), UM_OK, "um_manager_destroy: %s", um_last_error());
+}
+
+Test(kinds_mixed, one_worker, .timeout = 300) { km_single(NULL, 3000, 0x5eed0001, 1); }
+
+/* Pageable copies through pinned staging chunks of 16 KiB (host threads
+ * and the engine's workers run them), one transfer at a time (batches
+ * queue), and waits that spin. */
+Test(kinds_mixed, one_worker_staged_and_throttled, .timeout = 300) {
+  um_options o;
+  km_options(&o);
+  o.use_pinned_staging = 2;
+  o.staging_chunk_bytes = 16384;
+  o.max_concurrent_transfers = 1;
+  o.wait_spin_ns = 20000;
+  km_single(&o, 2000, 0x5eed0002, 2);
+}
+
+/* Released handles quarantined, freed blocks poisoned, pooled blocks
+ * scrubbed: a stale read shows as wrong bytes. */
+Test(kinds_mixed, one_worker_debug_and_scrub, .timeout = 300) {
+  um_options o;
+  km_options(&o);
+  o.debug = 1;
+  o.scrub = 1;
+  km_single(&o, 2000, 0x5eed0003, 1);
+}
+
+Test(kinds_mixed, one_worker_no_pool, .timeout = 300) {
+  um_options o;
+  km_options(&o);
+  o.enable_pooling = 0;
+  km_single(&o, 1500, 0x5eed0004, 1);
+}
+
+/* Threads on one manager, each on buffers of its own: every check stays
+ * exact. */
+Test(kinds_mixed, threads_on_their_own_buffers, .timeout = 300) {
+  km_env e;
+  km_worker *w[3];
+  km_open(&e, NULL);
+  for (int i = 0; i < 3; i++) {
+    w[i] = km_worker_new(&e, i, 1200, 0x5eed0010, true);
+    cr_assert(km_standard_views(w[i], 1), "%s", w[i]->fail);
+  }
+  km_run_workers(w, 3, KM_TIMEOUT_MS);
+  for (int i = 0; i < 3; i++)
+    km_worker_free(w[i]);
+  cr_assert_eq(um_manager_destroy(e.m), UM_OK, "um_manager_destroy: %s", um_last_error());
+}
+
+/* Threads on disjoint ranges of shared buffers (one per device and
+ * location), and buffers of their own: another worker's bracket or map of
+ * a shared buffer may refuse a call (UM_ESTATE, nothing issued); the bytes
+ * stay exact. */
+static void km_shared(int nthreads, long steps, uint64_t seed, bool brackets) {
+  enum { RANGE = 16384 };
+  km_env e;
+  km_worker *w[4];
+  um_buffer *sb[8];
+  int nsb = 0;
+  struct {
+    int dev;
+    um_location loc;
+  } kinds[8];
+  uint8_t *content = malloc((size_t)nthreads * RANGE);
+  km_rng r = {seed | 1};
+  cr_assert_not_null(content);
+  km_open(&e, NULL);
+  kinds[nsb].dev = 0;
+  kinds[nsb++].loc = UM_HOST;
+  kinds[nsb].dev = 0;
+  kinds[nsb++].loc = UM_DEVICE;
+  for (int d = 1; d < e.ndev && nsb < 7; d++) {
+    kinds[nsb].dev = d;
+    kinds[nsb++].loc = UM_DEVICE;
+    if (e.dev[d].info.locations & (1u << UM_PINNED)) {
+      kinds[nsb].dev = d;
+      kinds[nsb++].loc = UM_PINNED;
+    }
+  }
+  for (int i = 0; i < nthreads; i++)
+    w[i] = km_worker_new(&e, i, steps, seed, true);
+  for (int k = 0; k < nsb; k++) {
+    size_t bytes = (size_t)nthreads * RANGE;
+    cr_assert_eq(um_alloc(e.m, e.dev[kinds[k].dev].d, bytes, kinds[k].loc, 0, &sb[k]), UM_OK, "%s", um_last_error());
+    km_fill_random(&r, content, bytes);
+    cr_assert_eq(um_copy_from_host(sb[k], 0, content, bytes, NULL), UM_OK, "%s", um_last_error());
+    for (int i = 0; i < nthreads; i++)
+      cr_assert_geq(km_add_shared_view(w[i], sb[k], kinds[k].dev, kinds[k].loc, bytes, (size_t)i * RANGE, RANGE,
+                                       content + (size_t)i * RANGE),
+                    0);
+  }
+  for (int i = 0; i < nthreads; i++) {
+    w[i]->lenient = true;
+    w[i]->brackets = brackets;
+    cr_assert_geq(km_add_view(w[i], 0, UM_HOST, 20000, 1), 0);
+    for (int d = 0; d < e.ndev; d++)
+      cr_assert_geq(km_add_view(w[i], d, UM_DEVICE, 30000, 0), 0);
+  }
+  km_run_workers(w, nthreads, KM_TIMEOUT_MS);
+  for (int i = 0; i < nthreads; i++)
+    km_worker_free(w[i]);
+  for (int k = 0; k < nsb; k++)
+    cr_assert_eq(um_release(sb[k]), UM_OK);
+  free(content);
+  cr_assert_eq(um_manager_destroy(e.m), UM_OK, "um_manager_destroy: %s", um_last_error());
+}
+
+Test(kinds_mixed, threads_on_shared_buffers, .timeout = 300) { km_shared(3, 1000, 0x5eed0020, true); }
+Test(kinds_mixed, threads_on_shared_buffers_no_brackets, .timeout = 300) { km_shared(2, 1000, 0x5eed0021, false); }
+
+/* Every ordered pair of kinds, back to back, with the first one's event
+ * released before the second is issued (its object goes back to the free
+ * list the second takes from), then everything checked. */
+typedef bool (*km_kind_fn)(km_worker *w);
+
+static bool km_kind_bracket(km_worker *w) {
+  int before = w->nbr;
+  if (!km_op_begin(w))
+    return false;
+  if (km_chance(&w->rng, 50) && !km_op_copy(w))
+    return false;
+  return w->nbr > before ? km_end_oldest(w) : true;
+}
+
+static bool km_kind_behind_bracket(km_worker *w) {
+  /* an operation queued behind a bracket, canceled or not, then the end */
+  int before = w->nbr;
+  if (!km_op_begin(w))
+    return false;
+  if (w->nbr > before) {
+    int i = w->br[w->nbr - 1].v;
+    size_t off, n;
+    km_range(w, w->v[i].len, &off, &n);
+    if (!km_d2h(w, i, off, n, false) || !km_op_fill(w))
+      return false;
+    return km_end_oldest(w);
+  }
+  return true;
+}
+
+static bool km_kind_settle_all(km_worker *w) {
+  while (w->npend > 0) {
+    bool gone;
+    size_t n = w->npend;
+    if (!km_settle(w, w->npend - 1, true, &gone))
+      return false;
+    if (!gone) {
+      /* orphans and native records: leave them for the sync */
+      break;
+    }
+    (void)n;
+  }
+  return true;
+}
+
+static const struct {
+  const char *name;
+  km_kind_fn fn;
+} km_kinds[] = {
+    {"h2d", km_op_h2d},          {"d2h", km_op_d2h},         {"copy", km_op_copy},
+    {"fill", km_op_fill},        {"batch", km_op_batch},     {"bracket", km_kind_bracket},
+    {"behind", km_kind_behind_bracket}, {"map", km_op_map},  {"stream", km_op_stream},
+    {"release", km_op_release},  {"bad", km_op_bad},         {"orphan", km_op_orphan_some},
+};
+#define KM_NKINDS (sizeof(km_kinds) / sizeof(km_kinds[0]))
+
+typedef struct km_pairs_arg {
+  km_worker *w;
+  int rounds;
+} km_pairs_arg;
+
+static void *km_pairs_thread(void *p) {
+  km_pairs_arg *a = p;
+  km_worker *w = a->w;
+  bool ok = true;
+  w->step = 0;
+  for (int round = 0; round < a->rounds && ok; round++)
+    for (size_t x = 0; x < KM_NKINDS && ok; x++)
+      for (size_t y = 0; y < KM_NKINDS && ok; y++) {
+        km_log(w, "pair %s -> %s", km_kinds[x].name, km_kinds[y].name);
+        ok = km_kinds[x].fn(w) && km_kind_settle_all(w) && km_kinds[y].fn(w);
+        while (ok && w->nbr > 0)
+          ok = km_end_oldest(w);
+        if (ok && (y % 4 == 3 || km_chance(&w->rng, 10)))
+          ok = km_sync(w);
+        w->step++;
+      }
+  while (ok && w->nbr > 0)
+    ok = km_end_oldest(w);
+  if (ok)
+    km_sync(w);
+  atomic_store(&w->finished, 1);
+  return NULL;
+}
+
+Test(kinds_mixed, every_pair_of_kinds, .timeout = 300) {
+  km_env e;
+  km_worker *w;
+  km_pairs_arg a;
+  pthread_t t;
+  uint64_t end;
+  km_open(&e, NULL);
+  w = km_worker_new(&e, 0, 0, 0x5eed0030, false);
+  cr_assert(km_standard_views(w, 1), "%s", w->fail);
+  a.w = w;
+  a.rounds = (int)km_env_u64("KM_ROUNDS", 4);
+  cr_assert_eq(pthread_create(&t, NULL, km_pairs_thread, &a), 0);
+  end = os_now_ms() + KM_TIMEOUT_MS;
+  while (!atomic_load(&w->finished) && os_now_ms() < end)
+    os_sleep_ms(2);
+  if (!atomic_load(&w->finished)) {
+    for (uint64_t j = w->seq > 10 ? w->seq - 10 : 0; j < w->seq; j++)
+      fprintf(stderr, "  %s\n", w->log[j % KM_LOG]);
+    cr_assert_fail("the pairs did not finish (a hang) at pair %ld", w->step);
+  }
+  pthread_join(t, NULL);
+  cr_assert(!w->failed, "%s", w->fail);
+  km_worker_free(w);
+  cr_assert_eq(um_manager_destroy(e.m), UM_OK, "um_manager_destroy: %s", um_last_error());
+}
