@@ -846,15 +846,25 @@ static void km_range(km_worker *w, size_t len, size_t *off, size_t *n) {
   *off = km_below(&w->rng, len - *n + 1);
 }
 
-/* A random live view, writable when asked; -1 when none. */
-static int km_pick(km_worker *w, bool writable) {
+/* A random live view, writable when asked (shared ones too unless
+ * no_shared); -1 when none. */
+static int km_pick_ex(km_worker *w, bool writable, bool no_shared) {
   for (int tries = 0; tries < 64; tries++) {
     int i = (int)km_below(&w->rng, (size_t)w->nv);
-    if (w->v[i].live && (!writable || !w->v[i].ro))
+    if (w->v[i].live && (!writable || !w->v[i].ro) && !(no_shared && w->v[i].shared))
       return i;
   }
   return -1;
 }
+
+static int km_pick(km_worker *w, bool writable) { return km_pick_ex(w, writable, false); }
+
+/* KM_TOLERATE bits: known defects a run steps around, to look further.
+ *   1  a refused wrap release leaves the wrap's own bracket open
+ *   2  a batch is checked as a whole, then issued op by op: another
+ *      thread's bracket or map refuses a later op after earlier ones ran
+ *      (lenient runs then keep shared buffers out of batches) */
+static bool km_tolerate(unsigned bit) { return (km_env_u64("KM_TOLERATE", 0) & bit) != 0; }
 
 static const char *km_vname(km_worker *w, int i) {
   static __thread char buf[8][48];
@@ -1116,11 +1126,12 @@ static bool km_op_batch(km_worker *w) {
   memset(ops, 0, sizeof(ops));
   for (int j = 0; j < k; j++) {
     km_bop *o = &d[j];
+    bool ns = w->lenient && km_tolerate(2);
     o->kind = (int)km_below(&w->rng, 3);
     o->di = o->si = -1;
-    if (o->kind != 1 && (o->di = km_pick(w, true)) < 0)
+    if (o->kind != 1 && (o->di = km_pick_ex(w, true, ns)) < 0)
       return true;
-    if (o->kind != 0 && (o->si = km_pick(w, false)) < 0)
+    if (o->kind != 0 && (o->si = km_pick_ex(w, false, ns)) < 0)
       return true;
     if (o->kind == 2 && o->di == o->si) {
       /* one buffer twice in one op: disjoint halves */
@@ -1271,7 +1282,10 @@ static bool km_op_batch(km_worker *w) {
     want.a = want.b = want_bad;
     /* which of two reasons comes first is not said: another worker's
      * bracket may refuse a blocking batch before its bad op is seen */
-    if (w->lenient && blocking)
+    bool shared = false;
+    for (int j = 0; j < nvs; j++)
+      shared |= w->v[vs[j]].shared;
+    if (w->lenient && (blocking || shared))
       want.b = UM_ESTATE;
   } else
     want = km_expect(w, vs, nvs, dstmask, blocking);
@@ -1575,8 +1589,15 @@ static bool km_release_view(km_worker *w, int i, int br_bit) {
     v->taint &= ~(unsigned)br_bit;
     v->maybe &= ~(unsigned)br_bit;
     if (st != UM_OK) {
-      st = um_access_end(b, NULL);
-      KM_ST(w, st, UM_ESTATE, UM_ESTATE, "um_access_end after a refused wrap release ended the bracket");
+      /* the header: "the release is refused with UM_ESTATE and the wrap
+       * stays live (its own open bracket is ended, as for any buffer)" */
+      int st2 = um_access_end(b, NULL);
+      if (km_tolerate(1))
+        KM_CHECK(w, st2 == UM_ESTATE || st2 == UM_OK, "um_access_end after a refused wrap release: %s",
+                 um_err_name(st2));
+      else
+        KM_ST(w, st2, UM_ESTATE, UM_ESTATE,
+              "um_access_end after a refused wrap release (which the header says ended the wrap's bracket)");
     }
   }
   if (st != UM_OK)
@@ -2193,6 +2214,15 @@ static bool km_step(km_worker *w) {
   return ok;
 }
 
+/* After a failed check: end the brackets still open, so that the other
+ * workers, whose operations may wait for them, finish. */
+static void km_abandon(km_worker *w) {
+  for (int b = 0; b < w->nbr; b++)
+    if (w->v[w->br[b].v].live)
+      um_access_end(w->v[w->br[b].v].b, NULL);
+  w->nbr = 0;
+}
+
 static bool km_run(km_worker *w) {
   bool ok = true;
   for (w->step = 0; w->step < w->steps && ok; w->step++)
@@ -2201,6 +2231,8 @@ static bool km_run(km_worker *w) {
     ok = km_end_oldest(w);
   if (ok)
     ok = km_sync(w);
+  if (!ok)
+    km_abandon(w);
   return ok;
 }
 

@@ -239,3 +239,186 @@ Test(kinds_mixed, every_pair_of_kinds, .timeout = 300) {
   km_worker_free(w);
   cr_assert_eq(um_manager_destroy(e.m), UM_OK, "um_manager_destroy: %s", um_last_error());
 }
+
+/* ------------------------------------------------------------------------ */
+/* Reproducers of what the random runs found */
+
+/* um_release of a wrap: "when that wait would pass through an open access
+ * bracket of another buffer (an operation on the wrap follows one that
+ * waits for it), the release is refused with UM_ESTATE and the wrap stays
+ * live (its own open bracket is ended, as for any buffer)". The wrap's own
+ * bracket is still open after the refusal: um_access_end answers UM_OK
+ * where "no bracket open" (UM_ESTATE) is due. */
+Test(kinds_mixed, refused_wrap_release_ends_the_wraps_bracket, .timeout = 60) {
+  static unsigned char mem[4096];
+  um_manager *m = os_manager();
+  um_buffer *w, *x;
+  um_event *ev = NULL;
+  void *wx = NULL, *ww = NULL;
+  int st;
+  cr_assert_eq(um_wrap_host(m, mem, sizeof(mem), 0, &w), UM_OK);
+  cr_assert_eq(um_alloc(m, um_device_get(m, 0), 4096, UM_HOST, 0, &x), UM_OK);
+  cr_assert_eq(um_access_begin(x, UM_MAP_READ_WRITE, &wx), UM_OK);
+  cr_assert_eq(um_access_begin(w, UM_MAP_READ_WRITE, &ww), UM_OK);
+  cr_assert_eq(um_copy(w, 0, x, 0, 64, &ev), UM_OK, "%s", um_last_error()); /* behind both brackets */
+  st = um_release(w);
+  cr_assert_eq(st, UM_ESTATE, "um_release of the wrap: %s", um_err_name(st));
+  st = um_access_end(w, NULL);
+  cr_expect_eq(st, UM_ESTATE,
+               "um_access_end of the wrap after its refused release answered %s: the refusal did not end the "
+               "wrap's own bracket, which the header says it does",
+               um_err_name(st));
+  cr_assert_eq(um_access_end(x, NULL), UM_OK);
+  cr_assert_eq(um_event_wait(ev), UM_OK);
+  cr_assert_eq(um_event_release(ev), UM_OK);
+  cr_assert_eq(um_release(w), UM_OK);
+  cr_assert_eq(um_release(x), UM_OK);
+  cr_assert_eq(um_manager_destroy(m), UM_OK);
+}
+
+/* A thread that opens and ends brackets on S (or maps and unmaps it), as
+ * another part of a program would. */
+typedef struct km_toggler {
+  um_buffer *s;
+  bool map;
+  atomic_int stop;
+} km_toggler;
+
+static void *km_toggle_thread(void *p) {
+  km_toggler *t = p;
+  while (!atomic_load(&t->stop)) {
+    void *h = NULL;
+    if (t->map) {
+      if (um_map(t->s, UM_MAP_READ, 0, 16, &h) == UM_OK) {
+        os_sleep_ms(0);
+        um_unmap(t->s, h);
+      }
+    } else if (um_access_begin(t->s, UM_MAP_READ, &h) == UM_OK) {
+      if (h != NULL && strcmp(os_profile(), "cpu") == 0)
+        um_event_wait((um_event *)h);
+      um_access_end(t->s, NULL);
+    }
+  }
+  return NULL;
+}
+
+/* "Every op is checked before any is issued": a blocking batch answered
+ * UM_ESTATE (its wait would pass through a bracket that another thread
+ * opened meanwhile on the buffer of its second op) after its first op had
+ * run (the host memory that op copies into was written). Seen within a few
+ * hundred batches on the cpu device and on PoCL. */
+Test(kinds_mixed, refused_blocking_batch_issued_nothing, .timeout = 120) {
+  enum { N = 65536 };
+  um_manager *m = os_manager();
+  um_buffer *p, *s;
+  km_toggler t = {0};
+  pthread_t th;
+  uint8_t *src = malloc(N), *dst = malloc(N), tiny[16];
+  long refused = 0, partial = 0, first = -1;
+  uint64_t end = os_now_ms() + 20000;
+  cr_assert(src != NULL && dst != NULL);
+  cr_assert_eq(um_alloc(m, os_device(m), N, UM_DEVICE, 0, &p), UM_OK);
+  cr_assert_eq(um_alloc(m, um_device_get(m, 0), 4096, UM_HOST, 0, &s), UM_OK);
+  memset(src, 0x11, N);
+  cr_assert_eq(um_copy_from_host(p, 0, src, N, NULL), UM_OK);
+  t.s = s;
+  cr_assert_eq(pthread_create(&th, NULL, km_toggle_thread, &t), 0);
+  for (long i = 0; i < 20000 && os_now_ms() < end && partial == 0; i++) {
+    um_copy_op ops[2];
+    int st;
+    memset(ops, 0, sizeof(ops));
+    memset(dst, 0xcc, N);
+    ops[0].src = p;
+    ops[0].host_dst = dst;
+    ops[0].bytes = N;
+    ops[1].src = s;
+    ops[1].host_dst = tiny;
+    ops[1].bytes = sizeof(tiny);
+    st = um_copy_batch(m, ops, 2, NULL);
+    if (st == UM_OK)
+      continue;
+    if (st != UM_ESTATE) {
+      atomic_store(&t.stop, 1);
+      pthread_join(th, NULL);
+      cr_assert_fail("um_copy_batch: %s (%s)", um_err_name(st), um_last_error());
+    }
+    refused++;
+    if (dst[0] != 0xcc || dst[N - 1] != 0xcc) {
+      partial++;
+      first = i;
+    }
+  }
+  atomic_store(&t.stop, 1);
+  pthread_join(th, NULL);
+  cr_expect_eq(partial, 0,
+               "batch %ld answered UM_ESTATE (\"issues nothing\") after its first op had copied into the caller's "
+               "memory (%ld refusals in all)",
+               first, refused);
+  cr_assert_eq(um_release(p), UM_OK);
+  cr_assert_eq(um_release(s), UM_OK);
+  free(src);
+  free(dst);
+  cr_assert_eq(um_manager_destroy(m), UM_OK);
+}
+
+/* The asynchronous twin: um_copy_batch answered UM_OK, and its event then
+ * failed with UM_ESTATE ("buffer ... is mapped": another thread mapped the
+ * buffer of its second op between the batch's check and that op's issue)
+ * while its first op had run. A batch whose ops were all checked is issued
+ * whole, or refused whole. */
+Test(kinds_mixed, failed_batch_event_ran_nothing, .timeout = 120) {
+  enum { N = 65536 };
+  um_manager *m = os_manager();
+  um_buffer *p, *s;
+  km_toggler t = {0};
+  pthread_t th;
+  uint8_t *src = malloc(N), *back = malloc(N), tiny[16] = {0};
+  long failed = 0, partial = 0, first = -1;
+  uint64_t end = os_now_ms() + 20000;
+  cr_assert(src != NULL && back != NULL);
+  cr_assert_eq(um_alloc(m, os_device(m), N, UM_DEVICE, 0, &p), UM_OK);
+  cr_assert_eq(um_alloc(m, um_device_get(m, 0), 4096, UM_HOST, 0, &s), UM_OK);
+  t.s = s;
+  t.map = true;
+  cr_assert_eq(pthread_create(&th, NULL, km_toggle_thread, &t), 0);
+  for (long i = 0; i < 40000 && os_now_ms() < end && partial == 0; i++) {
+    um_copy_op ops[2];
+    um_event *ev = NULL;
+    int st;
+    memset(ops, 0, sizeof(ops));
+    memset(src, (int)(i & 0x7f), N);
+    cr_assert_eq(um_fill(p, 0, 0xAB, N, NULL), UM_OK);
+    ops[0].dst = p;
+    ops[0].host_src = src;
+    ops[0].bytes = N;
+    ops[1].dst = s;
+    ops[1].host_src = tiny;
+    ops[1].bytes = sizeof(tiny);
+    st = um_copy_batch(m, ops, 2, &ev);
+    if (st != UM_OK) {
+      cr_assert_eq(st, UM_ESTATE, "um_copy_batch: %s", um_err_name(st));
+      continue;
+    }
+    st = um_event_wait(ev);
+    cr_assert_eq(um_event_release(ev), UM_OK);
+    if (st == UM_OK)
+      continue;
+    failed++;
+    cr_assert_eq(um_copy_to_host(p, 0, back, N, NULL), UM_OK);
+    if (back[0] == (uint8_t)(i & 0x7f)) {
+      partial++;
+      first = i;
+    }
+  }
+  atomic_store(&t.stop, 1);
+  pthread_join(th, NULL);
+  cr_expect_eq(partial, 0,
+               "batch %ld: um_copy_batch answered UM_OK, its event failed (%ld such events), and its first op had "
+               "run",
+               first, failed);
+  cr_assert_eq(um_release(p), UM_OK);
+  cr_assert_eq(um_release(s), UM_OK);
+  free(src);
+  free(back);
+  cr_assert_eq(um_manager_destroy(m), UM_OK);
+}
