@@ -341,8 +341,9 @@ UM_EXTERN int um_wrap_host(um_manager *m, void *host, size_t bytes,
  * free the memory as soon as this returns; when that wait would pass
  * through an open access bracket of another buffer (an operation on the
  * wrap follows one that waits for it), the release is refused with
- * UM_ESTATE and the wrap stays live (its own open bracket is ended, as for
- * any buffer). A mapped buffer is unmapped first; whether what was written
+ * UM_ESTATE and changes nothing: the wrap stays live, and a bracket open on
+ * it stays open. The wrap's own open bracket is no reason to refuse: the
+ * release ends it, as for any buffer. A mapped buffer is unmapped first; whether what was written
  * through the mapping reaches the device copy is unspecified (the block
  * goes back to the pool). The handle is
  * invalid afterwards: using or releasing it again answers UM_ESTATE until
