@@ -30,6 +30,7 @@ typedef struct ut_test_opts {
   void (*init)(void);
   void (*fini)(void);
   double timeout; /* seconds; 0: none */
+  bool disabled;  /* as Criterion's: not run, not counted */
 } ut_test_opts;
 
 typedef struct ut_test {
@@ -188,7 +189,7 @@ int main(int argc, char **argv) {
     pid_t pid;
     int status;
     snprintf(full, sizeof(full), "%s/%s", t->suite, t->name);
-    if (filter != NULL && fnmatch(filter, full, 0) != 0)
+    if ((filter != NULL && fnmatch(filter, full, 0) != 0) || t->opts->disabled)
       continue;
     fflush(stdout);
     fflush(stderr);
