@@ -339,6 +339,10 @@ struct km_worker {
   char fail[6144];
   bool failed;
   atomic_int finished;
+  /* what um_stats must say (one worker only): fills and net transfers
+   * that ran, since base */
+  um_stats base;
+  unsigned long fills_ran, net_out, net_in, net_ran;
   /* counts, for the report */
   unsigned long n_ops, n_brackets, n_batches, n_bad_batches, n_cancel_ok, n_maps, n_streams, n_nets,
       n_native_ok, n_reallocs, n_syncs, n_orphans, n_refused;
@@ -801,6 +805,13 @@ static bool km_after_issue(km_worker *w, um_event *ev, const char *what, bool al
         break;
       }
 #endif
+      for (size_t k = 0; k + 1 < w->npend; k++)
+        KM_CHECK(w, nat != w->pend[k].cl_ev[0] && nat != w->pend[k].cl_ev[1] && nat != w->pend[k].cu_ev,
+                 "um_event_native of %s gave the caller's own done event of an earlier bracket (%s)", what,
+                 w->pend[k].what);
+      for (int b = 0; b < w->nbr; b++)
+        KM_CHECK(w, nat != w->br[b].wait || w->br[b].wait == NULL,
+                 "um_event_native of %s gave the wait handle of an open bracket", what);
       if (!*canceled)
         p->native = nat;
     }
@@ -1094,8 +1105,10 @@ static bool km_op_fill(km_worker *w) {
       return false;
     snprintf(p->what, sizeof(p->what), "fill %s [%zu,+%zu)", km_vname(w, i), off, n);
   }
-  if (!canceled)
+  if (!canceled) {
     memset(v->model + off, (unsigned char)byte, n);
+    w->fills_ran++;
+  }
   return true;
 }
 
@@ -1564,6 +1577,10 @@ static bool km_end_oldest(km_worker *w) {
     st = um_access_end(v->b, NULL);
     KM_ST(w, st, UM_OK, UM_OK, "um_access_end");
   }
+  if (v->live && !br.release_inside && br.mode != UM_MAP_READ && (bk == KM_OCL || bk == KM_CUDA))
+    KM_CHECK(w, um_buffer_valid(v->b) & UM_VALID_DEVICE,
+             "after a bracket of mode %d, um_buffer_valid of %s is 0x%x (no UM_VALID_DEVICE)", (int)br.mode,
+             km_vname(w, br.v), um_buffer_valid(v->b));
   if (v->live && !(w->lenient && v->shared)) {
     st = um_access_end(v->b, NULL);
     KM_ST(w, st, UM_ESTATE, UM_ESTATE, "a second um_access_end");
@@ -1823,6 +1840,7 @@ static int km_chunk(void *user, um_buffer *chunk, size_t offset, size_t bytes) {
       return 99;
     }
     um_event_release(ev);
+    w->fills_ran++;
   }
   c->next = offset + bytes;
   c->calls++;
@@ -1963,6 +1981,11 @@ static bool km_op_net(km_worker *w) {
       memcpy(N->tmodel + toff, v->model + off, n);
     else
       memcpy(v->model + off, N->tmodel + toff, n);
+    w->net_ran++;
+    if (put)
+      w->net_out += n;
+    else
+      w->net_in += n;
   }
   return true;
 }
@@ -2155,6 +2178,19 @@ static bool km_sync(km_worker *w) {
     w->net->unknown = false;
     w->net->last = NULL;
   }
+  if (!w->threaded) {
+    /* each operation was counted by its own kind */
+    um_stats s;
+    KM_ST(w, um_stats_get(w->env->m, NULL, &s), UM_OK, UM_OK, "um_stats_get");
+    KM_CHECK(w, s.fills - w->base.fills == w->fills_ran, "um_stats says %llu fills ran, %lu did",
+             (unsigned long long)(s.fills - w->base.fills), w->fills_ran);
+    KM_CHECK(w, s.xfer_net - w->base.xfer_net == w->net_ran, "um_stats says %llu net transfers ran, %lu did",
+             (unsigned long long)(s.xfer_net - w->base.xfer_net), w->net_ran);
+    KM_CHECK(w, s.bytes_net_out - w->base.bytes_net_out == w->net_out, "um_stats says %llu bytes put, %lu were",
+             (unsigned long long)(s.bytes_net_out - w->base.bytes_net_out), w->net_out);
+    KM_CHECK(w, s.bytes_net_in - w->base.bytes_net_in == w->net_in, "um_stats says %llu bytes got, %lu were",
+             (unsigned long long)(s.bytes_net_in - w->base.bytes_net_in), w->net_in);
+  }
   return true;
 }
 
@@ -2263,6 +2299,7 @@ static OS_UNUSED km_worker *km_worker_new(km_env *e, int id, long steps, uint64_
   w->rng.s = w->seed * 0x9E3779B97F4A7C15ull + 1;
   w->threaded = threaded;
   w->brackets = w->maps = w->streams = w->cancels = w->reallocs = true;
+  cr_assert_eq(um_stats_get(e->m, NULL, &w->base), UM_OK);
   for (int d = 0; d < e->ndev; d++) {
     w->queue[d] = e->dev[d].bk == KM_OCL ? e->dev[d].nat.cl_queue : e->dev[d].nat.cu_stream;
 #ifdef KM_HAVE_CL_H
@@ -2339,6 +2376,13 @@ static OS_UNUSED void km_run_workers(km_worker **ws, int n, unsigned timeout_ms)
     }
     fputs(msg, stderr);
     fflush(stderr);
+    if (getenv("KM_GDB") != NULL) {
+      /* where every thread is, for the report */
+      char cmd[256];
+      snprintf(cmd, sizeof(cmd), "gdb -p %d -batch -ex 'thread apply all bt 24' >&2 2>/dev/null", (int)getpid());
+      if (system(cmd) != 0)
+        fprintf(stderr, "(gdb failed)\n");
+    }
     cr_assert_fail("%s", msg);
   }
   for (int i = 0; i < n; i++)
