@@ -309,7 +309,18 @@ UM_EXTERN int um_device_synchronize(um_device *d);
  * unless UM_ALLOC_UNPOOLED or pooling is off. Returns UM_EINVAL (NULL,
  * zero size, unknown location or flags, device of another manager),
  * UM_ENOTSUP (the device cannot give loc), UM_ENOMEM (after releasing idle
- * pool blocks and retrying). The caller owns *out until um_release. */
+ * pool blocks and retrying). The caller owns *out until um_release.
+ *
+ * When out-of-memory shows: CUDA commits a block when it is allocated, so
+ * UM_ENOMEM comes from this call. OpenCL drivers commit a buffer only at
+ * the first command that uses it, and unimem does not make a round trip
+ * to the driver to find out at allocation: this call answers UM_ENOMEM
+ * when the DEVICE and UNIFIED bytes unimem holds on the device would pass
+ * its memory size (um_device_info.total_bytes) or device_limit_bytes, or
+ * when one allocation passes the driver's CL_DEVICE_MAX_MEM_ALLOC_SIZE;
+ * memory that the driver still cannot find later (other processes hold
+ * it) fails the first operation on the buffer (its status or event:
+ * UM_ENOMEM), and a kernel of the caller's fails as OpenCL reports it. */
 UM_EXTERN int um_alloc(um_manager *m, um_device *d, size_t bytes,
                        um_location loc, unsigned flags, um_buffer **out);
 /* um_alloc of count * elem_size bytes; UM_EOVERFLOW when that overflows. */

@@ -255,6 +255,13 @@ typedef struct um__backend {
    * calls also come from threads of its own (CUDA's stream watchers) marks
    * those threads with um__thread_completes_inline. */
   int callbacks_reenter;
+  /* 1 when the driver commits a block's memory only at the first command
+   * that uses it (OpenCL), so mem_alloc cannot see the device run out: the
+   * core then refuses a DEVICE or UNIFIED block that would take the bytes
+   * it holds on the device past the device's total_bytes, as it does past
+   * device_limit_bytes, and an out-of-memory the driver meets later fails
+   * the first operation on the block (UM_ENOMEM). */
+  int commits_lazily;
   /* 1 when every xfer_async of a device runs on one in-order queue, in the
    * order of the calls: a transfer started after another on the same device
    * runs after it with no token in after[] (and quiet transfers, with

@@ -47,11 +47,18 @@ bool um__device_limited(const um_device *d) {
   return false;
 }
 
+uint64_t um__device_limit_bytes(const um_device *d) {
+  uint64_t limit = d->m->opts.device_limit_bytes, total = d->info.total_bytes;
+  if (d->be->commits_lazily && total != 0 && (limit == 0 || total < limit))
+    limit = total;
+  return limit;
+}
+
 /* The figures under device_limit_bytes, with what this process holds
  * (block.c's count) taken off where the backend cannot see it (OpenCL has
  * no free-memory query). */
 static void limit_figures(const um_device *d, uint64_t *f, uint64_t *t) {
-  uint64_t limit = d->m->opts.device_limit_bytes;
+  uint64_t limit = um__device_limit_bytes(d);
   uint64_t held = um__atomic_load_relaxed(&d->limited_bytes);
   if (!um__device_limited(d))
     return;

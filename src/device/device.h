@@ -20,6 +20,10 @@ int um__manager_check_process(const um_manager *m);
  * device_limit_bytes (an OpenCL or CUDA device: block.c counts them in
  * limited_bytes). */
 bool um__device_limited(const um_device *d);
+/* The bytes of DEVICE and UNIFIED blocks d may hold: device_limit_bytes,
+ * and at most the device's total_bytes on a backend that commits memory
+ * lazily (um__backend.commits_lazily); 0: no limit. */
+uint64_t um__device_limit_bytes(const um_device *d);
 static inline bool um__process_changed(const um_manager *m) {
   return __builtin_expect(m->fork_gen != um__atomic_load_relaxed(&um__fork_generation), 0);
 }

@@ -29,13 +29,14 @@ static bool limited(const um_device *d, um_location loc) {
 /* Count bytes against the limit before allocating them, so that two
  * threads cannot both pass the check and then together exceed it. */
 static int limit_reserve(um_device *d, size_t bytes) {
-  uint64_t limit = d->m->opts.device_limit_bytes;
+  uint64_t limit = um__device_limit_bytes(d);
   uint_fast64_t held = um__atomic_load_relaxed(&d->limited_bytes);
   do {
     if (limit != 0 && ((uint64_t)bytes > limit || held > limit - (uint64_t)bytes))
-      return um__set_error(UM_ENOMEM, "%s: %zu bytes on %s would pass device_limit_bytes (%llu bytes, %llu in use)",
-                           um__dev_backend_name(d), bytes, d->info.name, (unsigned long long)limit,
-                           (unsigned long long)held);
+      return um__set_error(UM_ENOMEM, "%s: %zu bytes on %s would pass %s (%llu bytes, %llu in use)",
+                           um__dev_backend_name(d), bytes, d->info.name,
+                           limit == d->m->opts.device_limit_bytes ? "device_limit_bytes" : "the device's memory size",
+                           (unsigned long long)limit, (unsigned long long)held);
   } while (!um__atomic_cas_acq_rel(&d->limited_bytes, &held, held + (uint64_t)bytes));
   return UM_OK;
 }

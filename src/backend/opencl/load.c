@@ -138,6 +138,8 @@ const um__backend um__backend_opencl = {
     /* Event callbacks may make non-blocking OpenCL calls (OpenCL 1.2,
      * 5.9 "clSetEventCallback"); native_release and mem_free are such. */
     .callbacks_reenter = 1,
+    /* clCreateBuffer commits nothing: no round trip on a pool miss. */
+    .commits_lazily = 1,
     /* tokens, gates and the caller's queue */
     .native_release = um__ocl_native_release, .tokens_shared = um__ocl_tokens_shared,
     .token_native = um__ocl_token_native, .token_adopt = um__ocl_token_adopt,

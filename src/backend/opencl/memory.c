@@ -33,30 +33,19 @@ static int block_finish(cl_mem mem, void *host, int status, um__mem *out) {
   return UM_OK;
 }
 
+/* No command commits the memory here: a migration and its wait cost a
+ * round trip to the driver's threads on every pool miss, where the
+ * clCreateBuffer itself costs almost nothing. The core keeps the device's
+ * bytes within its size (um__backend.commits_lazily), and a commit that
+ * fails later fails the block's first command with
+ * CL_MEM_OBJECT_ALLOCATION_FAILURE (UM_ENOMEM). The driver places the
+ * buffer on the device that first uses it. */
 static int alloc_device_block(ocl_device *dev, size_t bytes, um__mem *out) {
   cl_mem mem = NULL;
-  cl_event migrated = NULL;
-  cl_int err;
   int status = create_buffer(dev, CL_MEM_READ_WRITE, bytes, &mem);
   if (status != UM_OK)
     return status;
-  /* Drivers commit buffer memory lazily, at the first command that uses it,
-   * so an out-of-memory device would only fail a later copy. Migrating the
-   * (undefined) contents to this device commits the memory now, where the
-   * core can still answer UM_ENOMEM by trimming its pool and retrying. In a
-   * context of several devices it also places the buffer on this one. */
-  um__ocl_submit_begin(dev);
-  err = um__ocl.clEnqueueMigrateMemObjects(dev->queue, 1, &mem,
-                                       CL_MIGRATE_MEM_OBJECT_CONTENT_UNDEFINED,
-                                       0, NULL, &migrated);
-  um__ocl_submit_end(dev);
-  if (err != CL_SUCCESS) {
-    status = um__ocl_translate_cl_error(err, "clEnqueueMigrateMemObjects");
-  } else {
-    status = um__ocl_wait_for_command(migrated, "clEnqueueMigrateMemObjects");
-    um__ocl.clReleaseEvent(migrated);
-  }
-  return block_finish(mem, NULL, status, out);
+  return block_finish(mem, NULL, UM_OK, out);
 }
 
 static int alloc_pinned_block(ocl_device *dev, size_t bytes, um__mem *out) {
