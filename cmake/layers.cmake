@@ -34,7 +34,7 @@ set(UM_LAYER_core_SEES base backend device mem core)
 set(UM_LAYER_ops_SOURCES
   src/ops/event.c src/ops/engine.c src/ops/op.c src/ops/complete.c src/ops/tokens.c src/ops/brackets.c
   src/ops/held.c src/ops/group.c src/ops/path.c src/ops/staged.c src/ops/copy.c src/ops/map.c
-  src/ops/stream.c src/ops/synchronize.c)
+  src/ops/stream.c src/ops/synchronize.c src/ops/queue.c)
 set(UM_LAYER_ops_SEES base backend device mem core ops)
 
 set(UM_LAYER_interop_SOURCES src/interop/access.c src/interop/dlpack.c)

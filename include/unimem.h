@@ -588,8 +588,9 @@ UM_EXTERN int um_buffer_native_get(um_buffer *b, um_buffer_native *out);
  * UM_ESTATE (um_event_wait does wait: see there).
  *
  * um_access_end takes the native event of the caller's last command on b
- * (NULL when the caller has waited for its commands; always NULL on the cpu
- * device). Later operations on b, and um_map, are ordered after it, without
+ * (NULL when the caller has waited for its commands, or queued them on the
+ * thread's queue of um_queue_use, behind which the bracket then ends;
+ * always NULL on the cpu device). Later operations on b, and um_map, are ordered after it, without
  * blocking the host. A writing mode (anything but UM_MAP_READ) makes the
  * device copy the current one. An OpenCL event is retained as long as
  * unimem needs it. A CUevent is not reference-counted: it must have been
@@ -612,6 +613,33 @@ UM_EXTERN int um_buffer_native_get(um_buffer *b, um_buffer_native *out);
  * open, a read-only wrap in a writing mode, b mapped). */
 UM_EXTERN int um_access_begin(um_buffer *b, um_map_mode mode, void **wait_native);
 UM_EXTERN int um_access_end(um_buffer *b, void *done_native);
+
+/* Work on the caller's queue (stream-ordered, as RMM and cudaMallocAsync
+ * are). From this call on, this thread's copies, fills, batches' copies
+ * and access brackets of buffers of d that run on d's queue go to
+ * native_queue instead of unimem's own: an in-order cl_command_queue of
+ * d's context and device (the cl_queue of um_device_native_get, or one of
+ * the caller's), or a CUstream of d's context (the cu_stream there, or the
+ * caller's). An upload, the caller's kernel and a download on that queue
+ * then need no event between them: um_access_begin hands out NULL as the
+ * wait when what was issued on the buffer before is queued there already,
+ * um_access_end with a NULL event ends the bracket behind the commands the
+ * caller queued there so far, and a download queued behind them waits for
+ * nothing else. Per-buffer ordering still holds across queues and threads
+ * (an operation on another queue waits for the buffer's earlier ones, as
+ * always).
+ *
+ * The setting is the calling thread's own, one queue per device; NULL goes
+ * back to unimem's queues. Host copies (memcpy between host views) and
+ * pipelined staging still run on host threads. The queue is retained until
+ * um_manager_destroy; at most 4 queues of the caller's per OpenCL device,
+ * and a thread sets queues on at most 8 devices at once. Work the caller
+ * queues there that never completes (a user event never set) holds up
+ * unimem's work behind it, as any command of that queue. Returns UM_OK,
+ * UM_EINVAL (not a device; not a queue of d's context and device),
+ * UM_ENOTSUP (the cpu device, which has no queues; an out-of-order
+ * queue), UM_ENOMEM (too many queues). */
+UM_EXTERN int um_queue_use(um_device *d, void *native_queue);
 
 /* Add the caller's own OpenCL context, device and queue to m as one more
  * device: unimem allocates in that context and orders its copies with the

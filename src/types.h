@@ -107,6 +107,10 @@ struct um_device {
   uint32_t magic; /* a handle of another kind answers UM_EINVAL */
   um_manager *m;
   int index;
+  /* Unique in the process: a thread's queues name their device by it
+   * (ops/queue.c), so that a stale entry never matches a later device at
+   * the same address. */
+  uint64_t serial;
   const um__backend *be;
   void *bdev;
   um_device_info info;

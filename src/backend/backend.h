@@ -72,8 +72,11 @@ typedef struct um__xfer {
   void *src_bdev;        /* PEER: the device owning src */
   void *wait[2];         /* MARKER: tokens of this device's backend (a gate,
                             an adopted caller's event), or NULL */
-  int queue;             /* QUEUE_MARK: the queue it marks (queue_of; 0 on a
-                            single_queue backend) */
+  int queue;             /* the queue it goes to: QUEUE_MARK's (queue_of; 0
+                            on a single_queue backend); for every kind, a
+                            queue of the caller's that queue_adopt gave;
+                            any other value: the backend's own queue for
+                            the kind */
   void *done_space;      /* xfer_async: NULL, or UM__DONE_SPACE bytes of the
                             caller's, aligned for pointers and untouched by
                             it until done has been called: the backend may
@@ -208,6 +211,14 @@ typedef struct um__backend {
   /* A token that completes after every command queued so far on the queue
    * device_native gives the caller (cl_queue, cu_stream). */
   int (*caller_marker)(void *bdev, void **token);
+  /* Optional (NULL: transfers go to the backend's own queues only). An
+   * in-order queue of the caller's on this device (a cl_command_queue of
+   * its context and device, a CUstream of its context) as one more queue
+   * that transfers go to (um__xfer.queue = *q, never one of queue_of's or
+   * 0), retained until close; the same native queue gives the same q.
+   * UM_EINVAL (not such a queue), UM_ENOTSUP (an out-of-order queue),
+   * UM_ENOMEM (the device takes no more). */
+  int (*queue_adopt)(void *bdev, void *native, int *q);
   /* Block until the token completes; its status. */
   int (*token_wait)(void *bdev, void *token);
   /* Optional (NULL: a waiter polls only the core's own state). Whether the

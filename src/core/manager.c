@@ -28,9 +28,11 @@ static int add_device(um_manager *m, const um__backend *be, const um__bdev_desc 
     return um__set_error(UM_ENOMEM, "a manager holds at most %d devices", UM__MAX_DEVICES);
   if ((d = calloc(1, sizeof(*d))) == NULL)
     return um__set_error(UM_ENOMEM, "out of memory for a device");
+  static atomic_uint_fast64_t serials;
   d->magic = UM__DEVICE_MAGIC;
   d->m = m;
   d->index = n;
+  d->serial = um__atomic_add_relaxed(&serials, 1) + 1;
   d->be = be;
   d->bdev = desc->bdev;
   snprintf(d->info.name, sizeof(d->info.name), "%s", desc->name);

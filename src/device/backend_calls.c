@@ -55,6 +55,13 @@ int um__dev_caller_marker(um_device *d, void **token) {
   return d->be->caller_marker(d->bdev, token);
 }
 
+int um__dev_queue_adopt(um_device *d, void *native, int *q) {
+  if (d->be->queue_adopt == NULL)
+    return um__set_error(UM_ENOTSUP, "device %d (%s) runs no work on queues of the caller's", d->index,
+                         d->info.name);
+  return d->be->queue_adopt(d->bdev, native, q);
+}
+
 void um__dev_device_native(um_device *d, um_device_native *out) {
   if (d->be->device_native != NULL)
     d->be->device_native(d->bdev, out);

@@ -96,6 +96,8 @@ int um__dev_gate_new(um_device *d, void **token);
 void um__dev_gate_open(um_device *d, void *token, int status);
 /* A token behind the caller's queue so far (caller_marker); UM_ENOTSUP without interop. */
 int um__dev_caller_marker(um_device *d, void **token);
+/* A queue of the caller's as one of d's queues (queue_adopt); UM_ENOTSUP without it. */
+int um__dev_queue_adopt(um_device *d, void *native, int *q);
 /* Fill what the backend knows of d's native handles (nothing without device_native). */
 void um__dev_device_native(um_device *d, um_device_native *out);
 /* Fill what the backend knows of a block's native handles (nothing without mem_native). */

@@ -54,7 +54,11 @@ static int start_marker(um_event *op, void *const *after, int nafter, um__done_f
   um__xfer x;
   int st;
   memset(&x, 0, sizeof(x));
-  x.kind = UM__XFER_MARKER;
+  /* On a queue of the caller's, a command of that queue, behind the
+   * caller's commands there; else a join of the tokens on no queue. */
+  x.kind = op->queued_q >= 0 ? UM__XFER_QUEUE_MARK : UM__XFER_MARKER;
+  x.queue = op->queued_q;
+  x.bytes = bracket_buffer(op)->size; /* how much the caller's work may touch */
   x.wait[0] = op->access.wait;
   x.wait[1] = op->access.done;
   st = um__dev_xfer_async(d, &x, after, nafter, done, op, native);
@@ -75,7 +79,7 @@ static void account_nothing(const um_event *op) { (void)op; }
 
 const um__path um__path_access = {.name = "access", .plan = plan_access, .run = run_nothing,
                                   .start_native = start_marker, .account = account_nothing,
-                                  .inline_bytes = SIZE_MAX};
+                                  .inline_bytes = SIZE_MAX, .caller_queue = true};
 
 static bool plan_gate(um_event *op) { return op->kind == UM__OP_GATE; }
 
@@ -103,6 +107,10 @@ static int make_wait(um_event *op, um_event *dep, void **wait) {
   *wait = NULL;
   if (dep == NULL)
     return UM_OK;
+  if (op->queued_q >= 0 && um__op_queued_before(dep, op)) {
+    um__event_unref(dep); /* on the thread's queue already: it runs first */
+    return UM_OK;
+  }
   if (op->native_dev != NULL && (tok = um__op_token_borrow(dep, d)) != NULL) {
     op->access.wait = tok;
     op->access.wait_owner = dep; /* keeps dep's reference until the end */

@@ -249,7 +249,7 @@ void um__complete_refused(um_event *op, int st) {
   um_device *d = op->native_dev;
   op->native_status = st;
   if (d != NULL && um__dev_single_queue(d)) {
-    if (um__queue_mark(d, 0, refused_marked, op) == UM_OK)
+    if (um__queue_mark(d, op->queued_q > 0 ? op->queued_q : 0, refused_marked, op) == UM_OK)
       return;
     (void)um__dev_synchronize(d);
   }

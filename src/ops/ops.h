@@ -95,6 +95,9 @@ struct um__path {
   /* start_native queues a command on the device's queue (not a join), a
    * transfer of this kind (what xfer fills in). */
   bool queued;
+  /* Goes to the thread's queue of the caller's for its device, where the
+   * thread has one (um_queue_use): the queued paths, and a bracket. */
+  bool caller_queue;
   um__xfer_kind kind;
   /* Start host-side asynchronous work (no device queue) without blocking
    * the calling thread: UM_OK, then done(op, status) exactly once from any
@@ -117,6 +120,11 @@ struct um__path {
 /* Choose op's path, and with it native_dev and queued_q (the in-order
  * queue of native_dev it goes to, -1 for none). */
 void um__path_plan(um_event *op);
+/* queue.c: the queue of the caller's that this thread's operations of
+ * device d go to (um_queue_use), or -1. */
+int um__queue_current(const um_device *d);
+/* Whether dep is queued already on the in-order queue that op goes to. */
+bool um__op_queued_before(um_event *dep, const um_event *op);
 bool um__path_runs_inline(const um_event *op);
 /* The host side of a copy: its pointer, or the buffer's host view at the
  * offset; NULL when that end has no host view. Inline: every plan asks. */

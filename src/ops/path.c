@@ -39,7 +39,13 @@ static bool native_on(um_event *op, um_device *d) {
 /* ------------------------------------------------------------------------ */
 /* Single backend calls: one um__xfer, on one device */
 
-static um_device *xfer_of(const um_event *op, um__xfer *x) { return op->path->xfer(op, x); }
+/* The transfer goes to op's queue: the backend's own for its kind, or the
+ * caller's (um_queue_use). */
+static um_device *xfer_of(const um_event *op, um__xfer *x) {
+  um_device *d = op->path->xfer(op, x);
+  x->queue = op->queued_q;
+  return d;
+}
 
 static int run_single(um_event *op) {
   um__xfer x;
@@ -121,6 +127,7 @@ const um__path um__path_fill_host = {.name = "fill-host", .plan = plan_fill_host
 const um__path um__path_fill_device = {.name = "fill-device", .plan = plan_fill_device, .run = run_single,
                                        .start_native = start_single, .account = account_fill,
                                        .account_queued = tally_fill, .xfer = xfer_fill, .queued = true,
+                                       .caller_queue = true,
                                        .kind = UM__XFER_FILL};
 
 /* ------------------------------------------------------------------------ */
@@ -202,7 +209,7 @@ static bool plan_peer(um_event *op) {
 /* One backend call each: queued on the device's queue when it has one. */
 #define SINGLE_CALL(n, p, a, t, x, k)                                                              \
   {.name = n, .plan = p, .run = run_single, .start_native = start_single, .account = a,             \
-   .account_queued = t, .xfer = x, .queued = true, .kind = k}
+   .account_queued = t, .xfer = x, .queued = true, .caller_queue = true, .kind = k}
 const um__path um__path_h2d = SINGLE_CALL("h2d", plan_h2d, account_h2d, tally_h2d, xfer_h2d, UM__XFER_H2D);
 const um__path um__path_d2h = SINGLE_CALL("d2h", plan_d2h, account_d2h, tally_d2h, xfer_d2h, UM__XFER_D2H);
 const um__path um__path_local =
@@ -224,14 +231,21 @@ static const um__path *const copy_paths[] = {
     &um__path_peer, &um__path_staged, /* takes every copy left */
 };
 
-/* The in-order queue of op's device that its path goes to: the device's
- * one queue (single_queue), or its backend's queue for the path's kind of
- * transfer (queue_of); -1 for none, and for an operation that is no
- * command of such a queue (a bracket: the caller's kernel runs on another
- * queue and needs its predecessor's token in its wait list). */
+/* The in-order queue of op's device that its path goes to: the thread's
+ * queue of the caller's for the device (um_queue_use), where it has one
+ * and the path may go there; else the device's one queue (single_queue),
+ * or its backend's queue for the path's kind of transfer (queue_of); -1
+ * for none, and for an operation that is no command of such a queue (a
+ * bracket on unimem's queues: the caller's kernel runs on another queue
+ * and needs its predecessor's token in its wait list). */
 static int queue_of(const um_event *op) {
   const um_device *d = op->native_dev;
-  if (d == NULL || !op->path->queued)
+  int q;
+  if (d == NULL)
+    return -1;
+  if (op->path->caller_queue && (q = um__queue_current(d)) >= 0)
+    return q;
+  if (!op->path->queued)
     return -1;
   return um__dev_queue_of(d, op->path->kind);
 }

@@ -212,6 +212,11 @@ void um__ocl_destroy_device(ocl_device *dev) {
   while (atomic_load_explicit(&dev->walk_tails, memory_order_acquire) != 0)
     sched_yield();
   um__ocl_release_later(dev);
+  for (int q = 1; q < atomic_load(&dev->nqueues); q++) {
+    um__ocl.clFinish(dev->watch[q].queue);
+    um__ocl.clReleaseCommandQueue(dev->watch[q].queue);
+  }
+  pthread_mutex_destroy(&dev->queues_lock);
   if (dev->caller_queue != NULL)
     um__ocl.clReleaseCommandQueue(dev->caller_queue);
   if (dev->queue != NULL) {
@@ -289,10 +294,16 @@ int um__ocl_open_device(cl_device_id id, cl_context context, int context_devices
   dev->id = id;
   dev->context = context;
   dev->context_devices = context_devices;
-  atomic_init(&dev->watch_locked, false);
   atomic_init(&dev->walk_tails, 0);
-  atomic_init(&dev->order_held, false);
-  atomic_init(&dev->watch_unordered, 0);
+  atomic_init(&dev->later_locked, false);
+  atomic_init(&dev->nqueues, 1);
+  pthread_mutex_init(&dev->queues_lock, NULL);
+  for (int q = 0; q < OCL_QUEUES; q++) {
+    dev->watch[q].dev = dev;
+    atomic_init(&dev->watch[q].locked, false);
+    atomic_init(&dev->watch[q].order_held, false);
+    atomic_init(&dev->watch[q].unordered, 0);
+  }
   if (caller_queue != NULL && um__ocl.clRetainCommandQueue(caller_queue) == CL_SUCCESS)
     dev->caller_queue = caller_queue;
   if ((status = query_device(dev, platform_major, opts)) != UM_OK ||
@@ -302,6 +313,7 @@ int um__ocl_open_device(cl_device_id id, cl_context context, int context_devices
     um__ocl_destroy_device(dev);
     return status;
   }
+  dev->watch[0].queue = dev->queue;
   *out = dev;
   return UM_OK;
 }

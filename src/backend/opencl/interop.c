@@ -216,3 +216,53 @@ int um__ocl_adopt(const um_options *opts, void **ctx, void *context, void *devic
   return um__ocl_describe(state, state->device_count - 1, out);
 }
 
+
+/* The caller's queue: of dev's context and device, in order. */
+static int check_queue(ocl_device *dev, cl_command_queue queue) {
+  cl_context context = NULL;
+  cl_device_id id = NULL;
+  cl_command_queue_properties props = 0;
+  if (queue == NULL ||
+      um__ocl.clGetCommandQueueInfo(queue, CL_QUEUE_CONTEXT, sizeof(context), &context, NULL) != CL_SUCCESS ||
+      um__ocl.clGetCommandQueueInfo(queue, CL_QUEUE_DEVICE, sizeof(id), &id, NULL) != CL_SUCCESS ||
+      um__ocl.clGetCommandQueueInfo(queue, CL_QUEUE_PROPERTIES, sizeof(props), &props, NULL) != CL_SUCCESS)
+    return um__set_error(UM_EINVAL, "opencl: %p is not a command queue", (void *)queue);
+  if (context != dev->context || id != dev->id)
+    return um__set_error(UM_EINVAL, "opencl: queue %p is of another %s than device %s", (void *)queue,
+                         context != dev->context ? "context" : "device", dev->name);
+  if (props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE)
+    return um__set_error(UM_ENOTSUP, "opencl: queue %p runs out of order: unimem orders its work by the queue",
+                         (void *)queue);
+  return UM_OK;
+}
+
+int um__ocl_queue_adopt(void *bdev, void *native, int *q) {
+  ocl_device *dev = bdev;
+  cl_command_queue queue = native;
+  int st = check_queue(dev, queue), n;
+  if (st != UM_OK)
+    return st;
+  if (queue == dev->queue) {
+    *q = 0;
+    return UM_OK;
+  }
+  pthread_mutex_lock(&dev->queues_lock);
+  n = atomic_load_explicit(&dev->nqueues, memory_order_relaxed);
+  for (int i = 1; i < n; i++)
+    if (dev->watch[i].queue == queue) {
+      *q = i;
+      pthread_mutex_unlock(&dev->queues_lock);
+      return UM_OK;
+    }
+  if (n == OCL_QUEUES) {
+    pthread_mutex_unlock(&dev->queues_lock);
+    return um__set_error(UM_ENOMEM, "opencl: device %s takes at most %d queues of the caller's", dev->name,
+                         OCL_QUEUES - 1);
+  }
+  um__ocl.clRetainCommandQueue(queue);
+  dev->watch[n].queue = queue;
+  atomic_store_explicit(&dev->nqueues, n + 1, memory_order_release);
+  pthread_mutex_unlock(&dev->queues_lock);
+  *q = n;
+  return UM_OK;
+}

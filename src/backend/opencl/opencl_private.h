@@ -166,11 +166,33 @@ typedef struct ocl_api {
  * next walk to release (um__ocl_native_release). */
 #define OCL_RELEASE_LATER 1024
 
+/* An in-order queue that transfers go to, and its watch list (watch.c):
+ * watched commands of this queue, oldest first, not reported yet; the
+ * newest of them with no callback of its own; whether the lazy callback
+ * is armed (0 or 1); walks running. Queue 0 is unimem's own; the others
+ * are queues of the caller's (um_queue_use, um__ocl_queue_adopt). */
+typedef struct ocl_watch {
+  struct ocl_device *dev;
+  cl_command_queue queue;   /* retained */
+  atomic_bool locked;       /* um__ocl_watch_lock() */
+  struct transfer_completion *head, *tail, *unarmed;
+  int lazy;
+  int walking; /* a walk runs (one at a time) */
+  int again;   /* a callback fired during it: it goes round again */
+  /* Commands put on the list without the order lock (um__ocl_order_begin),
+   * and the lock: a watched command is enqueued and listed in one hold. */
+  atomic_uint unordered;
+  atomic_bool order_held; /* the order lock: only ever tried, never waited for */
+} ocl_watch;
+
+/* unimem's own queue and the caller's queues transfers may go to. */
+#define OCL_QUEUES 5
+
 typedef struct ocl_device {
   cl_platform_id platform;
   cl_device_id id;
   cl_context context; /* shared by every device of the platform; not owned */
-  cl_command_queue queue;        /* unimem's */
+  cl_command_queue queue;        /* unimem's (watch[0].queue) */
   cl_command_queue caller_queue; /* the caller's (um_device_native) */
   int context_devices; /* devices in context: peers exist when > 1 */
   int fine_grain_svm;  /* UM_UNIFIED can be given */
@@ -187,21 +209,16 @@ typedef struct ocl_device {
   /* The driver runs each command inside the call that submits it (PoCL's
    * basic device): calls that submit take submit_lock (below). */
   int runs_inline;
-  /* Watched transfers, oldest first, not reported yet (the watch list,
-   * below); the newest of them with no callback of its own; whether the
-   * lazy callback is armed (0 or 1); walks running. */
-  atomic_bool watch_locked; /* um__ocl_watch_lock() */
-  struct transfer_completion *watch_head, *watch_tail, *watch_unarmed;
-  int watch_lazy;
-  int watch_walking; /* a walk runs (one at a time) */
-  int watch_again;   /* a callback fired during it: it goes round again */
-  /* Commands put on the list without the order lock (um__ocl_order_begin), and
-   * the lock: a watched command is enqueued and listed in one hold. */
-  atomic_uint watch_unordered;
-  atomic_bool order_held; /* the order lock: only ever tried, never waited for */
+  /* The queues transfers go to: watch[0] unimem's, then the caller's that
+   * um__ocl_queue_adopt added (nqueues in all; added under queues_lock,
+   * published by nqueues, release). */
+  ocl_watch watch[OCL_QUEUES];
+  atomic_int nqueues;
+  pthread_mutex_t queues_lock;
   /* Events whose last reference was put on a thread that does not report
-   * completions, for the next walk to release (um__ocl_native_release); under
-   * um__ocl_watch_lock. */
+   * completions, for the next walk to release (um__ocl_native_release);
+   * under um__ocl_later_lock. */
+  atomic_bool later_locked;
   int nlater;
   cl_event later[OCL_RELEASE_LATER];
   /* Walks that took kept events and release them after their reports: the
@@ -224,7 +241,7 @@ typedef struct ocl_state {
 typedef struct transfer_completion {
   um__done_fn done;
   void *arg;
-  struct ocl_device *dev;           /* whose watch list it is on */
+  struct ocl_watch *watch;          /* whose watch list it is on */
   cl_event event;                   /* the command's */
   struct transfer_completion *next; /* in the device's watch list */
   cl_int status;                    /* once ended: its execution status (set by
@@ -237,7 +254,7 @@ typedef struct transfer_completion {
                              WATCH_OWN, or WATCH_LAZY (it covers the small
                              commands before it); under um__ocl_watch_lock */
   unsigned char ordered;  /* enqueued and put on the list in one hold of
-                             the device's order lock, with no unordered
+                             its queue's order lock, with no unordered
                              entry put on the list meanwhile: the entries
                              before it on the list were enqueued before it
                              (set by um__ocl_watch_add) */
@@ -347,6 +364,8 @@ int um__ocl_peer_possible(void *a, void *b);
 int um__ocl_tokens_shared(void *a, void *b);
 /* (table) Nothing to enable. */
 int um__ocl_peer_enable(void *a, void *b);
+/* (table) The caller's in-order queue of dev's context and device as a queue transfers may go to. */
+int um__ocl_queue_adopt(void *bdev, void *native, int *q);
 
 /* transfers.c */
 /* The OpenCL call a transfer kind is enqueued with, for errors. */
@@ -364,22 +383,33 @@ void um__ocl_release_later(ocl_device *dev);
 void um__ocl_native_release(void *bdev, void *native);
 
 /* watch.c */
-/* The watch list's lock (watch_locked), a spin. */
-void um__ocl_watch_lock(ocl_device *dev);
-void um__ocl_watch_unlock(ocl_device *dev);
+/* A spin lock of a few dozen instructions at a time: a watch list's
+ * (ocl_watch.locked), the kept events' (later_locked). */
+void um__ocl_spin_lock(atomic_bool *locked);
+void um__ocl_spin_unlock(atomic_bool *locked);
+#define um__ocl_watch_lock(w) um__ocl_spin_lock(&(w)->locked)
+#define um__ocl_watch_unlock(w) um__ocl_spin_unlock(&(w)->locked)
+#define um__ocl_later_lock(dev) um__ocl_spin_lock(&(dev)->later_locked)
+#define um__ocl_later_unlock(dev) um__ocl_spin_unlock(&(dev)->later_locked)
 /* Set while this thread reports a walk's entries (watch_report). */
 extern _Thread_local int um__ocl_reporting;
-/* Under watch_lock: take the events kept for the next walk into out. */
+/* Under later_lock: take the events kept for the next walk into out. */
 int um__ocl_take_later_locked(ocl_device *dev, cl_event *out);
 /* unimem's last reference on a token's event, and on n of them. */
 void um__ocl_release_token(cl_event ev);
 void um__ocl_release_events(const cl_event *ev, int n);
-/* The order lock of a device (order_held), only ever tried; order_begin says whether it is held. */
-int um__ocl_order_begin(ocl_device *dev, unsigned *unordered0);
-void um__ocl_order_end(ocl_device *dev, int held);
-/* Put c's command on dev's watch list, submit it, and arm a callback where needed. */
-void um__ocl_watch_add(ocl_device *dev, transfer_completion *c, int own, int held, unsigned unordered0);
-/* The wait list of x: after[]'s tokens of other queues, then x->wait[]. */
-cl_uint um__ocl_build_wait_list(ocl_device *dev, const um__xfer *x, void *const *after, int nafter, cl_event *list);
+/* The order lock of a queue (order_held), only ever tried; order_begin says whether it is held. */
+int um__ocl_order_begin(ocl_watch *w, unsigned *unordered0);
+void um__ocl_order_end(ocl_watch *w, int held);
+/* Put c's command on w's watch list, submit it, and arm a callback where needed. */
+void um__ocl_watch_add(ocl_watch *w, transfer_completion *c, int own, int held, unsigned unordered0);
+/* After a blocking command of w's queue ended: the commands queued there
+ * before it have ended too, and a walk (unless one runs) reports them now,
+ * on this thread, instead of at the lazy callback's next run. */
+void um__ocl_watch_poll(ocl_watch *w);
+/* The queue x goes to (its x->queue; unimem's own for one not adopted). */
+ocl_watch *um__ocl_watch_of(ocl_device *dev, const um__xfer *x);
+/* The wait list of x on w's queue: after[]'s tokens of other queues, then x->wait[]. */
+cl_uint um__ocl_build_wait_list(const ocl_watch *w, const um__xfer *x, void *const *after, int nafter, cl_event *list);
 
 #endif

@@ -59,41 +59,43 @@ static int check_transfer(ocl_device *dev, const um__xfer *x) {
   return status;
 }
 
-/* Enqueue x on dev's queue after wait_list, returning its event. Read and
+/* Enqueue x on w's queue after wait_list, returning its event. Read and
  * write take the blocking flag; copy and fill have none (the caller waits on
  * the event). */
-static int enqueue_transfer(ocl_device *dev, const um__xfer *x,
+static int enqueue_transfer(ocl_watch *w, const um__xfer *x,
                             cl_bool blocking, cl_uint wait_count,
                             const cl_event *wait_list, cl_event *event) {
+  ocl_device *dev = w->dev;
+  cl_command_queue queue = w->queue;
   cl_int err;
   const char *call;
   um__ocl_submit_begin(dev);
   switch (x->kind) {
   case UM__XFER_H2D:
     call = "clEnqueueWriteBuffer";
-    err = um__ocl.clEnqueueWriteBuffer(dev->queue, (cl_mem)x->dst->handle,
+    err = um__ocl.clEnqueueWriteBuffer(queue, (cl_mem)x->dst->handle,
                                    blocking, x->dst_off, x->bytes, x->host,
                                    wait_count, wait_list, event);
     break;
   case UM__XFER_D2H:
     call = "clEnqueueReadBuffer";
-    err = um__ocl.clEnqueueReadBuffer(dev->queue, (cl_mem)x->src->handle, blocking,
+    err = um__ocl.clEnqueueReadBuffer(queue, (cl_mem)x->src->handle, blocking,
                                   x->src_off, x->bytes, x->host, wait_count,
                                   wait_list, event);
     break;
   case UM__XFER_FILL:
     call = "clEnqueueFillBuffer";
-    err = um__ocl.clEnqueueFillBuffer(dev->queue, (cl_mem)x->dst->handle,
+    err = um__ocl.clEnqueueFillBuffer(queue, (cl_mem)x->dst->handle,
                                   &x->value, 1, x->dst_off, x->bytes,
                                   wait_count, wait_list, event);
     break;
-  case UM__XFER_QUEUE_MARK: /* an empty wait list: after everything queued */
+  case UM__XFER_QUEUE_MARK: /* after everything queued, and wait_list */
     call = "clEnqueueMarkerWithWaitList";
-    err = um__ocl.clEnqueueMarkerWithWaitList(dev->queue, 0, NULL, event);
+    err = um__ocl.clEnqueueMarkerWithWaitList(queue, wait_count, wait_list, event);
     break;
   default: /* D2D, and PEER: one context holds both devices' buffers */
     call = "clEnqueueCopyBuffer";
-    err = um__ocl.clEnqueueCopyBuffer(dev->queue, (cl_mem)x->src->handle,
+    err = um__ocl.clEnqueueCopyBuffer(queue, (cl_mem)x->src->handle,
                                   (cl_mem)x->dst->handle, x->src_off,
                                   x->dst_off, x->bytes, wait_count, wait_list,
                                   event);
@@ -123,33 +125,41 @@ const char *um__ocl_transfer_call_name(um__xfer_kind kind) {
 int um__ocl_xfer(void *bdev, const um__xfer *x) {
   ocl_device *dev = bdev;
   cl_event event = NULL;
+  ocl_watch *w;
   int status = check_transfer(dev, x);
   if (status != UM_OK)
     return status;
+  w = um__ocl_watch_of(dev, x);
   /* Reads and writes take the blocking flag: the very call an application
    * would make, so a blocking copy costs what the raw call does (unless
    * the caller asked to spin: the driver's own blocking wait sleeps). */
-  if ((x->kind == UM__XFER_H2D || x->kind == UM__XFER_D2H) && dev->spin_ns == 0)
-    return enqueue_transfer(dev, x, CL_TRUE, 0, NULL, NULL);
+  if ((x->kind == UM__XFER_H2D || x->kind == UM__XFER_D2H) && dev->spin_ns == 0) {
+    status = enqueue_transfer(w, x, CL_TRUE, 0, NULL, NULL);
+    um__ocl_watch_poll(w);
+    return status;
+  }
   /* Copies and fills have no such flag: a wait on this command's own event,
    * rather than clFinish, so that a blocking copy does not wait for other
    * threads' work queued behind it. */
   um__ocl_settle(dev);
-  status = enqueue_transfer(dev, x, CL_FALSE, 0, NULL, &event);
+  status = enqueue_transfer(w, x, CL_FALSE, 0, NULL, &event);
   if (status != UM_OK)
     return status;
+  if (w != &dev->watch[0]) /* the wait below flushes unimem's own queue */
+    um__ocl.clFlush(w->queue);
   status = um__ocl_wait_for_own_command(dev, event, um__ocl_transfer_call_name(x->kind));
   um__ocl.clReleaseEvent(event);
+  um__ocl_watch_poll(w);
   return status;
 }
 
-static transfer_completion *completion_new(ocl_device *dev, const um__xfer *x, um__done_fn done, void *arg) {
+static transfer_completion *completion_new(ocl_watch *w, const um__xfer *x, um__done_fn done, void *arg) {
   transfer_completion *c = x->done_space;
   if (c == NULL && (c = malloc(sizeof(*c))) == NULL)
     return NULL;
   c->done = done;
   c->arg = arg;
-  c->dev = dev;
+  c->watch = w;
   c->event = NULL;
   c->next = NULL;
   c->kind = (unsigned char)x->kind;
@@ -244,7 +254,7 @@ static int start_quiet(ocl_device *dev, const um__xfer *x) {
   int status = check_transfer(dev, x);
   if (status != UM_OK)
     return status;
-  return enqueue_transfer(dev, x, CL_FALSE, 0, NULL, NULL);
+  return enqueue_transfer(um__ocl_watch_of(dev, x), x, CL_FALSE, 0, NULL, NULL);
 }
 
 int um__ocl_xfer_async(void *bdev, const um__xfer *x, void *const *after, int nafter,
@@ -261,23 +271,25 @@ int um__ocl_xfer_async(void *bdev, const um__xfer *x, void *const *after, int na
   cl_uint waits;
   unsigned unordered0 = 0;
   int status, held;
+  ocl_watch *w;
 
   if (done == NULL || native == NULL || nafter < 0 || (nafter > 0 && after == NULL))
     return um__set_error(UM_EINVAL, "opencl: bad asynchronous transfer");
   if ((status = check_transfer(dev, x)) != UM_OK)
     return status;
-  completion = completion_new(dev, x, done, arg);
+  w = um__ocl_watch_of(dev, x);
+  completion = completion_new(w, x, done, arg);
   if (nafter + 2 > OCL_INLINE_WAIT_LIST)
     wait_list = malloc((size_t)(nafter + 2) * sizeof(*wait_list));
   if (completion == NULL || wait_list == NULL) {
     status = um__set_error(UM_ENOMEM, "opencl: out of host memory");
     goto fail;
   }
-  waits = um__ocl_build_wait_list(dev, x, after, nafter, wait_list);
-  held = um__ocl_order_begin(dev, &unordered0);
-  status = enqueue_transfer(dev, x, CL_FALSE, waits, waits > 0 ? wait_list : NULL, &event);
+  waits = um__ocl_build_wait_list(w, x, after, nafter, wait_list);
+  held = um__ocl_order_begin(w, &unordered0);
+  status = enqueue_transfer(w, x, CL_FALSE, waits, waits > 0 ? wait_list : NULL, &event);
   if (status != UM_OK) {
-    um__ocl_order_end(dev, held);
+    um__ocl_order_end(w, held);
     goto fail;
   }
   completion->event = event;
@@ -285,7 +297,10 @@ int um__ocl_xfer_async(void *bdev, const um__xfer *x, void *const *after, int na
     um__ocl.clRetainEvent(event);
     completion->retained = 1;
   }
-  um__ocl_watch_add(dev, completion, x->kind == UM__XFER_QUEUE_MARK || x->bytes >= WATCH_OWN_BYTES, held, unordered0);
+  /* A queue mark of a run (no bytes) stands for many copies; a bracket's
+   * says how much the caller's work may touch. */
+  um__ocl_watch_add(w, completion, (x->kind == UM__XFER_QUEUE_MARK && x->bytes == 0) || x->bytes >= WATCH_OWN_BYTES,
+                    held, unordered0);
   if (wait_list != inline_wait_list)
     free(wait_list);
   *native = event;
@@ -303,9 +318,9 @@ fail:
 void um__ocl_release_later(ocl_device *dev) {
   cl_event out[OCL_RELEASE_LATER];
   int n;
-  um__ocl_watch_lock(dev);
+  um__ocl_later_lock(dev);
   n = um__ocl_take_later_locked(dev, out);
-  um__ocl_watch_unlock(dev);
+  um__ocl_later_unlock(dev);
   um__ocl_release_events(out, n);
 }
 
@@ -332,11 +347,11 @@ void um__ocl_native_release(void *bdev, void *native) {
   if (native == NULL)
     return;
   if (!um__ocl_reporting) {
-    um__ocl_watch_lock(dev);
+    um__ocl_later_lock(dev);
     kept = dev->nlater < OCL_RELEASE_LATER;
     if (kept)
       dev->later[dev->nlater++] = (cl_event)native;
-    um__ocl_watch_unlock(dev);
+    um__ocl_later_unlock(dev);
     if (kept)
       return;
     um__ocl_release_later(dev); /* full: this release takes the list */

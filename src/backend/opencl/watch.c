@@ -39,14 +39,15 @@
  * complete first: the driver may still be about to call the callback, and
  * the report may release the event's last reference. */
 
-/* The watch list's lock (watch_locked): held for a few dozen instructions
- * at a time (an entry put on the list, the list taken or put back, an
- * entry marked fired), never across a driver call, so a spin; a thread
- * that finds the holder preempted yields its CPU to it. */
-void um__ocl_watch_lock(ocl_device *dev) {
+/* The watch list's lock (ocl_watch.locked), and the kept events': held
+ * for a few dozen instructions at a time (an entry put on the list, the
+ * list taken or put back, an entry marked fired), never across a driver
+ * call, so a spin; a thread that finds the holder preempted yields its CPU
+ * to it. */
+void um__ocl_spin_lock(atomic_bool *locked) {
   int spins = 0;
-  while (atomic_exchange_explicit(&dev->watch_locked, true, memory_order_acquire))
-    while (atomic_load_explicit(&dev->watch_locked, memory_order_relaxed)) {
+  while (atomic_exchange_explicit(locked, true, memory_order_acquire))
+    while (atomic_load_explicit(locked, memory_order_relaxed)) {
       if (++spins < 64)
         um__cpu_pause();
       else
@@ -54,9 +55,7 @@ void um__ocl_watch_lock(ocl_device *dev) {
     }
 }
 
-void um__ocl_watch_unlock(ocl_device *dev) {
-  atomic_store_explicit(&dev->watch_locked, false, memory_order_release);
-}
+void um__ocl_spin_unlock(atomic_bool *locked) { atomic_store_explicit(locked, false, memory_order_release); }
 
 /* The entry whose callback this thread is registering: a driver that calls
  * the callback inside clSetEventCallback (the command completed already)
@@ -68,7 +67,7 @@ static _Thread_local int armed_fired;
 /* Set while this thread reports a walk's entries (watch_report). */
 _Thread_local int um__ocl_reporting;
 
-/* Under um__ocl_watch_lock: take the events kept for the next walk into out. */
+/* Under um__ocl_later_lock: take the events kept for the next walk into out. */
 int um__ocl_take_later_locked(ocl_device *dev, cl_event *out) {
   int n = dev->nlater;
   memcpy(out, dev->later, (size_t)n * sizeof(out[0]));
@@ -87,40 +86,40 @@ void um__ocl_release_events(const cl_event *ev, int n) {
     um__ocl_release_token(ev[i]);
 }
 
-static void watch_walk_locked(ocl_device *dev);
+static void watch_walk_locked(ocl_watch *w);
 
-/* Under um__ocl_watch_lock: become the device's walker, or leave the walk to the
+/* Under um__ocl_watch_lock: become the queue's walker, or leave the walk to the
  * one running (it goes round again). */
-static void watch_walk_or_hand_over(ocl_device *dev) {
-  if (dev->watch_walking) {
-    dev->watch_again = 1;
-    um__ocl_watch_unlock(dev);
+static void watch_walk_or_hand_over(ocl_watch *w) {
+  if (w->walking) {
+    w->again = 1;
+    um__ocl_watch_unlock(w);
     return; /* nothing of ours runs after this unlock */
   }
-  dev->watch_walking = 1;
-  watch_walk_locked(dev);
+  w->walking = 1;
+  watch_walk_locked(w);
 }
 
 static void CL_CALLBACK on_watch_fired(cl_event event, cl_int execution_status, void *user_data) {
   transfer_completion *c = user_data;
-  ocl_device *dev = c->dev;
+  ocl_watch *w = c->watch;
   (void)event;
-  um__ocl_watch_lock(dev);
+  um__ocl_watch_lock(w);
   c->status = execution_status;
   atomic_store_explicit(&c->fired, 1, memory_order_release);
   if (arming == c) {
     armed_fired = 1;
-    um__ocl_watch_unlock(dev);
+    um__ocl_watch_unlock(w);
     return;
   }
-  watch_walk_or_hand_over(dev);
+  watch_walk_or_hand_over(w);
 }
 
 /* Register the callback on c's command. Returns 0 when it is armed (the
  * callback reports later), 1 when c is fired already: its callback ran
  * inside the registration, or none could be registered (the command was
  * waited for here: its report cannot be lost). The caller walks then. */
-static int watch_arm(ocl_device *dev, transfer_completion *c) {
+static int watch_arm(ocl_watch *w, transfer_completion *c) {
   cl_int err;
   arming = c;
   armed_fired = 0;
@@ -128,10 +127,10 @@ static int watch_arm(ocl_device *dev, transfer_completion *c) {
   arming = NULL;
   if (err != CL_SUCCESS) {
     cl_int st = um__ocl_wait_command_status(c->event);
-    um__ocl_watch_lock(dev);
+    um__ocl_watch_lock(w);
     c->status = st;
     atomic_store_explicit(&c->fired, 1, memory_order_release);
-    um__ocl_watch_unlock(dev);
+    um__ocl_watch_unlock(w);
     return 1;
   }
   return armed_fired;
@@ -203,19 +202,23 @@ static int watch_reportable(transfer_completion *c, int before_sure, int *runnin
  * after its reports, counted in walk_tails until then: the core may
  * close the backend once the last report returned, and um__ocl_destroy_device
  * waits for such a tail. */
-static void watch_walk_locked(ocl_device *dev) {
+static void watch_walk_locked(ocl_watch *w) {
+  ocl_device *dev = w->dev;
   transfer_completion *ready = NULL, **ready_end = &ready;
   cl_event later[OCL_RELEASE_LATER];
-  int nlater = um__ocl_take_later_locked(dev, later);
+  int nlater;
+  um__ocl_later_lock(dev);
+  nlater = um__ocl_take_later_locked(dev, later);
+  um__ocl_later_unlock(dev);
   if (nlater > 0) /* before any report: the device outlives this walk */
     atomic_fetch_add_explicit(&dev->walk_tails, 1, memory_order_relaxed);
   for (;;) {
-    transfer_completion *list = dev->watch_head, *rest = NULL, *rest_last = NULL, *rest_unarmed = NULL;
+    transfer_completion *list = w->head, *rest = NULL, *rest_last = NULL, *rest_unarmed = NULL;
     transfer_completion *arm = NULL, *sure;
     int fired_lazy = 0, running = 0, before_sure;
-    dev->watch_again = 0;
-    dev->watch_head = dev->watch_tail = dev->watch_unarmed = NULL;
-    um__ocl_watch_unlock(dev);
+    w->again = 0;
+    w->head = w->tail = w->unarmed = NULL;
+    um__ocl_watch_unlock(w);
     sure = watch_last_sure(list);
     before_sure = sure != NULL;
     while (list != NULL) {
@@ -238,35 +241,35 @@ static void watch_walk_locked(ocl_device *dev) {
       if (!c->armed)
         rest_unarmed = c;
     }
-    um__ocl_watch_lock(dev);
+    um__ocl_watch_lock(w);
     if (rest != NULL) { /* older than what was added meanwhile */
-      rest_last->next = dev->watch_head;
-      if (dev->watch_head == NULL)
-        dev->watch_tail = rest_last;
-      dev->watch_head = rest;
-      if (dev->watch_unarmed == NULL)
-        dev->watch_unarmed = rest_unarmed;
+      rest_last->next = w->head;
+      if (w->head == NULL)
+        w->tail = rest_last;
+      w->head = rest;
+      if (w->unarmed == NULL)
+        w->unarmed = rest_unarmed;
     }
-    dev->watch_lazy -= fired_lazy;
-    if (dev->watch_again)
+    w->lazy -= fired_lazy;
+    if (w->again)
       continue;
-    if (dev->watch_lazy == 0 && dev->watch_unarmed != NULL) {
-      arm = dev->watch_unarmed; /* it covers the small entries before it */
+    if (w->lazy == 0 && w->unarmed != NULL) {
+      arm = w->unarmed; /* it covers the small entries before it */
       arm->armed = WATCH_LAZY;
-      dev->watch_lazy = 1;
-      dev->watch_unarmed = NULL;
+      w->lazy = 1;
+      w->unarmed = NULL;
     }
     if (arm != NULL) {
-      um__ocl_watch_unlock(dev);
-      watch_arm(dev, arm); /* fired already: it is on the list, marked */
-      um__ocl_watch_lock(dev);
-      if (dev->watch_again || atomic_load_explicit(&arm->fired, memory_order_relaxed))
+      um__ocl_watch_unlock(w);
+      watch_arm(w, arm); /* fired already: it is on the list, marked */
+      um__ocl_watch_lock(w);
+      if (w->again || atomic_load_explicit(&arm->fired, memory_order_relaxed))
         continue;
     }
     break;
   }
-  dev->watch_walking = 0;
-  um__ocl_watch_unlock(dev);
+  w->walking = 0;
+  um__ocl_watch_unlock(w);
   um__ocl_reporting++;
   watch_report(ready);
   um__ocl_reporting--;
@@ -276,7 +279,7 @@ static void watch_walk_locked(ocl_device *dev) {
   }
 }
 
-/* The order lock of a device (order_held): a watched command is enqueued
+/* The order lock of a queue (order_held): a watched command is enqueued
  * and put on the list in one hold of it, so that the list's order is the
  * queue's (the walk relies on it to report the small entries before a
  * completed one unasked). Only ever tried, so no thread ever waits for it: a thread
@@ -285,62 +288,62 @@ static void watch_walk_locked(ocl_device *dev) {
  * without it is not ordered, nor is one whose hold saw such a command put
  * on the list (watch_unordered moved): its place on the list may not be
  * its place in the queue. */
-int um__ocl_order_begin(ocl_device *dev, unsigned *unordered0) {
-  if (atomic_load_explicit(&dev->order_held, memory_order_relaxed) ||
-      atomic_exchange_explicit(&dev->order_held, true, memory_order_acquire))
+int um__ocl_order_begin(ocl_watch *w, unsigned *unordered0) {
+  if (atomic_load_explicit(&w->order_held, memory_order_relaxed) ||
+      atomic_exchange_explicit(&w->order_held, true, memory_order_acquire))
     return 0;
-  *unordered0 = atomic_load_explicit(&dev->watch_unordered, memory_order_relaxed);
+  *unordered0 = atomic_load_explicit(&w->unordered, memory_order_relaxed);
   return 1;
 }
 
-void um__ocl_order_end(ocl_device *dev, int held) {
+void um__ocl_order_end(ocl_watch *w, int held) {
   if (held)
-    atomic_store_explicit(&dev->order_held, false, memory_order_release);
+    atomic_store_explicit(&w->order_held, false, memory_order_release);
 }
 
 /* Watch c's command (c->event), enqueued under the order lock when held
  * (with watch_unordered at unordered0 then): put it on the list, drop the
  * order lock, submit it, and register a callback on it when it is large,
  * or small with no lazy callback armed and no walk to arm one. */
-void um__ocl_watch_add(ocl_device *dev, transfer_completion *c, int own, int held, unsigned unordered0) {
+void um__ocl_watch_add(ocl_watch *w, transfer_completion *c, int own, int held, unsigned unordered0) {
   int arm = 1;
-  um__ocl_watch_lock(dev);
+  um__ocl_watch_lock(w);
   if (held) {
-    c->ordered = atomic_load_explicit(&dev->watch_unordered, memory_order_relaxed) == unordered0;
+    c->ordered = atomic_load_explicit(&w->unordered, memory_order_relaxed) == unordered0;
   } else {
     c->ordered = 0;
-    um__atomic_add_relaxed(&dev->watch_unordered, 1);
+    um__atomic_add_relaxed(&w->unordered, 1);
   }
-  if (dev->watch_tail != NULL)
-    dev->watch_tail->next = c;
+  if (w->tail != NULL)
+    w->tail->next = c;
   else
-    dev->watch_head = c;
-  dev->watch_tail = c;
+    w->head = c;
+  w->tail = c;
   if (own) {
     c->armed = WATCH_OWN;
-  } else if (dev->watch_lazy == 0 && !dev->watch_walking) {
+  } else if (w->lazy == 0 && !w->walking) {
     c->armed = WATCH_LAZY;
-    dev->watch_lazy = 1;
-    dev->watch_unarmed = NULL;
+    w->lazy = 1;
+    w->unarmed = NULL;
   } else {
-    dev->watch_unarmed = c;
+    w->unarmed = c;
     arm = 0;
   }
-  um__ocl_watch_unlock(dev);
-  um__ocl_order_end(dev, held);
+  um__ocl_watch_unlock(w);
+  um__ocl_order_end(w, held);
   /* Commands may sit in the queue until flushed; nobody may ever wait on
    * this one, so submit it now. A failing flush leaves the command queued,
    * and its callback still runs when the queue is finished. */
-  um__ocl_submit_begin(dev);
-  um__ocl.clFlush(dev->queue);
-  um__ocl_submit_end(dev);
-  if (arm && watch_arm(dev, c)) {
-    um__ocl_watch_lock(dev);
-    watch_walk_or_hand_over(dev);
+  um__ocl_submit_begin(w->dev);
+  um__ocl.clFlush(w->queue);
+  um__ocl_submit_end(w->dev);
+  if (arm && watch_arm(w, c)) {
+    um__ocl_watch_lock(w);
+    watch_walk_or_hand_over(w);
   }
 }
 
-/* The wait list of x: the tokens of after[] that are not this device's own
+/* The wait list of x on w's queue: the tokens of after[] that are not that
  * queue's, then x->wait[] (a MARKER's gate or caller's event). Tokens are
  * this backend's cl_events; copy them rather than reinterpret the void *
  * array as a cl_event array. A command of this device's own queue needs no
@@ -348,14 +351,14 @@ void um__ocl_watch_add(ocl_device *dev, transfer_completion *c, int own, int hel
  * before this one. Leaving them out matters: PoCL tracks every wait-list
  * entry as a dependency (docs/design.md, Decisions: "Completions inside the
  * driver's callback"). */
-cl_uint um__ocl_build_wait_list(ocl_device *dev, const um__xfer *x, void *const *after, int nafter,
+cl_uint um__ocl_build_wait_list(const ocl_watch *w, const um__xfer *x, void *const *after, int nafter,
                                cl_event *list) {
   cl_uint waits = 0;
   for (int i = 0; i < nafter; i++) {
     cl_command_queue queue = NULL;
     cl_event token = (cl_event)after[i];
     if (um__ocl.clGetEventInfo(token, CL_EVENT_COMMAND_QUEUE, sizeof(queue), &queue, NULL) == CL_SUCCESS &&
-        queue == dev->queue)
+        queue == w->queue)
       continue;
     list[waits++] = token;
   }
@@ -365,3 +368,20 @@ cl_uint um__ocl_build_wait_list(ocl_device *dev, const um__xfer *x, void *const 
   return waits;
 }
 
+
+ocl_watch *um__ocl_watch_of(ocl_device *dev, const um__xfer *x) {
+  int q = x->queue;
+  if (q <= 0 || q >= atomic_load_explicit(&dev->nqueues, memory_order_acquire))
+    return &dev->watch[0];
+  return &dev->watch[q];
+}
+
+void um__ocl_watch_poll(ocl_watch *w) {
+  um__ocl_watch_lock(w);
+  if (w->head == NULL || w->walking) {
+    um__ocl_watch_unlock(w);
+    return;
+  }
+  w->walking = 1;
+  watch_walk_locked(w);
+}
