@@ -448,7 +448,8 @@ static void print_table(const bench_report *rep, const bl_config *c, const char 
     }
     printf("%-12s %-16s %14.2fx\n", bench_get_text(row, "name"), "pooling gain", bench_get(row, "pooling_gain"));
   }
-  printf("\ntargets\n");
+  printf("\ntargets (within the spread: the figure once each median is moved by its spread in the target's favour;\n"
+         "noise: met only there)\n");
   for (int t = 0; t < NTARGETS; t++)
     for (int i = 0; i < rep->nrows; i++)
       if (targets[t].range == NULL || strcmp(targets[t].range, bench_get_text(&rep->rows[i], "name")) == 0)
