@@ -34,24 +34,16 @@
  * 1 a failure (an error or a wrong result), 2 bad usage. Built as the
  * `unimem bench kernels` subcommand with -DUM_BENCH_NO_MAIN (entry point
  * um_bench_kernels_main). */
-#include <dlfcn.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_cl.h"
 #include "bench_util.h"
 #include "report.h"
 #include "unimem.h"
-
-#if defined(__has_include)
-#if __has_include(<CL/cl.h>)
-#define CL_TARGET_OPENCL_VERSION 120
-#include <CL/cl.h>
-#define BK_HAVE_CL_HEADER 1
-#endif
-#endif
 
 #define KiB ((size_t)1024)
 #define MiB (1024 * KiB)
@@ -64,7 +56,7 @@ typedef struct bk_config {
   int quick, steps, reps;
 } bk_config;
 
-#ifdef BK_HAVE_CL_HEADER
+#ifdef BENCH_HAVE_CL
 /* ------------------------------------------------------------------------ */
 /* Results                                                                   */
 
@@ -139,29 +131,8 @@ static void print_table(const bench_report *rep, const bk_config *c, const char 
   XX(clReleaseProgram)                                                         \
   XX(clReleaseCommandQueue)
 
-static struct {
-#define BK_MEMBER_(name) __typeof__(name) *name;
-  BK_ENTRY_POINTS(BK_MEMBER_)
-#undef BK_MEMBER_
-} cl;
-
-/* The entry points, from the library unimem loaded too: 0, or -1 with the
- * reason in why. The library stays loaded (drivers keep threads that do
- * not survive dlclose). */
-static int load_opencl(char *why, size_t cap) {
-  void *lib = dlopen("libOpenCL.so.1", RTLD_NOW | RTLD_LOCAL), *sym;
-  if (lib == NULL) {
-    snprintf(why, cap, "%s", dlerror());
-    return -1;
-  }
-#define BK_LOAD_(name)                                                         \
-  if ((sym = dlsym(lib, #name)) == NULL)                                       \
-    return snprintf(why, cap, "%s missing", #name), -1;                        \
-  memcpy(&cl.name, &sym, sizeof(sym));
-  BK_ENTRY_POINTS(BK_LOAD_)
-#undef BK_LOAD_
-  return 0;
-}
+BENCH_CL_TABLE(cl, BK_ENTRY_POINTS)
+BENCH_CL_LOADER(load_opencl, cl, BK_ENTRY_POINTS)
 
 /* first: the buffer's offset inside its cl_mem, in elements. */
 static const char *kernel_source =
@@ -523,33 +494,14 @@ static int run_all(bench_report *rep, const bk_config *cfg) {
   close_env(&e);
   return rc;
 }
-#endif /* BK_HAVE_CL_HEADER */
+#endif /* BENCH_HAVE_CL */
 
 /* ------------------------------------------------------------------------ */
 /* Entry point                                                               */
 
 static int parse_args(int argc, char **argv, bk_config *c) {
-  for (int i = 1; i < argc; i++) {
-    int *value = !strcmp(argv[i], "--steps") ? &c->steps : !strcmp(argv[i], "--reps") ? &c->reps : NULL;
-    if (!strcmp(argv[i], "--quick")) {
-      c->quick = 1;
-    } else if (value != NULL && i + 1 < argc && (*value = atoi(argv[i + 1])) > 0) {
-      i++;
-    } else {
-      fprintf(stderr, "usage: %s [--quick] [--steps N] [--reps N (at most %d)] [--json FILE]\n", argv[0],
-              MAX_REPS);
-      return 2;
-    }
-  }
-  if (c->steps == 0)
-    c->steps = c->quick ? 8 : 64;
-  if (c->reps == 0)
-    c->reps = c->quick ? 3 : 101;
-  if (c->reps > MAX_REPS) {
-    fprintf(stderr, "%s: --reps %d: at most %d\n", argv[0], c->reps, MAX_REPS);
-    return 2;
-  }
-  return 0;
+  const bench_count counts[] = {{"--steps", &c->steps, 64, 8, 0}, {"--reps", &c->reps, 101, 3, MAX_REPS}};
+  return bench_parse_counts(argc, argv, &c->quick, counts, 2);
 }
 
 int um_bench_kernels_main(int argc, char **argv, bench_report *rep) {
@@ -560,7 +512,7 @@ int um_bench_kernels_main(int argc, char **argv, bench_report *rep) {
   /* Before anything loads OpenCL: two devices for the peer rows, unless
    * the caller chose. */
   setenv("POCL_DEVICES", "pthread pthread", 0);
-#ifdef BK_HAVE_CL_HEADER
+#ifdef BENCH_HAVE_CL
   return run_all(rep, &cfg);
 #else
   (void)rep;

@@ -18,6 +18,7 @@
 int um_bench_pool_main(int argc, char **argv, bench_report *rep);
 int um_bench_transfer_main(int argc, char **argv, bench_report *rep);
 int um_bench_kernels_main(int argc, char **argv, bench_report *rep);
+int um_bench_loop_main(int argc, char **argv, bench_report *rep);
 int um_bench_stream_main(int argc, char **argv, bench_report *rep);
 int um_bench_cuda_main(int argc, char **argv, bench_report *rep);
 int um_bench_net_main(int argc, char **argv, bench_report *rep);
@@ -33,6 +34,7 @@ static const bench_entry benches[] = {
     {"pool", um_bench_pool_main, "pool hits and allocate+touch against glibc, jemalloc and mimalloc"},
     {"transfer", um_bench_transfer_main, "copies against the raw OpenCL calls and memcpy"},
     {"kernels", um_bench_kernels_main, "a chain of the caller's kernels between unimem copies against raw events"},
+    {"loop", um_bench_loop_main, "the caller's loop (allocate, copy in, kernel, copy out, release) against raw OpenCL"},
     {"stream", um_bench_stream_main, "a file larger than the device through um_stream against read()+copy"},
     {"cuda", um_bench_cuda_main, "pool, copies and 4 KiB copies on an NVIDIA GPU against the CUDA driver's calls"},
     {"net", um_bench_net_main, "um_net put/get between two processes against ucx_perftest"},
@@ -45,7 +47,7 @@ const char tool_bench_help[] =
     "    unimem bench - measure unimem against the allocators and drivers it replaces\n"
     "\n"
     "SYNOPSIS\n"
-    "    unimem bench [pool|transfer|kernels|stream|cuda|net|wait|all] [--quick] [--json FILE] [--plot FILE]\n"
+    "    unimem bench [pool|transfer|kernels|loop|stream|cuda|net|wait|all] [--quick] [--json FILE] [--plot FILE]\n"
     "                 [BENCHMARK OPTIONS]\n"
     "\n"
     "DESCRIPTION\n"
@@ -62,6 +64,13 @@ const char tool_bench_help[] =
     "              1 MiB) with unimem copies between them, device-local and peer,\n"
     "              against the same chain written with raw OpenCL events: the cost\n"
     "              unimem adds per step (um_access_begin/end and um_copy).\n"
+    "    loop      the caller's loop on the first OpenCL device: allocate two buffers,\n"
+    "              copy in, one kernel of the caller's own, blocking copy out, check,\n"
+    "              release; sizes log-uniform in 1-64 KiB and in 4 KiB-4 MiB, changing\n"
+    "              every iteration; raw OpenCL against unimem pooled and unpooled and\n"
+    "              against the raw calls on pooled unimem buffers: medians, spreads,\n"
+    "              ratios to raw, the pooling gain and where the time goes.\n"
+    "              --iters N (per repetition, default 1000), --reps N (default 11).\n"
     "    stream    a file several times larger than the device's memory (capped with\n"
     "              device_limit_bytes) through um_stream, against a loop of read()\n"
     "              and blocking copies.\n"
@@ -93,8 +102,8 @@ const char tool_bench_help[] =
     "\n"
     "    Each benchmark prints its table on standard output as it finishes. While it\n"
     "    runs, a progress line on standard error says which one is running ([2/3]).\n"
-    "    A benchmark that finds nothing to measure (transfer or kernels without an\n"
-    "    OpenCL device) says so and is reported as skipped.\n"
+    "    A benchmark that finds nothing to measure (transfer, kernels or loop\n"
+    "    without an OpenCL device) says so and is reported as skipped.\n"
     "\n"
     "OPTIONS\n"
     "    --quick        smaller sizes and fewer repetitions: a smoke run for CI that\n"
@@ -112,7 +121,7 @@ const char tool_bench_help[] =
     "    Other options go to the benchmark itself, when one is named; see the header\n"
     "    comment of bench/bench_<name>.c (for stream: --file-mib N, --limit-mib N,\n"
     "    --chunk-mib N, --reps N, --device N, --dir DIR; for kernels: --steps N,\n"
-    "    --reps N).\n"
+    "    --reps N; for loop: --iters N, --reps N).\n"
     "\n"
     "ENVIRONMENT\n"
     "    UNIMEM_*       every um_options field, as for any unimem program\n"
@@ -286,8 +295,8 @@ static int write_report(const char *path, const bench_result *res, int n, bool q
 static int usage_error(const char *fmt, const char *arg) {
   fprintf(stderr, "unimem bench: ");
   fprintf(stderr, fmt, arg);
-  fprintf(stderr, "\nusage: unimem bench [pool|transfer|kernels|stream|cuda|net|wait|all] [--quick] [--json FILE]\n"
-                  "                    [--plot FILE] (unimem bench --help for more)\n");
+  fprintf(stderr, "\nusage: unimem bench [pool|transfer|kernels|loop|stream|cuda|net|wait|all] [--quick]\n"
+                  "                    [--json FILE] [--plot FILE] (unimem bench --help for more)\n");
   return 2;
 }
 
@@ -321,7 +330,8 @@ static int parse_args(int argc, char **argv, bench_args *a) {
   if (a->which == NULL)
     a->which = "all";
   if (strcmp(a->which, "all") != 0 && !known_bench(a->which))
-    return usage_error("unknown benchmark '%s' (pool, transfer, kernels, stream, cuda or all)", a->which);
+    return usage_error("unknown benchmark '%s' (pool, transfer, kernels, loop, stream, cuda, net, wait or all)",
+                       a->which);
   if (strcmp(a->which, "all") == 0 && a->nextra > 0)
     return usage_error("'%s': options for a benchmark need the benchmark named", a->extra[0]);
   if (a->plot != NULL && !tool_chart_path_ok(a->plot))

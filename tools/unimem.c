@@ -11,7 +11,7 @@ static const char main_help[] =
     "\n"
     "SYNOPSIS\n"
     "    unimem info [--verbose]\n"
-    "    unimem bench [pool|transfer|kernels|stream|cuda|net|wait|all] [--quick] [--json FILE] [--plot FILE]\n"
+    "    unimem bench [pool|transfer|kernels|loop|stream|cuda|net|wait|all] [--quick] [--json FILE] [--plot FILE]\n"
     "    unimem stats [--device N] [--json FILE]\n"
     "    unimem help [COMMAND]\n"
     "    unimem --version\n"

@@ -83,6 +83,27 @@ if(TARGET unimem_tool)
                        SKIP_REGULAR_EXPRESSION "summary: kernels skipped")
   list(APPEND _um_tool_tests tool_bench_kernels_quick)
 
+  # The caller's loop against raw OpenCL: every side's result is checked
+  # every iteration; one device; skipped where no OpenCL device is found.
+  set(_um_loop_out ${CMAKE_CURRENT_BINARY_DIR}/tool_bench_loop)
+  add_test(NAME tool_bench_loop_quick
+           COMMAND ${_um_check} 0 "^range +side +per iteration +spread +ratio$"
+                   "^1-64 KiB +raw +[0-9.]+ us +[0-9.]+ us +1\\.00$" "^4 KiB-4 MiB +pool_raw +[0-9.]+ us "
+                   "^1-64 KiB +pooling gain +[0-9.]+x$" "^  1-64 KiB, unimem_pooled <= 1\\.00x raw: [0-9.]+x"
+                   "^  1-64 KiB, pooling gain >= 5\\.0x: [0-9.]+x" "^4 KiB-4 MiB +unimem_unpooled( +[0-9.]+){6}$"
+                   "summary: loop ok" "full report: "
+                   -- ${_um_tool} bench loop --quick --json ${_um_loop_out}/bench.json)
+  set_tests_properties(tool_bench_loop_quick PROPERTIES LABELS "tool;bench" TIMEOUT 300 FIXTURES_SETUP tool_loop_json
+                       ENVIRONMENT "POCL_DEVICES=pthread" SKIP_REGULAR_EXPRESSION "summary: loop skipped")
+  if(UM_PYTHON3)
+    add_test(NAME tool_bench_loop_json
+             COMMAND ${UM_PYTHON3} ${_um_pkg}/check_report.py ${_um_loop_out}/bench.json loop ok
+                     loop:raw_ns loop:unimem_pooled_ns loop:unimem_unpooled_ns loop:pool_raw_ns loop:raw_spread
+                     loop:unimem_pooled_ratio loop:pooling_gain loop:hi_bytes)
+    set_tests_properties(tool_bench_loop_json PROPERTIES LABELS "tool;bench" TIMEOUT 60 FIXTURES_REQUIRED tool_loop_json
+                         SKIP_REGULAR_EXPRESSION "status 'skipped'")
+  endif()
+
   # The instruction-count mode of the transfer benchmark (issue 13): each
   # side's copies run and are reported; skipped without an OpenCL device.
   foreach(_um_side unimem raw)
