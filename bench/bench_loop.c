@@ -312,6 +312,44 @@ static int pool_raw_iteration(bl_loop *l, size_t bytes) {
   return release_pair(l, b) || bad;
 }
 
+/* The loop on the caller's queue (um_queue_use): the brackets hand out no
+ * wait handle (the upload is queued there already), the kernel takes no
+ * wait list and gives no event, the brackets end with NULL behind it, and
+ * the download is queued behind them. */
+static int queue_iteration(bl_loop *l, size_t bytes) {
+  um_buffer *b[2] = {NULL, NULL};
+  um_buffer_native nat[2];
+  um_event *copied = NULL;
+  void *wait[2] = {NULL, NULL};
+  int bad = um_queue_use(l->d, l->queue) != UM_OK ? um_failed(l, "um_queue_use", UM_EINVAL) : 0, st;
+  bad = bad || alloc_pair(l, bytes, 0, b);
+  if (!bad && (st = um_copy_from_host(b[0], 0, l->in, bytes, &copied)) != UM_OK)
+    bad = um_failed(l, "um_copy_from_host", st);
+  if (copied != NULL)
+    um_event_release(copied);
+  phase_end(l, PH_TO_DEVICE);
+  for (int i = 0; i < 2 && !bad; i++)
+    if ((st = um_buffer_native_get(b[i], &nat[i])) != UM_OK ||
+        (st = um_access_begin(b[i], i == 0 ? UM_MAP_READ : UM_MAP_WRITE_DISCARD, &wait[i])) != UM_OK)
+      bad = um_failed(l, "um_access_begin", st);
+  if (!bad && (wait[0] != NULL || wait[1] != NULL))
+    bad = um_failed(l, "um_access_begin (a wait handle on the caller's queue)", UM_ESTATE);
+  if (!bad && enqueue_kernel(l, (cl_mem)nat[0].cl_mem, nat[0].offset, (cl_mem)nat[1].cl_mem, nat[1].offset, bytes,
+                             0, NULL, NULL) != CL_SUCCESS)
+    bad = um_failed(l, "the kernel", UM_EBACKEND);
+  for (int i = 0; i < 2; i++)
+    if (b[i] != NULL && (st = um_access_end(b[i], NULL)) != UM_OK && !bad)
+      bad = um_failed(l, "um_access_end", st);
+  phase_end(l, PH_KERNEL);
+  if (!bad && (st = um_copy_to_host(b[1], 0, l->out, bytes, NULL)) != UM_OK)
+    bad = um_failed(l, "um_copy_to_host", st);
+  phase_end(l, PH_TO_HOST);
+  bad = bad || check_out(l, bytes);
+  bad = release_pair(l, b) || bad;
+  um_queue_use(l->d, NULL);
+  return bad;
+}
+
 /* Every side, raw first (the ratios' reference). */
 static const bl_side sides[] = {
     {"raw", raw_iteration,
@@ -322,6 +360,9 @@ static const bl_side sides[] = {
      "out (WRITE_DISCARD); kernel after their events, clFlush; um_access_end in, out with the kernel's\n"
      "event; blocking um_copy_to_host out; check; um_release in, out"},
     {"unimem_unpooled", unpooled_iteration, "the same with UM_ALLOC_UNPOOLED"},
+    {"unimem_queue", queue_iteration,
+     "unimem_pooled's calls on the caller's queue (um_queue_use): no wait handles, the kernel with no wait\n"
+     "list and no event, um_access_end in, out with NULL"},
     {"pool_raw", pool_raw_iteration,
      "um_alloc in, out (pooled), their cl_mem and offset (um_buffer_native_get); then raw's calls on them;\n"
      "um_release in, out"},
@@ -356,6 +397,8 @@ typedef struct bl_target {
 static const bl_target targets[] = {
     {"1-64 KiB", "unimem_pooled", 1.0},
     {"4 KiB-4 MiB", "unimem_pooled", 0.6},
+    {"1-64 KiB", "unimem_queue", 1.0},
+    {"4 KiB-4 MiB", "unimem_queue", 0.6},
     {NULL, "unimem_unpooled", 1.1},
     {"1-64 KiB", NULL, 5.0},
 };

@@ -18,7 +18,9 @@
 
 typedef struct thread_queue {
   uint64_t serial; /* the device's (um_device.serial) */
-  int q;           /* its backend's queue index (queue_adopt) */
+  void *native;    /* the queue, retained by the backend while d lives */
+  int q;           /* its backend's queue index (queue_adopt); -1: off */
+  int q_on;        /* the index of native */
 } thread_queue;
 
 static _Thread_local thread_queue current[THREAD_QUEUES];
@@ -33,30 +35,35 @@ int um__queue_current(const um_device *d) {
 
 bool um__op_queued_before(um_event *dep, const um_event *op) { return queued_before(dep, op); }
 
-static void forget(const um_device *d) {
+static thread_queue *entry_of(const um_device *d) {
   for (int i = 0; i < ncurrent; i++)
-    if (current[i].serial == d->serial) {
-      current[i] = current[--ncurrent];
-      return;
-    }
+    if (current[i].serial == d->serial)
+      return &current[i];
+  return NULL;
 }
 
+/* An entry turned off keeps its queue: turning the same queue on again
+ * asks the backend nothing (a loop may switch it on and off each round). */
 int um_queue_use(um_device *d, void *native_queue) {
+  thread_queue *t;
   int q, st;
   if (!um__device_ok(d))
     return um__set_error(UM_EINVAL, "um_queue_use: not a device");
   if (um__process_changed(d->m))
     return um__manager_check_process(d->m);
-  if (native_queue == NULL) {
-    forget(d);
+  t = entry_of(d);
+  if (native_queue == NULL || (t != NULL && t->native == native_queue)) {
+    if (t != NULL)
+      t->q = native_queue == NULL ? -1 : t->q_on;
     return UM_OK;
   }
   if ((st = um__dev_queue_adopt(d, native_queue, &q)) != UM_OK)
     return st;
-  forget(d);
-  if (ncurrent == THREAD_QUEUES)
+  if (t == NULL && ncurrent == THREAD_QUEUES)
     return um__set_error(UM_ENOMEM, "um_queue_use: a thread uses queues of the caller's on at most %d devices",
                          THREAD_QUEUES);
-  current[ncurrent++] = (thread_queue){.serial = d->serial, .q = q};
+  if (t == NULL)
+    t = &current[ncurrent++];
+  *t = (thread_queue){.serial = d->serial, .native = native_queue, .q = q, .q_on = q};
   return UM_OK;
 }
