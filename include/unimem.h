@@ -630,10 +630,13 @@ UM_EXTERN int um_access_end(um_buffer *b, void *done_native);
  * always).
  *
  * The setting is the calling thread's own, one queue per device; NULL goes
- * back to unimem's queues. Host copies (memcpy between host views) and
- * pipelined staging still run on host threads. The queue is retained until
- * um_manager_destroy; at most 4 queues of the caller's per OpenCL device,
- * and a thread sets queues on at most 8 devices at once. Work the caller
+ * back to unimem's queues (so CUDA's legacy NULL stream cannot be chosen). Host copies (memcpy between host views) and
+ * pipelined staging still run on host threads. An OpenCL queue is retained
+ * until um_manager_destroy; a CUstream, which has no reference count, must
+ * stay alive while a thread uses it and until the operations unimem queued
+ * on it have finished. At most 4 queues of the caller's per device (the
+ * same queue again counts once), and a thread sets queues on at most 8
+ * devices at once. Work the caller
  * queues there that never completes (a user event never set) holds up
  * unimem's work behind it, as any command of that queue. Returns UM_OK,
  * UM_EINVAL (not a device; not a queue of d's context and device),

@@ -151,6 +151,9 @@ Test(fakecuda_kernels, gate_kernel_without_stream_memory_operations) {
   fc_destroy(m, UM_OK);
 }
 
+Test(fakecuda_kernels, queue_loop) { run_one(0, ck_check_queue_loop); }
+Test(fakecuda_kernels, queue_loop_threaded) { run_one(1, ck_check_queue_loop); }
+Test(fakecuda_kernels, queue_order) { run_one(1, ck_check_queue_order); }
 Test(fakecuda_kernels, null_done) { run_one(0, ck_check_null_done); }
 Test(fakecuda_kernels, null_done_threaded) { run_one(1, ck_check_null_done); }
 

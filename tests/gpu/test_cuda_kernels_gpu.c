@@ -108,6 +108,8 @@ Test(cuda_kernels_gpu, wait_is_a_gate_spinning_in_a_kernel) { run_gpu(1, ck_chec
 static void check_report_past_a_hold(um_manager *m, ck_kdev *k) { ck_check_report_past_a_hold(m, k, (size_t)64 << 20); }
 Test(cuda_kernels_gpu, a_report_never_waits_behind_a_hold) { run_gpu(0, check_report_past_a_hold); }
 Test(cuda_kernels_gpu, null_done) { run_gpu(0, ck_check_null_done); }
+Test(cuda_kernels_gpu, queue_loop) { run_gpu(0, ck_check_queue_loop); }
+Test(cuda_kernels_gpu, queue_order) { run_gpu(0, ck_check_queue_order); }
 Test(cuda_kernels_gpu, kernel_then_map) { run_gpu(0, ck_check_kernel_then_map); }
 Test(cuda_kernels_gpu, kernel_racing_a_release) {
   skip_with_one_connection(RACING_RELEASE_ONE_QUEUE);

@@ -700,6 +700,85 @@ static UT_UNUSED void ck_check_two_caller_streams(um_manager *m, ck_kdev *k) {
   CAC_OK(um_release(c));
 }
 
+/* The caller's loop on the caller's stream (um_queue_use): upload, the
+ * kernel (x = 2x + 1) in a bracket with no wait handle and no done event,
+ * a blocking download; the results exact, round after round. */
+static UT_UNUSED void ck_check_queue_loop(um_manager *m, ck_kdev *k) {
+  CUstream s = ck_stream(k);
+  int *in = ck_ints(CK_N, ck_iota), *out = (int *)cac_xmalloc(CK_N * sizeof(int));
+  CK_CU(ck.cuCtxSetCurrent((CUcontext)k->nat.cu_context));
+  CAC_OK(um_queue_use(k->d, s));
+  for (int r = 0; r < 20; r++) {
+    unsigned n = 64 + (unsigned)r * 199 % (CK_N - 64);
+    size_t bytes = n * sizeof(int);
+    um_buffer *x = cac_alloc(m, k->d, bytes, UM_DEVICE, 0);
+    um_event *up = NULL;
+    void *wait = (void *)1;
+    in[0] = r;
+    CAC_OK(um_copy_from_host(x, 0, in, bytes, &up));
+    CAC_OK(um_event_release(up));
+    CAC_OK(um_access_begin(x, UM_MAP_READ_WRITE, &wait));
+    cr_assert_null(wait, "round %d: the upload is on the same stream", r);
+    ck_launch_axpb(k, s, ck_ptr(x), 2, 1, n);
+    CAC_OK(um_access_end(x, NULL));
+    memset(out, 0, bytes);
+    CAC_OK(um_copy_to_host(x, 0, out, bytes, NULL));
+    for (unsigned i = 0; i < n; i++)
+      cr_assert_eq(out[i], 2 * in[i] + 1, "round %d, element %u: %d", r, i, out[i]);
+    CAC_OK(um_release(x));
+  }
+  CAC_OK(um_queue_use(k->d, NULL));
+  free(in);
+  free(out);
+}
+
+/* A hold on the caller's stream holds unimem's upload queued there, and the
+ * download of the same buffer on unimem's own stream behind it (order
+ * across queues); bad streams answer their codes. */
+static UT_UNUSED void ck_check_queue_order(um_manager *m, ck_kdev *k) {
+  CUstream s = ck_stream(k), extra[4];
+  ck_hold h;
+  int *in = ck_ints(CK_N, ck_tens), *out = (int *)cac_xmalloc(CK_N * sizeof(int));
+  size_t bytes = CK_N * sizeof(int);
+  um_buffer *x = cac_alloc(m, k->d, bytes, UM_DEVICE, 0);
+  um_event *up = NULL, *down = NULL;
+  CK_CU(ck.cuCtxSetCurrent((CUcontext)k->nat.cu_context));
+  h = ck_hold_new();
+  ck_hold_wait(&h, s);
+  CAC_OK(um_queue_use(k->d, s));
+  CAC_OK(um_copy_from_host(x, 0, in, bytes, &up));
+  CAC_OK(um_queue_use(k->d, NULL));
+  CAC_OK(um_copy_to_host(x, 0, out, bytes, &down));
+  nanosleep(&(struct timespec){0, 20000000}, NULL);
+  cr_assert_eq(um_event_query(up), UM_EAGAIN, "held on the caller's stream");
+  cr_assert_eq(um_event_query(down), UM_EAGAIN, "behind the upload, across streams");
+  ck_hold_open(&h);
+  CAC_OK(um_event_wait(up));
+  CAC_OK(um_event_wait(down));
+  cr_assert_arr_eq(out, in, bytes);
+  CAC_OK(um_event_release(up));
+  CAC_OK(um_event_release(down));
+  CAC_OK(um_release(x));
+  ck_hold_free(&h);
+  /* Bad input: the cpu device, NULL device, a fifth stream (the caller
+   * stream was the first). */
+  cr_assert_eq(um_queue_use(k->d, NULL), UM_OK);
+  cr_assert_eq(um_queue_use(um_device_get(m, 0), s), UM_ENOTSUP);
+  cr_assert_eq(um_queue_use(NULL, s), UM_EINVAL);
+  for (int i = 0; i < 4; i++)
+    CK_CU(ck.cuStreamCreate(&extra[i], CU_STREAM_NON_BLOCKING));
+  for (int i = 0; i < 3; i++)
+    CAC_OK(um_queue_use(k->d, extra[i]));
+  cr_assert_eq(um_queue_use(k->d, extra[3]), UM_ENOMEM);
+  CAC_OK(um_queue_use(k->d, extra[0]));
+  CAC_OK(um_queue_use(k->d, NULL));
+  /* Nothing of unimem's is queued on them: the caller may destroy them. */
+  for (int i = 0; i < 4; i++)
+    CK_CU(ck.cuStreamDestroy_v2(extra[i]));
+  free(in);
+  free(out);
+}
+
 /* Threads at once, each with its own buffers and event, all on the
  * device's caller stream: x += 2 per round through two brackets and two
  * device copies, issued without waiting. No assertion runs on these

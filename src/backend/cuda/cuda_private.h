@@ -108,7 +108,8 @@
   OPTIONAL(cuModuleGetFunction)                                                \
   OPTIONAL(cuModuleUnload)                                                     \
   OPTIONAL(cuLaunchKernel)                                                     \
-  OPTIONAL(cuCtxGetFlags)
+  OPTIONAL(cuCtxGetFlags)                                                      \
+  OPTIONAL(cuStreamGetCtx)
 
 /* One pointer per entry point, typed by cuda.h's prototype of that symbol. */
 typedef struct cuda_driver_api {
@@ -163,6 +164,10 @@ typedef struct cuda_watch {
 } cuda_watch;
 
 enum { WATCH_H2D, WATCH_D2H, WATCH_LOCAL, WATCH_COUNT };
+/* Streams of the caller's that transfers may go to (um_queue_use): queue
+ * WATCH_COUNT + i is adopted[i], with a watcher of its own. */
+#define CUDA_CALLER_QUEUES 4
+#define WATCH_ALL (WATCH_COUNT + CUDA_CALLER_QUEUES)
 
 #define CUDA_SPARE_EVENTS 32 /* per device */
 
@@ -204,7 +209,12 @@ typedef struct cuda_device {
   struct cuda_held_free *held_frees;
   CUmodule gate_module;
   CUfunction gate_function;
-  cuda_watch watch[WATCH_COUNT];
+  cuda_watch watch[WATCH_ALL];
+  /* The caller's streams adopted (um__cuda_queue_adopt), nadopted of them
+   * (added under interop_lock, published by nadopted, release); not
+   * owned. */
+  CUstream adopted[CUDA_CALLER_QUEUES];
+  atomic_int nadopted;
   /* Transfers' events, kept for reuse (cuEventCreate and cuEventDestroy
    * per small copy cost more than the copy's own call), under spare_lock. */
   pthread_mutex_t spare_lock;
@@ -307,6 +317,8 @@ int um__cuda_start_marker(cuda_device *d, const um__xfer *x, void *const *after,
                           void *arg, void **native);
 /* (table) */
 int um__cuda_token_adopt(void *bdev, void *native, void **token);
+/* (table) A stream of the caller's as one more queue. */
+int um__cuda_queue_adopt(void *bdev, void *native, int *q);
 /* (table) An event recorded on the caller's stream. */
 int um__cuda_caller_marker(void *bdev, void **token);
 

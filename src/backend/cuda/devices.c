@@ -36,7 +36,7 @@ int um__cuda_leave_with(const cuda_device *d, CUcontext previous, CUresult resul
 static void release_device(cuda_device *d) {
   CUcontext previous = NULL;
 
-  for (int i = 0; i < WATCH_COUNT; i++)
+  for (int i = 0; i < WATCH_ALL; i++)
     um__cuda_watch_stop(&d->watch[i]);
   if (d->context != NULL && um__cuda_enter_context(d, &previous) == UM_OK) {
     cu->cuCtxSynchronize();
@@ -194,7 +194,8 @@ static int open_device(cuda_backend_state *state, int ordinal,
     return um__set_error(UM_ENOMEM, "cuda device %d: no mutex", ordinal);
   d->interop_ready = 1;
   d->gate_kernel = env_flag("UNIMEM_CUDA_GATE_KERNEL");
-  for (int i = 0; i < WATCH_COUNT; i++) {
+  atomic_init(&d->nadopted, 0);
+  for (int i = 0; i < WATCH_ALL; i++) {
     cuda_watch *w = &d->watch[i];
     w->d = d;
     atomic_init(&w->poke, 0);

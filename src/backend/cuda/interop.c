@@ -248,3 +248,45 @@ int um__cuda_caller_marker(void *bdev, void **token) {
   return status;
 }
 
+
+/* A stream of the caller's in d's context (where the driver can say so:
+ * cuStreamGetCtx), as queue WATCH_COUNT + i. CUDA streams run in order. */
+int um__cuda_queue_adopt(void *bdev, void *native, int *q) {
+  cuda_device *d = bdev;
+  CUstream stream = native;
+  CUcontext previous = NULL, ctx = NULL;
+  CUresult result;
+  int status, n;
+  if (stream == NULL)
+    return um__set_error(UM_EINVAL, "cuda: the legacy default stream (NULL) orders everything: pass a stream");
+  if ((status = um__cuda_enter_context(d, &previous)) != UM_OK)
+    return status;
+  result = cu->cuStreamQuery(stream);
+  if (result != CUDA_SUCCESS && result != CUDA_ERROR_NOT_READY) {
+    um__cuda_status(result, "cuStreamQuery");
+    status = um__set_error(UM_EINVAL, "cuda: %p is not a stream of this context (%s)", native, um_last_error());
+  } else if (cu->cuStreamGetCtx != NULL && cu->cuStreamGetCtx(stream, &ctx) == CUDA_SUCCESS && ctx != d->context) {
+    status = um__set_error(UM_EINVAL, "cuda: stream %p is of another context than device %s", native, d->name);
+  }
+  um__cuda_leave_context(d, previous);
+  if (status != UM_OK)
+    return status;
+  pthread_mutex_lock(&d->interop_lock);
+  n = atomic_load_explicit(&d->nadopted, memory_order_relaxed);
+  for (int i = 0; i < n; i++)
+    if (d->adopted[i] == stream) {
+      pthread_mutex_unlock(&d->interop_lock);
+      *q = WATCH_COUNT + i;
+      return UM_OK;
+    }
+  if (n == CUDA_CALLER_QUEUES) {
+    pthread_mutex_unlock(&d->interop_lock);
+    return um__set_error(UM_ENOMEM, "cuda: device %s takes at most %d streams of the caller's", d->name,
+                         CUDA_CALLER_QUEUES);
+  }
+  d->adopted[n] = stream;
+  atomic_store_explicit(&d->nadopted, n + 1, memory_order_release);
+  pthread_mutex_unlock(&d->interop_lock);
+  *q = WATCH_COUNT + n;
+  return UM_OK;
+}

@@ -114,4 +114,5 @@ const um__backend um__backend_cuda = {
     .token_native = um__cuda_token_native, .token_adopt = um__cuda_token_adopt,
     .token_wait = um__cuda_token_wait, .token_query = um__cuda_token_query, .token_reap = um__cuda_token_reap,
     .gate_new = um__cuda_gate_new, .gate_open = um__cuda_gate_open, .caller_marker = um__cuda_caller_marker,
+    .queue_adopt = um__cuda_queue_adopt,
 };

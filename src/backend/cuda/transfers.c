@@ -24,7 +24,20 @@ int um__cuda_queue_of(um__xfer_kind kind) {
 }
 
 static CUstream queue_stream(const cuda_device *d, int q) {
+  if (q >= WATCH_COUNT)
+    return d->adopted[q - WATCH_COUNT];
   return q == WATCH_H2D ? d->h2d_stream : q == WATCH_D2H ? d->d2h_stream : d->local_stream;
+}
+
+/* The queue x goes to: a caller's stream it names (x->queue), a queue
+ * mark's queue, else the stream of its kind; -1 for none. */
+static int queue_for(const cuda_device *d, const um__xfer *x) {
+  int q = x->queue;
+  if (q >= WATCH_COUNT)
+    return q < WATCH_COUNT + atomic_load_explicit(&d->nadopted, memory_order_acquire) ? q : -1;
+  if (x->kind == UM__XFER_QUEUE_MARK)
+    return q >= 0 && q < WATCH_COUNT ? q : -1;
+  return um__cuda_queue_of(x->kind);
 }
 
 static CUstream stream_for(const cuda_device *d, um__xfer_kind kind) {
@@ -85,7 +98,8 @@ static int stream_idle(void *stream) { return cu->cuStreamQuery((CUstream)stream
 
 int um__cuda_xfer(void *bdev, const um__xfer *x) {
   cuda_device *d = bdev;
-  CUstream stream = stream_for(d, x->kind);
+  int q = queue_for(d, x);
+  CUstream stream = q >= 0 ? queue_stream(d, q) : stream_for(d, x->kind);
   CUcontext previous = NULL;
   CUresult result;
   int status = um__cuda_enter_context(d, &previous);
@@ -369,7 +383,8 @@ static int start_quiet(cuda_device *d, const um__xfer *x, int nafter) {
     return um__set_error(UM_EINVAL, "cuda: a quiet transfer waits for nothing and moves something");
   if ((status = um__cuda_enter_context(d, &previous)) != UM_OK)
     return status;
-  status = issue_xfer(d, x, stream_for(d, x->kind));
+  status = queue_for(d, x) >= 0 ? issue_xfer(d, x, queue_stream(d, queue_for(d, x)))
+                                 : um__set_error(UM_EINVAL, "cuda: no queue %d", x->queue);
   um__cuda_leave_context(d, previous);
   return status;
 }
@@ -392,14 +407,15 @@ int um__cuda_xfer_async(void *bdev, const um__xfer *x, void *const *after,
     return start_quiet(d, x, nafter);
   /* A queue mark: an event recorded on its queue's stream, reported by
    * that stream's watcher once everything queued there before it ran. */
-  q = x->kind == UM__XFER_QUEUE_MARK ? x->queue : um__cuda_queue_of(x->kind);
-  if (q < 0 || q >= WATCH_COUNT)
-    return um__set_error(UM_EINVAL, "cuda: no queue %d", q);
+  if ((q = queue_for(d, x)) < 0)
+    return um__set_error(UM_EINVAL, "cuda: no queue %d", x->queue);
   stream = queue_stream(d, q);
   status = um__cuda_enter_context(d, &previous);
   if (status != UM_OK)
     return status;
   status = um__cuda_wait_tokens(stream, after, nafter);
+  if (status == UM_OK && x->kind == UM__XFER_QUEUE_MARK) /* a bracket's, on the caller's stream */
+    status = um__cuda_wait_tokens(stream, x->wait, 2);
   if (status == UM_OK)
     status = transfer_token_create(d, stream, &token);
   if (status != UM_OK)

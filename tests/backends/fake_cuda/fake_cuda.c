@@ -888,6 +888,19 @@ CUresult CUDAAPI cuCtxGetFlags(unsigned int *flags) {
   return CUDA_SUCCESS;
 }
 
+CUresult CUDAAPI cuStreamGetCtx(CUstream hStream, CUcontext *pctx) {
+  CUresult result;
+  ENTER("cuStreamGetCtx");
+  if (pctx == NULL)
+    return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&fake_lock);
+  result = check_stream(hStream);
+  if (result == CUDA_SUCCESS)
+    *pctx = hStream->ctx;
+  pthread_mutex_unlock(&fake_lock);
+  return result;
+}
+
 CUresult CUDAAPI cuCtxGetCurrent(CUcontext *pctx) {
   ENTER("cuCtxGetCurrent");
   if (pctx == NULL)
