@@ -253,6 +253,8 @@ typedef struct bk_chain {
   bk_dev *on[2];
   size_t bytes;
   int steps;
+  int queue; /* unimem on the devices' caller queues (um_queue_use), raw's
+                copies on the destination's caller queue */
   um_buffer *ub[2];
   cl_mem umem[2];  /* ub[i]'s cl_mem (um_buffer_native_get) */
   size_t first[2]; /* ub[i]'s offset inside umem[i], in elements */
@@ -292,12 +294,15 @@ static int unimem_step(const bk_chain *c, int s, um_event **last) {
   int st = um_access_begin(src, UM_MAP_READ_WRITE, &wait);
   if (st != UM_OK)
     return st;
-  if (enqueue_axpb(c, c->on[from], 0, c->umem[from], c->first[from], (cl_event)wait, &done) != CL_SUCCESS) {
+  /* On the caller's queue the bracket ends behind the kernel with NULL. */
+  if (enqueue_axpb(c, c->on[from], 0, c->umem[from], c->first[from], (cl_event)wait, c->queue ? NULL : &done) !=
+      CL_SUCCESS) {
     um_access_end(src, NULL);
     return UM_EBACKEND;
   }
   st = um_access_end(src, done);
-  cl.clReleaseEvent(done);
+  if (done != NULL)
+    cl.clReleaseEvent(done);
   if (*last != NULL)
     um_event_release(*last);
   *last = NULL;
@@ -308,17 +313,31 @@ static int unimem_step(const bk_chain *c, int s, um_event **last) {
  * kernel on the destination's copy queue. *last as for unimem_step. */
 static cl_int raw_step(const bk_chain *c, int s, cl_event *last) {
   int from = s % 2, to = (s + 1) % 2;
-  cl_command_queue q = c->on[to]->copy_queue;
+  cl_command_queue q = c->queue ? (cl_command_queue)c->on[to]->nat.cl_queue : c->on[to]->copy_queue;
+  bool one_queue = q == (cl_command_queue)c->on[from]->nat.cl_queue;
   cl_event kernel_done = NULL;
-  cl_int err = enqueue_axpb(c, c->on[from], 1, c->rb[from], 0, *last, &kernel_done);
+  cl_int err = enqueue_axpb(c, c->on[from], 1, c->rb[from], 0, one_queue ? NULL : *last,
+                            one_queue ? NULL : &kernel_done);
   if (*last != NULL)
     cl.clReleaseEvent(*last);
   *last = NULL;
   if (err != CL_SUCCESS)
     return err;
-  err = cl.clEnqueueCopyBuffer(q, c->rb[from], c->rb[to], 0, 0, c->bytes, 1, &kernel_done, last);
-  cl.clReleaseEvent(kernel_done);
+  /* One in-order queue orders the two without an event. */
+  err = cl.clEnqueueCopyBuffer(q, c->rb[from], c->rb[to], 0, 0, c->bytes, one_queue ? 0 : 1,
+                               one_queue ? NULL : &kernel_done, last);
+  if (kernel_done != NULL)
+    cl.clReleaseEvent(kernel_done);
   return err == CL_SUCCESS ? cl.clFlush(q) : err;
+}
+
+/* The unimem side's queues for a chain: the devices' caller queues, or
+ * (on = 0) unimem's own again. */
+static int use_queues(const bk_chain *c, int on) {
+  int st = UM_OK;
+  for (int i = 0; i < 2 && st == UM_OK; i++)
+    st = um_queue_use(c->on[i]->d, on ? c->on[i]->nat.cl_queue : NULL);
+  return st;
 }
 
 /* One chain through one side: ns per step, end to end and to issue it.
@@ -328,7 +347,7 @@ static int run_chain(const bk_chain *c, int side, double *total_ns, double *issu
   int bad = 0;
   if (side == 0) {
     um_event *last = NULL;
-    int st = UM_OK;
+    int st = c->queue ? use_queues(c, 1) : UM_OK;
     for (int s = 0; s < c->steps && st == UM_OK; s++)
       st = unimem_step(c, s, &last);
     t1 = bench_now_ns();
@@ -336,6 +355,8 @@ static int run_chain(const bk_chain *c, int side, double *total_ns, double *issu
       st = um_event_wait(last);
     if (last != NULL)
       um_event_release(last);
+    if (c->queue)
+      use_queues(c, 0);
     if ((bad = st != UM_OK))
       fprintf(stderr, "bench kernels: unimem chain: %s (%s)\n", um_err_name(st), um_last_error());
   } else {
@@ -450,19 +471,21 @@ static int measure(const bk_chain *c, int reps, bench_row *row) {
 }
 
 /* One row: a chain of bytes-sized buffers, local or peer. 0, or 1. */
-static int chain_row(bench_report *rep, bk_env *e, const bk_config *cfg, int peer, size_t bytes) {
+static int chain_row(bench_report *rep, bk_env *e, const bk_config *cfg, int peer, int queue, size_t bytes) {
   char name[48], size[24];
   bk_chain c;
   bench_row *row;
   int bad;
   bench_size_text(size, sizeof(size), bytes);
-  snprintf(name, sizeof(name), "%s %s", peer ? "peer" : "local", size);
+  snprintf(name, sizeof(name), "%s %s%s", peer ? "peer" : "local", size, queue ? " queue" : "");
   if ((row = bench_add_row(rep, "chain", name)) == NULL)
     return 1;
   bench_set(row, "bytes", (double)bytes);
   bench_set(row, "steps", cfg->steps);
   bench_set(row, "reps", cfg->reps);
-  bad = chain_open(&c, e, peer, bytes, cfg->steps) || check_chain(&c) || measure(&c, cfg->reps, row);
+  bad = chain_open(&c, e, peer, bytes, cfg->steps);
+  c.queue = queue;
+  bad = bad || check_chain(&c) || measure(&c, cfg->reps, row);
   chain_close(&c);
   return bad;
 }
@@ -486,7 +509,8 @@ static int run_all(bench_report *rep, const bk_config *cfg) {
         break;
       }
       for (int i = 0; i < nsizes && !bad; i++)
-        bad = chain_row(rep, &e, cfg, peer, sizes[i]);
+        for (int queue = 0; queue <= 1 && !bad; queue++)
+          bad = chain_row(rep, &e, cfg, peer, queue, sizes[i]);
     }
     print_table(rep, cfg, e.device, e.ndev);
     rc = bad;
