@@ -9,7 +9,12 @@
  *  - the same chain in a context and queue the test made itself
  *    (um_device_adopt_opencl);
  *  - bad input of its own (another context) with exact codes and unchanged
- *    statistics (the rest: conformance/test_access.c).
+ *    statistics (the rest: conformance/test_access.c);
+ *  - brackets over several buffers (um_access_begin_n): one wait handle for
+ *    three held uploads before an SGEMM-shaped c = a * b + c, the same
+ *    buffer twice, a release inside; um_release_after with a user event
+ *    holding the block back from the pool (the rest:
+ *    conformance/test_access_n.c).
  * The test links libOpenCL itself (the library never does). */
 #define CL_TARGET_OPENCL_VERSION 300
 #include <CL/cl.h>
@@ -522,12 +527,14 @@ OU_TEST_1_AND_2(opencl_kernels, chain_in_an_adopted_context) {
 }
 
 /* Bad input of OpenCL's own: a done event of another context, a queue of
- * another context to adopt; exact codes, statistics unchanged. (What every
- * backend answers alike: conformance/test_access.c, bad_brackets_and_handles.) */
+ * another context to adopt, um_release_after's bad events (another
+ * context's, a cl_mem; a buffer mapped); exact codes, statistics
+ * unchanged. (What every backend answers alike: conformance/test_access.c,
+ * bad_brackets_and_handles.) */
 OU_TEST_1_AND_2(opencl_kernels, bad_brackets) {
   ou_env e = ou_open(NULL, 1);
   um_buffer *x = ub_alloc(e.m, e.dev[0], 4096, UM_DEVICE);
-  void *wait = NULL;
+  void *wait = NULL, *mapped = NULL;
   cl_int err;
   cl_device_id id;
   cl_context other;
@@ -545,10 +552,20 @@ OU_TEST_1_AND_2(opencl_kernels, bad_brackets) {
   cr_assert_eq(um_device_adopt_opencl(e.m, NULL, id, nat.cl_queue, &(um_device *){NULL}), UM_EINVAL);
   cr_assert_eq(um_device_adopt_opencl(e.m, other, id, nat.cl_queue, &(um_device *){NULL}), UM_EINVAL,
                "a queue of another context");
+  cr_assert_eq(um_release_after(x, foreign), UM_EINVAL, "an event of another context");
+  cr_assert_eq(um_release_after(x, mem_of(x)), UM_EINVAL, "a cl_mem");
+  cr_assert_eq(um_buffer_size(x), 4096, "still live");
   ut_assert_unchanged(e.m, before);
+  cr_assert_eq(um_map(x, UM_MAP_READ, 0, 16, &mapped), UM_OK);
+  cr_assert_eq(um_release_after(x, foreign), UM_EINVAL, "the event is checked first");
+  clReleaseEvent(foreign);
+  foreign = clCreateUserEvent((cl_context)nat.cl_context, &err);
+  cr_assert_eq(um_release_after(x, foreign), UM_ESTATE, "mapped");
+  cr_assert_eq(um_unmap(x, mapped), UM_OK);
+  cr_assert_eq(clSetUserEventStatus(foreign, CL_COMPLETE), CL_SUCCESS);
+  cr_assert_eq(um_release_after(x, foreign), UM_OK);
   clReleaseEvent(foreign);
   clReleaseContext(other);
-  um_release(x);
   ou_close(&e);
 }
 
@@ -615,33 +632,75 @@ static void hold_buffer(um_buffer *x, cl_event hold) {
   cr_assert_eq(um_access_end(x, hold), UM_OK, "%s", um_last_error());
 }
 
-/* c = a * b + c, an SGEMM-shaped step over three buffers, each with an
- * upload still pending (held behind the test's user event): one wait
- * handle for the three, which completes only once the uploads have, the
- * kernel behind it, one end with the kernel's event. The kernel saw every
- * uploaded value. */
+/* c = a * b + c, an SGEMM-shaped step over three buffers of one device:
+ * the buffers (a = i, b = 3i + 1, c = i), the kernel's arguments set, and
+ * the check of c. */
+typedef struct madd_step {
+  ou_env e;
+  kdev k;
+  int *v[3], *out;
+  um_buffer *b[3];
+} madd_step;
+
+static const um_map_mode madd_modes[3] = {UM_MAP_READ, UM_MAP_READ, UM_MAP_READ_WRITE};
+
+static void madd_open(madd_step *s) {
+  s->e = ou_open(NULL, 1);
+  build(&s->k, s->e.dev[s->e.ndev - 1]);
+  s->v[0] = ints(N, iota), s->v[1] = ints(N, triple), s->v[2] = ints(N, iota);
+  s->out = ub_malloc(N * sizeof(int));
+  /* All allocated first: a new block's migration queues behind what a test
+   * holds on the device's queue. */
+  for (int i = 0; i < 3; i++) {
+    cl_mem mem;
+    s->b[i] = ub_alloc(s->e.m, s->k.d, N * sizeof(int), UM_DEVICE);
+    mem = mem_of(s->b[i]);
+    cr_assert_eq(clSetKernelArg(s->k.madd, (cl_uint)i, sizeof(cl_mem), &mem), CL_SUCCESS);
+  }
+}
+
+/* The kernel on the caller's queue after wait (NULL: none); its event. */
+static cl_event madd_run(madd_step *s, void *wait) {
+  size_t global = N;
+  cl_event done = NULL;
+  cr_assert_eq(clEnqueueNDRangeKernel((cl_command_queue)s->k.nat.cl_queue, s->k.madd, 1, NULL, &global, NULL,
+                                      wait ? 1 : 0, wait ? (cl_event *)&wait : NULL, &done),
+               CL_SUCCESS);
+  clFlush((cl_command_queue)s->k.nat.cl_queue);
+  return done;
+}
+
+/* c read back holds a * b + c, every element; then everything goes. */
+static void madd_check_close(madd_step *s) {
+  cr_assert_eq(um_copy_to_host(s->b[2], 0, s->out, N * sizeof(int), NULL), UM_OK);
+  for (size_t i = 0; i < N; i++)
+    cr_assert_eq(s->out[i], s->v[0][i] * s->v[1][i] + s->v[2][i], "c[%zu] = %d", i, s->out[i]);
+  for (int i = 0; i < 3; i++) {
+    um_release(s->b[i]);
+    free(s->v[i]);
+  }
+  free(s->out);
+  unbuild(&s->k);
+  ou_close(&s->e);
+}
+
+/* Each buffer with an upload still pending (held behind the test's user
+ * event): one wait handle for the three, which completes only once the
+ * uploads have, the kernel behind it, one end with the kernel's event. The
+ * kernel saw every uploaded value. */
 OU_TEST_1_AND_2(opencl_kernels, one_wait_for_three_pending_uploads) {
   SKIP_ON_BASIC("an upload held by a user event would hold the whole device");
-  ou_env e = ou_open(NULL, 1);
-  kdev k;
-  size_t bytes = N * sizeof(int), global = N;
-  int *va = ints(N, iota), *vb = ints(N, triple), *vc = ints(N, iota), *out = ub_malloc(bytes);
-  um_buffer *b[3];
+  madd_step s;
   um_event *up[3];
-  um_map_mode modes[3] = {UM_MAP_READ, UM_MAP_READ, UM_MAP_READ_WRITE};
   void *wait = NULL;
   cl_event hold, done;
-  cl_mem mem[3];
-  build(&k, e.dev[e.ndev - 1]);
-  hold = user_event(&k);
-  for (int i = 0; i < 3; i++) /* first: a new block's migration queues behind what is held */
-    b[i] = ub_alloc(e.m, k.d, bytes, UM_DEVICE);
+  madd_open(&s);
+  hold = user_event(&s.k);
   for (int i = 0; i < 3; i++) {
-    hold_buffer(b[i], hold);
-    cr_assert_eq(um_copy_from_host(b[i], 0, i == 0 ? va : i == 1 ? vb : vc, bytes, &up[i]), UM_OK);
-    mem[i] = mem_of(b[i]);
+    hold_buffer(s.b[i], hold);
+    cr_assert_eq(um_copy_from_host(s.b[i], 0, s.v[i], N * sizeof(int), &up[i]), UM_OK);
   }
-  cr_assert_eq(um_access_begin_n(b, modes, 3, &wait), UM_OK, "%s", um_last_error());
+  cr_assert_eq(um_access_begin_n(s.b, madd_modes, 3, &wait), UM_OK, "%s", um_last_error());
   cr_assert_not_null(wait, "three uploads are pending");
   for (int i = 0; i < 3; i++) {
     void *own = NULL;
@@ -649,76 +708,45 @@ OU_TEST_1_AND_2(opencl_kernels, one_wait_for_three_pending_uploads) {
       cr_assert_neq(wait, own, "one handle for the three, not upload %d's", i);
   }
   cr_assert_gt(event_status(wait), CL_COMPLETE, "the uploads are held");
-  for (int i = 0; i < 3; i++)
-    cr_assert_eq(clSetKernelArg(k.madd, (cl_uint)i, sizeof(cl_mem), &mem[i]), CL_SUCCESS);
-  cr_assert_eq(clEnqueueNDRangeKernel((cl_command_queue)k.nat.cl_queue, k.madd, 1, NULL, &global, NULL, 1,
-                                      (cl_event *)&wait, &done),
-               CL_SUCCESS);
-  clFlush((cl_command_queue)k.nat.cl_queue);
-  cr_assert_eq(um_access_end_n(b, 3, done), UM_OK, "%s", um_last_error());
+  done = madd_run(&s, wait);
+  cr_assert_eq(um_access_end_n(s.b, 3, done), UM_OK, "%s", um_last_error());
   cr_assert_eq(clSetUserEventStatus(hold, CL_COMPLETE), CL_SUCCESS);
-  cr_assert_eq(um_copy_to_host(b[2], 0, out, bytes, NULL), UM_OK);
-  for (size_t i = 0; i < N; i++)
-    cr_assert_eq(out[i], va[i] * vb[i] + vc[i], "c[%zu] = %d", i, out[i]);
   cr_assert_eq(clWaitForEvents(1, &done), CL_SUCCESS);
   for (int i = 0; i < 3; i++) {
     cr_assert_eq(um_event_wait(up[i]), UM_OK);
     um_event_release(up[i]);
-    um_release(b[i]);
   }
   clReleaseEvent(done);
   clReleaseEvent(hold);
-  unbuild(&k);
-  free(va), free(vb), free(vc), free(out);
-  ou_close(&e);
+  madd_check_close(&s);
 }
 
 /* The same three buffers with one upload pending: the handle is that
  * upload's own event (the single buffer's own handle); with none pending,
- * NULL. Here the uploads are asynchronous and not held: whichever handle
+ * NULL. Here the upload is asynchronous and not held: whichever handle
  * comes, the kernel sees the data. */
 OU_TEST_1_AND_2(opencl_kernels, begin_n_with_one_or_no_pending_upload) {
-  ou_env e = ou_open(NULL, 1);
-  kdev k;
-  size_t bytes = N * sizeof(int), global = N;
-  int *va = ints(N, iota), *vb = ints(N, triple), *vc = ints(N, triple), *out = ub_malloc(bytes);
-  um_buffer *b[3];
-  um_map_mode modes[3] = {UM_MAP_READ, UM_MAP_READ, UM_MAP_READ_WRITE};
+  madd_step s;
   um_event *up;
   void *wait = (void *)1, *own = NULL;
   cl_event done;
-  cl_mem mem[3];
-  build(&k, e.dev[0]);
-  for (int i = 0; i < 3; i++) {
-    b[i] = ub_alloc(e.m, k.d, bytes, UM_DEVICE);
-    mem[i] = mem_of(b[i]);
-    cr_assert_eq(clSetKernelArg(k.madd, (cl_uint)i, sizeof(cl_mem), &mem[i]), CL_SUCCESS);
-  }
-  cr_assert_eq(um_copy_from_host(b[0], 0, va, bytes, NULL), UM_OK);
-  cr_assert_eq(um_copy_from_host(b[1], 0, vb, bytes, NULL), UM_OK);
-  cr_assert_eq(um_copy_from_host(b[2], 0, vc, bytes, &up), UM_OK);
-  cr_assert_eq(um_access_begin_n(b, modes, 3, &wait), UM_OK, "%s", um_last_error());
+  madd_open(&s);
+  cr_assert_eq(um_copy_from_host(s.b[0], 0, s.v[0], N * sizeof(int), NULL), UM_OK);
+  cr_assert_eq(um_copy_from_host(s.b[1], 0, s.v[1], N * sizeof(int), NULL), UM_OK);
+  cr_assert_eq(um_copy_from_host(s.b[2], 0, s.v[2], N * sizeof(int), &up), UM_OK);
+  cr_assert_eq(um_access_begin_n(s.b, madd_modes, 3, &wait), UM_OK, "%s", um_last_error());
   if (wait != NULL && um_event_native(up, &own) == UM_OK)
     cr_assert_eq(wait, own, "one buffer has something pending: its own handle");
-  cr_assert_eq(clEnqueueNDRangeKernel((cl_command_queue)k.nat.cl_queue, k.madd, 1, NULL, &global, NULL,
-                                      wait ? 1 : 0, wait ? (cl_event *)&wait : NULL, &done),
-               CL_SUCCESS);
-  cr_assert_eq(um_access_end_n(b, 3, done), UM_OK);
+  done = madd_run(&s, wait);
+  cr_assert_eq(um_access_end_n(s.b, 3, done), UM_OK);
   clReleaseEvent(done);
   cr_assert_eq(um_event_wait(up), UM_OK);
   um_event_release(up);
-  cr_assert_eq(um_device_synchronize(k.d), UM_OK, "the brackets themselves finished");
-  cr_assert_eq(um_access_begin_n(b, modes, 3, &wait), UM_OK);
+  cr_assert_eq(um_device_synchronize(s.k.d), UM_OK, "the brackets themselves finished");
+  cr_assert_eq(um_access_begin_n(s.b, madd_modes, 3, &wait), UM_OK);
   cr_assert_null(wait, "nothing pending on any of them");
-  cr_assert_eq(um_access_end_n(b, 3, NULL), UM_OK);
-  cr_assert_eq(um_copy_to_host(b[2], 0, out, bytes, NULL), UM_OK);
-  for (size_t i = 0; i < N; i++)
-    cr_assert_eq(out[i], va[i] * vb[i] + vc[i], "c[%zu] = %d", i, out[i]);
-  for (int i = 0; i < 3; i++)
-    um_release(b[i]);
-  unbuild(&k);
-  free(va), free(vb), free(vc), free(out);
-  ou_close(&e);
+  cr_assert_eq(um_access_end_n(s.b, 3, NULL), UM_OK);
+  madd_check_close(&s);
 }
 
 /* x listed twice, READ and WRITE_DISCARD: one READ_WRITE bracket. x had a
@@ -898,17 +926,20 @@ OU_TEST_1_AND_2(opencl_kernels, release_after_a_user_event) {
  * by the test: the bracket ends behind the kernel's event (not the caller's
  * queue), and the block returns only after the kernel wrote it. */
 OU_TEST_1_AND_2(opencl_kernels, release_after_ends_the_bracket_behind_the_event) {
-  SKIP_ON_BASIC("a kernel held by a user event would hold the whole device");
-  ou_env e = ou_open(NULL, 1);
-  kdev k;
-  size_t bytes = N * sizeof(int), global = N;
-  int *back = ub_malloc(bytes), v = 91, rounds = 1;
+  const size_t bytes = N * sizeof(int), global = N;
+  const int v = 91, rounds = 1;
   um_buffer *x, *y, *p, *q;
   void *wait = NULL;
   cl_event hold, done;
   cl_command_queue own;
   cl_int err;
   cl_mem mem;
+  kdev k;
+  ou_env e;
+  int *back;
+  SKIP_ON_BASIC("a kernel held by a user event would hold the whole device");
+  e = ou_open(NULL, 1);
+  back = ub_malloc(bytes);
   build(&k, e.dev[0]);
   /* A queue of the test's own: the caller's queue is not what unimem
    * orders the end behind here. */
@@ -946,39 +977,5 @@ OU_TEST_1_AND_2(opencl_kernels, release_after_ends_the_bracket_behind_the_event)
   clReleaseCommandQueue(own);
   unbuild(&k);
   free(back);
-  ou_close(&e);
-}
-
-/* Bad events for um_release_after: another context's, a cl_mem; exact
- * codes, the buffer still live, statistics unchanged. */
-OU_TEST_1_AND_2(opencl_kernels, release_after_bad_events) {
-  ou_env e = ou_open(NULL, 1);
-  um_buffer *x = ub_alloc(e.m, e.dev[0], 4096, UM_DEVICE);
-  um_device_native nat;
-  cl_device_id id;
-  cl_context other;
-  cl_event foreign;
-  cl_int err;
-  void *view = NULL;
-  ut_snapshot before;
-  cr_assert_eq(um_device_native_get(e.dev[0], &nat), UM_OK);
-  id = (cl_device_id)nat.cl_device;
-  other = clCreateContext(NULL, 1, &id, NULL, NULL, &err);
-  foreign = clCreateUserEvent(other, &err);
-  before = ut_snap(e.m);
-  cr_assert_eq(um_release_after(x, foreign), UM_EINVAL, "an event of another context");
-  cr_assert_eq(um_release_after(x, mem_of(x)), UM_EINVAL, "a cl_mem");
-  cr_assert_eq(um_buffer_size(x), 4096, "still live");
-  ut_assert_unchanged(e.m, before);
-  cr_assert_eq(um_map(x, UM_MAP_READ, 0, 16, &view), UM_OK);
-  cr_assert_eq(um_release_after(x, foreign), UM_EINVAL, "the event is checked first");
-  clReleaseEvent(foreign);
-  foreign = clCreateUserEvent((cl_context)nat.cl_context, &err);
-  cr_assert_eq(um_release_after(x, foreign), UM_ESTATE, "mapped");
-  cr_assert_eq(um_unmap(x, view), UM_OK);
-  cr_assert_eq(clSetUserEventStatus(foreign, CL_COMPLETE), CL_SUCCESS);
-  cr_assert_eq(um_release_after(x, foreign), UM_OK);
-  clReleaseEvent(foreign);
-  clReleaseContext(other);
   ou_close(&e);
 }
