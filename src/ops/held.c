@@ -15,6 +15,7 @@ int um__op_hold(um_event *op, um_event **dep) {
   um_event *deps[2];
   int nbufs = op_buffers(op, bufs), ndeps, st;
   bool all_native;
+  UM__TEST_POINT(UM__TP_HOLD_CHECKED, op);
   lock_buffers(bufs, nbufs);
   if ((st = um__op_check_locked(op, bufs, nbufs)) != UM_OK) {
     unlock_buffers(bufs, nbufs);
