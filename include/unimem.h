@@ -355,7 +355,9 @@ UM_EXTERN int um_wrap_host(um_manager *m, void *host, size_t bytes,
  * wait through another buffer's open bracket), UM_EBUSY (a wrap of
  * um_wrap_host is released, but a peer's transfer admitted before its
  * revocation did not end within net_timeout_ms and may still write the
- * caller's memory: keep it allocated until that peer's transfers ended). */
+ * caller's memory: keep it allocated until that peer's transfers ended).
+ * um_release_after (Interop) orders the block's return after a native
+ * event of the caller's instead. */
 UM_EXTERN int um_release(um_buffer *b);
 
 /* Getters; 0/NULL for NULL or released buffers. */
@@ -559,7 +561,8 @@ typedef struct um_buffer_native {
 /* Fill *out with b's native handles. UM_EINVAL, UM_ESTATE (released). */
 UM_EXTERN int um_buffer_native_get(um_buffer *b, um_buffer_native *out);
 
-/* Bracket the caller's own device work on b (kernels, native copies).
+/* Bracket the caller's own device work on b (kernels, native copies);
+ * several buffers in one call: um_access_begin_n, below.
  *
  * um_access_begin never blocks: *wait_native receives the native event
  * (cl_event on OpenCL, CUevent on CUDA) that the caller's first command on

@@ -395,8 +395,9 @@ static int join_waits(blist *l, void **wait) {
     free(j);
     return st;
   }
-  FOR_EACH_BUFFER(l, x)
-  x->op->access.join = j;
+  FOR_EACH_BUFFER(l, x) {
+    x->op->access.join = j;
+  }
   *wait = j->token != NULL ? um__dev_token_native(d, j->token) : (void *)j->event;
   return UM_OK;
 }
