@@ -979,3 +979,29 @@ OU_TEST_1_AND_2(opencl_kernels, release_after_ends_the_bracket_behind_the_event)
   free(back);
   ou_close(&e);
 }
+
+/* um_release_after of a buffer with a second owner (um_buffer_retain): one
+ * owner goes, the buffer stays live; the last um_release then gives it
+ * back, and its block still waits for the event. */
+OU_TEST_1_AND_2(opencl_kernels, release_after_of_a_retained_buffer) {
+  ou_env e = ou_open(NULL, 1);
+  um_buffer *x = ub_alloc(e.m, e.dev[0], 8192, UM_DEVICE), *y;
+  um_device_native nat;
+  cl_event ev;
+  cl_int err;
+  cr_assert_eq(um_device_native_get(e.dev[0], &nat), UM_OK);
+  ev = clCreateUserEvent((cl_context)nat.cl_context, &err);
+  cr_assert_eq(err, CL_SUCCESS);
+  cr_assert_eq(um_buffer_retain(x), UM_OK);
+  cr_assert_eq(um_release_after(x, ev), UM_OK, "%s", um_last_error());
+  cr_assert_eq(um_buffer_size(x), 8192, "the other owner keeps it live");
+  cr_assert_eq(um_release(x), UM_OK, "the last owner");
+  y = ub_alloc(e.m, e.dev[0], 8192, UM_DEVICE);
+  cr_assert_neq(y, x, "x's block still waits for the event");
+  cr_assert_eq(um_release(y), UM_OK);
+  cr_assert_eq(clSetUserEventStatus(ev, CL_COMPLETE), CL_SUCCESS);
+  cr_assert_eq(um_device_synchronize(e.dev[0]), UM_OK);
+  cr_assert_eq(ut_stats(e.m, NULL).active_buffers, 0);
+  clReleaseEvent(ev);
+  ou_close(&e);
+}
