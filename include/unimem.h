@@ -366,7 +366,9 @@ UM_EXTERN int um_wrap_host(um_manager *m, void *host, size_t bytes,
  * wait through another buffer's open bracket), UM_EBUSY (a wrap of
  * um_wrap_host is released, but a peer's transfer admitted before its
  * revocation did not end within net_timeout_ms and may still write the
- * caller's memory: keep it allocated until that peer's transfers ended). */
+ * caller's memory: keep it allocated until that peer's transfers ended).
+ * um_release_after (Interop) orders the block's return after a native
+ * event of the caller's instead. */
 UM_EXTERN int um_release(um_buffer *b);
 
 /* Getters; 0/NULL for NULL or released buffers. */
@@ -570,7 +572,8 @@ typedef struct um_buffer_native {
 /* Fill *out with b's native handles. UM_EINVAL, UM_ESTATE (released). */
 UM_EXTERN int um_buffer_native_get(um_buffer *b, um_buffer_native *out);
 
-/* Bracket the caller's own device work on b (kernels, native copies).
+/* Bracket the caller's own device work on b (kernels, native copies);
+ * several buffers in one call: um_access_begin_n, below.
  *
  * um_access_begin never blocks: *wait_native receives the native event
  * (cl_event on OpenCL, CUevent on CUDA) that the caller's first command on
@@ -643,6 +646,88 @@ UM_EXTERN int um_access_end(um_buffer *b, void *done_native);
  * UM_ENOTSUP (the cpu device, which has no queues; an out-of-order
  * queue), UM_ENOMEM (too many queues). */
 UM_EXTERN int um_queue_use(um_device *d, void *native_queue);
+
+/* Brackets over several buffers in one call: the caller's command that
+ * touches all of them (a kernel reading two buffers and writing a third)
+ * waits for one handle and ends all of them with one event.
+ *
+ * um_access_begin_n opens a bracket on each buffer of bufs[0..n) in the
+ * mode modes[i], as um_access_begin does for one, all or none:
+ *  - The same buffer may be listed more than once: it gets one bracket, in
+ *    the strongest of its modes (UM_MAP_READ with any writing mode, or
+ *    UM_MAP_READ_WRITE with any mode: UM_MAP_READ_WRITE; UM_MAP_WRITE with
+ *    UM_MAP_WRITE_DISCARD: UM_MAP_WRITE; equal modes stay as they are).
+ *  - *wait_native receives one handle for every buffer of the list: NULL
+ *    when nothing issued on any of them is pending; the one buffer's own
+ *    handle (what um_access_begin would give) when only one of them has
+ *    something pending; otherwise one native event (cl_event / CUevent)
+ *    that completes once what was issued on each of them before has. On a
+ *    device without native events (the cpu device) it is a um_event * that
+ *    completes once they all have (wait with um_event_wait; do not release
+ *    it). It belongs to unimem and stays valid until the last of the
+ *    brackets ends (um_access_end_n, um_access_end of each, or their
+ *    releases).
+ *  - The entries are checked in order, and the first that fails gives the
+ *    code, with nothing opened: UM_EINVAL (NULL bufs, modes or
+ *    wait_native, n == 0, a NULL entry or one that is not a buffer, an
+ *    unknown mode, a buffer of another device than bufs[0]'s), UM_ESTATE
+ *    (released; a bracket already open on it, or being opened by another
+ *    thread; mapped; a read-only wrap in a writing mode). A buffer of the
+ *    list released by another thread while the call opens the brackets
+ *    makes it fail with UM_ESTATE; a failure after the checks (UM_ENOMEM,
+ *    the backend's) also fails the call: the brackets already opened then
+ *    end as a release would end them (behind what the caller queued on the
+ *    device's caller queue), and none is left open.
+ *  - um_access_begin is the list of one buffer (with its own order of
+ *    checks: a NULL wait_native is found after b's own checks).
+ *
+ * um_access_end_n ends the brackets of bufs[0..n), each once however many
+ * times its buffer is listed, after done_native (as um_access_end: the
+ * caller's last command on them, or NULL when the caller has waited for
+ * its commands; NULL on the cpu device). done_native is adopted once per
+ * buffer whose bracket ends (an OpenCL event is retained for each; a
+ * CUevent is captured for each before the call returns). A buffer of the
+ * list that was released, its release having ended its bracket (see
+ * um_access_begin), is skipped: its bracket ended at the release, behind
+ * the caller's queue, and done_native does not apply to it; the others
+ * end, and the call answers UM_OK. A released handle that was handed to a
+ * new allocation meanwhile is that new buffer, and counts as one without
+ * a bracket. Everything is checked before anything ends: UM_EINVAL (NULL
+ * bufs, n == 0, an entry that is not a buffer, a done_native that is not
+ * an event, as for um_access_end), UM_ESTATE (a live buffer of the list
+ * with no bracket open, e.g. ended already; every buffer of the list
+ * released), with no bracket ended. um_access_end(b, done) is
+ * um_access_end_n(&b, 1, done). */
+UM_EXTERN int um_access_begin_n(um_buffer *const *bufs, const um_map_mode *modes, size_t n, void **wait_native);
+UM_EXTERN int um_access_end_n(um_buffer *const *bufs, size_t n, void *done_native);
+
+/* Release b once the caller's native event has completed: for memory that
+ * the caller's other queues or out-of-order work may still use when it
+ * gives the buffer back (PyTorch's record_stream, RMM's stream-ordered
+ * free). The handle is released now, exactly as by um_release (invalid
+ * afterwards; with owners beyond the first, um_buffer_retain, one owner
+ * goes); the block returns to the pool only once native_event has
+ * completed, after what was issued on b before, with no host wait: a new
+ * allocation meanwhile gets another block. native_event is an OpenCL
+ * cl_event of b's device's context (retained as long as unimem needs it)
+ * or a CUevent recorded before the call (captured before the call returns,
+ * as by um_access_end; the caller may destroy or record it again at once).
+ * A bracket open on b ends behind the event (not behind the caller's
+ * queue, as a plain release would end it). NULL: um_release(b).
+ *
+ * A wrap (um_wrap_host, um_dlpack_import, um_net_alloc) is released as
+ * um_release releases one: the call returns only once the operations
+ * issued on it, and so native_event, have completed, so that the caller
+ * may free the memory then (an event that never completes blocks it for
+ * good); when that wait would pass through another buffer's open bracket
+ * it is refused with UM_ESTATE, nothing changed.
+ *
+ * Codes: um_release's, and UM_EINVAL (native_event is not an event of b's
+ * device, as for um_access_end's done_native; any native_event on a device
+ * without native events, the cpu device), UM_ESTATE (b mapped, or a
+ * bracket being opened on it by another thread), each with nothing
+ * changed: b stays live. */
+UM_EXTERN int um_release_after(um_buffer *b, void *native_event);
 
 /* Add the caller's own OpenCL context, device and queue to m as one more
  * device: unimem allocates in that context and orders its copies with the

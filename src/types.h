@@ -294,7 +294,10 @@ typedef struct um__op_copy {
 /* A bracket (interop/access.c): its mode, the token its wait handle stands
  * on (borrowed from wait_owner, or a gate) and the caller's last command
  * (adopted at um_access_end); the gate operation that opens the gate, or
- * stands for it on devices without native events; its slot (brackets.c). */
+ * stands for it on devices without native events; its slot (brackets.c);
+ * the one wait handle it shares with the other brackets of its
+ * um_access_begin_n, or NULL (access.c). */
+struct um__access_join;
 typedef struct um__op_access {
   um_map_mode mode;
   int slot;
@@ -302,6 +305,7 @@ typedef struct um__op_access {
   um_event *wait_owner;
   um_event *gate;
   void *done;
+  struct um__access_join *join;
 } um__op_access;
 
 /* A gate operation: the gate it opens on dev (token NULL: none, the

@@ -42,14 +42,23 @@ PyObject *pyum_buffer_new(ManagerObject *mgr, um_buffer *b) {
   return (PyObject *)self;
 }
 
-/* Give the handle up (nothing pins it any more). */
-static int buffer_release_handle(BufferObject *self, int raise_errors) {
-  um_buffer *b = self->b;
-  int st, destroyed;
+/* The handle was given up (um_release answered st): off the manager's
+ * list, which may let a closed manager go. */
+static int buffer_handle_gone(BufferObject *self, int st, int raise_errors) {
+  int destroyed;
   self->b = NULL;
   self->host = NULL;
   self->release_requested = 1;
-  st = um_release(b);
+  buffer_unlink(self);
+  destroyed = pyum_manager_maybe_destroy(self->mgr, raise_errors && st == UM_OK);
+  return st != UM_OK ? st : destroyed;
+}
+
+/* Give the handle up (nothing pins it any more). */
+static int buffer_release_handle(BufferObject *self, int raise_errors) {
+  int st;
+  self->release_requested = 1;
+  st = um_release(self->b);
   if (st != UM_OK) {
     PyObject *type = NULL, *value = NULL, *tb = NULL;
     if (!raise_errors)
@@ -60,9 +69,7 @@ static int buffer_release_handle(BufferObject *self, int raise_errors) {
       PyErr_Restore(type, value, tb);
     }
   }
-  buffer_unlink(self);
-  destroyed = pyum_manager_maybe_destroy(self->mgr, raise_errors && st == UM_OK);
-  return st != UM_OK ? st : destroyed;
+  return buffer_handle_gone(self, st, raise_errors);
 }
 
 /* Something still reaches the memory, or (an import, whose um_release
@@ -188,6 +195,52 @@ static PyObject *Buffer_release(BufferObject *self, PyObject *unused) {
   Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(release_after_doc,
+"release_after($self, event)\n--\n\n"
+"Release the buffer now (as release()), its memory going back to the pool\n"
+"only once event -- the native event of the caller's last command on it: a\n"
+"pyopencl.Event, or a CuPy / PyTorch CUDA event -- has completed, with no\n"
+"wait (PyTorch's record_stream, RMM's stream-ordered free; um_release_after).\n"
+"A new buffer allocated meanwhile gets other memory. None: release(). Plain\n"
+"ints are refused (TypeError), as for Access.done. InvalidArgument for an\n"
+"event of another context, or any event on the cpu device; InvalidState when\n"
+"the buffer was released, or when views, a mapping, an open access, a DLPack\n"
+"tensor or calls still reach it (release() would wait for those: end them\n"
+"first), each with the buffer unchanged. An import (from_dlpack) returns\n"
+"once the event completed, its producer having the memory back.");
+
+static PyObject *Buffer_release_after(BufferObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                      PyObject *kwnames) {
+  static const char *const names[] = {"event"};
+  PyObject *a[1];
+  void *ev = NULL;
+  um_buffer *b;
+  int st;
+  if (pyum_parse("release_after", args, nargs, kwnames, names, 1, 1, a) < 0)
+    return NULL;
+  if (a[0] == Py_None)
+    return Buffer_release(self, NULL);
+  if (pyum_native_event(a[0], "event", &ev) < 0 || pyum_buffer_check(self) < 0)
+    return NULL;
+  if (buffer_pinned(self))
+    return pyum_raise_msg(UM_ESTATE, "release_after(): views, a mapping, an access, a DLPack tensor or calls "
+                                     "still reach the buffer: end them first, or use release()");
+  b = self->b;
+  self->calls++; /* a wrap's release waits for the event */
+  Py_BEGIN_ALLOW_THREADS
+  st = um_release_after(b, ev);
+  Py_END_ALLOW_THREADS
+  self->calls--;
+  if (st != UM_OK) {
+    pyum_raise(st);
+    buffer_unpinned(self); /* a release() meanwhile goes now */
+    return NULL;
+  }
+  if (buffer_handle_gone(self, UM_OK, 1) != UM_OK)
+    return NULL;
+  Py_RETURN_NONE;
+}
+
 static PyObject *Buffer_enter(BufferObject *self, PyObject *unused) {
   (void)unused;
   if (pyum_buffer_check(self) < 0)
@@ -205,7 +258,7 @@ static PyObject *Buffer_exit(BufferObject *self, PyObject *args) {
   Py_RETURN_FALSE;
 }
 
-static int parse_map_mode(PyObject *o, um_map_mode *mode) {
+int pyum_parse_map_mode(PyObject *o, um_map_mode *mode) {
   static const char *const names[] = {"r", "w", "rw", "discard"};
   static const um_map_mode modes[] = {UM_MAP_READ, UM_MAP_WRITE, UM_MAP_READ_WRITE, UM_MAP_WRITE_DISCARD};
   if (!PyUnicode_Check(o)) {
@@ -238,7 +291,8 @@ static PyObject *Buffer_map(BufferObject *self, PyObject *const *args, Py_ssize_
   size_t off = 0, len = 0;
   void *ptr = NULL;
   int st;
-  if (pyum_parse("map", args, nargs, kwnames, names, 3, 0, a) < 0 || (a[0] != NULL && parse_map_mode(a[0], &mode) < 0) ||
+  if (pyum_parse("map", args, nargs, kwnames, names, 3, 0, a) < 0 ||
+      (a[0] != NULL && pyum_parse_map_mode(a[0], &mode) < 0) ||
       (a[1] != NULL && pyum_size(a[1], "offset", &off) < 0) ||
       (a[2] != NULL && a[2] != Py_None && pyum_size(a[2], "nbytes", &len) < 0) || pyum_buffer_check(self) < 0)
     return NULL;
@@ -272,7 +326,8 @@ static PyObject *Buffer_access(BufferObject *self, PyObject *const *args, Py_ssi
   static const char *const names[] = {"mode"};
   PyObject *a[1];
   um_map_mode mode = UM_MAP_READ_WRITE;
-  if (pyum_parse("access", args, nargs, kwnames, names, 1, 0, a) < 0 || (a[0] != NULL && parse_map_mode(a[0], &mode) < 0) ||
+  if (pyum_parse("access", args, nargs, kwnames, names, 1, 0, a) < 0 ||
+      (a[0] != NULL && pyum_parse_map_mode(a[0], &mode) < 0) ||
       pyum_buffer_check(self) < 0)
     return NULL;
   return pyum_access_new(self, mode);
@@ -361,6 +416,8 @@ static PyMethodDef Buffer_methods[] = {
     {"fill", (PyCFunction)(void (*)(void))pyum_buffer_fill, METH_FASTCALL | METH_KEYWORDS, fill_doc},
     {"map", (PyCFunction)(void (*)(void))Buffer_map, METH_FASTCALL | METH_KEYWORDS, map_doc},
     {"release", (PyCFunction)Buffer_release, METH_NOARGS, release_doc},
+    {"release_after", (PyCFunction)(void (*)(void))Buffer_release_after, METH_FASTCALL | METH_KEYWORDS,
+     release_after_doc},
     {"access", (PyCFunction)(void (*)(void))Buffer_access, METH_FASTCALL | METH_KEYWORDS, access_doc},
     {"native", (PyCFunction)pyum_buffer_native, METH_NOARGS,
      PyDoc_STR("native($self)\n--\n\nThe native handles of the buffer's memory, as a dict: host (its host view), "

@@ -290,6 +290,14 @@ static PyMethodDef core_methods[] = {
                "producer's pending work first (e.g. torch.cuda.synchronize()); unimem runs on streams of its "
                "own. BufferError for a consumed capsule; the unimem.Error of um_dlpack_import (NotSupported, "
                "NoDevice, ...) for a tensor it cannot wrap.")},
+    {"access", (PyCFunction)(void (*)(void))pyum_access_many, METH_FASTCALL | METH_KEYWORDS,
+     PyDoc_STR("access(buffers, modes='rw')\n--\n\nAn Access over several Buffers of one device "
+               "(um_access_begin_n): use it as `with unimem.access([a, b, c], ['r', 'r', 'rw']) as ac:` "
+               "around the caller's command on all of them. modes: one mode for every buffer, or a sequence "
+               "of one per buffer ('r', 'w', 'rw', 'discard'). ac.wait_for is one event for all of them, "
+               "ac.done ends them all. A Buffer listed twice gets one bracket in the stronger mode. Entering "
+               "is all or none: InvalidArgument (buffers of two devices or managers), InvalidState "
+               "(released, mapped, already in an access) with no bracket open. See unimem.Access.")},
     {"stats_fields", core_stats_fields, METH_NOARGS,
      PyDoc_STR("stats_fields() -> ((name, description), ...): the fields of Manager.stats(), in order.")},
     {"_errors", core_errors, METH_NOARGS, PyDoc_STR("The error codes: ((code, c_name, class_name, text), ...).")},

@@ -1,10 +1,11 @@
 /* The caller's own device work on unimem memory from Python (SPEC §8):
  * native handles as ints (Manager.native, Buffer.native), pyopencl objects
  * over them (Buffer.to_pyopencl, Manager.pyopencl_queue), and the access
- * bracket as a context manager (Buffer.access -> Access).
+ * bracket as a context manager (Buffer.access, unimem.access over several
+ * buffers -> Access).
  *
- * An open Access counts as one export of its Buffer: release() and close()
- * wait for it to end, as for a mapping. */
+ * An open Access counts as one export of each of its Buffers: release()
+ * and close() wait for it to end, as for a mapping. */
 #include "pyunimem.h"
 
 /* An address as an int, or None for NULL. */
@@ -111,29 +112,128 @@ PyObject *pyum_manager_pyopencl_queue(ManagerObject *self, PyObject *const *args
 
 /* ---- Access ---------------------------------------------------------------- */
 
+/* One bracket per Buffer of a list (one Buffer for Buffer.access, several
+ * for unimem.access: um_access_begin_n); each entry counts as one export of
+ * its Buffer while the access is open, the access as one of the manager's. */
 typedef struct AccessObject {
   PyObject_HEAD
-  BufferObject *buf;
-  um_map_mode mode;
-  int state;        /* 0 not begun, 1 open, 2 ended */
-  void *wait;       /* the native wait handle (NULL: nothing to wait for) */
-  void *done;       /* the caller's done event, given through .done */
-  PyObject *done_obj; /* the object it came from (kept until the end) */
+  Py_ssize_t n;
+  BufferObject **bufs;  /* n references (one_buf for a single Buffer) */
+  um_map_mode *modes;   /* n modes (one_mode) */
+  um_buffer **handles;  /* their C handles while open (one_handle) */
+  int state;            /* 0 not begun, 1 open, 2 ended */
+  void *wait;           /* the native wait handle (NULL: nothing to wait for) */
+  void *done;           /* the caller's done event, given through .done */
+  PyObject *done_obj;   /* the object it came from (kept until the end) */
+  BufferObject *one_buf;
+  um_map_mode one_mode;
+  um_buffer *one_handle;
 } AccessObject;
 
 static PyTypeObject Access_Type;
 
-PyObject *pyum_access_new(BufferObject *buf, um_map_mode mode) {
+static void access_free_arrays(AccessObject *self) {
+  if (self->bufs != &self->one_buf)
+    PyMem_Free(self->bufs), PyMem_Free(self->modes), PyMem_Free(self->handles);
+  self->bufs = &self->one_buf, self->modes = &self->one_mode, self->handles = &self->one_handle;
+}
+
+static AccessObject *access_alloc(Py_ssize_t n) {
   AccessObject *self = PyObject_GC_New(AccessObject, &Access_Type);
   if (self == NULL)
     return NULL;
-  Py_INCREF(buf);
-  self->buf = buf;
-  self->mode = mode;
+  self->n = 0;
+  self->bufs = &self->one_buf;
+  self->modes = &self->one_mode;
+  self->handles = &self->one_handle;
   self->state = 0;
   self->wait = self->done = NULL;
   self->done_obj = NULL;
+  if (n > 1) {
+    self->bufs = PyMem_Calloc((size_t)n, sizeof(*self->bufs));
+    self->modes = PyMem_Calloc((size_t)n, sizeof(*self->modes));
+    self->handles = PyMem_Calloc((size_t)n, sizeof(*self->handles));
+    if (self->bufs == NULL || self->modes == NULL || self->handles == NULL) {
+      access_free_arrays(self);
+      PyObject_GC_Del(self);
+      PyErr_NoMemory();
+      return NULL;
+    }
+  }
+  return self;
+}
+
+PyObject *pyum_access_new(BufferObject *buf, um_map_mode mode) {
+  AccessObject *self = access_alloc(1);
+  if (self == NULL)
+    return NULL;
+  Py_INCREF(buf);
+  self->one_buf = buf;
+  self->one_mode = mode;
+  self->n = 1;
   PyObject_GC_Track(self);
+  return (PyObject *)self;
+}
+
+/* The modes of unimem.access: one str for every buffer, or one per buffer. */
+static int access_modes(AccessObject *self, PyObject *modes) {
+  PyObject *seq;
+  if (modes == NULL || PyUnicode_Check(modes)) {
+    for (Py_ssize_t i = 0; i < self->n; i++)
+      if (modes == NULL)
+        self->modes[i] = UM_MAP_READ_WRITE;
+      else if (pyum_parse_map_mode(modes, &self->modes[i]) < 0)
+        return -1;
+    return 0;
+  }
+  if ((seq = PySequence_Fast(modes, "modes must be a str or a sequence of str")) == NULL)
+    return -1;
+  if (PySequence_Fast_GET_SIZE(seq) != self->n) {
+    Py_DECREF(seq);
+    pyum_raise_msg(UM_EINVAL, "access(): %zd modes for %zd buffers", PySequence_Fast_GET_SIZE(seq), self->n);
+    return -1;
+  }
+  for (Py_ssize_t i = 0; i < self->n; i++)
+    if (pyum_parse_map_mode(PySequence_Fast_GET_ITEM(seq, i), &self->modes[i]) < 0) {
+      Py_DECREF(seq);
+      return -1;
+    }
+  Py_DECREF(seq);
+  return 0;
+}
+
+PyObject *pyum_access_many(PyObject *mod, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+  static const char *const names[] = {"buffers", "modes"};
+  PyObject *a[2], *seq;
+  AccessObject *self;
+  Py_ssize_t n;
+  (void)mod;
+  if (pyum_parse("access", args, nargs, kwnames, names, 2, 1, a) < 0 ||
+      (seq = PySequence_Fast(a[0], "buffers must be a sequence of unimem.Buffer")) == NULL)
+    return NULL;
+  if ((n = PySequence_Fast_GET_SIZE(seq)) == 0) {
+    Py_DECREF(seq);
+    return pyum_raise_msg(UM_EINVAL, "access(): no buffers");
+  }
+  if ((self = access_alloc(n)) == NULL) {
+    Py_DECREF(seq);
+    return NULL;
+  }
+  for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject *o = PySequence_Fast_GET_ITEM(seq, i);
+    if (!PyObject_TypeCheck(o, &Buffer_Type)) {
+      PyErr_Format(PyExc_TypeError, "buffers[%zd] is a %.100s, not a unimem.Buffer", i, Py_TYPE(o)->tp_name);
+      break;
+    }
+    Py_INCREF(o);
+    self->bufs[self->n++] = (BufferObject *)o;
+  }
+  Py_DECREF(seq);
+  PyObject_GC_Track(self);
+  if (PyErr_Occurred() || access_modes(self, a[1]) < 0) {
+    Py_DECREF(self);
+    return NULL;
+  }
   return (PyObject *)self;
 }
 
@@ -142,29 +242,53 @@ static int is_cpu(BufferObject *buf) {
   return um_device_info_get(um_buffer_device(buf->b), &info) == UM_OK && strcmp(info.backend, "cpu") == 0;
 }
 
+/* Every buffer live and of the first one's manager. */
+static int access_check(const AccessObject *self) {
+  for (Py_ssize_t i = 0; i < self->n; i++) {
+    if (pyum_buffer_check(self->bufs[i]) < 0)
+      return -1;
+    if (self->bufs[i]->mgr != self->bufs[0]->mgr) {
+      pyum_raise_msg(UM_EINVAL, "access(): buffers[%zd] belongs to another Manager than buffers[0]", i);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+/* The cpu device has no native events: its wait handle is a um_event of
+ * unimem's; wait for it here, so Python sees only native handles. */
+static void wait_on_cpu(AccessObject *self, void *wait) {
+  for (Py_ssize_t i = 0; i < self->n; i++)
+    self->bufs[i]->calls++;
+  Py_BEGIN_ALLOW_THREADS
+  um_event_wait(wait);
+  Py_END_ALLOW_THREADS
+  for (Py_ssize_t i = 0; i < self->n; i++)
+    self->bufs[i]->calls--; /* no unpin: the access's exports hold them */
+}
+
 static PyObject *Access_enter(AccessObject *self, PyObject *unused) {
-  BufferObject *buf = self->buf;
   void *wait = NULL;
   int st;
   (void)unused;
   if (self->state != 0)
     return pyum_raise_msg(UM_ESTATE, "the access was %s already", self->state == 1 ? "begun" : "ended");
-  if (pyum_buffer_check(buf) < 0)
+  if (access_check(self) < 0)
     return NULL;
-  if ((st = um_access_begin(buf->b, self->mode, &wait)) != UM_OK)
+  for (Py_ssize_t i = 0; i < self->n; i++)
+    self->handles[i] = self->bufs[i]->b;
+  st = self->n == 1 ? um_access_begin(self->handles[0], self->modes[0], &wait)
+                    : um_access_begin_n(self->handles, self->modes, (size_t)self->n, &wait);
+  if (st != UM_OK)
     return pyum_raise(st);
-  buf->exports++; /* until the end */
-  buf->accesses++;
-  buf->mgr->accesses++; /* close() refuses while it is open */
+  for (Py_ssize_t i = 0; i < self->n; i++) {
+    self->bufs[i]->exports++; /* until the end */
+    self->bufs[i]->accesses++;
+  }
+  self->bufs[0]->mgr->accesses++; /* close() refuses while it is open */
   self->state = 1;
-  if (wait != NULL && is_cpu(buf)) {
-    /* The cpu device has no native events: its wait handle is a um_event
-     * of unimem's; wait for it here, so Python sees only native handles. */
-    buf->calls++;
-    Py_BEGIN_ALLOW_THREADS
-    um_event_wait(wait);
-    Py_END_ALLOW_THREADS
-    buf->calls--;
+  if (wait != NULL && is_cpu(self->bufs[0])) {
+    wait_on_cpu(self, wait);
     wait = NULL;
   }
   self->wait = wait;
@@ -172,24 +296,29 @@ static PyObject *Access_enter(AccessObject *self, PyObject *unused) {
   return (PyObject *)self;
 }
 
-/* End the bracket behind done (NULL: the caller waited for its commands). */
+/* End the brackets behind done (NULL: the caller waited for its commands).
+ * The handles are the ones begun: the exports kept the buffers live. */
+static int access_end_all(AccessObject *self) {
+  int st = um_access_end_n(self->handles, (size_t)self->n, self->done);
+  if (st != UM_OK && self->done != NULL) {
+    /* A done event unimem cannot take: end the brackets all the same, after
+     * waiting for nothing (the caller's error is reported). */
+    um_access_end_n(self->handles, (size_t)self->n, NULL);
+  }
+  return st;
+}
+
+/* End the access (see access_end_all); raise_errors 0: report unraisably. */
 static int access_end(AccessObject *self, int raise_errors) {
-  BufferObject *buf = self->buf;
   int st;
   if (self->state != 1)
     return UM_OK;
   self->state = 2;
   self->wait = NULL;
-  st = um_access_end(buf->b, self->done);
-  if (st != UM_OK && self->done != NULL) {
-    /* A done event unimem cannot take: end the bracket all the same, after
-     * waiting for nothing (the caller's error is reported). */
-    um_access_end(buf->b, NULL);
-  }
+  st = access_end_all(self);
   self->done = NULL;
   Py_CLEAR(self->done_obj);
-  buf->accesses--;
-  buf->mgr->accesses--;
+  self->bufs[0]->mgr->accesses--;
   if (st != UM_OK) {
     if (raise_errors)
       pyum_raise(st);
@@ -201,9 +330,12 @@ static int access_end(AccessObject *self, int raise_errors) {
       PyErr_Restore(t, v, tb);
     }
   }
-  pyum_buffer_unexport(buf);
+  for (Py_ssize_t i = 0; i < self->n; i++) {
+    self->bufs[i]->accesses--;
+    pyum_buffer_unexport(self->bufs[i]);
+  }
   /* Events dropped inside the access may be done now. */
-  pyum_orphans_reap(buf->mgr, 0);
+  pyum_orphans_reap(self->bufs[0]->mgr, 0);
   return st;
 }
 
@@ -260,7 +392,7 @@ static PyObject *get_done(AccessObject *self, void *closure) {
 /* The native event of a pyopencl.Event (int_ptr) or a CuPy / PyTorch CUDA
  * event (ptr / cuda_event). Plain ints are refused: an address typed by
  * hand would reach the driver, which reads through it. */
-static int native_event(PyObject *value, void **out) {
+int pyum_native_event(PyObject *value, const char *what, void **out) {
   static const char *const attrs[] = {"int_ptr", "ptr", "cuda_event"};
   PyObject *n = NULL;
   for (int i = 0; !PyLong_Check(value) && n == NULL && i < 3; i++)
@@ -268,8 +400,8 @@ static int native_event(PyObject *value, void **out) {
       return -1;
   if (n == NULL || !PyLong_Check(n)) {
     Py_XDECREF(n);
-    PyErr_Format(PyExc_TypeError, "done must be a native event object (a pyopencl.Event, a CuPy or PyTorch "
-                 "CUDA event) or None, not %.100s", Py_TYPE(value)->tp_name);
+    PyErr_Format(PyExc_TypeError, "%s must be a native event object (a pyopencl.Event, a CuPy or PyTorch "
+                 "CUDA event) or None, not %.100s", what, Py_TYPE(value)->tp_name);
     return -1;
   }
   *out = PyLong_AsVoidPtr(n);
@@ -284,7 +416,7 @@ static int set_done(AccessObject *self, PyObject *value, void *closure) {
     pyum_raise_msg(UM_ESTATE, "done can be set only while the access is open");
     return -1;
   }
-  if (value != NULL && value != Py_None && native_event(value, &ev) < 0)
+  if (value != NULL && value != Py_None && pyum_native_event(value, "done", &ev) < 0)
     return -1;
   self->done = ev;
   Py_XINCREF(value != Py_None ? value : NULL);
@@ -298,7 +430,8 @@ static PyObject *get_open(AccessObject *self, void *closure) {
 }
 
 static int Access_traverse(AccessObject *self, visitproc visit, void *arg) {
-  Py_VISIT(self->buf);
+  for (Py_ssize_t i = 0; i < self->n; i++)
+    Py_VISIT(self->bufs[i]);
   Py_VISIT(self->done_obj);
   return 0;
 }
@@ -307,13 +440,16 @@ static void Access_dealloc(AccessObject *self) {
   PyObject_GC_UnTrack(self);
   access_end(self, 0); /* dropped open: ends as if done were what was set */
   Py_CLEAR(self->done_obj);
-  Py_CLEAR(self->buf);
+  for (Py_ssize_t i = 0; i < self->n; i++)
+    Py_CLEAR(self->bufs[i]);
+  access_free_arrays(self);
   PyObject_GC_Del(self);
 }
 
 static PyMethodDef Access_methods[] = {
     {"__enter__", (PyCFunction)Access_enter, METH_NOARGS,
-     PyDoc_STR("Begin the access (um_access_begin): the Access itself.")},
+     PyDoc_STR("Begin the access (um_access_begin, or um_access_begin_n for several buffers): the Access "
+               "itself.")},
     {"__exit__", (PyCFunction)Access_exit, METH_VARARGS, PyDoc_STR("end()")},
     {"end", (PyCFunction)(void (*)(void))Access_end, METH_FASTCALL | METH_KEYWORDS, end_doc},
     {NULL, NULL, 0, NULL},
@@ -321,12 +457,13 @@ static PyMethodDef Access_methods[] = {
 
 static PyGetSetDef Access_getset[] = {
     {"wait_event", (getter)get_wait_event, NULL,
-     PyDoc_STR("The native event (cl_event / CUevent, as an int) the first command on the buffer must wait "
-               "for, or None when nothing unimem issued is pending."), NULL},
+     PyDoc_STR("The native event (cl_event / CUevent, as an int) the first command on the buffers must wait "
+               "for, or None when nothing unimem issued on any of them is pending: one event for all the "
+               "buffers of unimem.access()."), NULL},
     {"wait_for", (getter)get_wait_for, NULL,
      PyDoc_STR("wait_event as a list for pyopencl's wait_for= (empty when there is nothing to wait for)."), NULL},
     {"done", (getter)get_done, (setter)set_done,
-     PyDoc_STR("The native event of the caller's last command on the buffer: a pyopencl.Event, or a CuPy / "
+     PyDoc_STR("The native event of the caller's last command on the buffers: a pyopencl.Event, or a CuPy / "
                "PyTorch CUDA event (an object with int_ptr, ptr or cuda_event); None: the caller waited for its "
                "commands. Read at the end."), NULL},
     {"open", (getter)get_open, NULL, PyDoc_STR("True between the beginning and the end."), NULL},
@@ -334,11 +471,18 @@ static PyGetSetDef Access_getset[] = {
 };
 
 PyDoc_STRVAR(Access_doc,
-"The caller's own device work on a Buffer (from Buffer.access(mode)), as a\n"
-"context manager around um_access_begin / um_access_end:\n\n"
+"The caller's own device work on a Buffer (from Buffer.access(mode)), or on\n"
+"several Buffers of one device at once (from unimem.access(buffers, modes)),\n"
+"as a context manager around um_access_begin / um_access_end (_n):\n\n"
 "    with b.access('rw') as ac:\n"
 "        ev = kernel(queue, (n,), None, b.to_pyopencl(), wait_for=ac.wait_for)\n"
 "        ac.done = ev\n\n"
+"    with unimem.access([a, b, c], ['r', 'r', 'rw']) as ac:  # one wait, one done\n"
+"        ac.done = gemm(queue, (n, n), None, a.to_pyopencl(), b.to_pyopencl(),\n"
+"                       c.to_pyopencl(), wait_for=ac.wait_for)\n\n"
+"A Buffer listed twice gets one bracket in the stronger mode. All or none:\n"
+"when one buffer cannot be bracketed, entering raises its error and no\n"
+"bracket is open.\n"
 "Nothing blocks: the kernel waits for what unimem issued on b before\n"
 "(wait_event), and unimem's later operations on b wait for done. On the cpu\n"
 "device the beginning waits for those operations itself (wait_event None).\n"

@@ -13,7 +13,8 @@
  *            them to an orphan record of the manager (event.c), reaped
  *            once the operation is seen done: no deallocation waits.
  *   Mapping  owns one um_map of a Buffer and exports it to Python.
- *   Access   owns one open bracket (um_access_begin) of a Buffer.
+ *   Access   owns the open brackets (um_access_begin, um_access_begin_n)
+ *            of one Buffer or of several.
  *   DLPack   a tensor exported by __dlpack__ holds its Buffer object (a
  *            reference and one export) until the consumer deletes it.
  *
@@ -164,6 +165,8 @@ PyObject *pyum_option_names(void);
 PyObject *pyum_buffer_new(ManagerObject *mgr, um_buffer *b);
 /* 0 when the buffer may be used; InvalidState otherwise. */
 int pyum_buffer_check(BufferObject *self);
+/* 'r', 'w', 'rw' or 'discard' as a um_map_mode. */
+int pyum_parse_map_mode(PyObject *o, um_map_mode *mode);
 /* Pins for calls without the GIL and for exports; the unpin that ends
  * the last pin of a released buffer gives its handle up. */
 void pyum_buffer_unpin_call(BufferObject *self);
@@ -220,6 +223,11 @@ PyObject *pyum_buffer_native(BufferObject *self, PyObject *unused);
 PyObject *pyum_buffer_to_pyopencl(BufferObject *self, PyObject *unused);
 /* A new Access of buf in mode (not begun: its __enter__ begins it). */
 PyObject *pyum_access_new(BufferObject *buf, um_map_mode mode);
+/* unimem.access(buffers, modes='rw'): an Access over several Buffers. */
+PyObject *pyum_access_many(PyObject *mod, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+/* The native event of a pyopencl.Event (int_ptr) or a CuPy / PyTorch CUDA
+ * event (ptr / cuda_event); TypeError naming what for anything else. */
+int pyum_native_event(PyObject *value, const char *what, void **out);
 PyTypeObject *pyum_access_type(void);
 
 #endif /* PYUNIMEM_H */

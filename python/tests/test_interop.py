@@ -1,8 +1,11 @@
 """The caller's own kernels on unimem buffers from Python (SPEC §8): native
-handles, pyopencl objects over them, and the access bracket (Buffer.access)
-ordering a pyopencl kernel between unimem's own copies, result checked."""
+handles, pyopencl objects over them, and the access bracket (Buffer.access,
+unimem.access over several buffers) ordering a pyopencl kernel between
+unimem's own copies, result checked; Buffer.release_after holding a block
+back from the pool until a pyopencl event completed."""
 
 import gc
+import time
 
 import numpy
 import pytest
@@ -193,3 +196,139 @@ def test_pyopencl_buffer_of_an_imported_tensor(ocl):
     assert numpy.array_equal(out, numpy.arange(n, dtype=numpy.float32))
     w.release()
     assert p.deleted == 1
+
+
+# ---- unimem.access over several buffers, Buffer.release_after -------------------------------------------
+
+
+def test_access_over_several_buffers_on_the_cpu_device(cpu):
+    a, b, c = (cpu.alloc(1 << 20) for _ in range(3))
+    evs = [x.fill(i + 1, wait=False) for i, x in enumerate((a, b, c))]
+    with unimem.access([a, b, c], ["r", "r", "rw"]) as ac:
+        assert ac.open and ac.wait_event is None, "the cpu device's wait happens at the beginning"
+        assert int(numpy.asarray(a)[-1]) == 1 and int(numpy.asarray(b)[-1]) == 2, "the fills are done"
+        numpy.asarray(c)[:] = numpy.asarray(a) + numpy.asarray(b)
+        with pytest.raises(unimem.InvalidState):
+            b.access("r").__enter__()  # in a bracket already
+    assert not ac.open
+    for ev in evs:
+        ev.wait()
+    assert int(numpy.asarray(c)[0]) == 3
+    with unimem.access([a, a, b], "r"):  # a twice: one bracket
+        pass
+    with unimem.access((a,)):  # modes default to "rw"
+        pass
+
+
+def test_access_over_several_buffers_misuse(cpu):
+    a, b = cpu.alloc(64), cpu.alloc(64)
+    gone = cpu.alloc(64)
+    gone.release()
+    with pytest.raises(unimem.InvalidArgument):
+        unimem.access([], "r")
+    with pytest.raises(TypeError):
+        unimem.access([a, "b"], "r")
+    with pytest.raises(unimem.InvalidArgument):
+        unimem.access([a, b], ["r"])  # one mode for two buffers
+    with pytest.raises(unimem.InvalidArgument):
+        unimem.access([a, b], ["r", "x"])
+    with pytest.raises(unimem.InvalidState):
+        unimem.access([a, gone, b], "r").__enter__()
+    with b.map("r"):
+        with pytest.raises(unimem.InvalidState):
+            unimem.access([a, b], "r").__enter__()  # all or nothing: a is not left open
+        with a.access("rw"):
+            pass
+    other = unimem.Manager(backends="cpu")
+    try:
+        with pytest.raises(unimem.InvalidArgument):
+            unimem.access([a, other.alloc(64)], "r").__enter__()
+    finally:
+        other.close()
+    # Released inside: the release waits for the access's end, as for one buffer.
+    with unimem.access([a, b], "rw"):
+        b.release()
+        assert b.released and cpu.stats()["active_buffers"] == 2
+    assert cpu.stats()["active_buffers"] == 1
+    ac = unimem.access([a], "rw")
+    ac.__enter__()
+    del ac
+    gc.collect()
+    a.fill(1)  # the dropped access ended
+
+
+def test_release_after_on_the_cpu_device(cpu):
+    b = cpu.alloc(64)
+
+    class FakeEvent:
+        int_ptr = 12345
+
+    with pytest.raises(TypeError):
+        b.release_after(12345)  # a bare address is refused
+    with pytest.raises(unimem.InvalidArgument):
+        b.release_after(FakeEvent())  # no native events on the cpu device
+    assert not b.released
+    with b.map("r"):
+        with pytest.raises(unimem.InvalidState):
+            b.release_after(FakeEvent())  # a mapping reaches it
+    b.release_after(None)  # release()
+    assert b.released and cpu.stats()["active_buffers"] == 0
+    with pytest.raises(unimem.InvalidState):
+        b.release_after(FakeEvent())
+
+
+@needs_pyopencl
+def test_pyopencl_sgemm_step_over_three_buffers(ocl):
+    """c = a @ b + c with one wait for three pending uploads and one done."""
+    n = 64
+    queue = ocl.pyopencl_queue(1)
+    prog = pyopencl.Program(queue.context, """
+__kernel void sgemm(__global const float *a, __global const float *b, __global float *c, int n) {
+  int i = get_global_id(0), j = get_global_id(1); float s = 0.0f;
+  for (int k = 0; k < n; k++) s += a[i * n + k] * b[k * n + j];
+  c[i * n + j] += s;
+}
+""").build()
+    rng = numpy.random.default_rng(7)
+    ha, hb, hc = (rng.integers(-4, 5, (n, n)).astype(numpy.float32) for _ in range(3))
+    a, b, c = (ocl.alloc(ha.nbytes, device=1) for _ in range(3))
+    evs = [x.copy_from(h, wait=False) for x, h in ((a, ha), (b, hb), (c, hc))]
+    with unimem.access([a, b, c], ["r", "r", "rw"]) as ac:
+        assert len(ac.wait_for) <= 1, "one event for the three"
+        ac.done = prog.sgemm(queue, (n, n), None, a.to_pyopencl(), b.to_pyopencl(), c.to_pyopencl(),
+                             numpy.int32(n), wait_for=ac.wait_for)
+    out = numpy.empty_like(hc)
+    c.copy_to(out)  # ordered after the kernel by unimem
+    assert numpy.array_equal(out, ha @ hb + hc)
+    for ev in evs:
+        ev.wait()
+
+
+@needs_pyopencl
+def test_pyopencl_release_after_a_user_event(ocl):
+    queue = ocl.pyopencl_queue(1)
+    size = 1 << 16
+    x = ocl.alloc(size, device=1)
+    mem = x.native()["cl_mem"], x.native()["offset"]
+    ev = pyopencl.UserEvent(queue.context)
+    x.release_after(ev)
+    assert x.released and ocl.stats()["active_buffers"] == 0
+    y = ocl.alloc(size, device=1)
+    assert (y.native()["cl_mem"], y.native()["offset"]) != mem, "x's block waits for the event"
+    y.release()
+    ev.set_status(pyopencl.command_execution_status.COMPLETE)
+    deadline = time.monotonic() + 10
+    while True:  # until the manager has seen the event (its completion callback)
+        hits = ocl.stats()["pool_hits"]
+        got = [ocl.alloc(size, device=1) for _ in range(2)]
+        if mem in [(g.native()["cl_mem"], g.native()["offset"]) for g in got]:
+            break
+        for g in got:
+            g.release()
+        assert time.monotonic() < deadline, "x's block never came back to the pool"
+        time.sleep(0.002)
+    assert ocl.stats()["pool_hits"] == hits + 2, "both from the pool"
+    for g in got:
+        g.release()
+    with pytest.raises(TypeError):
+        got[0].release_after(ev.int_ptr)  # ints are refused before anything else

@@ -24,9 +24,11 @@ DLPack both ways: ``numpy.from_dlpack(b)`` / ``torch.from_dlpack(b)`` share a
 buffer's memory; ``unimem.from_dlpack(m, x)`` wraps a NumPy array's or a
 tensor's. Your own kernels on a buffer: ``b.to_pyopencl()``,
 ``m.pyopencl_queue(device)`` and ``with b.access("rw") as ac:`` (ac.wait_for,
-ac.done). Frameworks' allocators: unimem.torch, unimem.cupy, unimem.numba.
+ac.done); over several buffers at once ``with unimem.access([a, b, c],
+["r", "r", "rw"]) as ac:``; ``b.release_after(event)`` gives a buffer back
+once the caller's event completed. Frameworks' allocators: unimem.torch, unimem.cupy, unimem.numba.
 
-Names: Manager, Buffer, Event, Mapping, Access, Device, copy, from_dlpack,
+Names: Manager, Buffer, Event, Mapping, Access, Device, access, copy, from_dlpack,
 Error and one subclass per C status code, stats_fields, OPTION_NAMES,
 __version__.
 """
@@ -42,6 +44,7 @@ from ._core import (  # noqa: F401  (the package's API)
     Event,
     Manager,
     Mapping,
+    access,
     copy,
     from_dlpack,
     stats_fields,
@@ -93,6 +96,6 @@ _ERROR_NAMES = _make_errors()
 _atexit.register(_core._shutdown)
 
 __all__ = [
-    "Manager", "Buffer", "Event", "Mapping", "Access", "Device", "copy", "from_dlpack", "Error",
+    "Manager", "Buffer", "Event", "Mapping", "Access", "Device", "access", "copy", "from_dlpack", "Error",
     "stats_fields", "OPTION_NAMES", "__version__",
 ] + list(_ERROR_NAMES)

@@ -23,6 +23,9 @@ typedef enum um__test_point {
   /* um_release of a wrap is about to wait for the operations issued on it.
    * arg: the buffer. */
   UM__TP_WRAP_RELEASE_WAIT,
+  /* A bracket (held.c's um__op_hold) is about to lock its buffer to
+   * publish itself. arg: the operation. */
+  UM__TP_HOLD_CHECKED,
   /* A copy or fill passed its argument checks and is about to lock its
    * buffers to publish itself. arg: the operation. */
   UM__TP_OP_CHECKED,

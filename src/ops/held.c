@@ -1,7 +1,7 @@
 /* Held operations: a bracket (access.c) is published on its buffer at
  * um_access_begin, like any other operation, so later ones wait for it,
  * but started only at um_access_end; a gate is an operation on no buffer
- * started once another has finished; and a bracket borrows the token of
+ * started once others have finished; and a bracket borrows the token of
  * the operation it follows. Apart from op.c because only the brackets of
  * interop/ take these steps, in this order.
  */
@@ -15,6 +15,7 @@ int um__op_hold(um_event *op, um_event **dep) {
   um_event *deps[2];
   int nbufs = op_buffers(op, bufs), ndeps, st;
   bool all_native;
+  UM__TEST_POINT(UM__TP_HOLD_CHECKED, op);
   lock_buffers(bufs, nbufs);
   if ((st = um__op_check_locked(op, bufs, nbufs)) != UM_OK) {
     unlock_buffers(bufs, nbufs);
@@ -32,15 +33,19 @@ int um__op_hold(um_event *op, um_event **dep) {
   return UM_OK;
 }
 
-void um__op_start_held(um_event *op, um_event *after) {
-  if (after != NULL && um__op_register(op, &after, 1))
-    return; /* it starts when after finishes */
+/* op starts once the n operations of after (references, consumed) have
+ * finished: now when n is 0 or all have. */
+static void start_after(um_event *op, um_event **after, int n) {
+  if (n > 0 && um__op_register(op, after, n))
+    return; /* it starts when the last of them finishes */
   um__op_start_now(op, false);
 }
 
-void um__op_issue_after(um_event *op, um_event *after) {
+void um__op_start_held(um_event *op, um_event *after) { start_after(op, &after, after != NULL); }
+
+void um__op_issue_after(um_event *op, um_event **after, int n) {
   um__engine_op_begin(op->m);
-  um__op_start_held(op, after);
+  start_after(op, after, n);
 }
 
 void *um__op_token_borrow(um_event *dep, um_device *d) {

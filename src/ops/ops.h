@@ -59,12 +59,13 @@ int um__op_group_end(um_event *group, um_event **done);
  * (later operations wait for it) but not started; *dep is the unfinished
  * operation it was ordered after (a reference), or NULL. start_held starts
  * it once after (a reference, consumed; NULL: now) has finished.
- * issue_after: an operation on no buffer (a gate), started once after has
- * finished. token_borrow: dep's token when it runs on d's queue and has
+ * issue_after: an operation on no buffer (a gate), started once the n
+ * operations of after (references, consumed; none NULL) have finished.
+ * token_borrow: dep's token when it runs on d's queue and has
  * one (give it back with um__event_token_put), else NULL. */
 int um__op_hold(um_event *op, um_event **dep);
 void um__op_start_held(um_event *op, um_event *after);
-void um__op_issue_after(um_event *op, um_event *after);
+void um__op_issue_after(um_event *op, um_event **after, int n);
 void *um__op_token_borrow(um_event *dep, um_device *d);
 
 

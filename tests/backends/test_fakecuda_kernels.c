@@ -3,7 +3,9 @@
  * (the pending work runs on host threads), or nothing, and brackets ended
  * with NULL; the chain copy -> kernel -> copy -> kernel -> copy back over
  * one and two devices issued without a host wait; a kernel then um_map; a
- * kernel racing a release; um_event_native; bad done events; the caller on two
+ * kernel racing a release; brackets over three buffers with one wait
+ * (um_access_begin_n); a release ordered after a kernel's event
+ * (um_release_after); um_event_native; bad done events; the caller on two
  * streams (no ordering edge of unimem's may deadlock it); gates that spin
  * in a kernel where the driver has no stream memory operations; threads at
  * once. The kernels are the PTX of cuda_kernel_checks.h, which the fake
@@ -193,6 +195,10 @@ Test(fakecuda_kernels, kernel_then_map_threaded) { run_one(1, ck_check_kernel_th
 
 Test(fakecuda_kernels, kernel_racing_a_release) { run_one(0, ck_check_racing_release); }
 Test(fakecuda_kernels, kernel_racing_a_release_threaded) { run_one(1, ck_check_racing_release); }
+Test(fakecuda_kernels, begin_n) { run_one(0, ck_check_begin_n); }
+Test(fakecuda_kernels, begin_n_threaded) { run_one(1, ck_check_begin_n); }
+Test(fakecuda_kernels, release_after) { run_one(0, ck_check_release_after); }
+Test(fakecuda_kernels, release_after_threaded) { run_one(1, ck_check_release_after); }
 
 Test(fakecuda_kernels, event_native) { run_one(0, ck_check_event_native); }
 

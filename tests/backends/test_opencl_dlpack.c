@@ -8,6 +8,9 @@
  * conformance/test_dlpack.c's, on the pocl profiles among the others. */
 #define CL_TARGET_OPENCL_VERSION 300
 #include <CL/cl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <unistd.h>
 
 #include "opencl_util.h"
 #include "unimem_dlpack.h"
@@ -207,5 +210,46 @@ Test(opencl_dlpack, round_trip_with_a_kernel) {
   cr_assert_eq(ut_stats(e.m, NULL).active_buffers, 0);
   clReleaseKernel(inc);
   clReleaseProgram(prog);
+  ou_close(&e);
+}
+
+/* um_release_after of a wrap (an imported cl_mem): released as um_release
+ * releases a wrap, it returns only once the event completed, and the
+ * producer's deleter has run by then. Another thread sets the event. */
+typedef struct setter {
+  cl_event ev;
+  atomic_int set;
+} setter;
+
+static void *set_later(void *p) {
+  setter *s = p;
+  usleep(100000);
+  atomic_store(&s->set, 1);
+  cr_assert_eq(clSetUserEventStatus(s->ev, CL_COMPLETE), CL_SUCCESS);
+  return NULL;
+}
+
+OU_TEST_1_AND_2(opencl_dlpack, release_after_of_a_wrap_waits_for_the_event) {
+  ou_env e = ou_open(NULL, 1);
+  um_device_native nat;
+  producer p;
+  um_buffer *b = NULL;
+  setter s;
+  pthread_t t;
+  cl_int err;
+  cr_assert_eq(um_device_native_get(e.dev[0], &nat), UM_OK);
+  cl_mem mem = cl_buffer(&nat, BYTES, 4);
+  producer_init(&p, mem, 0, 0, BYTES);
+  cr_assert_eq(um_dlpack_import(e.m, &p.t, 0, &b), UM_OK, "%s", um_last_error());
+  s.ev = clCreateUserEvent((cl_context)nat.cl_context, &err);
+  cr_assert_eq(err, CL_SUCCESS);
+  atomic_init(&s.set, 0);
+  cr_assert_eq(pthread_create(&t, NULL, set_later, &s), 0);
+  cr_assert_eq(um_release_after(b, s.ev), UM_OK, "%s", um_last_error());
+  cr_assert_eq(atomic_load(&s.set), 1, "returned only after the event was set");
+  cr_assert_eq(p.deleted, 1, "the producer has its memory back");
+  pthread_join(t, NULL);
+  clReleaseEvent(s.ev);
+  cr_assert_eq(clReleaseMemObject(mem), CL_SUCCESS);
   ou_close(&e);
 }

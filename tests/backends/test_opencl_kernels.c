@@ -9,7 +9,12 @@
  *  - the same chain in a context and queue the test made itself
  *    (um_device_adopt_opencl);
  *  - bad input of its own (another context) with exact codes and unchanged
- *    statistics (the rest: conformance/test_access.c).
+ *    statistics (the rest: conformance/test_access.c);
+ *  - brackets over several buffers (um_access_begin_n): one wait handle for
+ *    three held uploads before an SGEMM-shaped c = a * b + c, the same
+ *    buffer twice, a release inside; um_release_after with a user event
+ *    holding the block back from the pool (the rest:
+ *    conformance/test_access_n.c).
  * The test links libOpenCL itself (the library never does). */
 #define CL_TARGET_OPENCL_VERSION 300
 #include <CL/cl.h>
@@ -26,6 +31,9 @@ static const char *kernel_source =
     "__kernel void axpb(__global int *x, int a, int b) {\n"
     "  size_t i = get_global_id(0); x[i] = a * x[i] + b;\n"
     "}\n"
+    "__kernel void madd(__global const int *a, __global const int *b, __global int *c) {\n"
+    "  size_t i = get_global_id(0); c[i] = a[i] * b[i] + c[i];\n"
+    "}\n"
     "__kernel void slow_fill(__global int *x, int v, int rounds) {\n"
     "  size_t i = get_global_id(0); int acc = 0;\n"
     "  for (int r = 0; r < rounds; r++) acc += r & 1;\n"
@@ -36,7 +44,7 @@ typedef struct kdev {
   um_device *d;
   um_device_native nat;
   cl_program program;
-  cl_kernel add, axpb, slow_fill;
+  cl_kernel add, axpb, slow_fill, madd;
 } kdev;
 
 static void build(kdev *k, um_device *d) {
@@ -58,12 +66,15 @@ static void build(kdev *k, um_device *d) {
   cr_assert_eq(err, CL_SUCCESS);
   k->slow_fill = clCreateKernel(k->program, "slow_fill", &err);
   cr_assert_eq(err, CL_SUCCESS);
+  k->madd = clCreateKernel(k->program, "madd", &err);
+  cr_assert_eq(err, CL_SUCCESS);
 }
 
 static void unbuild(kdev *k) {
   clReleaseKernel(k->add);
   clReleaseKernel(k->axpb);
   clReleaseKernel(k->slow_fill);
+  clReleaseKernel(k->madd);
   clReleaseProgram(k->program);
 }
 
@@ -516,12 +527,14 @@ OU_TEST_1_AND_2(opencl_kernels, chain_in_an_adopted_context) {
 }
 
 /* Bad input of OpenCL's own: a done event of another context, a queue of
- * another context to adopt; exact codes, statistics unchanged. (What every
- * backend answers alike: conformance/test_access.c, bad_brackets_and_handles.) */
+ * another context to adopt, um_release_after's bad events (another
+ * context's, a cl_mem; a buffer mapped); exact codes, statistics
+ * unchanged. (What every backend answers alike: conformance/test_access.c,
+ * bad_brackets_and_handles.) */
 OU_TEST_1_AND_2(opencl_kernels, bad_brackets) {
   ou_env e = ou_open(NULL, 1);
   um_buffer *x = ub_alloc(e.m, e.dev[0], 4096, UM_DEVICE);
-  void *wait = NULL;
+  void *wait = NULL, *mapped = NULL;
   cl_int err;
   cl_device_id id;
   cl_context other;
@@ -539,10 +552,20 @@ OU_TEST_1_AND_2(opencl_kernels, bad_brackets) {
   cr_assert_eq(um_device_adopt_opencl(e.m, NULL, id, nat.cl_queue, &(um_device *){NULL}), UM_EINVAL);
   cr_assert_eq(um_device_adopt_opencl(e.m, other, id, nat.cl_queue, &(um_device *){NULL}), UM_EINVAL,
                "a queue of another context");
+  cr_assert_eq(um_release_after(x, foreign), UM_EINVAL, "an event of another context");
+  cr_assert_eq(um_release_after(x, mem_of(x)), UM_EINVAL, "a cl_mem");
+  cr_assert_eq(um_buffer_size(x), 4096, "still live");
   ut_assert_unchanged(e.m, before);
+  cr_assert_eq(um_map(x, UM_MAP_READ, 0, 16, &mapped), UM_OK);
+  cr_assert_eq(um_release_after(x, foreign), UM_EINVAL, "the event is checked first");
+  clReleaseEvent(foreign);
+  foreign = clCreateUserEvent((cl_context)nat.cl_context, &err);
+  cr_assert_eq(um_release_after(x, foreign), UM_ESTATE, "mapped");
+  cr_assert_eq(um_unmap(x, mapped), UM_OK);
+  cr_assert_eq(clSetUserEventStatus(foreign, CL_COMPLETE), CL_SUCCESS);
+  cr_assert_eq(um_release_after(x, foreign), UM_OK);
   clReleaseEvent(foreign);
   clReleaseContext(other);
-  um_release(x);
   ou_close(&e);
 }
 
@@ -569,5 +592,416 @@ OU_TEST_1_AND_2(opencl_kernels, event_native) {
   cr_assert_eq(um_event_native(ev, &native), UM_ENOTSUP, "host memory: a memcpy on a host thread");
   um_event_release(ev);
   um_release(x), um_release(h);
+  ou_close(&e);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Brackets over several buffers (um_access_begin_n / um_access_end_n) and
+ * um_release_after, with the caller's kernels */
+
+static int on_basic(void) {
+  const char *kind = getenv("UNIMEM_TEST_POCL_DEVICE");
+  return kind != NULL && strcmp(kind, "basic") == 0;
+}
+
+#define SKIP_ON_BASIC(why)                                                                             \
+  do {                                                                                                 \
+    if (on_basic())                                                                                    \
+      cr_skip_test("SKIP: PoCL's basic device runs every queue's commands on one thread in order: " why); \
+  } while (0)
+
+static cl_int event_status(void *ev) {
+  cl_int status = 0;
+  cr_assert_eq(clGetEventInfo((cl_event)ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(status), &status, NULL),
+               CL_SUCCESS);
+  return status;
+}
+
+static cl_event user_event(const kdev *k) {
+  cl_int err;
+  cl_event ev = clCreateUserEvent((cl_context)k->nat.cl_context, &err);
+  cr_assert_eq(err, CL_SUCCESS);
+  return ev;
+}
+
+/* x's bracket ended behind hold (a user event the test sets later): what
+ * is issued on x next waits for it on the device. */
+static void hold_buffer(um_buffer *x, cl_event hold) {
+  void *wait = NULL;
+  cr_assert_eq(um_access_begin(x, UM_MAP_READ, &wait), UM_OK);
+  cr_assert_eq(um_access_end(x, hold), UM_OK, "%s", um_last_error());
+}
+
+/* c = a * b + c, an SGEMM-shaped step over three buffers of one device:
+ * the buffers (a = i, b = 3i + 1, c = i), the kernel's arguments set, and
+ * the check of c. */
+typedef struct madd_step {
+  ou_env e;
+  kdev k;
+  int *v[3], *out;
+  um_buffer *b[3];
+} madd_step;
+
+static const um_map_mode madd_modes[3] = {UM_MAP_READ, UM_MAP_READ, UM_MAP_READ_WRITE};
+
+static void madd_open(madd_step *s) {
+  s->e = ou_open(NULL, 1);
+  build(&s->k, s->e.dev[s->e.ndev - 1]);
+  s->v[0] = ints(N, iota), s->v[1] = ints(N, triple), s->v[2] = ints(N, iota);
+  s->out = ub_malloc(N * sizeof(int));
+  /* All allocated first: a new block's migration queues behind what a test
+   * holds on the device's queue. */
+  for (int i = 0; i < 3; i++) {
+    cl_mem mem;
+    s->b[i] = ub_alloc(s->e.m, s->k.d, N * sizeof(int), UM_DEVICE);
+    mem = mem_of(s->b[i]);
+    cr_assert_eq(clSetKernelArg(s->k.madd, (cl_uint)i, sizeof(cl_mem), &mem), CL_SUCCESS);
+  }
+}
+
+/* The kernel on the caller's queue after wait (NULL: none); its event. */
+static cl_event madd_run(madd_step *s, void *wait) {
+  size_t global = N;
+  cl_event done = NULL;
+  cr_assert_eq(clEnqueueNDRangeKernel((cl_command_queue)s->k.nat.cl_queue, s->k.madd, 1, NULL, &global, NULL,
+                                      wait ? 1 : 0, wait ? (cl_event *)&wait : NULL, &done),
+               CL_SUCCESS);
+  clFlush((cl_command_queue)s->k.nat.cl_queue);
+  return done;
+}
+
+/* c read back holds a * b + c, every element; then everything goes. */
+static void madd_check_close(madd_step *s) {
+  cr_assert_eq(um_copy_to_host(s->b[2], 0, s->out, N * sizeof(int), NULL), UM_OK);
+  for (size_t i = 0; i < N; i++)
+    cr_assert_eq(s->out[i], s->v[0][i] * s->v[1][i] + s->v[2][i], "c[%zu] = %d", i, s->out[i]);
+  for (int i = 0; i < 3; i++) {
+    um_release(s->b[i]);
+    free(s->v[i]);
+  }
+  free(s->out);
+  unbuild(&s->k);
+  ou_close(&s->e);
+}
+
+/* Each buffer with an upload still pending (held behind the test's user
+ * event): one wait handle for the three, which completes only once the
+ * uploads have, the kernel behind it, one end with the kernel's event. The
+ * kernel saw every uploaded value. */
+OU_TEST_1_AND_2(opencl_kernels, one_wait_for_three_pending_uploads) {
+  SKIP_ON_BASIC("an upload held by a user event would hold the whole device");
+  madd_step s;
+  um_event *up[3];
+  void *wait = NULL;
+  cl_event hold, done;
+  madd_open(&s);
+  hold = user_event(&s.k);
+  for (int i = 0; i < 3; i++) {
+    hold_buffer(s.b[i], hold);
+    cr_assert_eq(um_copy_from_host(s.b[i], 0, s.v[i], N * sizeof(int), &up[i]), UM_OK);
+  }
+  cr_assert_eq(um_access_begin_n(s.b, madd_modes, 3, &wait), UM_OK, "%s", um_last_error());
+  cr_assert_not_null(wait, "three uploads are pending");
+  for (int i = 0; i < 3; i++) {
+    void *own = NULL;
+    if (um_event_native(up[i], &own) == UM_OK)
+      cr_assert_neq(wait, own, "one handle for the three, not upload %d's", i);
+  }
+  cr_assert_gt(event_status(wait), CL_COMPLETE, "the uploads are held");
+  done = madd_run(&s, wait);
+  cr_assert_eq(um_access_end_n(s.b, 3, done), UM_OK, "%s", um_last_error());
+  cr_assert_eq(clSetUserEventStatus(hold, CL_COMPLETE), CL_SUCCESS);
+  cr_assert_eq(clWaitForEvents(1, &done), CL_SUCCESS);
+  for (int i = 0; i < 3; i++) {
+    cr_assert_eq(um_event_wait(up[i]), UM_OK);
+    um_event_release(up[i]);
+  }
+  clReleaseEvent(done);
+  clReleaseEvent(hold);
+  madd_check_close(&s);
+}
+
+/* The same three buffers with one upload pending: the handle is that
+ * upload's own event (the single buffer's own handle); with none pending,
+ * NULL. Here the upload is asynchronous and not held: whichever handle
+ * comes, the kernel sees the data. */
+OU_TEST_1_AND_2(opencl_kernels, begin_n_with_one_or_no_pending_upload) {
+  madd_step s;
+  um_event *up;
+  void *wait = (void *)1, *own = NULL;
+  cl_event done;
+  madd_open(&s);
+  cr_assert_eq(um_copy_from_host(s.b[0], 0, s.v[0], N * sizeof(int), NULL), UM_OK);
+  cr_assert_eq(um_copy_from_host(s.b[1], 0, s.v[1], N * sizeof(int), NULL), UM_OK);
+  cr_assert_eq(um_copy_from_host(s.b[2], 0, s.v[2], N * sizeof(int), &up), UM_OK);
+  cr_assert_eq(um_access_begin_n(s.b, madd_modes, 3, &wait), UM_OK, "%s", um_last_error());
+  if (wait != NULL && um_event_native(up, &own) == UM_OK)
+    cr_assert_eq(wait, own, "one buffer has something pending: its own handle");
+  done = madd_run(&s, wait);
+  cr_assert_eq(um_access_end_n(s.b, 3, done), UM_OK);
+  clReleaseEvent(done);
+  cr_assert_eq(um_event_wait(up), UM_OK);
+  um_event_release(up);
+  cr_assert_eq(um_device_synchronize(s.k.d), UM_OK, "the brackets themselves finished");
+  cr_assert_eq(um_access_begin_n(s.b, madd_modes, 3, &wait), UM_OK);
+  cr_assert_null(wait, "nothing pending on any of them");
+  cr_assert_eq(um_access_end_n(s.b, 3, NULL), UM_OK);
+  madd_check_close(&s);
+}
+
+/* x listed twice, READ and WRITE_DISCARD: one READ_WRITE bracket. x had a
+ * current host copy (mapped and unmapped); the kernel's writes make the
+ * device copy the current one, and what is read afterwards, by a copy and
+ * by a map, is the kernel's. */
+OU_TEST_1_AND_2(opencl_kernels, same_buffer_twice_upgrades_the_mode) {
+  ou_env e = ou_open(NULL, 1);
+  kdev k;
+  int *in = ints(N, iota), *out = ub_malloc(N * sizeof(int)), *p = NULL;
+  um_buffer *x;
+  um_map_mode modes[2] = {UM_MAP_READ, UM_MAP_WRITE_DISCARD};
+  build(&k, e.dev[0]);
+  x = ub_alloc(e.m, k.d, N * sizeof(int), UM_DEVICE);
+  cr_assert_eq(um_copy_from_host(x, 0, in, N * sizeof(int), NULL), UM_OK);
+  cr_assert_eq(um_map(x, UM_MAP_READ, 0, 16, (void **)&p), UM_OK);
+  cr_assert_eq(um_unmap(x, p), UM_OK);
+  um_buffer *twice[2] = {x, x};
+  void *wait = NULL;
+  cl_event done;
+  cl_mem mem = mem_of(x);
+  size_t global = N;
+  int a = 5, b = 3;
+  cr_assert_eq(um_access_begin_n(twice, modes, 2, &wait), UM_OK, "%s", um_last_error());
+  clSetKernelArg(k.axpb, 0, sizeof(mem), &mem);
+  clSetKernelArg(k.axpb, 1, sizeof(a), &a);
+  clSetKernelArg(k.axpb, 2, sizeof(b), &b);
+  cr_assert_eq(clEnqueueNDRangeKernel((cl_command_queue)k.nat.cl_queue, k.axpb, 1, NULL, &global, NULL,
+                                      wait ? 1 : 0, wait ? (cl_event *)&wait : NULL, &done),
+               CL_SUCCESS);
+  cr_assert_eq(um_access_end_n(twice, 2, done), UM_OK);
+  clReleaseEvent(done);
+  cr_assert_eq(um_buffer_valid(x), UM_VALID_DEVICE, "the kernel's writes are on the device");
+  cr_assert_eq(um_copy_to_host(x, 0, out, N * sizeof(int), NULL), UM_OK);
+  for (size_t i = 0; i < N; i++)
+    cr_assert_eq(out[i], 5 * (int)i + 3, "x[%zu] = %d", i, out[i]);
+  cr_assert_eq(um_map(x, UM_MAP_READ, 0, N * sizeof(int), (void **)&p), UM_OK);
+  for (size_t i = 0; i < N; i++)
+    cr_assert_eq(p[i], 5 * (int)i + 3, "mapped x[%zu] = %d", i, p[i]);
+  cr_assert_eq(um_unmap(x, p), UM_OK);
+  um_release(x);
+  unbuild(&k);
+  free(in), free(out);
+  ou_close(&e);
+}
+
+/* y of {x, y, z} released inside the open brackets; the kernels on x and z
+ * are held by the test's user event. end_n skips y and ends x and z behind
+ * the kernel's event: copies issued on them afterwards wait for it, and
+ * read the kernel's values. */
+OU_TEST_1_AND_2(opencl_kernels, release_inside_an_n_bracket) {
+  SKIP_ON_BASIC("a kernel held by a user event would hold the whole device");
+  ou_env e = ou_open(NULL, 1);
+  kdev k;
+  size_t bytes = N * sizeof(int), global = N;
+  int *in = ints(N, iota), *out = ub_malloc(bytes), one = 1, two = 2;
+  um_buffer *x, *y, *z;
+  um_map_mode modes[3] = {UM_MAP_READ_WRITE, UM_MAP_READ, UM_MAP_READ_WRITE};
+  um_event *rx, *rz;
+  void *wait = NULL;
+  cl_event hold, ev[2];
+  cl_mem mx, mz;
+  build(&k, e.dev[0]);
+  x = ub_alloc(e.m, k.d, bytes, UM_DEVICE), y = ub_alloc(e.m, k.d, bytes, UM_DEVICE);
+  z = ub_alloc(e.m, k.d, bytes, UM_DEVICE);
+  cr_assert_eq(um_copy_from_host(x, 0, in, bytes, NULL), UM_OK);
+  cr_assert_eq(um_copy_from_host(z, 0, in, bytes, NULL), UM_OK);
+  um_buffer *list[3] = {x, y, z};
+  hold = user_event(&k);
+  cr_assert_eq(um_access_begin_n(list, modes, 3, &wait), UM_OK);
+  mx = mem_of(x), mz = mem_of(z);
+  clSetKernelArg(k.axpb, 0, sizeof(mx), &mx), clSetKernelArg(k.axpb, 1, sizeof(one), &one);
+  clSetKernelArg(k.axpb, 2, sizeof(one), &one);
+  cr_assert_eq(clEnqueueNDRangeKernel((cl_command_queue)k.nat.cl_queue, k.axpb, 1, NULL, &global, NULL, 1, &hold,
+                                      &ev[0]),
+               CL_SUCCESS);
+  clSetKernelArg(k.axpb, 0, sizeof(mz), &mz), clSetKernelArg(k.axpb, 1, sizeof(two), &two);
+  cr_assert_eq(clEnqueueNDRangeKernel((cl_command_queue)k.nat.cl_queue, k.axpb, 1, NULL, &global, NULL, 1, &ev[0],
+                                      &ev[1]),
+               CL_SUCCESS);
+  clFlush((cl_command_queue)k.nat.cl_queue);
+  cr_assert_eq(um_release(y), UM_OK, "released inside: its release ends its bracket");
+  cr_assert_eq(um_access_end_n(list, 3, ev[1]), UM_OK, "%s", um_last_error());
+  cr_assert_eq(um_copy_to_host(x, 0, out, bytes, &rx), UM_OK);
+  cr_assert_eq(um_copy_to_host(z, 0, out, bytes, &rz), UM_OK);
+  usleep(20000);
+  cr_assert_eq(um_event_query(rx), UM_EAGAIN, "ordered after the held kernels");
+  cr_assert_eq(um_event_query(rz), UM_EAGAIN);
+  cr_assert_eq(clSetUserEventStatus(hold, CL_COMPLETE), CL_SUCCESS);
+  cr_assert_eq(um_event_wait(rz), UM_OK);
+  cr_assert_eq(um_event_wait(rx), UM_OK);
+  cr_assert_eq(um_copy_to_host(x, 0, out, bytes, NULL), UM_OK);
+  for (size_t i = 0; i < N; i++)
+    cr_assert_eq(out[i], (int)i + 1, "x[%zu] = %d", i, out[i]);
+  cr_assert_eq(um_copy_to_host(z, 0, out, bytes, NULL), UM_OK);
+  for (size_t i = 0; i < N; i++)
+    cr_assert_eq(out[i], 2 * (int)i + 1, "z[%zu] = %d", i, out[i]);
+  um_event_release(rx), um_event_release(rz);
+  clReleaseEvent(ev[0]), clReleaseEvent(ev[1]), clReleaseEvent(hold);
+  um_release(x), um_release(z);
+  unbuild(&k);
+  free(in), free(out);
+  ou_close(&e);
+}
+
+/* Buffers of two devices in one list: UM_EINVAL, nothing opened. */
+Test(opencl_kernels, begin_n_over_two_devices_is_refused) {
+  ou_want_devices(2);
+  ou_env e = ou_open(NULL, 2);
+  um_buffer *x = ub_alloc(e.m, e.dev[0], 256, UM_DEVICE), *y = ub_alloc(e.m, e.dev[1], 256, UM_DEVICE);
+  um_buffer *list[2] = {x, y};
+  um_map_mode modes[2] = {UM_MAP_READ, UM_MAP_READ};
+  void *wait = NULL;
+  cr_assert_eq(um_access_begin_n(list, modes, 2, &wait), UM_EINVAL);
+  cr_assert_eq(um_access_begin(x, UM_MAP_READ, &wait), UM_OK, "x is free");
+  cr_assert_eq(um_access_begin(y, UM_MAP_READ, &wait), UM_OK, "y is free");
+  cr_assert_eq(um_access_end(x, NULL), UM_OK);
+  cr_assert_eq(um_access_end(y, NULL), UM_OK);
+  um_release(x), um_release(y);
+  ou_close(&e);
+}
+
+/* The native handles of b's block. */
+static um_buffer_native native_of(um_buffer *b) {
+  um_buffer_native bn;
+  cr_assert_eq(um_buffer_native_get(b, &bn), UM_OK);
+  return bn;
+}
+
+/* um_release_after with a user event not yet set: the handle is released
+ * at once, but a new allocation of the same size gets another block until
+ * the event is set; then (once the manager saw it) the next one is a pool
+ * hit on x's block. */
+OU_TEST_1_AND_2(opencl_kernels, release_after_a_user_event) {
+  ou_env e = ou_open(NULL, 1);
+  kdev k;
+  size_t bytes = N * sizeof(int);
+  um_buffer *x, *y, *z;
+  um_buffer_native nx, ny, nz;
+  uint64_t hits;
+  cl_event ev;
+  build(&k, e.dev[0]);
+  x = ub_alloc(e.m, k.d, bytes, UM_DEVICE);
+  nx = native_of(x);
+  ev = user_event(&k);
+  cr_assert_eq(um_release_after(x, ev), UM_OK, "%s", um_last_error());
+  cr_assert_eq(um_buffer_size(x), 0, "the handle is released now");
+  cr_assert_eq(um_release(x), UM_ESTATE, "released already");
+  cr_assert_eq(ut_stats(e.m, NULL).active_buffers, 0);
+  hits = ut_stats(e.m, k.d).pool_hits;
+  y = ub_alloc(e.m, k.d, bytes, UM_DEVICE);
+  ny = native_of(y);
+  cr_assert_neq(y, x, "x's block waits for the event");
+  cr_assert(ny.cl_mem != nx.cl_mem || ny.offset != nx.offset, "another block");
+  cr_assert_eq(ut_stats(e.m, k.d).pool_hits, hits, "no pool hit");
+  cr_assert_eq(um_release(y), UM_OK);
+  usleep(20000);
+  z = ub_alloc(e.m, k.d, bytes, UM_DEVICE);
+  cr_assert_eq(z, y, "the pool holds y's block only");
+  cr_assert_eq(um_release(z), UM_OK);
+  cr_assert_eq(clSetUserEventStatus(ev, CL_COMPLETE), CL_SUCCESS);
+  cr_assert_eq(um_device_synchronize(k.d), UM_OK);
+  hits = ut_stats(e.m, k.d).pool_hits;
+  y = ub_alloc(e.m, k.d, bytes, UM_DEVICE);
+  z = ub_alloc(e.m, k.d, bytes, UM_DEVICE);
+  cr_assert(y == x || z == x, "x's block went back to the pool after the event");
+  nz = native_of(y == x ? y : z);
+  cr_assert(nz.cl_mem == nx.cl_mem && nz.offset == nx.offset, "the same memory");
+  cr_assert_eq(ut_stats(e.m, k.d).pool_hits, hits + 2, "both pool hits");
+  um_release(y), um_release(z);
+  clReleaseEvent(ev);
+  unbuild(&k);
+  ou_close(&e);
+}
+
+/* um_release_after of a buffer inside an open bracket, whose kernel is held
+ * by the test: the bracket ends behind the kernel's event (not the caller's
+ * queue), and the block returns only after the kernel wrote it. */
+OU_TEST_1_AND_2(opencl_kernels, release_after_ends_the_bracket_behind_the_event) {
+  const size_t bytes = N * sizeof(int), global = N;
+  const int v = 91, rounds = 1;
+  um_buffer *x, *y, *p, *q;
+  void *wait = NULL;
+  cl_event hold, done;
+  cl_command_queue own;
+  cl_int err;
+  cl_mem mem;
+  kdev k;
+  ou_env e;
+  int *back;
+  SKIP_ON_BASIC("a kernel held by a user event would hold the whole device");
+  e = ou_open(NULL, 1);
+  back = ub_malloc(bytes);
+  build(&k, e.dev[0]);
+  /* A queue of the test's own: the caller's queue is not what unimem
+   * orders the end behind here. */
+  own = clCreateCommandQueueWithProperties((cl_context)k.nat.cl_context, (cl_device_id)k.nat.cl_device, NULL, &err);
+  cr_assert_eq(err, CL_SUCCESS);
+  x = ub_alloc(e.m, k.d, bytes, UM_DEVICE);
+  mem = mem_of(x);
+  hold = user_event(&k);
+  cr_assert_eq(um_access_begin(x, UM_MAP_WRITE_DISCARD, &wait), UM_OK);
+  clSetKernelArg(k.slow_fill, 0, sizeof(mem), &mem);
+  clSetKernelArg(k.slow_fill, 1, sizeof(v), &v);
+  clSetKernelArg(k.slow_fill, 2, sizeof(rounds), &rounds);
+  cr_assert_eq(clEnqueueNDRangeKernel(own, k.slow_fill, 1, NULL, &global, NULL, 1, &hold, &done), CL_SUCCESS);
+  clFlush(own);
+  cr_assert_eq(um_release_after(x, done), UM_OK, "%s", um_last_error());
+  clReleaseEvent(done); /* retained by unimem as long as it needs it */
+  y = ub_alloc(e.m, k.d, bytes, UM_DEVICE);
+  cr_assert_neq(y, x, "x's block is still the kernel's");
+  cr_assert_eq(um_fill(y, 0, 0x22, bytes, NULL), UM_OK);
+  cr_assert_eq(clSetUserEventStatus(hold, CL_COMPLETE), CL_SUCCESS);
+  cr_assert_eq(clFinish(own), CL_SUCCESS);
+  cr_assert_eq(um_device_synchronize(k.d), UM_OK);
+  cr_assert_eq(um_copy_to_host(y, 0, back, bytes, NULL), UM_OK);
+  for (size_t i = 0; i < N; i++)
+    cr_assert_eq((unsigned)back[i], 0x22222222u, "y[%zu] was written by x's kernel", i);
+  cr_assert_eq(um_release(y), UM_OK);
+  p = ub_alloc(e.m, k.d, bytes, UM_DEVICE);
+  q = ub_alloc(e.m, k.d, bytes, UM_DEVICE);
+  cr_assert(p == x || q == x, "the block returned to the pool after the kernel");
+  cr_assert_eq(um_copy_to_host(x, 0, back, bytes, NULL), UM_OK);
+  for (size_t i = 0; i < N; i++)
+    cr_assert_eq(back[i], 91, "x[%zu]", i);
+  um_release(p), um_release(q);
+  clReleaseEvent(hold);
+  clReleaseCommandQueue(own);
+  unbuild(&k);
+  free(back);
+  ou_close(&e);
+}
+
+/* um_release_after of a buffer with a second owner (um_buffer_retain): one
+ * owner goes, the buffer stays live; the last um_release then gives it
+ * back, and its block still waits for the event. */
+OU_TEST_1_AND_2(opencl_kernels, release_after_of_a_retained_buffer) {
+  ou_env e = ou_open(NULL, 1);
+  um_buffer *x = ub_alloc(e.m, e.dev[0], 8192, UM_DEVICE), *y;
+  um_device_native nat;
+  cl_event ev;
+  cl_int err;
+  cr_assert_eq(um_device_native_get(e.dev[0], &nat), UM_OK);
+  ev = clCreateUserEvent((cl_context)nat.cl_context, &err);
+  cr_assert_eq(err, CL_SUCCESS);
+  cr_assert_eq(um_buffer_retain(x), UM_OK);
+  cr_assert_eq(um_release_after(x, ev), UM_OK, "%s", um_last_error());
+  cr_assert_eq(um_buffer_size(x), 8192, "the other owner keeps it live");
+  cr_assert_eq(um_release(x), UM_OK, "the last owner");
+  y = ub_alloc(e.m, e.dev[0], 8192, UM_DEVICE);
+  cr_assert_neq(y, x, "x's block still waits for the event");
+  cr_assert_eq(um_release(y), UM_OK);
+  cr_assert_eq(clSetUserEventStatus(ev, CL_COMPLETE), CL_SUCCESS);
+  cr_assert_eq(um_device_synchronize(e.dev[0]), UM_OK);
+  cr_assert_eq(ut_stats(e.m, NULL).active_buffers, 0);
+  clReleaseEvent(ev);
   ou_close(&e);
 }

@@ -204,9 +204,15 @@ OU_TEST_1_AND_2(opencl_queue, a_bracket_ends_behind_the_queue) {
   ou_close(&e);
 }
 
-/* A batch's copies go to the thread's queue too, behind the caller's hold. */
+/* A batch's copies go to the thread's queue too, behind the caller's hold.
+ * Not on PoCL's basic device: there, setting a user event that a queued
+ * marker waits for, with writes queued behind it, hangs inside
+ * clSetUserEventStatus in a raw program too (PoCL 3.1's basic driver). */
 OU_TEST_1_AND_2(opencl_queue, a_batch_on_the_callers_queue) {
-  ou_env e = ou_open(NULL, 1);
+  ou_env e;
+  if (strcmp(ou_pocl_kind(), "basic") == 0)
+    cr_skip_test("SKIPPED on PoCL's basic device: a user event set behind queued writes hangs PoCL itself");
+  e = ou_open(NULL, 1);
   qdev k;
   cl_int err;
   enum { NB = 8 };

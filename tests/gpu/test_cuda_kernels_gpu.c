@@ -115,6 +115,11 @@ Test(cuda_kernels_gpu, kernel_racing_a_release) {
   skip_with_one_connection(RACING_RELEASE_ONE_QUEUE);
   run_gpu(0, ck_check_racing_release);
 }
+Test(cuda_kernels_gpu, begin_n) { run_gpu(0, ck_check_begin_n); }
+Test(cuda_kernels_gpu, release_after) {
+  skip_with_one_connection(RACING_RELEASE_ONE_QUEUE);
+  run_gpu(0, ck_check_release_after);
+}
 Test(cuda_kernels_gpu, event_native) { run_gpu(0, ck_check_event_native); }
 Test(cuda_kernels_gpu, two_caller_streams) {
   skip_with_one_connection(TWO_STREAMS_ONE_QUEUE);

@@ -569,19 +569,31 @@ static UT_UNUSED void ck_check_kernel_then_map(um_manager *m, ck_kdev *k) {
  * a new buffer of the same size cannot receive its writes. With one
  * hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=1) the blocking um_fill waits
  * behind the hold, which is opened only after it: the GPU test skips it
- * there. */
-static UT_UNUSED void ck_check_racing_release(um_manager *m, ck_kdev *k) {
+ * there. after_event: x released with um_release_after, outside any
+ * bracket, ordered after the kernel's event (recorded again right after
+ * the call: it captured the event). */
+static UT_UNUSED void ck_released_while_a_kernel_writes(um_manager *m, ck_kdev *k, int after_event) {
   size_t bytes = CK_N * sizeof(int);
   um_buffer *x = cac_alloc(m, k->d, bytes, UM_DEVICE, 0), *y, *p, *q;
+  CUdeviceptr px = ck_ptr(x);
   ck_hold h = ck_hold_new();
   void *wait = NULL;
-  int *back;
-  CAC_OK(um_access_begin(x, UM_MAP_WRITE_DISCARD, &wait));
+  int *back, v = after_event ? 55 : 77;
+  if (!after_event)
+    CAC_OK(um_access_begin(x, UM_MAP_WRITE_DISCARD, &wait));
   ck_hold_wait(&h, ck_stream(k));
-  ck_launch_fill(k, ck_stream(k), ck_ptr(x), 77, CK_N);
-  CAC_OK(um_release(x)); /* ends the bracket behind the caller stream */
+  ck_launch_fill(k, ck_stream(k), px, v, CK_N);
+  if (after_event) {
+    CK_CU(ck.cuEventRecord(k->done, ck_stream(k)));
+    CAC_OK(um_release_after(x, k->done));
+    CK_CU(ck.cuEventRecord(k->done, ck_stream(k))); /* captured: free to record again */
+    cr_assert_eq(um_release(x), UM_ESTATE, "released already");
+  } else {
+    CAC_OK(um_release(x)); /* ends the bracket behind the caller stream */
+  }
   y = cac_alloc(m, k->d, bytes, UM_DEVICE, 0);
   cr_assert_neq(y, x, "x's block is still the kernel's");
+  cr_assert_neq(ck_ptr(y), px);
   CAC_OK(um_fill(y, 0, 0x11, bytes, NULL));
   ck_hold_open(&h);
   CK_CU(ck.cuStreamSynchronize(ck_stream(k)));
@@ -598,11 +610,74 @@ static UT_UNUSED void ck_check_racing_release(um_manager *m, ck_kdev *k) {
   cr_assert(p == x || q == x, "the released block returned to the pool after the kernel");
   back = ck_read(x);
   for (size_t i = 0; i < CK_N; i++)
-    cr_assert_eq(back[i], 77, "x[%zu] = %d", i, back[i]);
+    cr_assert_eq(back[i], v, "x[%zu] = %d", i, back[i]);
   free(back);
   ck_hold_free(&h);
   CAC_OK(um_release(p));
   CAC_OK(um_release(q));
+}
+
+static UT_UNUSED void ck_check_racing_release(um_manager *m, ck_kdev *k) { ck_released_while_a_kernel_writes(m, k, 0); }
+static UT_UNUSED void ck_check_release_after(um_manager *m, ck_kdev *k) { ck_released_while_a_kernel_writes(m, k, 1); }
+
+/* Brackets over three buffers (um_access_begin_n): each has a native copy
+ * pending, held behind a bracket of its own that ended with an event
+ * recorded after the test's hold. One wait handle for the three (not any
+ * copy's own event), not ready while the hold is closed; c = a + b behind
+ * it, the three ended with the kernel's event; the kernel saw the copies.
+ * Then the same buffer twice, READ and WRITE_DISCARD: one writing bracket
+ * (x = 2x + 1 on c), and its device copy current. */
+static UT_UNUSED void ck_check_begin_n(um_manager *m, ck_kdev *k) {
+  size_t bytes = CK_N * sizeof(int);
+  um_buffer *b[3], *p = cac_alloc(m, k->d, 3 * bytes, UM_PINNED, 0);
+  int *src = (int *)um_buffer_host_ptr(p), *out;
+  um_map_mode modes[3] = {UM_MAP_READ, UM_MAP_READ, UM_MAP_WRITE_DISCARD};
+  um_map_mode twice[2] = {UM_MAP_READ, UM_MAP_WRITE_DISCARD};
+  ck_hold h = ck_hold_new();
+  um_event *up[3];
+  void *w = NULL, *w0 = NULL;
+  for (size_t j = 0; j < CK_N; j++)
+    src[j] = ck_iota(j), src[CK_N + j] = ck_tens(j), src[2 * CK_N + j] = -1;
+  for (int i = 0; i < 3; i++)
+    b[i] = cac_alloc(m, k->d, bytes, UM_DEVICE, 0);
+  ck_hold_wait(&h, ck_stream(k));
+  CK_CU(ck.cuEventRecord(k->done, ck_stream(k)));
+  for (int i = 0; i < 3; i++) {
+    CAC_OK(um_access_begin(b[i], UM_MAP_READ, &w0));
+    CAC_OK(um_access_end(b[i], k->done));
+    CAC_OK(um_copy(b[i], 0, p, (size_t)i * bytes, bytes, &up[i]));
+  }
+  CAC_OK(um_access_begin_n(b, modes, 3, &w));
+  cr_assert_not_null(w, "three copies are pending");
+  for (int i = 0; i < 3; i++) {
+    void *own = NULL;
+    if (um_event_native(up[i], &own) == UM_OK)
+      cr_assert_neq(w, own, "one handle for the three, not copy %d's", i);
+  }
+  cr_assert_eq(ck.cuEventQuery((CUevent)w), CUDA_ERROR_NOT_READY, "held by the test");
+  CK_CU(ck.cuStreamWaitEvent(ck_stream(k), (CUevent)w, 0));
+  ck_launch_add(k, ck_stream(k), ck_ptr(b[0]), ck_ptr(b[1]), ck_ptr(b[2]), CK_N);
+  CK_CU(ck.cuEventRecord(k->done, ck_stream(k)));
+  CAC_OK(um_access_end_n(b, 3, k->done));
+  ck_hold_open(&h);
+  for (int i = 0; i < 3; i++)
+    cac_wait_release(up[i], UM_OK);
+  um_buffer *cc[2] = {b[2], b[2]};
+  CAC_OK(um_access_begin_n(cc, twice, 2, &w));
+  if (w != NULL)
+    CK_CU(ck.cuStreamWaitEvent(ck_stream(k), (CUevent)w, 0));
+  ck_launch_axpb(k, ck_stream(k), ck_ptr(b[2]), 2, 1, CK_N);
+  CK_CU(ck.cuEventRecord(k->done, ck_stream(k)));
+  CAC_OK(um_access_end_n(cc, 2, k->done));
+  cr_assert_eq(um_buffer_valid(b[2]), UM_VALID_DEVICE, "READ with WRITE_DISCARD writes");
+  out = ck_read(b[2]);
+  for (size_t i = 0; i < CK_N; i++)
+    cr_assert_eq(out[i], 2 * 11 * (int)i + 1, "c[%zu] = %d", i, out[i]);
+  free(out);
+  ck_hold_free(&h);
+  for (int i = 0; i < 3; i++)
+    CAC_OK(um_release(b[i]));
+  CAC_OK(um_release(p));
 }
 
 /* um_event_native: the CUevent of an operation on a device stream. */
