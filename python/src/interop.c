@@ -86,12 +86,51 @@ PyObject *pyum_buffer_to_pyopencl(BufferObject *self, PyObject *unused) {
   if (n.cl_mem == NULL)
     return pyum_raise_msg(UM_ENOTSUP, "to_pyopencl(): this '%s' buffer on device %d has no cl_mem",
                           pyum_location_names[self->location], self->device);
-  /* The cl_mem itself (its size may be the block's, above the buffer's). */
-  if ((buf = pyopencl_from("Buffer", n.cl_mem)) == NULL || n.offset == 0)
-    return buf;
+  /* The cl_mem itself where it is exactly the buffer, else the buffer's
+   * region of it (the block may be larger than the buffer). */
+  if ((buf = pyopencl_from("Buffer", n.cl_mem)) == NULL)
+    return NULL;
+  if (n.offset == 0) {
+    PyObject *size = PyObject_GetAttrString(buf, "size");
+    Py_ssize_t whole = size != NULL ? PyLong_AsSsize_t(size) : -1;
+    Py_XDECREF(size);
+    if (whole == (Py_ssize_t)self->size)
+      return buf;
+    PyErr_Clear();
+  }
   sub = PyObject_CallMethod(buf, "get_sub_region", "(nn)", (Py_ssize_t)n.offset, (Py_ssize_t)self->size);
   Py_DECREF(buf);
   return sub;
+}
+
+/* Manager.use_queue(device, queue): um_queue_use with a pyopencl.CommandQueue
+ * (int_ptr), a CuPy / PyTorch CUDA stream (ptr, cuda_stream), or None. */
+PyObject *pyum_manager_use_queue(ManagerObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+  static const char *const names[] = {"device", "queue"};
+  static const char *const attrs[] = {"int_ptr", "cuda_stream", "ptr"};
+  PyObject *a[2], *n = NULL;
+  void *queue = NULL;
+  int dev = 0, st;
+  if (pyum_parse("use_queue", args, nargs, kwnames, names, 2, 2, a) < 0 || pyum_device_index(self, a[0], &dev) < 0 ||
+      pyum_manager_check(self) < 0)
+    return NULL;
+  if (a[1] != Py_None) {
+    for (int i = 0; !PyLong_Check(a[1]) && n == NULL && i < 3; i++)
+      if (PyObject_HasAttrString(a[1], attrs[i]) && (n = PyObject_GetAttrString(a[1], attrs[i])) == NULL)
+        return NULL;
+    if (n == NULL || !PyLong_Check(n)) {
+      Py_XDECREF(n);
+      return PyErr_Format(PyExc_TypeError, "use_queue(): queue must be a pyopencl.CommandQueue, a CuPy or PyTorch "
+                          "CUDA stream, or None, not %.100s", Py_TYPE(a[1])->tp_name);
+    }
+    queue = PyLong_AsVoidPtr(n);
+    Py_DECREF(n);
+    if (queue == NULL && PyErr_Occurred())
+      return NULL;
+  }
+  if ((st = um_queue_use(um_device_get(self->m, dev), queue)) != UM_OK)
+    return pyum_raise(st);
+  Py_RETURN_NONE;
 }
 
 PyObject *pyum_manager_pyopencl_queue(ManagerObject *self, PyObject *const *args, Py_ssize_t nargs,

@@ -705,6 +705,12 @@ static PyMethodDef Manager_methods[] = {
                "they do not apply): backend, cl_platform, cl_device, cl_context (unimem's buffers live in it), "
                "cl_queue (an in-order queue for the caller's own commands), cu_device (-1 when not CUDA), "
                "cu_context, cu_stream. They belong to unimem and stay valid until the manager is closed.")},
+    {"use_queue", (PyCFunction)(void (*)(void))pyum_manager_use_queue, METH_FASTCALL | METH_KEYWORDS,
+     PyDoc_STR("use_queue($self, device, queue)\n--\n\nRun this thread's copies, fills and accesses of the device's "
+               "buffers on queue (um_queue_use): a pyopencl.CommandQueue (in order, of the device's context), or a "
+               "CuPy / PyTorch CUDA stream; None goes back to unimem's own queues. Kernels enqueued on the same "
+               "queue then need no wait_for and no done event. NotSupported for the cpu device or an out-of-order "
+               "queue; InvalidArgument for a queue of another context or device.")},
     {"pyopencl_queue", (PyCFunction)(void (*)(void))pyum_manager_pyopencl_queue, METH_FASTCALL | METH_KEYWORDS,
      PyDoc_STR("pyopencl_queue($self, device)\n--\n\nA pyopencl.CommandQueue over the device's queue for the "
                "caller's own commands (in-order; its .context is unimem's context of the device). NotSupported "

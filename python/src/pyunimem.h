@@ -217,6 +217,7 @@ PyObject *pyum_from_dlpack(PyObject *mod, PyObject *const *args, Py_ssize_t narg
 /* ---- interop.c ------------------------------------------------------- */
 
 PyObject *pyum_manager_native(ManagerObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+PyObject *pyum_manager_use_queue(ManagerObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
 PyObject *pyum_manager_pyopencl_queue(ManagerObject *self, PyObject *const *args, Py_ssize_t nargs,
                                       PyObject *kwnames);
 PyObject *pyum_buffer_native(BufferObject *self, PyObject *unused);

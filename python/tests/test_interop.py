@@ -332,3 +332,43 @@ def test_pyopencl_release_after_a_user_event(ocl):
         g.release()
     with pytest.raises(TypeError):
         got[0].release_after(ev.int_ptr)  # ints are refused before anything else
+
+
+@needs_pyopencl
+def test_pyopencl_loop_on_the_callers_queue(ocl):
+    """Manager.use_queue: the caller's loop on one pyopencl queue, with no
+    wait_for and no done event between unimem's copies and the kernel."""
+    queue = ocl.pyopencl_queue(1)
+    prog = pyopencl.Program(queue.context, KERNELS).build()
+    ocl.use_queue(1, queue)
+    try:
+        for r in range(50):
+            n = 100 + 37 * r
+            x = numpy.arange(n, dtype=numpy.float32) + r
+            a = ocl.alloc(x.nbytes, device=1)
+            a.copy_from(x, wait=False)
+            with a.access("rw") as ac:
+                assert ac.wait_for == [], "the upload is queued on the same queue"
+                prog.axpb(queue, (n,), None, a.to_pyopencl(), numpy.float32(2), numpy.float32(1))
+            out = numpy.empty_like(x)
+            a.copy_to(out)
+            assert numpy.array_equal(out, 2 * x + 1), r
+            a.release()
+    finally:
+        ocl.use_queue(1, None)
+    with pytest.raises(TypeError):
+        ocl.use_queue(1, 12345)
+    with pytest.raises(unimem.NotSupported):
+        ocl.use_queue(0, queue)
+
+
+@needs_pyopencl
+def test_to_pyopencl_has_the_buffers_exact_size(ocl):
+    a = ocl.alloc(1000, device=1)  # a 1 KiB block
+    assert a.to_pyopencl().size == 1000
+    b = ocl.alloc(1024, device=1)
+    assert b.to_pyopencl().size == 1024
+    a.release()
+    with pytest.raises(unimem.InvalidState):
+        a.to_pyopencl()
+    b.release()
