@@ -721,25 +721,31 @@ OU_TEST_1_AND_2(opencl_kernels, one_wait_for_three_pending_uploads) {
   madd_check_close(&s);
 }
 
-/* The same three buffers with one upload pending: the handle is that
- * upload's own event (the single buffer's own handle); with none pending,
- * NULL. Here the upload is asynchronous and not held: whichever handle
- * comes, the kernel sees the data. */
+/* The same three buffers with one upload pending (held behind the test's
+ * user event, so that it is queued on the device with its own event): the
+ * handle is that upload's own event, what um_access_begin would give; with
+ * nothing pending, NULL. */
 OU_TEST_1_AND_2(opencl_kernels, begin_n_with_one_or_no_pending_upload) {
+  SKIP_ON_BASIC("an upload held by a user event would hold the whole device");
   madd_step s;
   um_event *up;
   void *wait = (void *)1, *own = NULL;
-  cl_event done;
+  cl_event hold, done;
   madd_open(&s);
+  hold = user_event(&s.k);
   cr_assert_eq(um_copy_from_host(s.b[0], 0, s.v[0], N * sizeof(int), NULL), UM_OK);
   cr_assert_eq(um_copy_from_host(s.b[1], 0, s.v[1], N * sizeof(int), NULL), UM_OK);
+  hold_buffer(s.b[2], hold);
   cr_assert_eq(um_copy_from_host(s.b[2], 0, s.v[2], N * sizeof(int), &up), UM_OK);
   cr_assert_eq(um_access_begin_n(s.b, madd_modes, 3, &wait), UM_OK, "%s", um_last_error());
-  if (wait != NULL && um_event_native(up, &own) == UM_OK)
-    cr_assert_eq(wait, own, "one buffer has something pending: its own handle");
+  cr_assert_eq(um_event_native(up, &own), UM_OK, "the upload is queued on the device");
+  cr_assert_eq(wait, own, "one buffer has something pending: its own handle");
   done = madd_run(&s, wait);
   cr_assert_eq(um_access_end_n(s.b, 3, done), UM_OK);
+  cr_assert_eq(clSetUserEventStatus(hold, CL_COMPLETE), CL_SUCCESS);
+  cr_assert_eq(clWaitForEvents(1, &done), CL_SUCCESS);
   clReleaseEvent(done);
+  clReleaseEvent(hold);
   cr_assert_eq(um_event_wait(up), UM_OK);
   um_event_release(up);
   cr_assert_eq(um_device_synchronize(s.k.d), UM_OK, "the brackets themselves finished");
