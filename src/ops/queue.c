@@ -19,19 +19,12 @@
 typedef struct thread_queue {
   uint64_t serial; /* the device's (um_device.serial) */
   void *native;    /* the queue, retained by the backend while d lives */
-  int q;           /* its backend's queue index (queue_adopt); -1: off */
-  int q_on;        /* the index of native */
+  int q;           /* its backend's queue index (queue_adopt) */
+  bool on;         /* false: turned off (um_queue_use NULL), kept for reuse */
 } thread_queue;
 
 static _Thread_local thread_queue current[THREAD_QUEUES];
 static _Thread_local int ncurrent;
-
-int um__queue_current(const um_device *d) {
-  for (int i = 0; i < ncurrent; i++)
-    if (current[i].serial == d->serial)
-      return current[i].q;
-  return -1;
-}
 
 bool um__op_queued_before(um_event *dep, const um_event *op) { return queued_before(dep, op); }
 
@@ -40,6 +33,11 @@ static thread_queue *entry_of(const um_device *d) {
     if (current[i].serial == d->serial)
       return &current[i];
   return NULL;
+}
+
+int um__queue_current(const um_device *d) {
+  const thread_queue *t = entry_of(d);
+  return t != NULL && t->on ? t->q : -1;
 }
 
 /* An entry turned off keeps its queue: turning the same queue on again
@@ -54,7 +52,7 @@ int um_queue_use(um_device *d, void *native_queue) {
   t = entry_of(d);
   if (native_queue == NULL || (t != NULL && t->native == native_queue)) {
     if (t != NULL)
-      t->q = native_queue == NULL ? -1 : t->q_on;
+      t->on = native_queue != NULL;
     return UM_OK;
   }
   if ((st = um__dev_queue_adopt(d, native_queue, &q)) != UM_OK)
@@ -64,6 +62,6 @@ int um_queue_use(um_device *d, void *native_queue) {
                          THREAD_QUEUES);
   if (t == NULL)
     t = &current[ncurrent++];
-  *t = (thread_queue){.serial = d->serial, .native = native_queue, .q = q, .q_on = q};
+  *t = (thread_queue){.serial = d->serial, .native = native_queue, .q = q, .on = true};
   return UM_OK;
 }

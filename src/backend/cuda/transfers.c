@@ -378,13 +378,13 @@ void um__cuda_watch_stop(cuda_watch *w) {
  * stream are the context's, and stick). */
 static int start_quiet(cuda_device *d, const um__xfer *x, int nafter) {
   CUcontext previous = NULL;
-  int status;
+  int status, q;
   if (nafter != 0 || x->kind == UM__XFER_QUEUE_MARK)
     return um__set_error(UM_EINVAL, "cuda: a quiet transfer waits for nothing and moves something");
   if ((status = um__cuda_enter_context(d, &previous)) != UM_OK)
     return status;
-  status = queue_for(d, x) >= 0 ? issue_xfer(d, x, queue_stream(d, queue_for(d, x)))
-                                 : um__set_error(UM_EINVAL, "cuda: no queue %d", x->queue);
+  q = queue_for(d, x);
+  status = q >= 0 ? issue_xfer(d, x, queue_stream(d, q)) : um__set_error(UM_EINVAL, "cuda: no queue %d", x->queue);
   um__cuda_leave_context(d, previous);
   return status;
 }
