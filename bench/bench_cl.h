@@ -24,6 +24,20 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "unimem.h"
+
+/* A manager of the cpu and OpenCL backends for benchmark who: 0, or 1
+ * with the failure said. */
+static inline int bench_cl_manager(const char *who, um_manager **m) {
+  um_options o;
+  um_options_init(&o);
+  snprintf(o.backends, sizeof(o.backends), "cpu,opencl");
+  if (um_manager_create(&o, m) == UM_OK)
+    return 0;
+  fprintf(stderr, "bench %s: cannot create a manager: %s\n", who, um_last_error());
+  return 1;
+}
+
 /* The library, or NULL with the reason in why. It stays loaded (drivers
  * keep threads that do not survive dlclose). */
 static inline void *bench_cl_library(char *why, size_t cap) {

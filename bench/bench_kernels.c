@@ -207,15 +207,10 @@ static int build_kernels(bk_env *e) {
 /* The manager, the devices and the kernels: 0, BENCH_SKIPPED without an
  * OpenCL device (said), 1 on a failure. */
 static int open_env(bk_env *e) {
-  um_options o;
   um_device_info info;
   char why[256];
-  um_options_init(&o);
-  snprintf(o.backends, sizeof(o.backends), "cpu,opencl");
-  if (um_manager_create(&o, &e->m) != UM_OK) {
-    fprintf(stderr, "bench kernels: cannot create a manager: %s\n", um_last_error());
+  if (bench_cl_manager("kernels", &e->m) != 0)
     return 1;
-  }
   if (find_devices(e) == 0) {
     fprintf(stderr, "bench kernels: no OpenCL device (UNIMEM_LOG_LEVEL=info says why): nothing to measure\n");
     return BENCH_SKIPPED;

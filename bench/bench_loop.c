@@ -567,15 +567,10 @@ static int alloc_host(bl_env *e) {
 /* The manager, the first OpenCL device, the kernels and the host arrays:
  * 0, BENCH_SKIPPED without an OpenCL device (said), 1 on a failure. */
 static int open_env(bl_env *e) {
-  um_options o;
   um_device_info info;
   char why[256];
-  um_options_init(&o);
-  snprintf(o.backends, sizeof(o.backends), "cpu,opencl");
-  if (um_manager_create(&o, &e->m) != UM_OK) {
-    fprintf(stderr, "bench loop: cannot create a manager: %s\n", um_last_error());
+  if (bench_cl_manager("loop", &e->m) != 0)
     return 1;
-  }
   for (int i = 0; i < um_device_count(e->m) && e->d == NULL; i++)
     if (um_device_native_get(um_device_get(e->m, i), &e->nat) == UM_OK && strcmp(e->nat.backend, "opencl") == 0)
       e->d = um_device_get(e->m, i);
