@@ -384,6 +384,11 @@ struct um_event {
   /* Reset for each operation: everything from here on. */
   atomic_int refs;          /* 0: on the free list */
   atomic_bool caller_holds; /* the caller has not released its handle */
+  /* A bracket's end that rides on its queue's next command (um__xfer.ride):
+   * whoever comes to wait for it kicks the device's riders (core/riders.c).
+   * 1 from before the backend lists it, 2 once its start is kept: from
+   * then on it may be given a token (ops/tokens.c, um__rider_token). */
+  atomic_uchar rides;
   atomic_int state;         /* um__ev_state */
   int status;
   bool canceled;
@@ -587,6 +592,9 @@ struct um_manager {
   /* Threads inside um_event_wait: destroy frees the event objects only
    * once they have all left (after its drain has finished their waits). */
   atomic_int event_waiters;
+  /* Threads in a wait that a rider may hold up (core/riders.c): a bracket
+   * end that rides while there are any kicks its device at once. */
+  atomic_int rider_waiters;
   um_event *event_free;
   um__event_slab *event_slabs;
 

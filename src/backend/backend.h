@@ -88,9 +88,15 @@ typedef struct um__xfer {
                             been called, so the backend may rely on the
                             token's reference until then instead of taking
                             one of its own */
+  int ride;              /* QUEUE_MARK on a queue of the caller's with no
+                            wait[] and no after[], on a backend with
+                            queue_kick: it may enqueue nothing and give no
+                            token (*native NULL); done comes once a later
+                            command of that queue has completed, or a
+                            queue_kick's */
 } um__xfer;
 
-#define UM__DONE_SPACE 56
+#define UM__DONE_SPACE 64
 
 /* UM_HOST blocks never reach a backend except the cpu's: the core serves
  * UM_HOST on every device with device 0's memory (ordinary pageable host
@@ -219,6 +225,15 @@ typedef struct um__backend {
    * UM_EINVAL (not such a queue), UM_ENOTSUP (an out-of-order queue),
    * UM_ENOMEM (the device takes no more). */
   int (*queue_adopt)(void *bdev, void *native, int *q);
+  /* Optional (NULL: a QUEUE_MARK always enqueues a command). The riders
+   * (um__xfer.ride) waiting on the device's queues get a command that
+   * carries them: once it has completed, so have they. Cheap when there
+   * are none; callable from any thread, a driver's callback included. */
+  void (*queue_kick)(void *bdev);
+  /* With queue_kick: a token (owned by the caller) that completes once
+   * everything queued so far on queue q has; the riders there complete
+   * with it. For a rider that a command of another queue must wait for. */
+  int (*queue_mark_now)(void *bdev, int q, void **token);
   /* Block until the token completes; its status. */
   int (*token_wait)(void *bdev, void *token);
   /* Optional (NULL: a waiter polls only the core's own state). Whether the

@@ -376,14 +376,17 @@ static __attribute__((noinline)) int release_slow(um_buffer *b, um__tcache *tc) 
     pthread_mutex_lock(&b->lock);
     if (b->kind == UM__KIND_WRAPPED && b->pending > 0) {
       UM__TEST_POINT(UM__TP_WRAP_RELEASE_WAIT, b);
-      while (b->pending > 0)
-        pthread_cond_wait(&b->idle_cond, &b->lock);
+      um__buffer_wait_idle_locked(b);
     }
     now = b->pending == 0;
     b->release_deferred = !now;
     pthread_mutex_unlock(&b->lock);
-    if (!now)
+    if (!now) {
+      /* A bracket's end riding on its queue holds the block back only
+       * until the queue's next command: have one queued. */
+      um__dev_kick_riders(b->dev);
       return reached; /* the last operation to finish retires it (op.c) */
+    }
   }
   um__buffer_retire(b, tc);
   return reached;

@@ -39,10 +39,21 @@ void um__buffer_op_finish_locked(um_buffer *b, um_event *op, bool *drop_last, bo
   }
 }
 
-void um__buffer_wait_idle(um_buffer *b) {
+void um__buffer_wait_idle_locked(um_buffer *b) {
+  if (b->pending == 0)
+    return;
+  /* The kick (riders.c) may complete operations here: not under the lock. */
+  pthread_mutex_unlock(&b->lock);
+  um__riders_wait_begin(b->m);
   pthread_mutex_lock(&b->lock);
   while (b->pending > 0)
     pthread_cond_wait(&b->idle_cond, &b->lock);
+  um__riders_wait_end(b->m);
+}
+
+void um__buffer_wait_idle(um_buffer *b) {
+  pthread_mutex_lock(&b->lock);
+  um__buffer_wait_idle_locked(b);
   pthread_mutex_unlock(&b->lock);
 }
 

@@ -51,6 +51,8 @@ int um__buffer_check_owner(const um_buffer *b, uint32_t *gen);
 void um__buffer_op_finish_locked(um_buffer *b, um_event *op, bool *drop_last, bool *retire);
 /* Block until every operation issued on b has finished. */
 void um__buffer_wait_idle(um_buffer *b);
+/* The same under b's lock, which the wait drops and takes again. */
+void um__buffer_wait_idle_locked(um_buffer *b);
 /* A released buffer with nothing pending: its block goes to this thread's
  * cache (tc, when not NULL and the class has a slot), the quarantine
  * (debug), or its owner. */
@@ -62,5 +64,14 @@ void um__wrap_register_devices(um_buffer *b);
 
 /* (buffer_state.c) Whether d's backend registered b, a UM_WRAP_PIN wrap. */
 bool um__wrap_registered(const um_buffer *b, const um_device *d);
+
+/* riders.c: waits that a bracket's end riding on its queue's next command
+ * may hold up (um__xfer.ride). Every device's riders get a command now. */
+void um__riders_kick(um_manager *m);
+/* A wait begins (counted, and every device kicked) and ends. */
+void um__riders_wait_begin(um_manager *m);
+void um__riders_wait_end(um_manager *m);
+/* Whether a wait is under way: a rider added now must kick itself. */
+bool um__riders_waited(um_manager *m);
 
 #endif /* UNIMEM_CORE_H */

@@ -98,6 +98,17 @@ void um__dev_gate_open(um_device *d, void *token, int status);
 int um__dev_caller_marker(um_device *d, void **token);
 /* A queue of the caller's as one of d's queues (queue_adopt); UM_ENOTSUP without it. */
 int um__dev_queue_adopt(um_device *d, void *native, int *q);
+/* Whether a queue mark of d may ride on the queue's next command (queue_kick). */
+static inline bool um__dev_can_ride(const um_device *d) { return d->be->queue_kick != NULL; }
+/* The riders on d's queues get a command that carries them (queue_kick); nothing without it. */
+static inline void um__dev_kick_riders(um_device *d) {
+  if (d->be->queue_kick != NULL)
+    d->be->queue_kick(d->bdev);
+}
+/* A token behind everything queued on d's queue q (queue_mark_now); UM_ENOTSUP without it. */
+static inline int um__dev_queue_mark_now(um_device *d, int q, void **token) {
+  return d->be->queue_mark_now != NULL ? d->be->queue_mark_now(d->bdev, q, token) : UM_ENOTSUP;
+}
 /* Fill what the backend knows of d's native handles (nothing without device_native). */
 void um__dev_device_native(um_device *d, um_device_native *out);
 /* Fill what the backend knows of a block's native handles (nothing without mem_native). */

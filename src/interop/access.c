@@ -62,7 +62,16 @@ static int start_marker(um_event *op, void *const *after, int nafter, um__done_f
   x.bytes = bracket_buffer(op)->size; /* how much the caller's work may touch */
   x.wait[0] = op->access.wait;
   x.wait[1] = op->access.done;
+  /* Nothing to wait for but the queue's own order: the caller's kernel is
+   * queued there already, so the queue's next command completes after it
+   * (core/riders.c), and the bracket enqueues nothing. */
+  x.ride = x.kind == UM__XFER_QUEUE_MARK && nafter == 0 && x.wait[0] == NULL && x.wait[1] == NULL &&
+           um__dev_can_ride(d);
+  if (x.ride)
+    atomic_store(&op->rides, 1);
   st = um__dev_xfer_async(d, &x, after, nafter, done, op, native);
+  if (x.ride && st == UM_OK)
+    um__rider_added(op);
   if (op->access.wait_owner != NULL) {
     um__event_token_put(op->access.wait_owner, d, op->access.wait);
     um__event_unref(op->access.wait_owner);
@@ -96,6 +105,20 @@ const um__path um__path_gate = {.name = "gate", .plan = plan_gate, .run = run_ga
 /* ------------------------------------------------------------------------ */
 /* Begin */
 
+/* dep is bound for the very queue of the caller's that the bracket is on,
+ * but not queued there yet (it follows work elsewhere, and is queued once
+ * that has finished). A gate for it would sit in the queue ahead of it and
+ * wait for it forever: the host waits for dep instead, and the caller's
+ * kernel needs nothing. Refused where dep waits for an open bracket. */
+static int wait_bound_here(um_event *dep) {
+  if (um__op_waits_bracket(dep)) /* dep stays the caller's */
+    return um__set_error(UM_ESTATE, "um_access_begin: the buffer's last operation waits for an open bracket, and "
+                                    "is bound for this thread's queue: end that bracket first");
+  (void)um__event_wait_internal(dep); /* its failure is the buffer's next reader's to see */
+  um__event_unref(dep);
+  return UM_OK;
+}
+
 /* The caller's wait handle for "what was issued on b before the bracket is
  * done" (dep, a reference, consumed on success): dep's own token on b's
  * device queue; else a gate opened by a gate operation behind dep; on a
@@ -112,6 +135,10 @@ static int make_wait(um_event *op, um_event *dep, void **wait) {
     um__event_unref(dep); /* on the thread's queue already: it runs first */
     return UM_OK;
   }
+  if (op->queued_q >= 0 && dep->native_dev == d && dep->queued_q == op->queued_q)
+    return wait_bound_here(dep);
+  if (op->native_dev != NULL && dep->native_dev == d)
+    um__rider_token(dep); /* a bracket's end riding on another queue of d */
   if (op->native_dev != NULL && (tok = um__op_token_borrow(dep, d)) != NULL) {
     op->access.wait = tok;
     op->access.wait_owner = dep; /* keeps dep's reference until the end */

@@ -62,6 +62,7 @@ static bool gate_passes(um_event *op, int status) {
     um__prior *node = &op->priors[i];
     um_event *p = node->prior;
     bool waits = false;
+    um_device *kick = NULL;
     if (atomic_load_explicit(&p->state, memory_order_acquire) != UM__EV_DONE) {
       pthread_mutex_lock(&p->lock);
       waits = atomic_load_explicit(&p->state, memory_order_acquire) != UM__EV_DONE;
@@ -69,11 +70,15 @@ static bool gate_passes(um_event *op, int status) {
         um__atomic_add_relaxed(&op->priors_pending, 1);
         node->next = p->prior_waiters;
         p->prior_waiters = node;
+        if (atomic_load(&p->rides)) /* op ran, yet the rider before it is not reported */
+          kick = p->native_dev;
       }
       pthread_mutex_unlock(&p->lock);
     }
     if (!waits)
       um__event_unref(p);
+    if (kick != NULL) /* devices outlive their operations */
+      um__dev_kick_riders(kick);
   }
   return um__atomic_sub_acq_rel(&op->priors_pending, 1) == 1;
 }

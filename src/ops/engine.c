@@ -94,11 +94,13 @@ static int engine_idle(void *arg) {
  * lock either way, which is what um_manager_destroy relies on. */
 void um__engine_drain(um_manager *m) {
   um__engine *en = &m->engine;
+  um__riders_wait_begin(m); /* a bracket's end riding on a queue is in flight */
   um__spin_until(m->opts.wait_spin_ns, engine_idle, en);
   pthread_mutex_lock(&en->lock);
   while (um__atomic_load_acquire(&en->inflight) != 0)
     pthread_cond_wait(&en->drained, &en->lock);
   pthread_mutex_unlock(&en->lock);
+  um__riders_wait_end(m);
 }
 
 static int engine_idle_or_bracket(void *arg) {
@@ -112,12 +114,14 @@ static int engine_idle_or_bracket(void *arg) {
 bool um__engine_drain_unless_bracket(um_manager *m) {
   um__engine *en = &m->engine;
   bool drained;
+  um__riders_wait_begin(m);
   um__spin_until(m->opts.wait_spin_ns, engine_idle_or_bracket, m);
   pthread_mutex_lock(&en->lock);
   while (um__atomic_load_acquire(&en->inflight) != 0 && um__atomic_load_relaxed(&m->brackets_open) == 0)
     pthread_cond_wait(&en->drained, &en->lock);
   drained = um__atomic_load_acquire(&en->inflight) == 0;
   pthread_mutex_unlock(&en->lock);
+  um__riders_wait_end(m);
   return drained;
 }
 

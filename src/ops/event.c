@@ -293,6 +293,9 @@ static int event_wait(um_event *e, bool canceled_ends) {
    * reference, so the object cannot be reused under it. */
   if (atomic_load_explicit(&e->state, memory_order_acquire) == UM__EV_DONE)
     return e->status;
+  /* What e waits for may be a bracket's end riding on its queue's next
+   * command (core/riders.c): counted in, the wait has it carried. */
+  um__riders_wait_begin(e->m);
   spin_ns = e->m->opts.wait_spin_ns;
   if (spin_ns != 0 && atomic_load_explicit(&e->state, memory_order_acquire) != UM__EV_DONE)
     event_spin_wait(e, spin_ns);
@@ -305,6 +308,7 @@ static int event_wait(um_event *e, bool canceled_ends) {
   }
   st = canceled_ends && e->canceled ? UM_ECANCELED : e->status;
   pthread_mutex_unlock(&e->lock);
+  um__riders_wait_end(e->m);
   return st;
 }
 
@@ -383,6 +387,8 @@ int um_event_query(um_event *e) {
   else
     st = atomic_load_explicit(&e->state, memory_order_acquire) != UM__EV_DONE ? UM_EAGAIN : e->status;
   pthread_mutex_unlock(&e->lock);
+  if (st == UM_EAGAIN) /* a caller that polls waits too: no rider may hold it up */
+    um__riders_kick(e->m);
   if (st == UM_ECANCELED)
     return um__set_error(st, "the operation was canceled");
   if (st != UM_OK && st != UM_EAGAIN)
@@ -433,8 +439,10 @@ int um_event_native(um_event *e, void **native) {
   d = e->native_dev;
   if (d == NULL || !um__dev_has_native_events(d))
     return um__set_error(UM_ENOTSUP, "the operation runs on host threads: it has no native event");
-  if (tok == NULL)
+  if (tok == NULL) {
+    um__riders_kick(e->m); /* what it follows may be a rider (core/riders.c) */
     return um__set_error(UM_EAGAIN, "the operation is not on the device's queue yet");
+  }
   *native = um__dev_token_native(d, tok);
   return UM_OK;
 }

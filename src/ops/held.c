@@ -56,3 +56,17 @@ void *um__op_token_borrow(um_event *dep, um_device *d) {
   pthread_mutex_unlock(&dep->lock);
   return tok;
 }
+
+/* A bracket's end rides on its queue's next command (core/riders.c): once
+ * the backend has it listed, a follower already registered behind op, a
+ * thread already waiting on it, or any wait under way gets it a command
+ * at once. A registration or a wait that comes later kicks for itself
+ * (op.c, event.c): each side looks under op's lock after its own step. */
+void um__rider_added(um_event *op) {
+  bool waited;
+  pthread_mutex_lock(&op->lock);
+  waited = op->ndependents > 0 || op->nmore_dependents > 0 || op->cond_waiters > 0 || op->prior_waiters != NULL;
+  pthread_mutex_unlock(&op->lock);
+  if (waited || um__riders_waited(op->m))
+    um__dev_kick_riders(op->native_dev);
+}

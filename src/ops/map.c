@@ -103,8 +103,7 @@ static int map_begin_locked(um_buffer *b, uint32_t gen) {
   if (um__buffer_waits_bracket_locked(b, false))
     return um__op_bracket_error(b);
   /* The mapping sees the result of every operation issued before it. */
-  while (b->pending > 0)
-    pthread_cond_wait(&b->idle_cond, &b->lock);
+  um__buffer_wait_idle_locked(b);
   return UM_OK;
 }
 

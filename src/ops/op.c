@@ -330,9 +330,10 @@ bool um__op_register(um_event *op, um_event **deps, int ndeps) {
   atomic_store(&op->deps_pending, 1);
   for (int i = 0; i < ndeps; i++) {
     um_event *d = deps[i];
-    bool full = false;
+    bool full = false, follows = false;
     pthread_mutex_lock(&d->lock);
     if (atomic_load_explicit(&d->state, memory_order_acquire) != UM__EV_DONE) {
+      follows = true;
       /* Mostly one follower per buffer the operation is last on: the
        * array, and a heap array beyond it (a batch's run is last on many
        * buffers). Out of memory, waiting here keeps the order at the cost
@@ -349,9 +350,20 @@ bool um__op_register(um_event *op, um_event **deps, int ndeps) {
     pthread_mutex_unlock(&d->lock);
     if (full)
       um__event_wait_internal(d);
+    else if (follows && atomic_load(&d->rides)) /* no command may come to carry it (held.c) */
+      um__dev_kick_riders(d->native_dev);
     um__event_unref(d);
   }
   return um__atomic_sub_acq_rel(&op->deps_pending, 1) != 1;
+}
+
+/* Riding brackets among deps get tokens (tokens.c), so that op is queued
+ * behind them now. Always true. */
+static bool riders_tokens(um_event **deps, int ndeps) {
+  for (int i = 0; i < ndeps; i++)
+    if (__builtin_expect(atomic_load_explicit(&deps[i]->rides, memory_order_relaxed) != 0, 0))
+      um__rider_token(deps[i]);
+  return true;
 }
 
 /* Published op starts: after its dependencies (waited for here when the
@@ -364,7 +376,7 @@ static void op_start_ordered(um_event *op, um_event **deps, int ndeps, bool all_
       um__event_unref(deps[i]);
     }
     um__op_start_now(op, true);
-  } else if (ndeps > 0 && all_native && op_start_after_tokens(op, deps, ndeps)) {
+  } else if (ndeps > 0 && all_native && riders_tokens(deps, ndeps) && op_start_after_tokens(op, deps, ndeps)) {
     /* started on the device queue, behind its dependencies */
   } else if (ndeps > 0 && um__op_register(op, deps, ndeps)) {
     /* the last dependency to finish starts it */

@@ -126,6 +126,12 @@ void um__path_plan(um_event *op);
 int um__queue_current(const um_device *d);
 /* Whether dep is queued already on the in-order queue that op goes to. */
 bool um__op_queued_before(um_event *dep, const um_event *op);
+/* held.c: op, a bracket's end, rides on its queue (op->rides set before the
+ * backend listed it): kick now if anything waits for it already. */
+void um__rider_added(um_event *op);
+/* tokens.c: dep rides on its queue with no token: give it one now, when
+ * the backend can (an operation of another queue is to wait for it). */
+void um__rider_token(um_event *dep);
 bool um__path_runs_inline(const um_event *op);
 /* The host side of a copy: its pointer, or the buffer's host view at the
  * offset; NULL when that end has no host view. Inline: every plan asks. */

@@ -74,6 +74,8 @@ int um__start_native(um_event *op, void *const *after, int nafter) {
     return st;
   }
   keep_native(op, native);
+  if (atomic_load_explicit(&op->rides, memory_order_relaxed) == 1)
+    atomic_store(&op->rides, 2); /* its token protocol is set up: um__rider_token may give it one */
   if (op->complete_deferred)
     um__op_complete(op, op->native_status);
   return UM_OK;
@@ -93,4 +95,24 @@ int um__queue_mark(um_device *d, int q, um__done_fn done, void *arg) {
   if (st == UM_OK)
     um__dev_native_release(d, token); /* done may have run already */
   return st;
+}
+
+/* dep, a bracket's end riding on its queue with no token (core/riders.c),
+ * gets one now: a marker queued behind it there. An operation of another
+ * queue can then wait for it in its wait list and be queued at once,
+ * rather than registered and queued only once dep has completed (behind
+ * whatever the caller queued meanwhile). The token is the operation's own
+ * share, kept as keep_native keeps one; an operation that finished
+ * meanwhile takes none. Without a token (the backend could not queue a
+ * marker), dep is followed by registration, and a kick. */
+void um__rider_token(um_event *dep) {
+  void *tok = NULL, *expected = NULL;
+  if (atomic_load(&dep->rides) != 2 || atomic_load_explicit(&dep->native, memory_order_acquire) != NULL ||
+      atomic_load_explicit(&dep->state, memory_order_acquire) == UM__EV_DONE)
+    return;
+  if (um__dev_queue_mark_now(dep->native_dev, dep->queued_q, &tok) != UM_OK || tok == NULL)
+    return;
+  if (!atomic_compare_exchange_strong_explicit(&dep->native, &expected, tok, memory_order_acq_rel,
+                                               memory_order_acquire))
+    um__dev_native_release(dep->native_dev, tok); /* finished, or given one by another thread */
 }

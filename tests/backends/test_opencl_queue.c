@@ -7,6 +7,11 @@
  *    thread's, and not the other way round;
  *  - a bracket ended with NULL on the queue: a later download on unimem's
  *    queue sees the kernel's writes;
+ *  - a bracket ended with NULL rides on the queue's next command; with none
+ *    after it, a download or copy of unimem's queue, a polling caller, a
+ *    map, a release and a synchronize each have it carried;
+ *  - a copy bound for the caller's queue behind work elsewhere is not
+ *    overtaken by a bracket begun on its destination;
  *  - a batch on the caller's queue;
  *  - bad input with exact codes (the cpu device, a queue of another device,
  *    an out-of-order queue, too many queues, NULL).
@@ -251,6 +256,132 @@ OU_TEST_1_AND_2(opencl_queue, a_batch_on_the_callers_queue) {
     cr_assert_eq(um_release(b[i]), UM_OK);
   }
   clReleaseEvent(hold);
+  qdev_close(&k);
+  ou_close(&e);
+}
+
+/* A bracket ended with NULL on the caller's queue enqueues nothing: the
+ * queue's next command carries it. Where none follows, whatever waits for
+ * it has one queued: each of these returns, with the kernel's results. */
+static void open_riding_pair(ou_env *e, qdev *k, cl_uint *in, um_buffer **bin, um_buffer **bout, cl_uint seed) {
+  void *w = NULL;
+  fill_input(in, N, seed);
+  *bin = ub_alloc(e->m, k->d, N * sizeof(cl_uint), UM_DEVICE);
+  *bout = ub_alloc(e->m, k->d, N * sizeof(cl_uint), UM_DEVICE);
+  cr_assert_eq(um_queue_use(k->d, k->q), UM_OK);
+  cr_assert_eq(um_copy_from_host(*bin, 0, in, N * sizeof(cl_uint), NULL), UM_OK);
+  cr_assert_eq(um_access_begin(*bin, UM_MAP_READ, &w), UM_OK);
+  cr_assert_eq(um_access_begin(*bout, UM_MAP_WRITE_DISCARD, &w), UM_OK);
+  cr_assert_null(w);
+  enqueue_kernel(k, k->q, *bin, *bout, N, 0, NULL, NULL);
+  cr_assert_eq(um_access_end(*bin, NULL), UM_OK);
+  cr_assert_eq(um_access_end(*bout, NULL), UM_OK);
+}
+
+OU_TEST_1_AND_2(opencl_queue, a_riding_end_is_carried_on_demand) {
+  ou_env e = ou_open(NULL, 1);
+  qdev k;
+  cl_uint in[N], out[N], *mapped;
+  um_buffer *bin, *bout, *copy;
+  um_event *down, *d2d;
+  int polls = 0, st;
+  qdev_open(&k, e.dev[0]);
+  /* An operation of unimem's own queue after it: queued at once, behind a
+   * marker the bracket gets then. */
+  open_riding_pair(&e, &k, in, &bin, &bout, 21);
+  cr_assert_eq(um_queue_use(k.d, NULL), UM_OK);
+  memset(out, 0, sizeof(out));
+  cr_assert_eq(um_copy_to_host(bout, 0, out, sizeof(out), &down), UM_OK);
+  cr_assert_eq(um_event_wait(down), UM_OK, "%s", um_last_error());
+  check_output(in, out, N);
+  release_event(down);
+  /* A caller who polls: a copy of unimem's queue, um_event_query only. */
+  copy = ub_alloc(e.m, k.d, sizeof(in), UM_DEVICE);
+  cr_assert_eq(um_release(bin), UM_OK);
+  cr_assert_eq(um_release(bout), UM_OK);
+  open_riding_pair(&e, &k, in, &bin, &bout, 22);
+  cr_assert_eq(um_queue_use(k.d, NULL), UM_OK);
+  cr_assert_eq(um_copy(copy, 0, bout, 0, sizeof(in), &d2d), UM_OK);
+  while ((st = um_event_query(d2d)) == UM_EAGAIN && polls++ < 20000)
+    usleep(100);
+  cr_assert_eq(st, UM_OK, "polled %d times: %s", polls, um_err_name(st));
+  release_event(d2d);
+  cr_assert_eq(um_copy_to_host(copy, 0, out, sizeof(out), NULL), UM_OK);
+  check_output(in, out, N);
+  /* um_map waits for it. */
+  cr_assert_eq(um_release(bin), UM_OK);
+  cr_assert_eq(um_release(bout), UM_OK);
+  open_riding_pair(&e, &k, in, &bin, &bout, 23);
+  cr_assert_eq(um_map(bout, UM_MAP_READ, 0, sizeof(out), (void **)&mapped), UM_OK, "%s", um_last_error());
+  check_output(in, mapped, N);
+  cr_assert_eq(um_unmap(bout, mapped), UM_OK);
+  /* A release with nothing after it on the queue, then a synchronize: the
+   * release has the bracket carried, the synchronize returns. */
+  cr_assert_eq(um_release(bin), UM_OK);
+  cr_assert_eq(um_release(bout), UM_OK);
+  open_riding_pair(&e, &k, in, &bin, &bout, 24);
+  cr_assert_eq(um_release(bin), UM_OK);
+  cr_assert_eq(um_release(bout), UM_OK);
+  cr_assert_eq(um_device_synchronize(k.d), UM_OK, "%s", um_last_error());
+  cr_assert_eq(um_queue_use(k.d, NULL), UM_OK);
+  cr_assert_eq(um_release(copy), UM_OK);
+  qdev_close(&k);
+  ou_close(&e);
+}
+
+/* A copy bound for the caller's queue that must wait for work elsewhere
+ * first (a bracket of unimem's queues held open by the caller's event) is
+ * queued there only once that work is done. A bracket begun on its
+ * destination meanwhile gets no gate, which the queue would hold ahead of
+ * the copy forever: begin waits for the copy, and the kernel needs no
+ * event. */
+static void *set_after_delay(void *arg) {
+  usleep(50 * 1000);
+  cr_assert_eq(clSetUserEventStatus((cl_event)arg, CL_COMPLETE), CL_SUCCESS);
+  return NULL;
+}
+
+OU_TEST_1_AND_2(opencl_queue, a_copy_bound_for_the_queue_is_not_overtaken) {
+  ou_env e;
+  qdev k;
+  cl_int err;
+  cl_uint in[N], out[N];
+  um_buffer *src, *mid, *dst;
+  um_event *cp;
+  cl_event hold;
+  void *w = NULL;
+  pthread_t t;
+  skip_user_event_holds_on_basic();
+  e = ou_open(NULL, 1);
+  qdev_open(&k, e.dev[0]);
+  fill_input(in, N, 31);
+  src = ub_alloc(e.m, k.d, sizeof(in), UM_DEVICE);
+  mid = ub_alloc(e.m, k.d, sizeof(in), UM_DEVICE);
+  dst = ub_alloc(e.m, k.d, sizeof(in), UM_DEVICE);
+  cr_assert_eq(um_copy_from_host(src, 0, in, sizeof(in), NULL), UM_OK);
+  hold = clCreateUserEvent((cl_context)k.nat.cl_context, &err);
+  cr_assert_eq(err, CL_SUCCESS);
+  cr_assert_eq(um_access_begin(src, UM_MAP_READ, &w), UM_OK); /* on unimem's queues */
+  cr_assert_eq(um_access_end(src, hold), UM_OK);              /* done once hold is set */
+  cr_assert_eq(um_queue_use(k.d, k.q), UM_OK);
+  cr_assert_eq(um_copy(mid, 0, src, 0, sizeof(in), &cp), UM_OK); /* bound for k.q, after hold */
+  cr_assert_eq(pthread_create(&t, NULL, set_after_delay, hold), 0);
+  cr_assert_eq(um_access_begin(mid, UM_MAP_READ, &w), UM_OK, "%s", um_last_error());
+  cr_assert_null(w, "the copy is queued on this queue by now, or done");
+  cr_assert_eq(um_access_begin(dst, UM_MAP_WRITE_DISCARD, &w), UM_OK);
+  enqueue_kernel(&k, k.q, mid, dst, N, 0, NULL, NULL);
+  cr_assert_eq(um_access_end(mid, NULL), UM_OK);
+  cr_assert_eq(um_access_end(dst, NULL), UM_OK);
+  cr_assert_eq(um_copy_to_host(dst, 0, out, sizeof(out), NULL), UM_OK, "%s", um_last_error());
+  check_output(in, out, N);
+  cr_assert_eq(pthread_join(t, NULL), 0);
+  cr_assert_eq(um_event_wait(cp), UM_OK);
+  release_event(cp);
+  cr_assert_eq(um_queue_use(k.d, NULL), UM_OK);
+  clReleaseEvent(hold);
+  cr_assert_eq(um_release(src), UM_OK);
+  cr_assert_eq(um_release(mid), UM_OK);
+  cr_assert_eq(um_release(dst), UM_OK);
   qdev_close(&k);
   ou_close(&e);
 }

@@ -303,6 +303,10 @@ int um__ocl_open_device(cl_device_id id, cl_context context, int context_devices
     atomic_init(&dev->watch[q].locked, false);
     atomic_init(&dev->watch[q].order_held, false);
     atomic_init(&dev->watch[q].unordered, 0);
+    atomic_init(&dev->watch[q].seq, 0);
+    atomic_init(&dev->watch[q].vouched, 0);
+    atomic_init(&dev->watch[q].nriders, 0);
+    dev->watch[q].kicked = 0;
   }
   if (caller_queue != NULL && um__ocl.clRetainCommandQueue(caller_queue) == CL_SUCCESS)
     dev->caller_queue = caller_queue;

@@ -146,4 +146,6 @@ const um__backend um__backend_opencl = {
     .token_wait = um__ocl_token_wait, .token_query = um__ocl_token_query,
     .gate_new = um__ocl_gate_new, .gate_open = um__ocl_gate_open, .caller_marker = um__ocl_caller_marker,
     .queue_adopt = um__ocl_queue_adopt,
+    .queue_kick = um__ocl_queue_kick,
+    .queue_mark_now = um__ocl_queue_mark_now,
 };

@@ -183,6 +183,14 @@ typedef struct ocl_watch {
    * and the lock: a watched command is enqueued and listed in one hold. */
   atomic_uint unordered;
   atomic_bool order_held; /* the order lock: only ever tried, never waited for */
+  /* Riders (um__xfer.ride): entries are numbered as they are listed (seq,
+   * under the lock); a command enqueued after seq was read, once it has
+   * completed well, vouches for every entry up to that number (vouched).
+   * kicked: the number up to which a kick's marker is queued already. */
+  atomic_uint_fast64_t seq;
+  atomic_uint_fast64_t vouched;
+  atomic_int nriders;
+  uint64_t kicked; /* under the lock */
 } ocl_watch;
 
 /* unimem's own queue and the caller's queues transfers may go to. */
@@ -260,6 +268,12 @@ typedef struct transfer_completion {
                              (set by um__ocl_watch_add) */
   atomic_uchar fired;     /* its callback ran, status is set (set under
                              um__ocl_watch_lock) */
+  unsigned char ride;     /* no command (um__xfer.ride): complete once an
+                             entry listed after it is known complete */
+  unsigned char kick;     /* a kick's marker: completed well, it vouches
+                             for the entries numbered up to seq */
+  uint64_t seq;           /* its number on the list (ocl_watch.seq); a
+                             kick's: the newest entry's when it was queued */
 } transfer_completion;
 
 enum { WATCH_OWN = 1, WATCH_LAZY = 2 };
@@ -407,6 +421,17 @@ void um__ocl_watch_add(ocl_watch *w, transfer_completion *c, int own, int held, 
  * before it have ended too, and a walk (unless one runs) reports them now,
  * on this thread, instead of at the lazy callback's next run. */
 void um__ocl_watch_poll(ocl_watch *w);
+/* Riders (um__xfer.ride, watch.c). List c, with no command, after what
+ * the caller queued on w's queue so far. */
+void um__ocl_watch_ride(ocl_watch *w, transfer_completion *c);
+/* The number of w's newest entry: read before a command is enqueued, what
+ * um__ocl_watch_vouch is given once it has completed well. */
+uint64_t um__ocl_watch_seq(ocl_watch *w);
+void um__ocl_watch_vouch(ocl_watch *w, uint64_t upto);
+/* queue_kick: every queue of the device with riders gets a marker. */
+void um__ocl_queue_kick(void *bdev);
+/* queue_mark_now: a kick's marker on one queue, its event the token. */
+int um__ocl_queue_mark_now(void *bdev, int queue, void **token);
 /* The queue x goes to (its x->queue; unimem's own for one not adopted). */
 ocl_watch *um__ocl_watch_of(ocl_device *dev, const um__xfer *x);
 /* The wait list of x on w's queue: after[]'s tokens of other queues, then x->wait[]. */

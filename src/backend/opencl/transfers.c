@@ -126,6 +126,7 @@ int um__ocl_xfer(void *bdev, const um__xfer *x) {
   ocl_device *dev = bdev;
   cl_event event = NULL;
   ocl_watch *w;
+  uint64_t upto;
   int status = check_transfer(dev, x);
   if (status != UM_OK)
     return status;
@@ -133,8 +134,14 @@ int um__ocl_xfer(void *bdev, const um__xfer *x) {
   /* Reads and writes take the blocking flag: the very call an application
    * would make, so a blocking copy costs what the raw call does (unless
    * the caller asked to spin: the driver's own blocking wait sleeps). */
+  /* Once it has completed, so has every entry listed before it: riders
+   * included (a blocking download after the caller's kernel carries the
+   * bracket's end). */
+  upto = um__ocl_watch_seq(w);
   if ((x->kind == UM__XFER_H2D || x->kind == UM__XFER_D2H) && dev->spin_ns == 0) {
     status = enqueue_transfer(w, x, CL_TRUE, 0, NULL, NULL);
+    if (status == UM_OK)
+      um__ocl_watch_vouch(w, upto);
     um__ocl_watch_poll(w);
     return status;
   }
@@ -149,6 +156,8 @@ int um__ocl_xfer(void *bdev, const um__xfer *x) {
     um__ocl.clFlush(w->queue);
   status = um__ocl_wait_for_own_command(dev, event, um__ocl_transfer_call_name(x->kind));
   um__ocl.clReleaseEvent(event);
+  if (status == UM_OK)
+    um__ocl_watch_vouch(w, upto);
   um__ocl_watch_poll(w);
   return status;
 }
@@ -166,6 +175,8 @@ static transfer_completion *completion_new(ocl_watch *w, const um__xfer *x, um__
   c->allocated = x->done_space == NULL;
   c->retained = 0;
   c->armed = 0;
+  c->ride = c->kick = 0;
+  c->seq = 0;
   atomic_init(&c->fired, 0);
   return c;
 }
@@ -279,6 +290,12 @@ int um__ocl_xfer_async(void *bdev, const um__xfer *x, void *const *after, int na
     return status;
   w = um__ocl_watch_of(dev, x);
   completion = completion_new(w, x, done, arg);
+  if (x->kind == UM__XFER_QUEUE_MARK && x->ride && nafter == 0 && x->wait[0] == NULL && x->wait[1] == NULL &&
+      completion != NULL) {
+    um__ocl_watch_ride(w, completion); /* nothing to enqueue */
+    *native = NULL;
+    return UM_OK;
+  }
   if (nafter + 2 > OCL_INLINE_WAIT_LIST)
     wait_list = malloc((size_t)(nafter + 2) * sizeof(*wait_list));
   if (completion == NULL || wait_list == NULL) {

@@ -166,13 +166,17 @@ static void watch_report(transfer_completion *ready) {
 }
 
 /* The last entry of list that fired, is ordered and completed well: the
- * small entries before it have completed. */
-static transfer_completion *watch_last_sure(transfer_completion *list) {
+ * small entries before it have completed. A kick's marker that completed
+ * well vouches for the entries numbered up to its vouch. */
+static transfer_completion *watch_last_sure(ocl_watch *w, transfer_completion *list) {
   transfer_completion *sure = NULL;
   for (transfer_completion *c = list; c != NULL; c = c->next)
-    if (c->armed && c->ordered && atomic_load_explicit(&c->fired, memory_order_acquire) &&
-        c->status == CL_COMPLETE)
-      sure = c;
+    if (c->armed && atomic_load_explicit(&c->fired, memory_order_acquire) && c->status == CL_COMPLETE) {
+      if (c->ordered)
+        sure = c;
+      if (c->kick)
+        um__ocl_watch_vouch(w, c->seq);
+    }
   return sure;
 }
 
@@ -181,12 +185,16 @@ static transfer_completion *watch_last_sure(transfer_completion *list) {
  * vouches for it; else when the driver says it ended. The driver is asked
  * until one entry is still running (*running set): the queue runs the
  * later ones after it. */
-static int watch_reportable(transfer_completion *c, int before_sure, int *running) {
+static int watch_reportable(transfer_completion *c, int before_sure, uint64_t vouched, int *running) {
   if (c->armed)
     return atomic_load_explicit(&c->fired, memory_order_acquire);
-  if (before_sure) {
+  if (before_sure || (!c->kick && c->seq <= vouched)) {
     c->status = CL_COMPLETE;
     return 1;
+  }
+  if (c->ride) { /* no command to ask about: the later ones wait with it */
+    *running = 1;
+    return 0;
   }
   if (*running)
     return 0;
@@ -215,20 +223,24 @@ static void watch_walk_locked(ocl_watch *w) {
   for (;;) {
     transfer_completion *list = w->head, *rest = NULL, *rest_last = NULL, *rest_unarmed = NULL;
     transfer_completion *arm = NULL, *sure;
+    uint64_t vouched;
     int fired_lazy = 0, running = 0, before_sure;
     w->again = 0;
     w->head = w->tail = w->unarmed = NULL;
     um__ocl_watch_unlock(w);
-    sure = watch_last_sure(list);
+    sure = watch_last_sure(w, list);
     before_sure = sure != NULL;
+    vouched = atomic_load(&w->vouched);
     while (list != NULL) {
       transfer_completion *c = list;
       list = c->next;
       c->next = NULL;
       if (c == sure)
         before_sure = 0;
-      if (watch_reportable(c, before_sure, &running)) {
+      if (watch_reportable(c, before_sure, vouched, &running)) {
         fired_lazy += c->armed == WATCH_LAZY;
+        if (c->ride)
+          atomic_fetch_sub(&w->nriders, 1);
         *ready_end = c;
         ready_end = &c->next;
         continue;
@@ -238,7 +250,7 @@ static void watch_walk_locked(ocl_watch *w) {
       else
         rest = c;
       rest_last = c;
-      if (!c->armed)
+      if (!c->armed && !c->ride) /* a rider has no event to arm */
         rest_unarmed = c;
     }
     um__ocl_watch_lock(w);
@@ -301,6 +313,17 @@ void um__ocl_order_end(ocl_watch *w, int held) {
     atomic_store_explicit(&w->order_held, false, memory_order_release);
 }
 
+/* Under um__ocl_watch_lock: c goes at the end of the list, numbered. */
+static void watch_append_locked(ocl_watch *w, transfer_completion *c) {
+  if (w->tail != NULL)
+    w->tail->next = c;
+  else
+    w->head = c;
+  w->tail = c;
+  if (!c->kick) /* a kick's vouches for those before it: no number of its own */
+    c->seq = atomic_fetch_add_explicit(&w->seq, 1, memory_order_release) + 1;
+}
+
 /* Watch c's command (c->event), enqueued under the order lock when held
  * (with watch_unordered at unordered0 then): put it on the list, drop the
  * order lock, submit it, and register a callback on it when it is large,
@@ -314,11 +337,7 @@ void um__ocl_watch_add(ocl_watch *w, transfer_completion *c, int own, int held, 
     c->ordered = 0;
     um__atomic_add_relaxed(&w->unordered, 1);
   }
-  if (w->tail != NULL)
-    w->tail->next = c;
-  else
-    w->head = c;
-  w->tail = c;
+  watch_append_locked(w, c);
   if (own) {
     c->armed = WATCH_OWN;
   } else if (w->lazy == 0 && !w->walking) {
@@ -376,12 +395,124 @@ ocl_watch *um__ocl_watch_of(ocl_device *dev, const um__xfer *x) {
   return &dev->watch[q];
 }
 
+/* After a blocking command: report what it vouches for. A walk running on
+ * another thread may have taken the list before the vouch: it goes round
+ * again. */
 void um__ocl_watch_poll(ocl_watch *w) {
   um__ocl_watch_lock(w);
   if (w->head == NULL || w->walking) {
+    if (w->walking)
+      w->again = 1;
     um__ocl_watch_unlock(w);
     return;
   }
   w->walking = 1;
   watch_walk_locked(w);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Riders (um__xfer.ride): a bracket's end that enqueues nothing
+ *
+ * Its entry has no event. It is listed under the order lock when that can
+ * be had, as a command would be, so that an ordered entry after it was
+ * enqueued after it; else it counts as unordered, and the entries in
+ * flight lose their claim. It is reported with the small entries before a
+ * sure one, or once vouched for: a command enqueued after the entry was
+ * numbered has completed well (a blocking command of the queue, a kick's
+ * marker). Until then the walk asks the driver about nothing after it. */
+
+void um__ocl_watch_ride(ocl_watch *w, transfer_completion *c) {
+  unsigned unordered0 = 0;
+  int held = um__ocl_order_begin(w, &unordered0);
+  um__ocl_watch_lock(w);
+  c->ride = 1;
+  c->armed = 0;
+  c->ordered = held && atomic_load_explicit(&w->unordered, memory_order_relaxed) == unordered0;
+  if (!held)
+    um__atomic_add_relaxed(&w->unordered, 1);
+  watch_append_locked(w, c);
+  atomic_fetch_add(&w->nriders, 1); /* before the core looks for waiters (core/riders.c) */
+  um__ocl_watch_unlock(w);
+  um__ocl_order_end(w, held);
+}
+
+uint64_t um__ocl_watch_seq(ocl_watch *w) { return atomic_load(&w->seq); }
+
+void um__ocl_watch_vouch(ocl_watch *w, uint64_t upto) {
+  uint64_t v = atomic_load_explicit(&w->vouched, memory_order_relaxed);
+  while (v < upto && !atomic_compare_exchange_weak(&w->vouched, &v, upto)) {
+  }
+}
+
+static void kick_done(void *arg, int status) {
+  (void)arg;
+  (void)status;
+}
+
+/* A marker with a callback of its own, vouching for every entry listed
+ * before it; once one is queued for them, a kick adds none, unless a token
+ * is asked for (*token: the marker's event, one more reference). Without a
+ * token asked for, where none can be queued, the queue is finished here. */
+static int watch_kick(ocl_watch *w, cl_event *token) {
+  transfer_completion *c;
+  cl_event event = NULL;
+  unsigned unordered0 = 0;
+  uint64_t upto;
+  cl_int err = CL_OUT_OF_HOST_MEMORY;
+  int held;
+  um__ocl_watch_lock(w);
+  upto = atomic_load_explicit(&w->seq, memory_order_relaxed);
+  if (w->kicked >= upto && token == NULL) {
+    um__ocl_watch_unlock(w);
+    return UM_OK;
+  }
+  if (w->kicked < upto)
+    w->kicked = upto;
+  um__ocl_watch_unlock(w);
+  if ((c = calloc(1, sizeof(*c))) != NULL) {
+    c->done = kick_done;
+    c->watch = w;
+    c->kind = (unsigned char)UM__XFER_QUEUE_MARK;
+    c->allocated = c->retained = c->kick = 1;
+    c->seq = upto;
+    atomic_init(&c->fired, 0);
+    held = um__ocl_order_begin(w, &unordered0);
+    um__ocl_submit_begin(w->dev);
+    err = um__ocl.clEnqueueMarkerWithWaitList(w->queue, 0, NULL, &event);
+    um__ocl_submit_end(w->dev);
+    if (err == CL_SUCCESS) {
+      c->event = event;
+      if (token != NULL) {
+        um__ocl.clRetainEvent(event);
+        *token = event;
+      }
+      um__ocl_watch_add(w, c, 1, held, unordered0);
+      return UM_OK;
+    }
+    um__ocl_order_end(w, held);
+    free(c);
+  }
+  if (token != NULL)
+    return um__ocl_translate_cl_error(err, "clEnqueueMarkerWithWaitList");
+  if (um__ocl.clFinish(w->queue) == CL_SUCCESS)
+    um__ocl_watch_vouch(w, upto);
+  um__ocl_watch_poll(w);
+  return UM_OK;
+}
+
+void um__ocl_queue_kick(void *bdev) {
+  ocl_device *dev = bdev;
+  int n = atomic_load_explicit(&dev->nqueues, memory_order_acquire);
+  for (int q = 0; q < n && q < OCL_QUEUES; q++)
+    if (atomic_load(&dev->watch[q].nriders) != 0)
+      (void)watch_kick(&dev->watch[q], NULL);
+}
+
+int um__ocl_queue_mark_now(void *bdev, int queue, void **token) {
+  ocl_device *dev = bdev;
+  um__xfer x = {.kind = UM__XFER_QUEUE_MARK, .queue = queue};
+  cl_event event = NULL;
+  int st = watch_kick(um__ocl_watch_of(dev, &x), &event);
+  *token = event;
+  return st;
 }
