@@ -632,6 +632,15 @@ UM_EXTERN int um_access_end(um_buffer *b, void *done_native);
  * (an operation on another queue waits for the buffer's earlier ones, as
  * always).
  *
+ * On OpenCL such an end queues no command at all: the queue's next command
+ * carries it (unimem's own next command there, or a marker queued when
+ * something waits for the bracket: another queue's operation, a wait, a
+ * poll, a map, a release, um_device_synchronize). The caller need not flush
+ * the queue for it. When what was issued on the buffer before is bound for
+ * the thread's queue but not queued there yet (it follows work on other
+ * queues or host threads), um_access_begin waits for it on the host rather
+ * than hand out an event the queue would hold ahead of it forever.
+ *
  * The setting is the calling thread's own, one queue per device; NULL goes
  * back to unimem's queues (so CUDA's legacy NULL stream cannot be chosen). Host copies (memcpy between host views) and
  * pipelined staging still run on host threads. An OpenCL queue is retained
