@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "report.h"
 #include "unimem.h"
 
 /* A manager of the cpu and OpenCL backends for benchmark who: 0, or 1
@@ -36,6 +37,27 @@ static inline int bench_cl_manager(const char *who, um_manager **m) {
     return 0;
   fprintf(stderr, "bench %s: cannot create a manager: %s\n", who, um_last_error());
   return 1;
+}
+
+/* A manager of the cpu and OpenCL backends and its first OpenCL device
+ * (*d, its handles in *nat, its name in name[0..cap)) for benchmark who:
+ * 0, BENCH_SKIPPED without an OpenCL device, or 1; said either way. */
+static inline int bench_cl_first_device(const char *who, um_manager **m, um_device **d, um_device_native *nat,
+                                        char *name, size_t cap) {
+  um_device_info info;
+  *d = NULL;
+  if (bench_cl_manager(who, m) != 0)
+    return 1;
+  for (int i = 0; i < um_device_count(*m) && *d == NULL; i++)
+    if (um_device_native_get(um_device_get(*m, i), nat) == UM_OK && strcmp(nat->backend, "opencl") == 0)
+      *d = um_device_get(*m, i);
+  if (*d == NULL) {
+    fprintf(stderr, "bench %s: no OpenCL device (UNIMEM_LOG_LEVEL=info says why): nothing to measure\n", who);
+    return BENCH_SKIPPED;
+  }
+  um_device_info_get(*d, &info);
+  snprintf(name, cap, "%s", info.name);
+  return 0;
 }
 
 /* The library, or NULL with the reason in why. It stays loaded (drivers
@@ -58,6 +80,23 @@ static inline int bench_cl_symbol(void *lib, const char *name, void *slot, size_
   memcpy(slot, &sym, size);
   return 0;
 }
+
+/* What a benchmark that builds its own kernel and runs it on its own
+ * buffers calls (bench_loop, bench_gemm). */
+#define BENCH_CL_KERNEL_CALLS(XX)                                                                                     \
+  XX(clCreateProgramWithSource)                                                                                       \
+  XX(clBuildProgram)                                                                                                  \
+  XX(clCreateKernel)                                                                                                  \
+  XX(clSetKernelArg)                                                                                                  \
+  XX(clEnqueueNDRangeKernel)                                                                                          \
+  XX(clEnqueueWriteBuffer)                                                                                            \
+  XX(clEnqueueReadBuffer)                                                                                             \
+  XX(clCreateBuffer)                                                                                                  \
+  XX(clFlush)                                                                                                         \
+  XX(clReleaseEvent)                                                                                                  \
+  XX(clReleaseMemObject)                                                                                              \
+  XX(clReleaseKernel)                                                                                                 \
+  XX(clReleaseProgram)
 
 #define BENCH_CL_MEMBER_(name) __typeof__(name) *name;
 #define BENCH_CL_LOAD_ONE_(name)                                                                                      \

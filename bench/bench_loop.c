@@ -73,23 +73,8 @@ typedef struct bl_config {
 /* ------------------------------------------------------------------------ */
 /* The iteration's pieces                                                    */
 
-#define BL_ENTRY_POINTS(XX)                                                                                           \
-  XX(clCreateProgramWithSource)                                                                                       \
-  XX(clBuildProgram)                                                                                                  \
-  XX(clCreateKernel)                                                                                                  \
-  XX(clSetKernelArg)                                                                                                  \
-  XX(clEnqueueNDRangeKernel)                                                                                          \
-  XX(clEnqueueWriteBuffer)                                                                                            \
-  XX(clEnqueueReadBuffer)                                                                                             \
-  XX(clCreateBuffer)                                                                                                  \
-  XX(clFlush)                                                                                                         \
-  XX(clReleaseEvent)                                                                                                  \
-  XX(clReleaseMemObject)                                                                                              \
-  XX(clReleaseKernel)                                                                                                 \
-  XX(clReleaseProgram)
-
-BENCH_CL_TABLE(cl, BL_ENTRY_POINTS)
-BENCH_CL_LOADER(load_opencl, cl, BL_ENTRY_POINTS)
+BENCH_CL_TABLE(cl, BENCH_CL_KERNEL_CALLS)
+BENCH_CL_LOADER(load_opencl, cl, BENCH_CL_KERNEL_CALLS)
 
 /* in_first, out_first: the buffers' offsets inside their cl_mem, in
  * elements. */
@@ -567,23 +552,14 @@ static int alloc_host(bl_env *e) {
 /* The manager, the first OpenCL device, the kernels and the host arrays:
  * 0, BENCH_SKIPPED without an OpenCL device (said), 1 on a failure. */
 static int open_env(bl_env *e) {
-  um_device_info info;
   char why[256];
-  if (bench_cl_manager("loop", &e->m) != 0)
-    return 1;
-  for (int i = 0; i < um_device_count(e->m) && e->d == NULL; i++)
-    if (um_device_native_get(um_device_get(e->m, i), &e->nat) == UM_OK && strcmp(e->nat.backend, "opencl") == 0)
-      e->d = um_device_get(e->m, i);
-  if (e->d == NULL) {
-    fprintf(stderr, "bench loop: no OpenCL device (UNIMEM_LOG_LEVEL=info says why): nothing to measure\n");
-    return BENCH_SKIPPED;
-  }
+  int rc = bench_cl_first_device("loop", &e->m, &e->d, &e->nat, e->device, sizeof(e->device));
+  if (rc != 0)
+    return rc;
   if (load_opencl(why, sizeof(why)) != 0) {
     fprintf(stderr, "bench loop: cannot load OpenCL for the raw side: %s\n", why);
     return 1;
   }
-  um_device_info_get(e->d, &info);
-  snprintf(e->device, sizeof(e->device), "%s", info.name);
   return build_kernels(e) || alloc_host(e);
 }
 

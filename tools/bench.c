@@ -19,6 +19,7 @@ int um_bench_pool_main(int argc, char **argv, bench_report *rep);
 int um_bench_transfer_main(int argc, char **argv, bench_report *rep);
 int um_bench_kernels_main(int argc, char **argv, bench_report *rep);
 int um_bench_loop_main(int argc, char **argv, bench_report *rep);
+int um_bench_gemm_main(int argc, char **argv, bench_report *rep);
 int um_bench_stream_main(int argc, char **argv, bench_report *rep);
 int um_bench_cuda_main(int argc, char **argv, bench_report *rep);
 int um_bench_net_main(int argc, char **argv, bench_report *rep);
@@ -35,6 +36,7 @@ static const bench_entry benches[] = {
     {"transfer", um_bench_transfer_main, "copies against the raw OpenCL calls and memcpy"},
     {"kernels", um_bench_kernels_main, "a chain of the caller's kernels between unimem copies against raw events"},
     {"loop", um_bench_loop_main, "the caller's loop (allocate, copy in, kernel, copy out, release) against raw OpenCL"},
+    {"gemm", um_bench_gemm_main, "a three-buffer SGEMM-shaped step of the caller's against the raw kernel launch"},
     {"stream", um_bench_stream_main, "a file larger than the device through um_stream against read()+copy"},
     {"cuda", um_bench_cuda_main, "pool, copies and 4 KiB copies on an NVIDIA GPU against the CUDA driver's calls"},
     {"net", um_bench_net_main, "um_net put/get between two processes against ucx_perftest"},
@@ -47,7 +49,7 @@ const char tool_bench_help[] =
     "    unimem bench - measure unimem against the allocators and drivers it replaces\n"
     "\n"
     "SYNOPSIS\n"
-    "    unimem bench [pool|transfer|kernels|loop|stream|cuda|net|wait|all] [--quick] [--json FILE] [--plot FILE]\n"
+    "    unimem bench [pool|transfer|kernels|loop|gemm|stream|cuda|net|wait|all] [--quick] [--json FILE] [--plot FILE]\n"
     "                 [BENCHMARK OPTIONS]\n"
     "\n"
     "DESCRIPTION\n"
@@ -71,6 +73,11 @@ const char tool_bench_help[] =
     "              against the raw calls on pooled unimem buffers: medians, spreads,\n"
     "              ratios to raw, the pooling gain and where the time goes.\n"
     "              --iters N (per repetition, default 1000), --reps N (default 11).\n"
+    "    gemm      a step shaped like SGEMM on the first OpenCL device: C = A * B\n"
+    "              (n = 16 to 128), one kernel of the caller's on three buffers, no\n"
+    "              wait list, chained on one queue, then one blocking read of C,\n"
+    "              checked; the raw launch against um_access_begin_n/end_n on the\n"
+    "              caller's queue and on unimem's own. --steps N, --reps N.\n"
     "    stream    a file several times larger than the device's memory (capped with\n"
     "              device_limit_bytes) through um_stream, against a loop of read()\n"
     "              and blocking copies.\n"
@@ -102,8 +109,8 @@ const char tool_bench_help[] =
     "\n"
     "    Each benchmark prints its table on standard output as it finishes. While it\n"
     "    runs, a progress line on standard error says which one is running ([2/3]).\n"
-    "    A benchmark that finds nothing to measure (transfer, kernels or loop\n"
-    "    without an OpenCL device) says so and is reported as skipped.\n"
+    "    A benchmark that finds nothing to measure (transfer, kernels, loop or\n"
+    "    gemm without an OpenCL device) says so and is reported as skipped.\n"
     "\n"
     "OPTIONS\n"
     "    --quick        smaller sizes and fewer repetitions: a smoke run for CI that\n"
@@ -121,7 +128,7 @@ const char tool_bench_help[] =
     "    Other options go to the benchmark itself, when one is named; see the header\n"
     "    comment of bench/bench_<name>.c (for stream: --file-mib N, --limit-mib N,\n"
     "    --chunk-mib N, --reps N, --device N, --dir DIR; for kernels: --steps N,\n"
-    "    --reps N; for loop: --iters N, --reps N).\n"
+    "    --reps N; for loop: --iters N, --reps N; for gemm: --steps N, --reps N).\n"
     "\n"
     "ENVIRONMENT\n"
     "    UNIMEM_*       every um_options field, as for any unimem program\n"
@@ -295,7 +302,7 @@ static int write_report(const char *path, const bench_result *res, int n, bool q
 static int usage_error(const char *fmt, const char *arg) {
   fprintf(stderr, "unimem bench: ");
   fprintf(stderr, fmt, arg);
-  fprintf(stderr, "\nusage: unimem bench [pool|transfer|kernels|loop|stream|cuda|net|wait|all] [--quick]\n"
+  fprintf(stderr, "\nusage: unimem bench [pool|transfer|kernels|loop|gemm|stream|cuda|net|wait|all] [--quick]\n"
                   "                    [--json FILE] [--plot FILE] (unimem bench --help for more)\n");
   return 2;
 }

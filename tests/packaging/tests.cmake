@@ -104,6 +104,16 @@ if(TARGET unimem_tool)
                          SKIP_REGULAR_EXPRESSION "status 'skipped'")
   endif()
 
+  # The SGEMM-shaped step against the raw launch: each side's product is
+  # checked after every repetition; skipped where no OpenCL device is found.
+  add_test(NAME tool_bench_gemm_quick
+           COMMAND ${_um_check} 0 "^size +side +per step +spread +ratio +added$"
+                   "^n=16 +raw +[0-9.]+ us +[0-9.]+ us +1\\.00 " "^n=128 +unimem_events +[0-9.]+ us "
+                   "^  n=16, unimem_queue <= 1\\.05x raw: [0-9.]+x" "summary: gemm ok"
+                   -- ${_um_tool} bench gemm --quick)
+  set_tests_properties(tool_bench_gemm_quick PROPERTIES LABELS "tool;bench" TIMEOUT 300
+                       ENVIRONMENT "POCL_DEVICES=pthread" SKIP_REGULAR_EXPRESSION "summary: gemm skipped")
+
   # The instruction-count mode of the transfer benchmark (issue 13): each
   # side's copies run and are reported; skipped without an OpenCL device.
   foreach(_um_side unimem raw)
