@@ -91,6 +91,7 @@ if(TARGET unimem_tool)
                    "^1-64 KiB +raw +[0-9.]+ us +[0-9.]+ us +1\\.00$" "^4 KiB-4 MiB +pool_raw +[0-9.]+ us "
                    "^1-64 KiB +pooling gain +[0-9.]+x$" "^  1-64 KiB, unimem_pooled <= 1\\.00x raw: [0-9.]+x"
                    "^  1-64 KiB, pooling gain >= 5\\.0x: [0-9.]+x" "^4 KiB-4 MiB +unimem_unpooled( +[0-9.]+){6}$"
+                   "^  loop iteration, 1-64 KiB +[0-9.]+ us +[0-9.]+ us +[0-9.]+x$"
                    "summary: loop ok" "full report: "
                    -- ${_um_tool} bench loop --quick --json ${_um_loop_out}/bench.json)
   set_tests_properties(tool_bench_loop_quick PROPERTIES LABELS "tool;bench" TIMEOUT 300 FIXTURES_SETUP tool_loop_json
