@@ -629,7 +629,7 @@ static int adopt_done(um_buffer *b, void *done_native, void **done, const char *
 static int check_end(blist *l, const char *who) {
   int open = 0, st;
   FOR_EACH_BUFFER(l, x) {
-    bool is_open;
+    bool is_open, gone;
     if ((st = um__buffer_check_owner(x->b, &x->gen)) != UM_OK) {
       if (st != UM_ESTATE)
         return st;
@@ -639,8 +639,15 @@ static int check_end(blist *l, const char *who) {
     if (um__process_changed(x->b->m))
       return um__manager_check_process(x->b->m);
     pthread_mutex_lock(&x->b->lock);
+    /* Released since the check (its release ended the bracket): skipped,
+     * as a buffer released before the call is. */
+    gone = atomic_load(&x->b->state) != UM__BUF_LIVE || atomic_load(&x->b->gen) != x->gen;
     is_open = x->b->access_state == 2;
     pthread_mutex_unlock(&x->b->lock);
+    if (gone) {
+      x->skip = true;
+      continue;
+    }
     if (!is_open)
       return um__set_error(UM_ESTATE, "%s: no bracket open on %p", who, (void *)x->b);
     open++;

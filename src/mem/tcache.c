@@ -418,9 +418,14 @@ void um__tcache_put(um__tcache *tc, um_buffer *b) {
   uintptr_t cur;
   if (tc->epoch != atomic_load_explicit(&m->flush_epoch, memory_order_relaxed))
     um__tcache_flush_own(tc, m);
-  um__buffer_clean(b); /* what a slot holds is clean (tcache.h) */
-  b->idle_key = um__idle_key_next(m); /* moves the manager's clock too */
+  /* What a slot holds is clean (tcache.h). Under the buffer's lock: a walk
+   * of every buffer (um_device_synchronize) reads the chain's fields under
+   * it, and skips the IDLE ones. */
+  pthread_mutex_lock(&b->lock);
+  um__buffer_clean(b);
   atomic_store_explicit(&b->state, UM__BUF_IDLE, memory_order_relaxed);
+  pthread_mutex_unlock(&b->lock);
+  b->idle_key = um__idle_key_next(m); /* moves the manager's clock too */
   cur = atomic_load_explicit(slot, memory_order_relaxed);
   for (;;) {
     if (cur == 0) {

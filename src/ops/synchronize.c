@@ -21,7 +21,16 @@ static int collect_pending(um_device *d, um_event ***ops, size_t *n) {
   pthread_mutex_unlock(&m->registry_lock);
   for (um_buffer *b = head; b != NULL && st == UM_OK; b = b->all_next) {
     um_event *last;
+    int state;
     pthread_mutex_lock(&b->lock);
+    /* A descriptor idle in the pool, or without memory, has nothing in
+     * flight, and a new owner may be resetting it without the lock: its
+     * fields are read only once it is live (a release store) or released. */
+    state = atomic_load_explicit(&b->state, memory_order_acquire);
+    if (state != UM__BUF_LIVE && state != UM__BUF_RELEASED) {
+      pthread_mutex_unlock(&b->lock);
+      continue;
+    }
     last = b->last;
     if (b->dev == d && um__buffer_waits_bracket_locked(b, false))
       st = um__op_bracket_error(b);

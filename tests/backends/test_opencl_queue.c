@@ -329,6 +329,76 @@ OU_TEST_1_AND_2(opencl_queue, a_riding_end_is_carried_on_demand) {
   ou_close(&e);
 }
 
+/* Riders while another thread waits all the time: each bracket end either
+ * sees the waiter or is seen by its kick (core/riders.c); none is left
+ * behind, so every download and synchronize returns. */
+typedef struct sync_loop {
+  um_manager *m;
+  um_device *d;
+  atomic_int stop;
+  atomic_int rounds;
+} sync_loop;
+
+/* A synchronize (UM_ESTATE while the other thread has a bracket open, as
+ * documented), and a wait for a copy of a buffer of its own, in turn. */
+static void *synchronize_all_the_time(void *arg) {
+  sync_loop *s = arg;
+  cl_uint mine[64] = {7}, back[64];
+  um_buffer *b = ub_alloc(s->m, s->d, sizeof(mine), UM_DEVICE);
+  while (!atomic_load(&s->stop)) {
+    um_event *ev;
+    int st = um_device_synchronize(s->d);
+    cr_assert(st == UM_OK || st == UM_ESTATE, "%s", um_last_error());
+    cr_assert_eq(um_copy_from_host(b, 0, mine, sizeof(mine), &ev), UM_OK);
+    cr_assert_eq(um_event_wait(ev), UM_OK, "%s", um_last_error());
+    release_event(ev);
+    cr_assert_eq(um_copy_to_host(b, 0, back, sizeof(back), NULL), UM_OK);
+    cr_assert_arr_eq(back, mine, sizeof(mine));
+    mine[0]++;
+    atomic_fetch_add(&s->rounds, 1);
+  }
+  cr_assert_eq(um_release(b), UM_OK);
+  return NULL;
+}
+
+OU_TEST_1_AND_2(opencl_queue, riders_beside_a_waiting_thread) {
+  ou_env e = ou_open(NULL, 1);
+  qdev k;
+  cl_uint in[N], out[N];
+  um_buffer *bin, *bout;
+  sync_loop s = {.m = e.m, .d = NULL};
+  pthread_t t;
+  qdev_open(&k, e.dev[0]);
+  s.d = k.d;
+  atomic_init(&s.stop, 0);
+  atomic_init(&s.rounds, 0);
+  cr_assert_eq(pthread_create(&t, NULL, synchronize_all_the_time, &s), 0);
+  /* 300 rounds, and at least 3 of the waiter's beside them */
+  for (int it = 0; it < 300 || (atomic_load(&s.rounds) < 3 && it < 100000); it++) {
+    um_event *down;
+    open_riding_pair(&e, &k, in, &bin, &bout, (cl_uint)it);
+    cr_assert_eq(um_queue_use(k.d, NULL), UM_OK);
+    if (it % 2 == 0) { /* unimem's queue, a waiter's event */
+      cr_assert_eq(um_copy_to_host(bout, 0, out, sizeof(out), &down), UM_OK);
+      cr_assert_eq(um_event_wait(down), UM_OK, "%s", um_last_error());
+      release_event(down);
+    } else { /* released with nothing after the brackets; read by map */
+      uint32_t *mapped;
+      cr_assert_eq(um_map(bout, UM_MAP_READ, 0, sizeof(out), (void **)&mapped), UM_OK, "%s", um_last_error());
+      memcpy(out, mapped, sizeof(out));
+      cr_assert_eq(um_unmap(bout, mapped), UM_OK);
+    }
+    check_output(in, out, N);
+    cr_assert_eq(um_release(bin), UM_OK);
+    cr_assert_eq(um_release(bout), UM_OK);
+  }
+  atomic_store(&s.stop, 1);
+  cr_assert_eq(pthread_join(t, NULL), 0);
+  cr_assert_geq(atomic_load(&s.rounds), 3);
+  qdev_close(&k);
+  ou_close(&e);
+}
+
 /* A copy bound for the caller's queue that must wait for work elsewhere
  * first (a bracket of unimem's queues held open by the caller's event) is
  * queued there only once that work is done. A bracket begun on its
