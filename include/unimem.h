@@ -648,7 +648,10 @@ UM_EXTERN int um_access_end(um_buffer *b, void *done_native);
  * stay alive while a thread uses it and until the operations unimem queued
  * on it have finished. At most 4 queues of the caller's per device (the
  * same queue again counts once), and a thread sets queues on at most 8
- * devices at once. Work the caller
+ * devices at once (a device set back to NULL makes room, and so do the
+ * devices of a manager the thread destroys; a thread that destroys a
+ * manager whose devices another thread still has set should have that
+ * thread set them to NULL first). Work the caller
  * queues there that never completes (a user event never set) holds up
  * unimem's work behind it, as any command of that queue. Returns UM_OK,
  * UM_EINVAL (not a device; not a queue of d's context and device),

@@ -246,6 +246,8 @@ int um_manager_destroy(um_manager *m) {
     um__upcall.brackets.end_all(m); /* brackets left open would never finish */
   if (um__upcall.ops.engine_drain != NULL)
     um__upcall.ops.engine_drain(m);
+  if (um__upcall.ops.queues_forget != NULL)
+    um__upcall.ops.queues_forget(m);
   /* Buffers of um_net_alloc first, while their net's transport is still
    * there to unmap their memory (leaks like any other). */
   release_leaks(m, true, &leaked, &leaked_bytes);

@@ -27,6 +27,9 @@ typedef struct um__upcalls {
     /* op.c: whether a wait for what was issued on b (b's lock held)
      * passes through an open bracket. */
     bool (*waits_bracket_locked)(const um_buffer *b, bool own_ends);
+    /* queue.c: the destroying thread's queues of the caller's on m's
+     * devices are forgotten (a device gone cannot be set back to NULL). */
+    void (*queues_forget)(um_manager *m);
   } ops;
   struct {
     /* access.c: take b's open bracket (b's lock held), end it behind what

@@ -40,6 +40,17 @@ int um__queue_current(const um_device *d) {
   return t != NULL && t->on ? t->q : -1;
 }
 
+/* Room for another device: a new entry, else one turned off (its device's
+ * next um_queue_use asks the backend again). NULL when all 8 are on. */
+static thread_queue *free_entry(void) {
+  if (ncurrent < THREAD_QUEUES)
+    return &current[ncurrent];
+  for (int i = 0; i < ncurrent; i++)
+    if (!current[i].on)
+      return &current[i];
+  return NULL;
+}
+
 /* An entry turned off keeps its queue: turning the same queue on again
  * asks the backend nothing (a loop may switch it on and off each round). */
 int um_queue_use(um_device *d, void *native_queue) {
@@ -55,13 +66,26 @@ int um_queue_use(um_device *d, void *native_queue) {
       t->on = native_queue != NULL;
     return UM_OK;
   }
-  if ((st = um__dev_queue_adopt(d, native_queue, &q)) != UM_OK)
-    return st;
-  if (t == NULL && ncurrent == THREAD_QUEUES)
+  if (t == NULL && (t = free_entry()) == NULL)
     return um__set_error(UM_ENOMEM, "um_queue_use: a thread uses queues of the caller's on at most %d devices",
                          THREAD_QUEUES);
-  if (t == NULL)
-    t = &current[ncurrent++];
+  if ((st = um__dev_queue_adopt(d, native_queue, &q)) != UM_OK)
+    return st;
+  if (t == &current[ncurrent])
+    ncurrent++;
   *t = (thread_queue){.serial = d->serial, .native = native_queue, .q = q, .on = true};
   return UM_OK;
 }
+
+/* A manager's destroy on this thread: its devices' entries go (other
+ * threads' entries of them stay until they set another device's queue on
+ * a full table: free_entry takes only entries turned off). */
+static void queues_forget(um_manager *m) {
+  int n = um__ndevices(m);
+  for (int i = 0; i < ncurrent; i++)
+    for (int k = 0; k < n; k++)
+      if (current[i].serial == m->devices[k]->serial)
+        current[i] = (thread_queue){.serial = 0, .native = NULL, .q = -1, .on = false};
+}
+
+__attribute__((constructor)) static void register_upcalls(void) { um__upcall.ops.queues_forget = queues_forget; }
