@@ -354,6 +354,7 @@ static __attribute__((noinline)) int release_slow(um_buffer *b, um__tcache *tc) 
     bool now;
     void *mapped;
     um_event *bracket;
+    um_device *dev;
     /* Peers lose an exposed buffer first (net.c: a revocation, which waits
      * for their transfers already admitted), so none reaches the block
      * once it is reused. When it gives up, the block is held back (net.c),
@@ -380,11 +381,12 @@ static __attribute__((noinline)) int release_slow(um_buffer *b, um__tcache *tc) 
     }
     now = b->pending == 0;
     b->release_deferred = !now;
+    dev = b->dev; /* once the lock is dropped, the last operation may retire b and its descriptor be reused */
     pthread_mutex_unlock(&b->lock);
     if (!now) {
       /* A bracket's end riding on its queue holds the block back only
        * until the queue's next command: have one queued. */
-      um__dev_kick_riders(b->dev);
+      um__dev_kick_riders(dev);
       return reached; /* the last operation to finish retires it (op.c) */
     }
   }

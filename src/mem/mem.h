@@ -62,8 +62,13 @@ extern um__upcalls um__upcall;
 static inline void um__buffer_clean(um_buffer *b) {
   memset(&b->valid, 0, offsetof(um_buffer, access_op) + sizeof(b->access_op) - offsetof(um_buffer, valid));
   b->valid = b->mem.host ? (UM_VALID_HOST | UM_VALID_DEVICE) : UM_VALID_DEVICE;
-  b->readonly = false;
-  b->pinned_wrap = false;
+  /* Written only when set (a wrap's, which no pool holds): a racing stale
+   * handle's checks read these without the lock, and a pooled block's never
+   * change. */
+  if (b->readonly)
+    b->readonly = false;
+  if (b->pinned_wrap)
+    b->pinned_wrap = false;
   atomic_store_explicit(&b->touched, false, memory_order_relaxed);
 }
 
