@@ -14,7 +14,10 @@
  *    overtaken by a bracket begun on its destination;
  *  - a batch on the caller's queue;
  *  - bad input with exact codes (the cpu device, a queue of another device,
- *    an out-of-order queue, too many queues, NULL).
+ *    an out-of-order queue, too many queues, NULL);
+ *  - the eight devices a thread may set at once: a device set back to NULL,
+ *    or a destroyed manager's, makes room for another (ten PoCL devices of
+ *    five managers).
  * The test links libOpenCL itself (the library never does). */
 #define CL_TARGET_OPENCL_VERSION 300
 #include <CL/cl.h>
@@ -508,4 +511,117 @@ Test(opencl_queue, bad_queues) {
   cr_assert_eq(um_queue_use(k.d, NULL), UM_OK, "going back twice is no error");
   qdev_close(&k);
   ou_close(&e);
+}
+
+/* One round trip of 16 words on d, checked (on the thread's queue of d
+ * when one is set). */
+static void round_trip(um_manager *m, um_device *d, cl_uint seed) {
+  cl_uint in[16], out[16];
+  um_buffer *b = ub_alloc(m, d, sizeof(in), UM_DEVICE);
+  fill_input(in, 16, seed);
+  memset(out, 0, sizeof(out));
+  cr_assert_eq(um_copy_from_host(b, 0, in, sizeof(in), NULL), UM_OK, "%s", um_last_error());
+  cr_assert_eq(um_copy_to_host(b, 0, out, sizeof(out), NULL), UM_OK, "%s", um_last_error());
+  cr_assert_arr_eq(out, in, sizeof(in));
+  cr_assert_eq(um_release(b), UM_OK);
+}
+
+#define TEN 10
+
+typedef struct ten_devices {
+  ou_env e[TEN / 2];
+  um_device *d[TEN];
+  um_manager *m[TEN];
+  void *q[TEN];
+} ten_devices;
+
+/* Five managers of two PoCL devices each: ten devices, each with its own
+ * caller queue. */
+static void ten_open(ten_devices *t) {
+  ou_want_devices(2);
+  for (int i = 0; i < TEN / 2; i++) {
+    t->e[i] = ou_open(NULL, 2);
+    for (int k = 0; k < 2; k++) {
+      um_device_native nat;
+      t->d[2 * i + k] = t->e[i].dev[k];
+      t->m[2 * i + k] = t->e[i].m;
+      cr_assert_eq(um_device_native_get(t->d[2 * i + k], &nat), UM_OK);
+      t->q[2 * i + k] = nat.cl_queue;
+    }
+  }
+}
+
+static void ten_close(ten_devices *t) {
+  for (int i = 0; i < TEN; i++)
+    if (t->m[i] != NULL)
+      cr_assert_eq(um_queue_use(t->d[i], NULL), UM_OK);
+  for (int i = 0; i < TEN / 2; i++)
+    if (t->e[i].m != NULL)
+      ou_close(&t->e[i]);
+}
+
+static void set_first_eight(ten_devices *t) {
+  for (int i = 0; i < 8; i++)
+    cr_assert_eq(um_queue_use(t->d[i], t->q[i]), UM_OK, "device %d: %s", i, um_last_error());
+  cr_assert_eq(um_queue_use(t->d[8], t->q[8]), UM_ENOMEM, "a ninth device while eight are set");
+  cr_assert(strstr(um_last_error(), "at most 8 devices") != NULL, "%s", um_last_error());
+}
+
+/* A thread sets queues on at most 8 devices at once; one set back to NULL
+ * makes room for another, and the device that gave its room up needs room
+ * again to be set. */
+Test(opencl_queue, a_ninth_device_one_off_first) {
+  ten_devices t;
+  ten_open(&t);
+  set_first_eight(&t);
+  cr_assert_eq(um_queue_use(t.d[3], NULL), UM_OK);
+  cr_assert_eq(um_queue_use(t.d[8], t.q[8]), UM_OK, "room made by device 3: %s", um_last_error());
+  round_trip(t.m[8], t.d[8], 8);
+  round_trip(t.m[3], t.d[3], 3); /* on unimem's own queue again */
+  cr_assert_eq(um_queue_use(t.d[9], t.q[9]), UM_ENOMEM, "eight set again");
+  cr_assert_eq(um_queue_use(t.d[3], t.q[3]), UM_ENOMEM, "device 3's room was taken");
+  /* Setting a device already set to its queue again takes no room. */
+  cr_assert_eq(um_queue_use(t.d[8], t.q[8]), UM_OK);
+  ten_close(&t);
+}
+
+/* All eight set back to NULL: any eight others may be set, and the first
+ * ones come back in turn as rooms free. */
+Test(opencl_queue, a_ninth_device_all_off_first) {
+  ten_devices t;
+  ten_open(&t);
+  set_first_eight(&t);
+  for (int i = 0; i < 8; i++)
+    cr_assert_eq(um_queue_use(t.d[i], NULL), UM_OK);
+  cr_assert_eq(um_queue_use(t.d[8], t.q[8]), UM_OK, "%s", um_last_error());
+  cr_assert_eq(um_queue_use(t.d[9], t.q[9]), UM_OK, "%s", um_last_error());
+  for (int i = 0; i < 6; i++)
+    cr_assert_eq(um_queue_use(t.d[i], t.q[i]), UM_OK, "device %d back: %s", i, um_last_error());
+  cr_assert_eq(um_queue_use(t.d[6], t.q[6]), UM_ENOMEM, "eight set again");
+  round_trip(t.m[9], t.d[9], 9);
+  round_trip(t.m[0], t.d[0], 10);
+  ten_close(&t);
+}
+
+/* A manager the thread destroys gives its devices' rooms back. */
+Test(opencl_queue, a_destroyed_managers_devices_make_room) {
+  ten_devices t;
+  ten_open(&t);
+  set_first_eight(&t);
+  ou_close(&t.e[1]); /* devices 2 and 3 */
+  t.m[2] = t.m[3] = NULL;
+  cr_assert_eq(um_queue_use(t.d[8], t.q[8]), UM_OK, "%s", um_last_error());
+  cr_assert_eq(um_queue_use(t.d[9], t.q[9]), UM_OK, "%s", um_last_error());
+  round_trip(t.m[8], t.d[8], 8);
+  round_trip(t.m[9], t.d[9], 9);
+  round_trip(t.m[0], t.d[0], 0); /* the others' queues still in use */
+  /* A new manager's devices are new devices: no room is left for them. */
+  t.e[1] = ou_open(NULL, 2);
+  cr_assert_eq(um_queue_use(t.e[1].dev[0], NULL), UM_OK, "NULL on a device never set");
+  {
+    um_device_native nat;
+    cr_assert_eq(um_device_native_get(t.e[1].dev[0], &nat), UM_OK);
+    cr_assert_eq(um_queue_use(t.e[1].dev[0], nat.cl_queue), UM_ENOMEM, "eight set");
+  }
+  ten_close(&t);
 }
