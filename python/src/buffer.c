@@ -49,6 +49,7 @@ static int buffer_handle_gone(BufferObject *self, int st, int raise_errors) {
   self->b = NULL;
   self->host = NULL;
   self->release_requested = 1;
+  Py_CLEAR(self->cl_view);
   buffer_unlink(self);
   destroyed = pyum_manager_maybe_destroy(self->mgr, raise_errors && st == UM_OK);
   return st != UM_OK ? st : destroyed;
@@ -378,6 +379,7 @@ static PyObject *Buffer_repr(BufferObject *self) {
 
 static int Buffer_traverse(BufferObject *self, visitproc visit, void *arg) {
   Py_VISIT(self->mgr);
+  Py_VISIT(self->cl_view);
   return 0;
 }
 
@@ -388,6 +390,7 @@ static void Buffer_dealloc(BufferObject *self) {
   /* Views and calls hold references: nothing pins the buffer now. */
   if (self->b != NULL)
     buffer_release_handle(self, 0);
+  Py_CLEAR(self->cl_view);
   Py_CLEAR(self->mgr);
   Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -424,11 +427,12 @@ static PyMethodDef Buffer_methods[] = {
                "cl_mem, svm, cu_ptr (ints; None / 0 where they do not apply) and offset (of the buffer inside "
                "cl_mem / cu_ptr). Valid while the buffer is live; order device work on them with access().")},
     {"to_pyopencl", (PyCFunction)pyum_buffer_to_pyopencl, METH_NOARGS,
-     PyDoc_STR("to_pyopencl($self)\n--\n\nA pyopencl.Buffer over the same cl_mem, in unimem's context (a "
-               "sub-buffer when the buffer starts inside its cl_mem; its size may be the pooled block's, at least "
-               "the buffer's). It aliases the memory only while the buffer lives: keep the Buffer until the kernels "
-               "are done, and order them with access(). NotSupported for a buffer that is not OpenCL device "
-               "memory; ImportError without pyopencl.")},
+     PyDoc_STR("to_pyopencl($self)\n--\n\nA pyopencl.Buffer over the same cl_mem, in unimem's context, of "
+               "exactly the buffer's size (a sub-buffer when the buffer is part of a larger block). Made on the "
+               "first call; every later call returns the same object (cheap in a loop: do not release() it). It "
+               "aliases the memory only while the buffer lives: keep the Buffer until the kernels are done, and "
+               "order them with access(); after release() the call raises InvalidState. NotSupported for a buffer "
+               "that is not OpenCL device memory; ImportError without pyopencl.")},
     {"__dlpack__", (PyCFunction)(void (*)(void))pyum_buffer_dlpack, METH_FASTCALL | METH_KEYWORDS,
      PyDoc_STR("__dlpack__($self, *, stream=None, max_version=None, dl_device=None, copy=None)\n--\n\n"
                "The buffer as a DLPack capsule of uint8 (the array API standard's protocol): 'dltensor' "

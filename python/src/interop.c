@@ -74,13 +74,39 @@ static PyObject *pyopencl_from(const char *cls, void *ptr) {
   return out;
 }
 
+/* The pyopencl.Buffer of the buffer's exact bytes, made on the first call
+ * and the same object after (a kernel argument in a loop costs a check and
+ * a reference); the buffer's release drops it, and a call after that
+ * raises. */
+static PyObject *make_pyopencl(BufferObject *self);
+
 PyObject *pyum_buffer_to_pyopencl(BufferObject *self, PyObject *unused) {
-  um_buffer_native n;
-  PyObject *buf, *sub;
-  int st;
   (void)unused;
   if (pyum_buffer_check(self) < 0)
     return NULL;
+  if (self->cl_view == NULL) {
+    /* Making it runs Python code (the import, pyopencl's constructors):
+     * another thread may release the buffer or make the view meanwhile. */
+    PyObject *made = make_pyopencl(self);
+    if (made == NULL)
+      return NULL;
+    if (pyum_buffer_check(self) < 0) {
+      Py_DECREF(made);
+      return NULL;
+    }
+    if (self->cl_view == NULL)
+      self->cl_view = made;
+    else
+      Py_DECREF(made);
+  }
+  Py_INCREF(self->cl_view);
+  return self->cl_view;
+}
+
+static PyObject *make_pyopencl(BufferObject *self) {
+  um_buffer_native n;
+  PyObject *buf, *sub;
+  int st;
   if ((st = um_buffer_native_get(self->b, &n)) != UM_OK)
     return pyum_raise(st);
   if (n.cl_mem == NULL)

@@ -78,6 +78,7 @@ struct BufferObject {
   int wrapped;           /* an import (from_dlpack): um_release waits for its operations */
   Py_ssize_t pending;    /* Events and orphans of its operations not seen done */
   Py_ssize_t accesses;   /* open Access objects (counted in exports too) */
+  PyObject *cl_view;     /* to_pyopencl's pyopencl.Buffer, made once, dropped at release */
   BufferObject *prev, *next; /* the manager's list */
   PyObject *weakrefs;
 };

@@ -372,3 +372,33 @@ def test_to_pyopencl_has_the_buffers_exact_size(ocl):
     with pytest.raises(unimem.InvalidState):
         a.to_pyopencl()
     b.release()
+
+
+@needs_pyopencl
+def test_to_pyopencl_is_made_once_and_dropped_at_release(ocl):
+    import sys
+    a = ocl.alloc(1000, device=1)
+    v = a.to_pyopencl()
+    assert a.to_pyopencl() is v, "the same object on every call"
+    held = sys.getrefcount(v)
+    a.release()
+    assert sys.getrefcount(v) == held - 1, "the buffer's reference goes at release"
+    with pytest.raises(unimem.InvalidState):
+        a.to_pyopencl()
+    # The next owner of the pooled block gets a view of its own.
+    b = ocl.alloc(1000, device=1)
+    w = b.to_pyopencl()
+    assert w is not v and w.size == 1000
+    del b  # dropped without release(): the view goes with the Buffer
+    assert sys.getrefcount(w) == 2
+    # A deferred release (a live export pins the buffer): refused at once.
+    c = ocl.alloc(64, device=1)
+    x = c.to_pyopencl()
+    held = sys.getrefcount(x)
+    with c.map("r"):
+        c.release()
+        assert c.released
+        with pytest.raises(unimem.InvalidState):
+            c.to_pyopencl()
+        assert sys.getrefcount(x) == held, "kept until the handle goes"
+    assert sys.getrefcount(x) == held - 1
