@@ -24,6 +24,7 @@ int um_bench_stream_main(int argc, char **argv, bench_report *rep);
 int um_bench_cuda_main(int argc, char **argv, bench_report *rep);
 int um_bench_net_main(int argc, char **argv, bench_report *rep);
 int um_bench_wait_main(int argc, char **argv, bench_report *rep);
+int um_bench_pyloop_main(int argc, char **argv, bench_report *rep);
 
 typedef struct bench_entry {
   const char *name;
@@ -36,6 +37,7 @@ static const bench_entry benches[] = {
     {"transfer", um_bench_transfer_main, "copies against the raw OpenCL calls and memcpy"},
     {"kernels", um_bench_kernels_main, "a chain of the caller's kernels between unimem copies against raw events"},
     {"loop", um_bench_loop_main, "the caller's loop (allocate, copy in, kernel, copy out, release) against raw OpenCL"},
+    {"pyloop", um_bench_pyloop_main, "the caller's loop from Python (bench_loop.py) against raw pyopencl"},
     {"gemm", um_bench_gemm_main, "a three-buffer SGEMM-shaped step of the caller's against the raw kernel launch"},
     {"stream", um_bench_stream_main, "a file larger than the device through um_stream against read()+copy"},
     {"cuda", um_bench_cuda_main, "pool, copies and 4 KiB copies on an NVIDIA GPU against the CUDA driver's calls"},
@@ -49,7 +51,8 @@ const char tool_bench_help[] =
     "    unimem bench - measure unimem against the allocators and drivers it replaces\n"
     "\n"
     "SYNOPSIS\n"
-    "    unimem bench [pool|transfer|kernels|loop|gemm|stream|cuda|net|wait|all] [--quick] [--json FILE] [--plot FILE]\n"
+    "    unimem bench [pool|transfer|kernels|loop|pyloop|gemm|stream|cuda|net|wait|all] [--quick]\n"
+    "                 [--json FILE] [--plot FILE]\n"
     "                 [BENCHMARK OPTIONS]\n"
     "\n"
     "DESCRIPTION\n"
@@ -73,6 +76,14 @@ const char tool_bench_help[] =
     "              against the raw calls on pooled unimem buffers: medians, spreads,\n"
     "              ratios to raw, the pooling gain and where the time goes.\n"
     "              --iters N (per repetition, default 1000), --reps N (default 11).\n"
+    "    pyloop    the same loop from Python (bench/bench_loop.py, run with the\n"
+    "              interpreter and package this unimem was built with): raw pyopencl\n"
+    "              against unimem on the caller's queue (use_queue, unimem.access, no\n"
+    "              done event), on unimem's own queues, unpooled, and pyopencl's calls\n"
+    "              on pooled unimem buffers (to_pyopencl). --iters N (default 400),\n"
+    "              --reps N (default 7). Skipped, saying why, without the package or\n"
+    "              pyopencl. UNIMEM_PYTHON, UNIMEM_BENCH_SCRIPT: another interpreter\n"
+    "              or script.\n"
     "    gemm      a step shaped like SGEMM on the first OpenCL device: C = A * B\n"
     "              (n = 16 to 128), one kernel of the caller's on three buffers, no\n"
     "              wait list, chained on one queue, then one blocking read of C,\n"
@@ -128,7 +139,7 @@ const char tool_bench_help[] =
     "    Other options go to the benchmark itself, when one is named; see the header\n"
     "    comment of bench/bench_<name>.c (for stream: --file-mib N, --limit-mib N,\n"
     "    --chunk-mib N, --reps N, --device N, --dir DIR; for kernels: --steps N,\n"
-    "    --reps N; for loop: --iters N, --reps N; for gemm: --steps N, --reps N).\n"
+    "    --reps N; for loop and pyloop: --iters N, --reps N; for gemm: --steps N, --reps N).\n"
     "\n"
     "ENVIRONMENT\n"
     "    UNIMEM_*       every um_options field, as for any unimem program\n"
@@ -302,7 +313,7 @@ static int write_report(const char *path, const bench_result *res, int n, bool q
 static int usage_error(const char *fmt, const char *arg) {
   fprintf(stderr, "unimem bench: ");
   fprintf(stderr, fmt, arg);
-  fprintf(stderr, "\nusage: unimem bench [pool|transfer|kernels|loop|gemm|stream|cuda|net|wait|all] [--quick]\n"
+  fprintf(stderr, "\nusage: unimem bench [pool|transfer|kernels|loop|pyloop|gemm|stream|cuda|net|wait|all] [--quick]\n"
                   "                    [--json FILE] [--plot FILE] (unimem bench --help for more)\n");
   return 2;
 }
@@ -337,7 +348,8 @@ static int parse_args(int argc, char **argv, bench_args *a) {
   if (a->which == NULL)
     a->which = "all";
   if (strcmp(a->which, "all") != 0 && !known_bench(a->which))
-    return usage_error("unknown benchmark '%s' (pool, transfer, kernels, loop, stream, cuda, net, wait or all)",
+    return usage_error("unknown benchmark '%s' (pool, transfer, kernels, loop, pyloop, gemm, stream, cuda, net, "
+                       "wait or all)",
                        a->which);
   if (strcmp(a->which, "all") == 0 && a->nextra > 0)
     return usage_error("'%s': options for a benchmark need the benchmark named", a->extra[0]);

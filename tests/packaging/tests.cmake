@@ -105,6 +105,41 @@ if(TARGET unimem_tool)
                          SKIP_REGULAR_EXPRESSION "status 'skipped'")
   endif()
 
+  # The same loop from Python, run by the command (bench/pyloop.c runs
+  # bench/bench_loop.py): its table, and its rows read back into the report.
+  # Not under a sanitizer (the interpreter would load an instrumented
+  # extension without the sanitizer's runtime); skipped without the package
+  # or pyopencl.
+  if(NOT UNIMEM_SANITIZE)
+    set(_um_pyloop_out ${CMAKE_CURRENT_BINARY_DIR}/tool_bench_pyloop)
+    add_test(NAME tool_bench_pyloop_quick
+             COMMAND ${_um_check} 0 "^sizes +raw +unimem_queue +unimem_events +unimem_unpooled +pool_raw$"
+                     "^1-64 KiB( +[0-9.]+){2}( +[0-9.]+ +[0-9.]+ +[0-9.]+x){4}$"
+                     "^4 KiB-4 MiB( +[0-9.]+){2}( +[0-9.]+ +[0-9.]+ +[0-9.]+x){4}$"
+                     "summary: pyloop ok" "full report: "
+                     -- ${_um_tool} bench pyloop --quick --json ${_um_pyloop_out}/bench.json)
+    set_tests_properties(tool_bench_pyloop_quick PROPERTIES LABELS "tool;bench;python" TIMEOUT 300
+                         FIXTURES_SETUP tool_pyloop_json ENVIRONMENT "POCL_DEVICES=pthread"
+                         SKIP_REGULAR_EXPRESSION "summary: pyloop skipped")
+    add_test(NAME tool_bench_pyloop_no_python
+             COMMAND ${_um_check} 0 "^pyloop: SKIPPED: no interpreter at /nonexistent/python3 " "summary: pyloop skipped"
+                     -- ${_um_tool} bench pyloop --quick)
+    set_tests_properties(tool_bench_pyloop_no_python PROPERTIES LABELS "tool;bench"
+                         ENVIRONMENT "UNIMEM_PYTHON=/nonexistent/python3")
+    add_test(NAME tool_bench_pyloop_bad_option
+             COMMAND ${_um_check} 1 "summary: pyloop failed" -- ${_um_tool} bench pyloop --reps 0)
+    set_tests_properties(tool_bench_pyloop_bad_option PROPERTIES LABELS "tool;bench;python"
+                         SKIP_REGULAR_EXPRESSION "summary: pyloop skipped")
+    if(UM_PYTHON3)
+      add_test(NAME tool_bench_pyloop_json
+               COMMAND ${UM_PYTHON3} ${_um_pkg}/check_report.py ${_um_pyloop_out}/bench.json pyloop ok
+                       pyloop:raw_us pyloop:unimem_queue_us pyloop:unimem_events_us pyloop:unimem_unpooled_us
+                       pyloop:pool_raw_us pyloop:unimem_queue_ratio pyloop:pooling_gain pyloop:hi_bytes)
+      set_tests_properties(tool_bench_pyloop_json PROPERTIES LABELS "tool;bench;python" TIMEOUT 60
+                           FIXTURES_REQUIRED tool_pyloop_json SKIP_REGULAR_EXPRESSION "status 'skipped'")
+    endif()
+  endif()
+
   # The SGEMM-shaped step against the raw launch: each side's product is
   # checked after every repetition; skipped where no OpenCL device is found.
   add_test(NAME tool_bench_gemm_quick
