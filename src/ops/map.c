@@ -87,24 +87,30 @@ static int check_map_args(const um_buffer *b, um_map_mode mode, size_t off, size
 }
 
 /* Under b's lock: b may be mapped now (still the caller's, not mapped),
- * once every operation issued before has finished. */
+ * once every operation issued before has finished. The wait for them
+ * drops the lock, and another thread may map b, open a bracket on it or
+ * release it meanwhile: every check is made again after a wait, and passes
+ * only with nothing pending and the lock held since. */
 static int map_begin_locked(um_buffer *b, uint32_t gen) {
   um__bias_leave(b->m); /* tcache.h: the sole thread's release is plain */
   atomic_store(&b->touched, true); /* as in um__op_issue: before the state check */
-  /* Checked again under the lock: released, or handed to a new owner (maybe
-   * smaller) since the unlocked checks. */
-  if (atomic_load(&b->state) != UM__BUF_LIVE || atomic_load(&b->gen) != gen)
-    return um__set_error(UM_ESTATE, "um_map: buffer %p was released", (void *)b);
-  if (b->mapped)
-    return um__set_error(UM_ESTATE, "um_map: buffer is already mapped");
-  if (b->access_state != 0)
-    return um__set_error(UM_ESTATE, "um_map: buffer is in an access bracket: end it first");
-  /* The wait below would pass through another buffer's open bracket. */
-  if (um__buffer_waits_bracket_locked(b, false))
-    return um__op_bracket_error(b);
-  /* The mapping sees the result of every operation issued before it. */
-  um__buffer_wait_idle_locked(b);
-  return UM_OK;
+  for (;;) {
+    /* Checked again under the lock: released, or handed to a new owner
+     * (maybe smaller) since the unlocked checks. */
+    if (atomic_load(&b->state) != UM__BUF_LIVE || atomic_load(&b->gen) != gen)
+      return um__set_error(UM_ESTATE, "um_map: buffer %p was released", (void *)b);
+    if (b->mapped)
+      return um__set_error(UM_ESTATE, "um_map: buffer is already mapped");
+    if (b->access_state != 0)
+      return um__set_error(UM_ESTATE, "um_map: buffer is in an access bracket: end it first");
+    /* The wait below would pass through another buffer's open bracket. */
+    if (um__buffer_waits_bracket_locked(b, false))
+      return um__op_bracket_error(b);
+    /* The mapping sees the result of every operation issued before it. */
+    if (b->pending == 0)
+      return UM_OK;
+    um__buffer_wait_idle_locked(b);
+  }
 }
 
 int um_map(um_buffer *b, um_map_mode mode, size_t off, size_t len, void **host) {

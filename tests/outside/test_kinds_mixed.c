@@ -126,15 +126,20 @@ static void km_shared(int nthreads, long steps, uint64_t seed, bool brackets) {
   cr_assert_eq(um_manager_destroy(e.m), UM_OK, "um_manager_destroy: %s", um_last_error());
 }
 
-/* KNOWN DEFECT, disabled until it is fixed: under ASan on PoCL one run in
- * a few saw um_unmap of a shared buffer that this thread had just mapped
- * answer UM_ESTATE ("buffer is not mapped"): two threads' um_map of one
- * buffer can both succeed beside a third's um_stream or batch on it
- * (one_mapping_at_a_time_beside_*, below). Remove .disabled to run them. */
+/* Under ASan on PoCL one run in a few saw um_unmap of a shared buffer that
+ * this thread had just mapped answer UM_ESTATE ("buffer is not mapped"):
+ * two threads' um_map of one buffer could both succeed beside a third's
+ * um_stream or batch on it (fixed: one_mapping_at_a_time_beside_*, below).
+ * KNOWN DEFECT, still disabled: the variant with brackets fails on PoCL at
+ * once (seed 1592590368, step 119): its um_device_synchronize answers
+ * UM_ESTATE for a bracket ("inside an open um_access_begin bracket") and
+ * the retry for other workers' brackets does not wait it out; whether the
+ * bracket is another worker's or a chain of this worker's is not yet known.
+ * Remove .disabled to run it. */
 Test(kinds_mixed, threads_on_shared_buffers, .timeout = 300, .disabled = true) {
   km_shared(3, 1000, 0x5eed0020, true);
 }
-Test(kinds_mixed, threads_on_shared_buffers_no_brackets, .timeout = 300, .disabled = true) {
+Test(kinds_mixed, threads_on_shared_buffers_no_brackets, .timeout = 300) {
   km_shared(2, 1000, 0x5eed0021, false);
 }
 
@@ -443,7 +448,10 @@ Test(kinds_mixed, failed_batch_event_ran_nothing, .timeout = 120, .disabled = tr
  * is lost (its own um_unmap answers UM_ESTATE "buffer is not mapped" or
  * UM_EINVAL "not the pointer um_map returned"). Seen on the cpu device
  * in about one run in two of 200000 maps; never without the third thread.
- * Bounded at 15 s a variant. */
+ * The cause: um_map checked that b was not mapped, then waited for b's
+ * pending operations, which drops b's lock; the other mapper passed the
+ * same check meanwhile (now every check is made again after the wait).
+ * Bounded at 10 s a variant, on the cpu profile. */
 typedef struct km_mapper {
   um_manager *m;
   um_buffer *s;
@@ -463,7 +471,7 @@ static int km_noop_chunk(void *u, um_buffer *c, size_t o, size_t b) {
 
 static void *km_mapper_thread(void *p) {
   km_mapper *a = p;
-  uint64_t end = os_now_ms() + 15000;
+  uint64_t end = os_now_ms() + 10000;
   for (long i = 0; !atomic_load(a->stop) && os_now_ms() < end; i++) {
     void *h = NULL;
     int st;
@@ -512,7 +520,10 @@ static void *km_third_thread(void *p) {
 }
 
 static void km_maps_beside(bool batch) {
-  um_manager *m = os_manager();
+  um_manager *m;
+  if (strcmp(os_profile(), "cpu") != 0)
+    cr_skip_test("SKIPPED: the race is in the core, not a backend: run on the cpu profile only");
+  m = os_manager();
   um_buffer *s;
   atomic_int stop = 0, holders = 0, both = 0, lost = 0;
   km_mapper a[3];
@@ -540,6 +551,5 @@ static void km_maps_beside(bool batch) {
   cr_assert_eq(um_manager_destroy(m), UM_OK);
 }
 
-/* KNOWN DEFECT, disabled until it is fixed: remove .disabled to see it fail. */
-Test(kinds_mixed, one_mapping_at_a_time_beside_a_stream, .timeout = 60, .disabled = true) { km_maps_beside(false); }
-Test(kinds_mixed, one_mapping_at_a_time_beside_batches, .timeout = 60, .disabled = true) { km_maps_beside(true); }
+Test(kinds_mixed, one_mapping_at_a_time_beside_a_stream, .timeout = 60) { km_maps_beside(false); }
+Test(kinds_mixed, one_mapping_at_a_time_beside_batches, .timeout = 60) { km_maps_beside(true); }
