@@ -331,8 +331,11 @@ int pyum_device_index(ManagerObject *mgr, PyObject *o, int *index) {
   Py_ssize_t n = mgr->devices != NULL ? PyTuple_GET_SIZE(mgr->devices) : 0;
   long i;
   int overflow = 0;
-  if (Py_IS_TYPE(o, Device_Type))
+  PyObject *device = NULL;
+  if (Py_IS_TYPE(o, Device_Type)) {
+    device = o;
     o = PyStructSequence_GET_ITEM(o, 0);
+  }
   if (!PyLong_Check(o)) {
     PyErr_Format(PyExc_TypeError, "device must be an int or a unimem.Device, not %.100s", Py_TYPE(o)->tp_name);
     return -1;
@@ -341,7 +344,13 @@ int pyum_device_index(ManagerObject *mgr, PyObject *o, int *index) {
   if (i == -1 && PyErr_Occurred())
     return -1;
   if (overflow || i < 0 || i >= n) {
-    pyum_raise_msg(UM_ENODEV, "no device %S: the manager has %zd", o, n);
+    pyum_raise_msg(UM_ENODEV, "no device %ld: the manager has %zd", i, n);
+    return -1;
+  }
+  /* A Device is one of this manager's own (m.devices), not another's of
+   * the same index. */
+  if (device != NULL && PyTuple_GET_ITEM(mgr->devices, i) != device) {
+    pyum_raise_msg(UM_EINVAL, "device %ld is a Device of another manager", i);
     return -1;
   }
   *index = (int)i;
@@ -709,8 +718,11 @@ static PyMethodDef Manager_methods[] = {
      PyDoc_STR("use_queue($self, device, queue)\n--\n\nRun this thread's copies, fills and accesses of the device's "
                "buffers on queue (um_queue_use): a pyopencl.CommandQueue (in order, of the device's context), or a "
                "CuPy / PyTorch CUDA stream; None goes back to unimem's own queues. Kernels enqueued on the same "
-               "queue then need no wait_for and no done event. NotSupported for the cpu device or an out-of-order "
-               "queue; InvalidArgument for a queue of another context or device.")},
+               "queue then need no done event, and no wait_for for device buffers ('device' location): "
+               "access().wait_for is empty. Copies of host-visible buffers ('pinned', 'host') run on host "
+               "threads, not on the queue: pass wait_for=ac.wait_for (empty when nothing is pending, so it is "
+               "always safe). NotSupported for the cpu device or an out-of-order queue; InvalidArgument for a "
+               "queue of another context or device, or a Device of another manager.")},
     {"pyopencl_queue", (PyCFunction)(void (*)(void))pyum_manager_pyopencl_queue, METH_FASTCALL | METH_KEYWORDS,
      PyDoc_STR("pyopencl_queue($self, device)\n--\n\nA pyopencl.CommandQueue over the device's queue for the "
                "caller's own commands (in-order; its .context is unimem's context of the device). NotSupported "

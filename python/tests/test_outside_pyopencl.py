@@ -779,7 +779,8 @@ def test_release_after_completed_kernel_event_no_queue(env):
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "DEFECT: Manager.use_queue's docstring says 'Kernels enqueued on the same queue then need no wait_for "
+    "KNOWN DEFECT (the docs now say to keep wait_for for host-visible buffers; the queue should wait for "
+    "the host copy itself). Manager.use_queue's docstring said 'Kernels enqueued on the same queue then need no wait_for "
     "and no done event', and the guide's short loop says 'the kernel needs no wait list ... since the queue "
     "runs upload, kernel and download in order'. For a 'pinned' (host-visible) OpenCL buffer of 64 MiB: "
     "m.use_queue(1, q); b = m.alloc(64 << 20, device=1, location='pinned'); b.copy_from(x, wait=False); "
@@ -875,19 +876,18 @@ def test_use_queue_refuses_objects_that_are_not_queues(env):
     b.release()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "DEFECT: m.use_queue(other.devices[1], q), with q = m.pyopencl_queue(1) and other a second "
-    "Manager(backends='cpu,opencl'), returns without error and sets q for m's own device 1: the Device of "
-    "another manager is taken by its index. help(Manager.use_queue): 'InvalidArgument for a queue of another "
-    "context or device' -- q is not a queue of other's device's context (other.use_queue(1, q) does raise "
-    "InvalidArgument), so the call should raise InvalidArgument and leave this thread's setting unchanged. "
-    "(m.alloc(64, device=other.devices[1]) likewise allocates on m's device 1.)"))
+# Found by this file (fixed): a Device of another manager was taken by its
+# index, so m.use_queue(other.devices[1], q) set q for m's own device 1.
 def test_use_queue_with_a_device_of_another_manager(env):
     m, q = env.m, env.queue
     other = make_manager()
     try:
-        with pytest.raises(unimem.InvalidArgument):
+        with pytest.raises(unimem.InvalidArgument, match="another manager"):
             m.use_queue(other.devices[GPU], q)
+        with pytest.raises(unimem.InvalidArgument, match="another manager"):
+            m.alloc(64, device=other.devices[GPU])
+        b = m.alloc(64, device=m.devices[GPU])  # its own Device
+        b.release()
     finally:
         m.use_queue(GPU, None)
         other.close()
