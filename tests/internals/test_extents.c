@@ -230,9 +230,13 @@ static const um__extent *expected_fit(const model *md, size_t bytes) {
   bytes = (bytes + md->x.align - 1) & ~(md->x.align - 1);
   for (int i = 0; i < n; i++) {
     const um__extent *e = all[i];
-    if (e->free && e->size >= bytes &&
-        (best == NULL || e->size < best->size || (e->size == best->size && (e->seg < best->seg ||
-                                                                            (e->seg == best->seg && e->off < best->off)))))
+    bool smaller, tie_seg, tie_off;
+    if (!e->free || e->size < bytes)
+      continue;
+    smaller = best == NULL || e->size < best->size;
+    tie_seg = best != NULL && e->size == best->size && e->seg < best->seg;
+    tie_off = best != NULL && e->size == best->size && e->seg == best->seg && e->off < best->off;
+    if (smaller || tie_seg || tie_off)
       best = e;
   }
   return best;
