@@ -880,7 +880,8 @@ typedef struct bp_event {
 
 typedef struct bp_trace {
   bp_event *ev;
-  int nev, nalloc;
+  int nev, nalloc; /* events; ids (one more than the highest: a recorded trace reuses them) */
+  int nallocs;     /* allocation events */
   uint64_t peak_requested;
 } bp_trace;
 
@@ -979,6 +980,7 @@ static int load_trace(const char *path, bp_trace *t) {
       t->nalloc = id + 1;
     }
     if (bytes) {
+      t->nallocs++;
       sizes[id] = bytes;
       live += bytes;
       if (live > t->peak_requested)
@@ -1117,7 +1119,7 @@ static int trace_pool_passes(bp_env *e, const bp_trace *t, void **slots, trace_p
 static void print_trace_pool(const char *path, const bp_trace *t, const trace_pool *p) {
   double req = (double)t->peak_requested;
   printf("\nTrace replay: %s\n", path);
-  printf("  %d allocations, %d events; peak requested %.1f MiB\n", t->nalloc, t->nev, req / (double)MiB);
+  printf("  %d allocations, %d events; peak requested %.1f MiB\n", t->nallocs, t->nev, req / (double)MiB);
   printf("  live blocks at their peak: %.1f MiB = %.3fx the bytes asked for (size classes)\n",
          (double)p->live_default / (double)MiB, (double)p->live_default / req);
   printf("  from an empty pool: hit rate %.1f%%, peak reserved (live + idle) %.1f MiB = %.2fx peak requested\n",

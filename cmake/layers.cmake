@@ -23,12 +23,12 @@ set(UM_LAYER_device_SEES base backend device)
 
 set(UM_LAYER_mem_SOURCES
   src/mem/hooks.c src/mem/block.c src/mem/block_return.c src/mem/pool.c src/mem/tcache.c
-  src/mem/quarantine.c src/mem/trim.c)
+  src/mem/quarantine.c src/mem/trim.c src/mem/extents.c)
 set(UM_LAYER_mem_SEES base backend device mem)
 
 set(UM_LAYER_core_SOURCES
   src/core/buffer_state.c src/core/buffer.c src/core/manager.c src/core/stats.c src/core/mapfile.c
-  src/core/riders.c src/core/thread.c)
+  src/core/riders.c src/core/thread.c src/core/trace.c)
 set(UM_LAYER_core_SEES base backend device mem core)
 
 set(UM_LAYER_ops_SOURCES

@@ -186,6 +186,7 @@ struct um_buffer {
   atomic_uint gen;
   bool readonly;
   bool pinned_wrap;
+  uint32_t trace_id; /* its id in the manager's trace (core/trace.c), while live */
   /* UM_WRAP_PIN: the range's registrations with backends other than device
    * 0's (buffer.c), NULL when none. Set at wrap, undone at retire. */
   um__wrap_reg *wrap_regs;
@@ -586,6 +587,9 @@ struct um_manager {
   atomic_uint_fast64_t slot_epoch[64];
   int bracket_shared;          /* under bracket_lock */
   pthread_mutex_t bracket_lock; /* taking and closing slots */
+  /* UNIMEM_TRACE_FILE: the recording of allocations and releases
+   * (core/trace.c), or NULL. Set at create, before any thread cache. */
+  struct um__trace *trace;
 
   /* event objects (event.c): slabs, freed at destroy, and the free list */
   pthread_mutex_t event_lock;

@@ -155,9 +155,9 @@ static __attribute__((noinline)) int alloc_args_error(um_manager *m, um_device *
 }
 
 /* Everything of um_alloc after the argument and process checks, but for
- * the hit alloc_fast takes itself. */
-static __attribute__((noinline)) int alloc_slow_path(um_manager *m, um_device *d, size_t bytes, um_location loc,
-                                                unsigned flags, um_buffer **out, const char *file, int line) {
+ * the hit alloc_fast takes itself (and the trace's record of it). */
+static int alloc_slow_untraced(um_manager *m, um_device *d, size_t bytes, um_location loc, unsigned flags,
+                               um_buffer **out, const char *file, int line) {
   um__tcache *tc = um__tcache_for(m, d);
   um_buffer *b;
   int cls, st;
@@ -170,6 +170,14 @@ static __attribute__((noinline)) int alloc_slow_path(um_manager *m, um_device *d
     return st;
   go_live(d, tc, b, bytes, true, out);
   return UM_OK;
+}
+
+static __attribute__((noinline)) int alloc_slow_path(um_manager *m, um_device *d, size_t bytes, um_location loc,
+                                                unsigned flags, um_buffer **out, const char *file, int line) {
+  int st = alloc_slow_untraced(m, d, bytes, loc, flags, out, file, line);
+  if (__builtin_expect(m->trace != NULL, 0) && st == UM_OK)
+    um__trace_alloc(m, *out);
+  return st;
 }
 
 /* alloc_slow_path for um_alloc, which records no site: six arguments, so that
@@ -426,6 +434,8 @@ int um_buffer_retain(um_buffer *b) {
 static __attribute__((noinline)) int release_slow_path(um_buffer *b) {
   um_device *d = b->dev;
   um__tcache *tc = um__tcache_for(b->m, d);
+  if (__builtin_expect(b->m->trace != NULL, 0))
+    um__trace_release(b->m, b);
   if (tc == NULL) {
     UM__STAT_ADD(d, releases, 1);
     um__stat_in_use_sub(d, b->size);

@@ -18,6 +18,16 @@
 int um__wrap_foreign(um_manager *m, um_device *d, um_location loc, const um__mem *mem, size_t bytes,
                      void (*on_return)(void *ctx), void *ctx, um_buffer **out);
 
+/* trace.c: UNIMEM_TRACE_FILE's recording of allocations and releases
+ * (m->trace, NULL when off). open at create, before any thread cache;
+ * close at destroy; alloc once b is live; release once b is released and
+ * before its block goes back. */
+typedef struct um__trace um__trace;
+void um__trace_open(um_manager *m);
+void um__trace_close(um_manager *m);
+void um__trace_alloc(um_manager *m, um_buffer *b);
+void um__trace_release(um_manager *m, um_buffer *b);
+
 /* thread.c: each thread's context and the process's fork, for every
  * layer. A layer above core/ adds its share at load time (a constructor:
  * no lock is taken to read the list): a thread leaving m, after the pool's

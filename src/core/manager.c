@@ -93,6 +93,7 @@ static int open_backend(um_manager *m, const um__backend *be, bool required) {
 }
 
 static void free_manager(um_manager *m) {
+  um__trace_close(m);
   /* An event never released keeps its native token (a cl_event holds its
    * context): released while the devices are still open. */
   if (um__upcall.ops.events_drop_natives != NULL)
@@ -149,6 +150,7 @@ int um__manager_create_ex(const um_options *opts, const um__backend *const *extr
     free_manager(m);
     return st;
   }
+  um__trace_open(m); /* before any thread cache: recording turns their slots off */
 
   /* Device 0 is always the host CPU, whatever the backend list says. */
   if ((st = open_backend(m, um__backends_builtin[0], true)) != UM_OK)

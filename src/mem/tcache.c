@@ -365,7 +365,7 @@ static um__tcache *create_cache(um_manager *m) {
   memset(tc->ctr, 0, (size_t)ndevices * sizeof(*tc->ctr));
   memset(tc->slots, 0, slot_count(ndevices) * sizeof(*tc->slots));
   tc->ndevices = ndevices;
-  tc->slots_on = m->opts.enable_pooling && !m->opts.debug;
+  tc->slots_on = m->opts.enable_pooling && !m->opts.debug && m->trace == NULL; /* recording: the locked path */
   pthread_once(&asym_once, asym_probe);
   tc->asym = asym_ok;
   UM__TEST_POINT(UM__TP_TCACHE_NEW, tc);

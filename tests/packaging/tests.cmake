@@ -71,6 +71,23 @@ if(TARGET unimem_tool)
   set_tests_properties(tool_bench_pool_trace_dir PROPERTIES ENVIRONMENT "UNIMEM_TRACE_DIR=${_um_trace_dir}")
   list(APPEND _um_tool_tests tool_bench_pool_quick tool_bench_pool_trace_dir)
 
+  # UNIMEM_TRACE_FILE records a program's allocations; the recording of the
+  # pool's own replay of mixed.txt replays to mixed.txt's figures. The
+  # replay opens a manager per pass: the third (".3", the first from an
+  # empty pool) holds one whole replay.
+  set(_um_rec_out ${CMAKE_CURRENT_BINARY_DIR}/tool_trace_record)
+  file(MAKE_DIRECTORY ${_um_rec_out})
+  add_test(NAME tool_trace_record
+           COMMAND ${_um_check} 0 "summary: pool ok" -- env -u UNIMEM_TRACE_DIR ${_um_tool} bench pool --quick --only trace)
+  set_tests_properties(tool_trace_record PROPERTIES FIXTURES_SETUP tool_trace_rec
+                       ENVIRONMENT "UNIMEM_TRACE_FILE=${_um_rec_out}/rec.txt")
+  add_test(NAME tool_trace_replay
+           COMMAND ${_um_check} 0 "^  4000 allocations, 8000 events; peak requested 93\\.1 MiB$"
+                   "^  from an empty pool: hit rate 93\\.6%" "summary: pool ok"
+                   -- ${_um_tool} bench pool --quick --only trace --trace ${_um_rec_out}/rec.txt.3)
+  set_tests_properties(tool_trace_replay PROPERTIES FIXTURES_REQUIRED tool_trace_rec)
+  list(APPEND _um_tool_tests tool_trace_record tool_trace_replay)
+
   # The kernel chains against raw OpenCL events: both sides' results are
   # checked before timing; skipped where no OpenCL device is found.
   set(_um_kernels_out ${CMAKE_CURRENT_BINARY_DIR}/tool_bench_kernels)
