@@ -13,6 +13,7 @@
  * with the script or interpreter missing, the benchmark says so and is
  * skipped. Compiled into the unimem command only (no program of its own). */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,7 +126,10 @@ static void run_child(const char *python, const char *script, const char *path, 
 int um_bench_pyloop_main(int argc, char **argv, bench_report *rep) {
   const char *python = setting("UNIMEM_PYTHON", UM_PYLOOP_PYTHON);
   const char *script = setting("UNIMEM_BENCH_SCRIPT", UM_PYLOOP_SCRIPT);
-  char tsv[] = "/tmp/unimem-pyloop-XXXXXX";
+  /* The rows come back through a temporary file; mkstemp replaces the
+   * template's six trailing X's with a unique name. */
+  const char *tmpdir = setting("TMPDIR", "/tmp");
+  char tsv[PATH_MAX];
   int fd, status, rc;
   pid_t pid;
   if (getenv("UNIMEM_BENCH_SCRIPT") == NULL && access(script, R_OK) != 0)
@@ -138,6 +142,10 @@ int um_bench_pyloop_main(int argc, char **argv, bench_report *rep) {
            "bench/bench_loop.py)\n",
            what, !*python ? "" : access(python, X_OK) != 0 ? python : script);
     return BENCH_SKIPPED;
+  }
+  if (snprintf(tsv, sizeof tsv, "%s/unimem-pyloop-rows-XXXXXX", tmpdir) >= (int)sizeof tsv) {
+    fprintf(stderr, "unimem bench pyloop: TMPDIR is too long\n");
+    return 1;
   }
   if ((fd = mkstemp(tsv)) < 0) {
     fprintf(stderr, "unimem bench pyloop: cannot make a temporary file: %s\n", strerror(errno));
