@@ -44,6 +44,8 @@ import time
 
 import numpy
 
+import benchstats
+
 try:
     import unimem
 except ImportError as e:
@@ -144,10 +146,7 @@ def run_pool_raw(s, sizes, x, out):
 
 
 def spread(v):
-    if len(v) < 2:
-        return 0.0
-    q = statistics.quantiles(v, n=4, method="inclusive")
-    return q[2] - q[0]
+    return benchstats.spread(v, method="inclusive")
 
 
 def main():

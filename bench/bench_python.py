@@ -32,6 +32,7 @@ import sys
 import time
 
 import unimem
+from benchstats import spread
 
 LOCATIONS = {"host": 0, "device": 1, "pinned": 2, "unified": 3}
 MODES = {"copy_from": 0, "copy_to": 1, "copy_from+wait": 2}
@@ -86,14 +87,6 @@ def measure(helper, backends, device, location, mode, nbytes, iterations, reps):
                 call(host)
             py_samples.append((time.perf_counter_ns() - t0) / iterations)
     return c_samples, py_samples
-
-
-def spread(samples):
-    """Interquartile range of the samples (0 for fewer than two)."""
-    if len(samples) < 2:
-        return 0.0
-    q = statistics.quantiles(samples, n=4)
-    return q[2] - q[0]
 
 
 def rss_bytes():
