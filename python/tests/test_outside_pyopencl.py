@@ -27,6 +27,7 @@ A test that shows a defect stays here marked xfail(strict=True) with the
 defect described in its reason.
 """
 
+import contextlib
 import gc
 import sys
 import threading
@@ -97,6 +98,16 @@ def fresh():
     if not e.m.closed:
         e.m.use_queue(GPU, None)
         e.m.close()
+
+
+@contextlib.contextmanager
+def callers_queue(m, queue, device=GPU):
+    """m.use_queue(device, queue) for the block, then back to unimem's own queue."""
+    m.use_queue(device, queue)
+    try:
+        yield
+    finally:
+        m.use_queue(device, None)
 
 
 def read(b, dtype=numpy.uint8):
@@ -404,8 +415,7 @@ def test_short_loop_on_the_callers_queue_varying_sizes(env):
     m, q, prog = env.m, env.queue, env.prog
     x = numpy.arange((3 << 20) // 4, dtype=numpy.float32)
     out = numpy.empty_like(x)
-    m.use_queue(GPU, q)
-    try:
+    with callers_queue(m, q):
         for r in range(3):
             for n in SIZES:
                 k = n // 4
@@ -420,16 +430,13 @@ def test_short_loop_on_the_callers_queue_varying_sizes(env):
                 assert numpy.array_equal(out[:k], 2 * src + 1), (r, n)
                 a.release()
                 b.release()
-    finally:
-        m.use_queue(GPU, None)
 
 
 def test_short_loop_with_the_callers_own_queue(env):
     """A CommandQueue of the caller's (not pyopencl_queue) in unimem's context."""
     m, prog = env.m, env.prog
     q = pyopencl.CommandQueue(env.queue.context, env.queue.device)
-    m.use_queue(GPU, q)
-    try:
+    with callers_queue(m, q):
         for r in range(30):
             n = 4 * (1 + 997 * r)
             k = n // 4
@@ -446,14 +453,11 @@ def test_short_loop_with_the_callers_own_queue(env):
             assert numpy.array_equal(out, src + src), r
             a.release()
             b.release()
-    finally:
-        m.use_queue(GPU, None)
 
 
 def test_same_buffer_twice_in_one_access_on_the_callers_queue(env):
     m, q, prog = env.m, env.queue, env.prog
-    m.use_queue(GPU, q)
-    try:
+    with callers_queue(m, q):
         for n in (4, 4100, 1 << 20):
             k = n // 4
             src = numpy.arange(k, dtype=numpy.float32)
@@ -477,8 +481,6 @@ def test_same_buffer_twice_in_one_access_on_the_callers_queue(env):
                 pass
             a.release()
             b.release()
-    finally:
-        m.use_queue(GPU, None)
 
 
 def test_other_thread_on_unimems_queues_same_buffers(env):
@@ -572,15 +574,12 @@ def test_other_thread_issues_while_bracket_on_callers_queue_is_open(env):
 
         t = threading.Thread(target=other)
         t.start()
-        m.use_queue(GPU, q)
-        try:
+        with callers_queue(m, q):
             b.copy_from(src, wait=False)
             with unimem.access([b], ["rw"]):
                 prog.axpb(q, (k,), None, b.to_pyopencl(), numpy.float32(4), numpy.float32(2))
                 inside.set()
                 issued.wait(5)
-        finally:
-            m.use_queue(GPU, None)
         t.join(5)
         res["ev"].wait()
         assert res["blocking"] == "InvalidState", r
@@ -597,13 +596,10 @@ def test_use_queue_none_with_work_still_queued(env):
     src = numpy.arange(k, dtype=numpy.float32)
     for r in range(4):
         a = m.alloc(n, device=GPU)
-        m.use_queue(GPU, q)
-        try:
+        with callers_queue(m, q):
             a.copy_from(src, wait=False)
             with unimem.access([a], ["rw"]):
                 prog.spin_axpb(q, (k,), None, a.to_pyopencl(), numpy.float32(2), numpy.float32(r), numpy.int32(64))
-        finally:
-            m.use_queue(GPU, None)
         out = numpy.empty_like(src)
         a.copy_to(out)  # unimem's own queue now
         assert numpy.array_equal(out, 2 * src + r), r
@@ -692,8 +688,7 @@ def test_release_after_kernel_event_on_the_callers_queue(fresh):
     n = 1 << 16
     k = n // 4
     src = numpy.arange(k, dtype=numpy.float32)
-    m.use_queue(GPU, q)
-    try:
+    with callers_queue(m, q):
         a, b = m.alloc(n, device=GPU), m.alloc(n, device=GPU)
         a.copy_from(src, wait=False)
         gate = pyopencl.UserEvent(q.context)
@@ -724,8 +719,6 @@ def test_release_after_kernel_event_on_the_callers_queue(fresh):
         for g in got:
             g.release()
         b.release()
-    finally:
-        m.use_queue(GPU, None)
 
 
 def test_release_after_refused_inside_access_and_other_context(env):
@@ -794,8 +787,7 @@ def test_short_loop_pinned_buffer_needs_no_wait_for(env):
     n = 64 << 20
     x = numpy.arange(n // 4, dtype=numpy.float32)
     got = []
-    m.use_queue(GPU, q)
-    try:
+    with callers_queue(m, q):
         for _ in range(4):
             b = m.alloc(n, device=GPU, location="pinned")
             b.copy_from(x, wait=False)
@@ -806,8 +798,6 @@ def test_short_loop_pinned_buffer_needs_no_wait_for(env):
             b.copy_to(o)
             got.append((len(wait), float(o[0]), float(o[1])))
             b.release()
-    finally:
-        m.use_queue(GPU, None)
     assert got == [(0, 1.0, 1.0)] * 4
 
 
@@ -816,8 +806,7 @@ def test_pinned_buffer_on_the_callers_queue_with_wait_for(env):
     m, q, prog = env.m, env.queue, env.prog
     n = 32 << 20
     x = numpy.arange(n // 4, dtype=numpy.float32)
-    m.use_queue(GPU, q)
-    try:
+    with callers_queue(m, q):
         for _ in range(3):
             b = m.alloc(n, device=GPU, location="pinned")
             b.copy_from(x, wait=False)
@@ -828,8 +817,6 @@ def test_pinned_buffer_on_the_callers_queue_with_wait_for(env):
             b.copy_to(o)
             assert numpy.array_equal(o, 2 * x + 1)
             b.release()
-    finally:
-        m.use_queue(GPU, None)
 
 
 def test_blocking_copy_inside_access_on_the_callers_queue(env):
@@ -838,8 +825,7 @@ def test_blocking_copy_inside_access_on_the_callers_queue(env):
     n = 1 << 20
     k = n // 4
     x = numpy.arange(k, dtype=numpy.float32)
-    m.use_queue(GPU, q)
-    try:
+    with callers_queue(m, q):
         b = m.alloc(n, device=GPU)
         b.copy_from(x, wait=False)
         out = numpy.empty_like(x)
@@ -855,8 +841,6 @@ def test_blocking_copy_inside_access_on_the_callers_queue(env):
         ev.wait()
         assert numpy.array_equal(out, 3 * x)
         b.release()
-    finally:
-        m.use_queue(GPU, None)
 
 
 def test_use_queue_refuses_objects_that_are_not_queues(env):
@@ -988,15 +972,12 @@ def test_release_inside_access_on_own_queue_keeps_block_from_other_thread(fresh)
     n = 1 << 16
     k = n // 4
     for _ in range(3):
-        m.use_queue(GPU, q)
-        try:
+        with callers_queue(m, q):
             a = m.alloc(n, device=GPU)
             gate = pyopencl.UserEvent(q.context)
             with unimem.access([a], ["rw"]):
                 prog.axpb(q, (k,), None, a.to_pyopencl(), numpy.float32(0), numpy.float32(-5), wait_for=[gate])
                 a.release()
-        finally:
-            m.use_queue(GPU, None)
         res = {}
 
         def other():
