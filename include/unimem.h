@@ -183,6 +183,11 @@ typedef struct um_options {
   void *log_ctx;          /* passed to log */
   um_oom_fn on_oom; /* optional; see um_oom_fn */
   void *oom_ctx;     /* passed to on_oom */
+  int segments;      /* 1: pooled blocks are carved from larger device
+                        allocations (segments), split on allocation and
+                        merged on release, where the device can carve
+                        (sub-buffers, pointers); 0: every pooled block is a
+                        device allocation of its own */
 } um_options;
 
 /* Description of a device. */
@@ -228,7 +233,11 @@ typedef struct um_device_info {
   XX(uint64_t, fills, "fill operations")                                      \
   XX(uint64_t, bytes_net_out, "bytes this process put to peers (um_net_put)")  \
   XX(uint64_t, bytes_net_in, "bytes this process got from peers (um_net_get)") \
-  XX(uint64_t, xfer_net, "um_net_put and um_net_get operations completed")
+  XX(uint64_t, xfer_net, "um_net_put and um_net_get operations completed")      \
+  XX(uint64_t, segments, "segments that pooled blocks are carved from")       \
+  XX(uint64_t, bytes_segment_free, "free bytes inside segments (in bytes_pooled)") \
+  XX(uint64_t, free_extents, "free extents inside segments")                  \
+  XX(uint64_t, largest_free_extent, "largest free extent inside a segment")
 
 /* Counters and gauges of one device, or of all devices (um_stats_get); one
  * field per entry of UM_STATS_FIELDS. */
