@@ -127,8 +127,6 @@ static um__extent *best_in_if(const um__extents *x, unsigned b, size_t bytes,
   return best;
 }
 
-/* Mark e (free, of at least bytes) used: exactly bytes, the rest split
- * off; NULL when out of memory for the rest's node. */
 static um__extent *take(um__extents *x, um__extent *e, size_t bytes);
 
 um__extent *um__ext_alloc(um__extents *x, size_t bytes) {
@@ -159,6 +157,15 @@ um__extent *um__ext_alloc_if(um__extents *x, size_t bytes, bool (*ok)(void *ctx,
   return e != NULL ? take(x, e, bytes) : NULL;
 }
 
+um__extent *um__ext_take(um__extents *x, um__extent *e, size_t bytes) {
+  if (!e->free || bytes == 0 || bytes > SIZE_MAX - (x->align - 1))
+    return NULL;
+  bytes = (bytes + x->align - 1) & ~(x->align - 1);
+  return bytes <= e->size ? take(x, e, bytes) : NULL;
+}
+
+/* Mark e (free, of at least bytes, a multiple of align) used: exactly
+ * bytes, the rest split off; NULL when out of memory for the rest's node. */
 static um__extent *take(um__extents *x, um__extent *e, size_t bytes) {
   um__extent *rest;
   if (e->size > bytes) {

@@ -67,6 +67,11 @@ um__extent *um__ext_add_segment(um__extents *x, uint64_t seg, size_t size, void 
  * are), or bytes is 0, or out of memory for a node. */
 um__extent *um__ext_alloc(um__extents *x, size_t bytes);
 
+/* Free extent e (of at least bytes, rounded up to align) marked used as
+ * um__ext_alloc would: exactly that size, the rest split off after it;
+ * NULL (e unchanged) when out of memory for the rest's node. */
+um__extent *um__ext_take(um__extents *x, um__extent *e, size_t bytes);
+
 /* um__ext_alloc among the free extents that ok(ctx, e) accepts only: the
  * best fit of those, in the first bin that holds one (so not always the
  * smallest when a larger bin's would fit better). NULL when none does. */

@@ -158,8 +158,11 @@ static void bin_unlink(um__pool *p, um__bin *bin, um_buffer *b) {
  * barrier on x86). */
 static void free_to_device(um_buffer *b, bool was_idle) {
   um_device *d = b->dev;
+  /* A carved block goes back to its segment, still held: the segments
+   * count what they give back themselves (segment.c). */
+  bool counted = was_idle && b->mem.carved == NULL;
   um__block_free(d, b->loc, b->capacity, &b->mem);
-  if (was_idle) {
+  if (counted) {
     UM__STAT_ADD(d, bytes_trimmed, b->capacity);
     UM__STAT_ADD(d, trims, 1);
   }

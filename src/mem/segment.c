@@ -189,7 +189,7 @@ static uint64_t discard_extent_locked(um__pool *p, const um__extent *e) {
 
 /* Give back the memory of the free extents of p's virtual segments,
  * largest first (fewest calls), until at most keep free bytes are held. */
-static uint64_t discard_locked(um__pool *p, uint64_t keep) {
+static uint64_t discard_walk_locked(um__pool *p, uint64_t keep) {
   struct um__segs *s = p->segs;
   uint64_t freed = 0;
   for (unsigned b = UM__EXT_BINS; b-- > 0;)
@@ -200,6 +200,16 @@ static uint64_t discard_locked(um__pool *p, uint64_t keep) {
         if (((const um__seg *)e->owner)->virt)
           freed += discard_extent_locked(p, e);
       }
+  return freed;
+}
+
+/* discard_walk_locked, counted as one trim of the bytes it gave back. */
+static uint64_t discard_locked(um__pool *p, uint64_t keep) {
+  uint64_t freed = discard_walk_locked(p, keep);
+  if (freed != 0) {
+    UM__STAT_ADD(p->dev, bytes_trimmed, freed);
+    UM__STAT_ADD(p->dev, trims, 1);
+  }
   return freed;
 }
 
@@ -373,9 +383,12 @@ int um__seg_add_and_carve(um__pool *p, const um__mem *mem, size_t bytes, size_t 
     s->list = seg;
     if (!virt)
       s->plain_bytes += bytes;
-    /* Carved at once, under the same lock: another thread's carve cannot
-     * take the new segment first and leave this request without. */
-    if ((e = um__ext_alloc(&s->x[seg->kind], cap)) != NULL) {
+    seg->whole_free = true;
+    s->whole_free_bytes += bytes;
+    /* Carved at once, from this segment (best fit could pick an extent that
+     * another thread freed meanwhile, and leave the new segment unused), and
+     * under the same lock: another thread cannot take it first. */
+    if ((e = um__ext_take(&s->x[seg->kind], seg->first, cap)) != NULL) {
       taken_locked(s, e, cap);
       if (virt)
         added = commit_locked(s, seg, e->off, e->size);
@@ -431,10 +444,15 @@ uint64_t um__seg_shed(um__pool *p, uint64_t keep, uint64_t cutoff_ns) {
   }
   pthread_mutex_unlock(&s->lock);
   while (gone != NULL) {
+    uint64_t bytes;
     seg = gone;
     gone = seg->next;
-    freed += seg->virt ? seg->committed_bytes : seg->size;
+    bytes = seg->virt ? seg->committed_bytes : seg->size;
+    freed += bytes;
     free_segment(p, seg);
+    /* After the free, as free_to_device counts (pool.c). */
+    UM__STAT_ADD(p->dev, bytes_trimmed, bytes);
+    UM__STAT_ADD(p->dev, trims, 1);
   }
   return freed;
 }
