@@ -493,9 +493,12 @@ UM_EXTERN int um_stats_get(um_manager *m, um_device *d, um_stats *out);
  * cap); returns the length it needed, as snprintf does, or a UM_E* code. */
 UM_EXTERN int um_stats_json(const um_stats *s, char *buf, size_t cap);
 /* Release idle pool blocks, oldest first, until at most keep_bytes stay
- * idle in all pools together. With the debug option, the blocks of
- * quarantined buffers go back to their devices too (their handles stay
- * quarantined). */
+ * idle in all pools together. With segments (um_options.segments), idle
+ * blocks go back to their segments, wholly free segments to their devices,
+ * and host memory inside free extents to the system; free bytes that share
+ * a segment (on the host, a 64 KiB granule) with a live buffer stay held
+ * (bytes_segment_free). With the debug option, the blocks of quarantined
+ * buffers go back to their devices too (their handles stay quarantined). */
 UM_EXTERN int um_pool_trim(um_manager *m, uint64_t keep_bytes);
 
 /* ------------------------------------------------------------------------ */

@@ -434,7 +434,8 @@ uint64_t um__seg_shed(um__pool *p, uint64_t keep, uint64_t cutoff_ns) {
   /* Oldest first: the list is newest first. */
   for (seg = s->list; seg != NULL && seg->next != NULL; seg = seg->next)
     ;
-  for (; seg != NULL && held_locked(s) > keep; seg = prev) {
+  /* keep 0: every wholly free one, a virtual one that holds no memory too. */
+  for (; seg != NULL && (keep == 0 || held_locked(s) > keep); seg = prev) {
     prev = seg->prev;
     if (!seg->whole_free || seg->free_since_ns >= cutoff_ns)
       continue;
