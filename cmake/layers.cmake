@@ -23,7 +23,7 @@ set(UM_LAYER_device_SEES base backend device)
 
 set(UM_LAYER_mem_SOURCES
   src/mem/hooks.c src/mem/block.c src/mem/block_return.c src/mem/pool.c src/mem/tcache.c
-  src/mem/quarantine.c src/mem/trim.c src/mem/extents.c)
+  src/mem/quarantine.c src/mem/trim.c src/mem/extents.c src/mem/segment.c)
 set(UM_LAYER_mem_SEES base backend device mem)
 
 set(UM_LAYER_core_SOURCES

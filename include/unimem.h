@@ -183,6 +183,11 @@ typedef struct um_options {
   void *log_ctx;          /* passed to log */
   um_oom_fn on_oom; /* optional; see um_oom_fn */
   void *oom_ctx;     /* passed to on_oom */
+  int segments;      /* 1: pooled blocks are carved from larger device
+                        allocations (segments), split on allocation and
+                        merged on release, where the device can carve
+                        (sub-buffers, pointers); 0: every pooled block is a
+                        device allocation of its own */
 } um_options;
 
 /* Description of a device. */
@@ -228,7 +233,11 @@ typedef struct um_device_info {
   XX(uint64_t, fills, "fill operations")                                      \
   XX(uint64_t, bytes_net_out, "bytes this process put to peers (um_net_put)")  \
   XX(uint64_t, bytes_net_in, "bytes this process got from peers (um_net_get)") \
-  XX(uint64_t, xfer_net, "um_net_put and um_net_get operations completed")
+  XX(uint64_t, xfer_net, "um_net_put and um_net_get operations completed")      \
+  XX(uint64_t, segments, "segments that pooled blocks are carved from")       \
+  XX(uint64_t, bytes_segment_free, "free bytes inside segments (in bytes_pooled)") \
+  XX(uint64_t, free_extents, "free extents inside segments")                  \
+  XX(uint64_t, largest_free_extent, "largest free extent inside a segment")
 
 /* Counters and gauges of one device, or of all devices (um_stats_get); one
  * field per entry of UM_STATS_FIELDS. */
@@ -484,9 +493,12 @@ UM_EXTERN int um_stats_get(um_manager *m, um_device *d, um_stats *out);
  * cap); returns the length it needed, as snprintf does, or a UM_E* code. */
 UM_EXTERN int um_stats_json(const um_stats *s, char *buf, size_t cap);
 /* Release idle pool blocks, oldest first, until at most keep_bytes stay
- * idle in all pools together. With the debug option, the blocks of
- * quarantined buffers go back to their devices too (their handles stay
- * quarantined). */
+ * idle in all pools together. With segments (um_options.segments), idle
+ * blocks go back to their segments, wholly free segments to their devices,
+ * and host memory inside free extents to the system; free bytes that share
+ * a segment (on the host, a 64 KiB granule) with a live buffer stay held
+ * (bytes_segment_free). With the debug option, the blocks of quarantined
+ * buffers go back to their devices too (their handles stay quarantined). */
 UM_EXTERN int um_pool_trim(um_manager *m, uint64_t keep_bytes);
 
 /* ------------------------------------------------------------------------ */

@@ -98,6 +98,10 @@ typedef struct um__pool {
   /* Bit c set while bins[c] holds a block (changed under the bin's lock):
    * trims and stats find the non-empty bins without touching the others. */
   atomic_uint_fast64_t nonempty[(UM__CLASS_COUNT + 63) / 64];
+  /* The segments its blocks are carved from (mem/segment.c), or NULL where
+   * blocks are blocks of their own (um_options.segments off, or a device
+   * that cannot carve at this location). */
+  struct um__segs *segs;
 } um__pool;
 
 /* ------------------------------------------------------------------------ */
@@ -117,6 +121,9 @@ struct um_device {
   um__pool pools[UM_LOCATION_COUNT];
   um__counters stats;
   bool host_memory; /* um__bdev_desc.host_memory */
+  unsigned carve_locations; /* um__bdev_desc.carve_locations */
+  size_t carve_align;       /* um__bdev_desc.carve_align */
+  unsigned discard_locations; /* um__bdev_desc.discard_locations */
   /* DEVICE and UNIFIED bytes held from an OpenCL or CUDA device now: what
    * um_options.device_limit_bytes caps (block.c), and what OpenCL, which
    * has no free-memory query, would not know (um_device_memory). */

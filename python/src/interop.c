@@ -74,6 +74,32 @@ static PyObject *pyopencl_from(const char *cls, void *ptr) {
   return out;
 }
 
+/* A pyopencl memory object's parent (mem_info.ASSOCIATED_MEMOBJECT) with
+ * its offset in it (mem_info.OFFSET) in *offset, None when it has none, or
+ * NULL with an exception. */
+static PyObject *pyopencl_mem_parent(PyObject *buf, Py_ssize_t *offset) {
+  PyObject *mod = PyImport_ImportModule("pyopencl"), *info = NULL, *key = NULL, *parent = NULL, *off = NULL;
+  if (mod != NULL)
+    info = PyObject_GetAttrString(mod, "mem_info");
+  if (info != NULL)
+    key = PyObject_GetAttrString(info, "ASSOCIATED_MEMOBJECT");
+  if (key != NULL)
+    parent = PyObject_CallMethod(buf, "get_info", "(O)", key);
+  if (parent != NULL && parent != Py_None) {
+    Py_DECREF(key);
+    key = PyObject_GetAttrString(info, "OFFSET");
+    if (key != NULL)
+      off = PyObject_CallMethod(buf, "get_info", "(O)", key);
+    if (off == NULL || (*offset = PyLong_AsSsize_t(off)) < 0)
+      Py_CLEAR(parent);
+  }
+  Py_XDECREF(off);
+  Py_XDECREF(key);
+  Py_XDECREF(info);
+  Py_XDECREF(mod);
+  return parent;
+}
+
 /* The pyopencl.Buffer of the buffer's exact bytes, made on the first call
  * and the same object after (a kernel argument in a loop costs a check and
  * a reference); the buffer's release drops it, and a call after that
@@ -124,7 +150,23 @@ static PyObject *make_pyopencl(BufferObject *self) {
       return buf;
     PyErr_Clear();
   }
-  sub = PyObject_CallMethod(buf, "get_sub_region", "(nn)", (Py_ssize_t)n.offset, (Py_ssize_t)self->size);
+  /* OpenCL makes no sub-buffer of a sub-buffer, which a block carved from
+   * a segment is: the region is then its parent's, at its offset. */
+  {
+    Py_ssize_t base = 0;
+    PyObject *parent = pyopencl_mem_parent(buf, &base);
+    if (parent == NULL) {
+      Py_DECREF(buf);
+      return NULL;
+    }
+    if (parent != Py_None) {
+      Py_DECREF(buf);
+      buf = parent;
+    } else {
+      Py_DECREF(parent);
+    }
+    sub = PyObject_CallMethod(buf, "get_sub_region", "(nn)", base + (Py_ssize_t)n.offset, (Py_ssize_t)self->size);
+  }
   Py_DECREF(buf);
   return sub;
 }

@@ -32,7 +32,8 @@ typedef enum { OPT_FLAG, OPT_INT, OPT_U32, OPT_U64, OPT_SIZE, OPT_STRING, OPT_LE
   XX(log, OPT_CALLABLE)                                                        \
   XX(log_ctx, OPT_OBJECT)                                                      \
   XX(on_oom, OPT_CALLABLE)                                                     \
-  XX(oom_ctx, OPT_OBJECT)
+  XX(oom_ctx, OPT_OBJECT)                                                      \
+  XX(segments, OPT_FLAG)
 
 /* The list must be um_options field for field: a struct made of the listed
  * fields has the same size and the same offsets, or the build fails. (The

@@ -92,7 +92,9 @@ def test_torch_allocator_against_the_fake_driver():
             assert again == ptrs[1], "the freed block came back from unimem's pool"
             lib.unimem_torch_free(again, 4096, 0, None)
             s = unimem.torch.stats()
-            assert s["allocations"] == 4 and s["pool_hits"] == 1 and s["active_buffers"] == 0
+            # 4096 and 1 MiB are carved from the segment the 256 bytes made
+            # (hits: no driver call), the last 4096 comes from the bin
+            assert s["allocations"] == 4 and s["pool_hits"] == 3 and s["active_buffers"] == 0
             print("OK")
     """)
     assert r.returncode == 0, r.stderr

@@ -37,6 +37,9 @@ typedef struct um__mem {
                        the memory can only be reached through transfers */
   uintptr_t handle; /* the backend's handle (cl_mem, CUdeviceptr, ...) */
   void *priv;       /* the backend's own bookkeeping, opaque to the core */
+  void *carved;     /* the core's, never the backend's: the extent of a block
+                       carved from a segment (mem/segment.c), NULL for a
+                       block of its own from mem_alloc */
 } um__mem;
 
 /* What a transfer does. The device whose xfer is called is the one named in
@@ -120,6 +123,10 @@ typedef struct um__bdev_desc {
                             CPU device, an integrated GPU), so it moves
                             pageable host memory as fast as pinned, and
                             staging through pinned chunks only adds a copy */
+  unsigned carve_locations; /* 1u << loc where mem_carve works (0: nowhere) */
+  size_t carve_align;       /* a power of two: carved blocks start at
+                               multiples of it from their segment's start */
+  unsigned discard_locations; /* 1u << loc where mem_discard works */
 } um__bdev_desc;
 
 typedef struct um__backend {
@@ -144,6 +151,22 @@ typedef struct um__backend {
   int (*mem_alloc)(void *bdev, um_location loc, size_t bytes, um__mem *out);
   /* Free a block from mem_alloc. Never fails from the caller's view. */
   void (*mem_free)(void *bdev, um_location loc, size_t bytes, um__mem *mem);
+  /* Optional (NULL, or a location outside um__bdev_desc.carve_locations:
+   * pooled blocks stay blocks of their own). A block over [off, off +
+   * bytes) of seg, a block from mem_alloc at loc (a segment that the core
+   * splits among blocks, mem/segment.c): a sub-buffer, or seg's pointers
+   * moved by off. off is a multiple of carve_align. Fills *out as
+   * mem_alloc does (host: seg's host view + off, or NULL). The core gives
+   * every carved block back with mem_uncarve before it frees seg. */
+  int (*mem_carve)(void *bdev, um_location loc, const um__mem *seg, size_t off, size_t bytes, um__mem *out);
+  void (*mem_uncarve)(void *bdev, um_location loc, um__mem *mem);
+  /* Optional (NULL, or a location outside discard_locations: segments stay
+   * whole). Give the physical memory behind [off, off + len) of segment
+   * seg back to the system, keeping the addresses: the range reads as
+   * zeros, or as whatever the memory holds, once it is used again, and
+   * costs nothing until then (host: madvise(MADV_DONTNEED)). off and len
+   * are multiples of the page size, and seg's host view starts at a page. */
+  void (*mem_discard)(void *bdev, um_location loc, const um__mem *seg, size_t off, size_t len);
 
   /* Optional (NULL: not offered). Register caller memory for UM_WRAP_PIN:
    * page-lock it and make it DMA-able. *out->host must be host. */

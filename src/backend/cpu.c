@@ -70,6 +70,9 @@ static int cpu_describe(void *ctx, int i, um__bdev_desc *out) {
   snprintf(out->name, sizeof(out->name), "%s", d->name);
   out->caps = UM_CAP_PINNED | UM_CAP_UNIFIED | UM_CAP_ASYNC;
   out->locations = (1u << UM_HOST) | (1u << UM_DEVICE) | (1u << UM_PINNED) | (1u << UM_UNIFIED);
+  out->carve_locations = (1u << UM_HOST) | (1u << UM_DEVICE) | (1u << UM_UNIFIED);
+  out->carve_align = 64; /* a cache line, as aligned_alloc's blocks */
+  out->discard_locations = out->carve_locations;
   out->total_bytes = d->total;
   out->bdev = d;
   return UM_OK;
@@ -150,6 +153,35 @@ static void cpu_mem_free(void *bdev, um_location loc, size_t bytes, um__mem *mem
   mem->host = NULL;
 }
 
+/* Host memory of every location but PINNED (whose segments would count
+ * page-locked bytes that no block uses against RLIMIT_MEMLOCK) is carved by
+ * moving the pointer. */
+static int cpu_mem_carve(void *bdev, um_location loc, const um__mem *seg, size_t off, size_t bytes, um__mem *out) {
+  (void)bdev;
+  (void)bytes;
+  if (loc == UM_PINNED)
+    return um__set_error(UM_ENOTSUP, "cpu: pinned memory is not carved");
+  out->host = (char *)seg->host + off;
+  out->handle = (uintptr_t)out->host;
+  out->priv = NULL;
+  return UM_OK;
+}
+
+static void cpu_mem_uncarve(void *bdev, um_location loc, um__mem *mem) {
+  (void)bdev;
+  (void)loc;
+  mem->host = NULL;
+  mem->handle = 0;
+}
+
+static void cpu_mem_discard(void *bdev, um_location loc, const um__mem *seg, size_t off, size_t len) {
+  (void)bdev;
+  (void)loc;
+  /* Anonymous private memory: the pages go back and fault in as zeros. A
+   * refusal leaves them resident, which costs memory and nothing else. */
+  (void)madvise((char *)seg->host + off, len, MADV_DONTNEED);
+}
+
 static int cpu_host_register(void *bdev, void *host, size_t bytes, um__mem *out) {
   (void)bdev;
   if (um__pagelock_acquire(host, bytes, 0) != UM_OK)
@@ -224,7 +256,8 @@ static int cpu_xfer(void *bdev, const um__xfer *x) {
 const um__backend um__backend_cpu = {
     .name = "cpu", .open = cpu_open, .describe = cpu_describe, .close = cpu_close,
     .memory = cpu_memory, .synchronize = cpu_synchronize,
-    .mem_alloc = cpu_mem_alloc, .mem_free = cpu_mem_free,
+    .mem_alloc = cpu_mem_alloc, .mem_free = cpu_mem_free, .mem_carve = cpu_mem_carve, .mem_uncarve = cpu_mem_uncarve,
+    .mem_discard = cpu_mem_discard,
     .host_register = cpu_host_register, .host_unregister = cpu_host_unregister,
     .xfer = cpu_xfer, /* each transfer runs to completion on the calling thread */
 };

@@ -56,6 +56,7 @@ static const option_desc option_table[] = {
     OPT("UNIMEM_WAIT_SPIN_NS", OPT_NS, wait_spin_ns, 0),
     OPT("UNIMEM_BACKENDS", OPT_STRING, backends, 0),
     OPT("UNIMEM_LOG_LEVEL", OPT_LEVEL, log_level, UM_LOG_WARN),
+    OPT("UNIMEM_SEGMENTS", OPT_BOOL, segments, 1),
 };
 
 /* "123", "64k", "4m", "2g" (powers of 1024). */

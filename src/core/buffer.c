@@ -73,12 +73,66 @@ static inline __attribute__((always_inline)) int reuse_block(um_buffer *b, size_
   return st;
 }
 
-/* A miss: a new block from the device, with a descriptor. */
+/* No segment holds room for capacity bytes, and the device gave no new
+ * one: say so with the pool's free extents when they add up to enough. */
+static int fragmented_error(um__pool *p, size_t capacity, int st) {
+  um__seg_stats s = {0};
+  um__seg_stats_add(p, &s);
+  if (st != UM_ENOMEM || s.free_bytes < capacity)
+    return st;
+  return um__set_error(UM_ENOMEM,
+                       "um_alloc: %zu bytes on %s: the device gave no new segment (%s), and the %llu free bytes of "
+                       "its %llu segments lie in %llu extents, the largest %llu bytes",
+                       capacity, p->dev->info.name, um_last_error(), (unsigned long long)s.free_bytes,
+                       (unsigned long long)s.segments, (unsigned long long)s.free_extents,
+                       (unsigned long long)s.largest_free);
+}
+
+/* A pooled block carved from the pool's segments, in segment.c's order
+ * ("Growing"). The thread caches of other threads keep their blocks:
+ * taking them would stop every thread. A new segment is of the preferred
+ * size or, refused, of just this block's, with the pressure path's
+ * retries. *fresh: a new segment was needed (a pool miss). */
+static int carve_block(um_device *d, um_location loc, size_t capacity, um__mem *mem, bool *fresh) {
+  um__pool *p = &d->pools[loc];
+  um__mem seg;
+  size_t bytes;
+  int st;
+  *fresh = false;
+  if ((st = um__seg_carve(p, capacity, false, mem)) != UM_ENOMEM)
+    return st;
+  if (um__pool_return_idle(p) > 0 && (st = um__seg_carve(p, capacity, false, mem)) != UM_ENOMEM)
+    return st;
+  if (um__tcache_flush_own_pool(d->m, d, loc) > 0 && um__pool_return_idle(p) > 0 &&
+      (st = um__seg_carve(p, capacity, false, mem)) != UM_ENOMEM)
+    return st;
+  /* Virtual segments: new memory inside one (segment.c gives back free
+   * memory first when the pool would pass its peak). */
+  if ((st = um__seg_carve(p, capacity, true, mem)) != UM_ENOMEM)
+    return st;
+  *fresh = true;
+  bytes = um__seg_size_for(p, capacity);
+  um__seg_before_grow(p, bytes);
+  st = bytes != 0 ? um__block_alloc(d, loc, bytes, &seg) : UM_ENOMEM;
+  if (st == UM_ENOMEM && (bytes = um__seg_exact_size(p, capacity)) != 0)
+    st = block_alloc_pressured(d, loc, bytes, &seg);
+  if (st != UM_OK)
+    return fragmented_error(p, capacity, st);
+  return um__seg_add_and_carve(p, &seg, bytes, capacity, mem);
+}
+
+/* A miss: a new block from the device (or carved from a segment), with a
+ * descriptor. *fresh: from the device (not carved from a segment it had). */
 static int new_block(um_device *d, size_t bytes, size_t capacity, int cls, um_location loc,
-                     unsigned flags, um_buffer **out, const char *file, int line) {
+                     unsigned flags, um_buffer **out, const char *file, int line, bool *fresh) {
   um__mem mem;
   um_buffer *b;
-  int st = block_alloc_pressured(d, loc, capacity, &mem);
+  int st;
+  *fresh = true;
+  if (cls >= 0 && d->pools[loc].segs != NULL)
+    st = carve_block(d, loc, capacity, &mem, fresh);
+  else
+    st = block_alloc_pressured(d, loc, capacity, &mem);
   if (st != UM_OK)
     return st;
   if ((b = um__descriptor_get(d->m)) == NULL) {
@@ -111,6 +165,7 @@ static __attribute__((noinline)) int alloc_slow(um_manager *m, um_device *d, siz
                                                 const char *file, int line, um__tcache *tc) {
   bool pooled = m->opts.enable_pooling && !(flags & UM_ALLOC_UNPOOLED);
   int cls = pooled ? um__size_class_of(bytes) : -1, st;
+  bool fresh;
   um_buffer *b = NULL;
 
   if (tc != NULL && tc->epoch != atomic_load_explicit(&m->flush_epoch, memory_order_relaxed))
@@ -121,12 +176,13 @@ static __attribute__((noinline)) int alloc_slow(um_manager *m, um_device *d, siz
     go_live(d, tc, b, bytes, true, out);
     return UM_OK;
   }
-  if (pooled)
+  st = new_block(d, bytes, pooled ? um__class_size(cls) : bytes, cls, loc, flags, &b, file, line, &fresh);
+  /* A block carved from a segment the pool held is a hit: no device call. */
+  if (pooled && (fresh || st != UM_OK))
     UM__STAT_ADD(d, pool_misses, 1);
-  st = new_block(d, bytes, pooled ? um__class_size(cls) : bytes, cls, loc, flags, &b, file, line);
   if (st != UM_OK)
     return st;
-  go_live(d, tc, b, bytes, false, out);
+  go_live(d, tc, b, bytes, pooled && !fresh, out);
   return UM_OK;
 }
 

@@ -42,6 +42,9 @@ static int add_device(um_manager *m, const um__backend *be, const um__bdev_desc 
   d->info.locations = desc->locations | (1u << UM_HOST);
   d->info.total_bytes = desc->total_bytes;
   d->host_memory = desc->host_memory != 0;
+  d->carve_locations = desc->carve_align != 0 ? desc->carve_locations : 0;
+  d->carve_align = desc->carve_align;
+  d->discard_locations = desc->discard_locations;
   for (int l = 0; l < UM_LOCATION_COUNT; l++)
     um__pool_init(&d->pools[l], d, (um_location)l);
   pthread_mutex_init(&d->staging_lock, NULL);

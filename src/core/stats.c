@@ -47,8 +47,22 @@ static void add_device(um_stats *s, um_device *d) {
   SUM(bytes_net_in);
   SUM(xfer_net);
 #undef SUM
-  for (int l = 0; l < UM_LOCATION_COUNT; l++)
+  for (int l = 0; l < UM_LOCATION_COUNT; l++) {
+    um__seg_stats g = {0};
+    uint64_t seg_largest;
     um__pool_largest(&d->pools[l], &s->largest_pooled_block);
+    um__seg_stats_add(&d->pools[l], &g);
+    /* The largest free extent is an idle block a carve takes whole; of a
+     * virtual segment, no more of it than its free memory counts. */
+    seg_largest = g.largest_free < g.free_bytes ? g.largest_free : g.free_bytes;
+    if (seg_largest > s->largest_pooled_block)
+      s->largest_pooled_block = seg_largest;
+    s->segments += g.segments;
+    s->bytes_segment_free += g.free_bytes;
+    s->free_extents += g.free_extents;
+    if (g.largest_free > s->largest_free_extent)
+      s->largest_free_extent = g.largest_free;
+  }
 }
 
 int um_stats_get(um_manager *m, um_device *d, um_stats *out) {
@@ -78,6 +92,8 @@ int um_stats_get(um_manager *m, um_device *d, um_stats *out) {
   /* Every buffer that went live was counted in allocations, and in
    * releases when it was released (the hot paths count no third figure). */
   s.active_buffers = s.allocations - s.releases;
+  /* Free extents are idle memory held from the devices, as idle blocks are. */
+  s.bytes_pooled += s.bytes_segment_free;
   if (s.bytes_in_use > s.peak_bytes_in_use)
     s.peak_bytes_in_use = s.bytes_in_use; /* a concurrent new high not yet noted */
   s.hit_rate = (s.pool_hits + s.pool_misses) ? (double)s.pool_hits / (double)(s.pool_hits + s.pool_misses) : 0.0;

@@ -80,6 +80,16 @@ void um__dev_mem_free(um_device *d, um_location loc, size_t bytes, um__mem *mem)
   d->be->mem_free(d->bdev, loc, bytes, mem);
 }
 
+int um__dev_mem_carve(um_device *d, um_location loc, const um__mem *seg, size_t off, size_t bytes, um__mem *out) {
+  return d->be->mem_carve(d->bdev, loc, seg, off, bytes, out);
+}
+
+void um__dev_mem_uncarve(um_device *d, um_location loc, um__mem *mem) { d->be->mem_uncarve(d->bdev, loc, mem); }
+
+void um__dev_mem_discard(um_device *d, um_location loc, const um__mem *seg, size_t off, size_t len) {
+  d->be->mem_discard(d->bdev, loc, seg, off, len);
+}
+
 bool um__dev_can_register(const um_device *d) { return d->be->host_register != NULL; }
 
 int um__dev_host_register(um_device *d, void *host, size_t bytes, um__mem *out) {

@@ -118,6 +118,18 @@ void um__dev_mem_native(um_device *d, const um__mem *mem, um_location loc, um_bu
 int um__dev_mem_alloc(um_device *d, um_location loc, size_t bytes, um__mem *out);
 /* Free a block from um__dev_mem_alloc. */
 void um__dev_mem_free(um_device *d, um_location loc, size_t bytes, um__mem *mem);
+/* Whether d's backend carves blocks out of its blocks at loc (mem_carve),
+ * at multiples of d->carve_align; carve and give back one such block. */
+static inline bool um__dev_can_carve(const um_device *d, um_location loc) {
+  return d->be->mem_carve != NULL && d->be->mem_uncarve != NULL && (d->carve_locations & (1u << loc)) != 0;
+}
+int um__dev_mem_carve(um_device *d, um_location loc, const um__mem *seg, size_t off, size_t bytes, um__mem *out);
+/* Whether d gives back the memory inside its segments at loc (mem_discard). */
+static inline bool um__dev_can_discard(const um_device *d, um_location loc) {
+  return d->be->mem_discard != NULL && (d->discard_locations & (1u << loc)) != 0;
+}
+void um__dev_mem_discard(um_device *d, um_location loc, const um__mem *seg, size_t off, size_t len);
+void um__dev_mem_uncarve(um_device *d, um_location loc, um__mem *mem);
 /* Whether d can page-lock caller memory (host_register). */
 bool um__dev_can_register(const um_device *d);
 /* Page-lock caller memory for d's DMA; UM_ENOTSUP where d cannot. */

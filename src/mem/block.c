@@ -60,6 +60,10 @@ int um__block_alloc(um_device *d, um_location loc, size_t bytes, um__mem *mem) {
 
 void um__block_free(um_device *d, um_location loc, size_t bytes, um__mem *mem) {
   um_device *g = giver(d, loc);
+  if (mem->carved != NULL) {
+    um__seg_release(&d->pools[loc], mem, bytes);
+    return;
+  }
   UM__TEST_POINT(UM__TP_BLOCK_FREE, d);
   um__dev_mem_free(g, loc, bytes, mem);
   if (limited(d, loc))

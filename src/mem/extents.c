@@ -74,15 +74,16 @@ void um__ext_destroy(um__extents *x) {
   }
 }
 
-int um__ext_add_segment(um__extents *x, uint64_t seg, size_t size) {
+um__extent *um__ext_add_segment(um__extents *x, uint64_t seg, size_t size, void *owner) {
   um__extent *e = node_new(x);
   if (e == NULL)
-    return -1;
+    return NULL;
   e->seg = seg;
+  e->owner = owner;
   e->size = size;
   bin_insert(x, e);
   x->nsegments++;
-  return 0;
+  return e;
 }
 
 /* Whether a is a better fit than b (b may be NULL): smaller, then the lower
@@ -116,8 +117,20 @@ static unsigned next_bin(const um__extents *x, unsigned b) {
   return UM__EXT_BINS;
 }
 
+/* The best extent of bin b of at least bytes that ok accepts, or NULL. */
+static um__extent *best_in_if(const um__extents *x, unsigned b, size_t bytes,
+                              bool (*ok)(void *, const um__extent *, size_t), void *ctx) {
+  um__extent *best = NULL;
+  for (um__extent *e = x->bins[b]; e != NULL; e = e->fnext)
+    if (e->size >= bytes && better(e, best) && ok(ctx, e, bytes))
+      best = e;
+  return best;
+}
+
+static um__extent *take(um__extents *x, um__extent *e, size_t bytes);
+
 um__extent *um__ext_alloc(um__extents *x, size_t bytes) {
-  um__extent *e, *rest;
+  um__extent *e;
   unsigned b;
   if (bytes == 0 || bytes > SIZE_MAX - (x->align - 1))
     return NULL;
@@ -129,11 +142,38 @@ um__extent *um__ext_alloc(um__extents *x, size_t bytes) {
       return NULL;
     e = best_in(x, b, bytes);
   }
+  return take(x, e, bytes);
+}
+
+um__extent *um__ext_alloc_if(um__extents *x, size_t bytes, bool (*ok)(void *ctx, const um__extent *e, size_t bytes),
+                             void *ctx) {
+  um__extent *e = NULL;
+  if (bytes == 0 || bytes > SIZE_MAX - (x->align - 1))
+    return NULL;
+  bytes = (bytes + x->align - 1) & ~(x->align - 1);
+  for (unsigned b = bin_of(bytes); e == NULL && b < UM__EXT_BINS; b = next_bin(x, b))
+    if (x->bins[b] != NULL)
+      e = best_in_if(x, b, bytes, ok, ctx);
+  return e != NULL ? take(x, e, bytes) : NULL;
+}
+
+um__extent *um__ext_take(um__extents *x, um__extent *e, size_t bytes) {
+  if (!e->free || bytes == 0 || bytes > SIZE_MAX - (x->align - 1))
+    return NULL;
+  bytes = (bytes + x->align - 1) & ~(x->align - 1);
+  return bytes <= e->size ? take(x, e, bytes) : NULL;
+}
+
+/* Mark e (free, of at least bytes, a multiple of align) used: exactly
+ * bytes, the rest split off; NULL when out of memory for the rest's node. */
+static um__extent *take(um__extents *x, um__extent *e, size_t bytes) {
+  um__extent *rest;
   if (e->size > bytes) {
     if ((rest = node_new(x)) == NULL)
       return NULL;
     bin_remove(x, e);
     rest->seg = e->seg;
+    rest->owner = e->owner;
     rest->off = e->off + bytes;
     rest->size = e->size - bytes;
     rest->prev = e;

@@ -32,6 +32,7 @@
 typedef struct um__extent {
   size_t off, size;
   uint64_t seg;                     /* the segment's id (the caller's) */
+  void *owner;                      /* the caller's, the same for every extent of a segment */
   struct um__extent *prev, *next;   /* address neighbours in the segment, or NULL */
   struct um__extent *fprev, *fnext; /* its bin's list, while free */
   bool free;
@@ -53,15 +54,29 @@ void um__ext_init(um__extents *x, size_t align);
 /* Frees the map's nodes. The caller has removed its segments. */
 void um__ext_destroy(um__extents *x);
 
-/* A new segment of size bytes (a multiple of align), id seg: one free
- * extent [0, size). 0, or -1 when out of memory for a node. */
-int um__ext_add_segment(um__extents *x, uint64_t seg, size_t size);
+/* A new segment of size bytes (a multiple of align), id seg, owner the
+ * caller's pointer that every extent of it carries: one free extent [0,
+ * size), returned, or NULL when out of memory for a node. The extent at
+ * offset 0 stays the same node for the segment's life (a merge keeps the
+ * lower node), so it is where a walk of the segment's extents starts. */
+um__extent *um__ext_add_segment(um__extents *x, uint64_t seg, size_t size, void *owner);
 
 /* The best-fitting free extent for bytes (rounded up to align), marked
  * used: exactly that size, the rest split off as a free extent after it.
  * NULL when no free extent is large enough (however many free bytes there
  * are), or bytes is 0, or out of memory for a node. */
 um__extent *um__ext_alloc(um__extents *x, size_t bytes);
+
+/* Free extent e (of at least bytes, rounded up to align) marked used as
+ * um__ext_alloc would: exactly that size, the rest split off after it;
+ * NULL (e unchanged) when out of memory for the rest's node. */
+um__extent *um__ext_take(um__extents *x, um__extent *e, size_t bytes);
+
+/* um__ext_alloc among the free extents that ok(ctx, e) accepts only: the
+ * best fit of those, in the first bin that holds one (so not always the
+ * smallest when a larger bin's would fit better). NULL when none does. */
+um__extent *um__ext_alloc_if(um__extents *x, size_t bytes, bool (*ok)(void *ctx, const um__extent *e, size_t bytes),
+                             void *ctx);
 
 /* A used extent is free again, merged with its free neighbours; returns
  * the free extent it is now part of. */

@@ -150,6 +150,9 @@ void um__pool_unreserve(um__pool *p, int cls);
  * oldest until at most keep bytes stay idle. Bytes freed. */
 uint64_t um__pool_free_idle(um_device *d, uint64_t cutoff_ns);
 uint64_t um__pool_free_oldest(um_manager *m, um_device *dev, uint64_t keep);
+/* Every idle block of p's bins back to its segment, where it merges with
+ * its free neighbours (not counted as trims): room for a carve. Bytes. */
+uint64_t um__pool_return_idle(um__pool *p);
 void um__pool_largest(um__pool *p, uint64_t *largest);
 /* The next idle_key, for a block going idle on the calling thread. */
 uint64_t um__idle_key_next(um_manager *m);
@@ -157,10 +160,56 @@ uint64_t um__idle_key_next(um_manager *m);
 void um__pool_notify_idle(um_manager *m);
 
 /* ------------------------------------------------------------------------ */
+/* Segments (segment.c): where p->segs is set, pooled blocks are carved from
+ * the pool's segments. */
+
+/* Set p->segs where um_options.segments is on and the device can carve at
+ * p's location; free them (every block has come back). */
+void um__seg_init(um__pool *p);
+void um__seg_destroy(um__pool *p);
+/* A block of cap bytes from the best-fitting free extent: UM_OK, UM_ENOMEM
+ * with no message when no free extent fits (or, commit false, none fits
+ * without committing new memory of a virtual segment), or the backend's
+ * error. */
+int um__seg_carve(um__pool *p, size_t cap, bool commit, um__mem *out);
+/* The size of a new segment for a block of cap bytes (0: too large); the
+ * size of one that holds just that block. */
+size_t um__seg_size_for(const um__pool *p, size_t cap);
+size_t um__seg_exact_size(const um__pool *p, size_t cap);
+/* mem (bytes, from um__block_alloc) becomes a segment of p, and a block of
+ * cap bytes is carved from it; on failure the memory has gone back. */
+int um__seg_add_and_carve(um__pool *p, const um__mem *mem, size_t bytes, size_t cap, um__mem *out);
+/* Give back p's wholly free segments, oldest first, that became so before
+ * cutoff_ns, while p's segments hold more than keep bytes. Bytes freed. */
+uint64_t um__seg_shed(um__pool *p, uint64_t keep, uint64_t cutoff_ns);
+/* Give back the memory inside every free extent of p's virtual segments.
+ * Bytes. */
+uint64_t um__seg_discard(um__pool *p);
+/* A trim's part: um__seg_shed, then, while more than keep bytes are held
+ * and no block was carved since cutoff_ns, the memory of free extents.
+ * Bytes given back. */
+uint64_t um__seg_trim(um__pool *p, uint64_t keep, uint64_t cutoff_ns);
+/* A new segment of bytes is about to be made: give back wholly free ones
+ * that would leave the pool holding much more than its blocks need. */
+void um__seg_before_grow(um__pool *p, size_t bytes);
+/* A carved block of cap bytes goes back to its extent (um__block_free
+ * calls this). */
+void um__seg_release(um__pool *p, um__mem *mem, size_t cap);
+/* segments; held_bytes: what they hold from the device (virtual ones as
+ * far as committed); free_bytes: of that, what no block uses; the free
+ * extents and the largest (address space, for virtual segments). */
+typedef struct um__seg_stats {
+  uint64_t segments, held_bytes, free_bytes, free_extents, largest_free;
+} um__seg_stats;
+void um__seg_stats_add(um__pool *p, um__seg_stats *out);
+
+/* ------------------------------------------------------------------------ */
 /* Blocks */
 
 /* block.c */
 int um__block_alloc(um_device *d, um_location loc, size_t bytes, um__mem *mem);
+/* A block from um__block_alloc goes back to the device; a carved one
+ * (mem->carved) to its segment. */
 void um__block_free(um_device *d, um_location loc, size_t bytes, um__mem *mem);
 /* Set b's first bytes to zero (UM_ALLOC_ZERO, scrub). */
 int um__block_zero(um_buffer *b, size_t bytes);

@@ -47,6 +47,7 @@ void um__pool_init(um__pool *p, um_device *dev, um_location loc) {
   }
   for (size_t w = 0; w < sizeof(p->nonempty) / sizeof(p->nonempty[0]); w++)
     atomic_init(&p->nonempty[w], 0);
+  um__seg_init(p);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -157,8 +158,11 @@ static void bin_unlink(um__pool *p, um__bin *bin, um_buffer *b) {
  * barrier on x86). */
 static void free_to_device(um_buffer *b, bool was_idle) {
   um_device *d = b->dev;
+  /* A carved block goes back to its segment, still held: the segments
+   * count what they give back themselves (segment.c). */
+  bool counted = was_idle && b->mem.carved == NULL;
   um__block_free(d, b->loc, b->capacity, &b->mem);
-  if (was_idle) {
+  if (counted) {
     UM__STAT_ADD(d, bytes_trimmed, b->capacity);
     UM__STAT_ADD(d, trims, 1);
   }
@@ -183,6 +187,7 @@ void um__pool_destroy(um__pool *p) {
     }
     pthread_mutex_destroy(&bin->lock);
   }
+  um__seg_destroy(p);
 }
 
 um_buffer *um__pool_take(um__pool *p, int cls) {
@@ -390,35 +395,42 @@ void um__pool_put_reserved(um__pool *p, um_buffer *b) {
 /* ------------------------------------------------------------------------ */
 /* Freeing idle blocks (trim.c decides when) */
 
-uint64_t um__pool_free_idle(um_device *d, uint64_t cutoff_ns) {
+/* Free p's blocks idle since before cutoff_ns; trimmed: counted as trims. */
+static uint64_t free_idle_of(um__pool *p, uint64_t cutoff_ns, bool trimmed) {
   uint64_t freed = 0;
   /* Order does not matter when everything that qualifies goes. */
-  for (int l = 0; l < UM_LOCATION_COUNT; l++) {
-    um__pool *p = &d->pools[l];
-    FOR_NONEMPTY_BINS(p, c) {
-      um__bin *bin = &p->bins[c];
-      um_buffer *out = NULL;
-      pthread_mutex_lock(&bin->lock);
-      for (um_buffer *b = bin->tail, *prev; b != NULL; b = prev) {
-        prev = b->pool_prev;
-        if (b->idle_since_ns < cutoff_ns) {
-          bin_unlink(p, bin, b);
-          b->pool_next = out;
-          out = b;
-        }
+  FOR_NONEMPTY_BINS(p, c) {
+    um__bin *bin = &p->bins[c];
+    um_buffer *out = NULL;
+    pthread_mutex_lock(&bin->lock);
+    for (um_buffer *b = bin->tail, *prev; b != NULL; b = prev) {
+      prev = b->pool_prev;
+      if (b->idle_since_ns < cutoff_ns) {
+        bin_unlink(p, bin, b);
+        b->pool_next = out;
+        out = b;
       }
-      pthread_mutex_unlock(&bin->lock);
-      while (out != NULL) {
-        um_buffer *next = out->pool_next;
-        out->pool_next = NULL;
-        freed += out->capacity;
-        free_unlinked(out, true);
-        out = next;
-      }
+    }
+    pthread_mutex_unlock(&bin->lock);
+    while (out != NULL) {
+      um_buffer *next = out->pool_next;
+      out->pool_next = NULL;
+      freed += out->capacity;
+      free_unlinked(out, trimmed);
+      out = next;
     }
   }
   return freed;
 }
+
+uint64_t um__pool_free_idle(um_device *d, uint64_t cutoff_ns) {
+  uint64_t freed = 0;
+  for (int l = 0; l < UM_LOCATION_COUNT; l++)
+    freed += free_idle_of(&d->pools[l], cutoff_ns, true);
+  return freed;
+}
+
+uint64_t um__pool_return_idle(um__pool *p) { return free_idle_of(p, UINT64_MAX, false); }
 
 uint64_t um__pool_free_oldest(um_manager *m, um_device *dev, uint64_t keep) {
   uint64_t freed = 0;

@@ -223,6 +223,15 @@ void um__tcache_flush_own(um__tcache *tc, um_manager *m) {
   flush_slots(tc, m, 0, slot_count(tc->ndevices), true);
 }
 
+uint64_t um__tcache_flush_own_pool(um_manager *m, um_device *d, um_location loc) {
+  um__tcache *tc = um__tcache_last;
+  size_t lo;
+  if (tc == NULL || atomic_load_explicit(&tc->m, memory_order_relaxed) != m || d->index >= tc->ndevices)
+    return 0;
+  lo = ((size_t)d->index * UM_LOCATION_COUNT + (size_t)loc) * UM__TCACHE_CLASSES;
+  return flush_slots(tc, m, lo, lo + UM__TCACHE_CLASSES, true);
+}
+
 uint64_t um__tcache_flush_all(um_manager *m, um_device *only) {
   uint64_t moved = 0;
   bool stopped;

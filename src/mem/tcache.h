@@ -65,6 +65,10 @@ um__tcache *um__tcache_find(um_manager *m);
 /* The manager's flush epoch moved: give this thread's idle blocks back to
  * the bins and drop the budget of its empty slots. */
 void um__tcache_flush_own(um__tcache *tc, um_manager *m);
+/* The calling thread's idle blocks of (d, loc) go back to the bins, and
+ * their slots' budget too (a carve that found no room: buffer.c). The
+ * blocks moved. */
+uint64_t um__tcache_flush_own_pool(um_manager *m, um_device *d, um_location loc);
 /* bytes_in_use of d moved up outside any thread's cache: bring d's and the
  * manager's peaks up to date with the exact sum over every thread. */
 void um__tcache_note_high(um_device *d);

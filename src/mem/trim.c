@@ -22,6 +22,13 @@ uint64_t um__trim(um_manager *m, um_device *dev, uint64_t keep) {
   } else {
     freed = um__pool_free_oldest(m, dev, keep);
   }
+  /* The freed blocks went back to their segments: the segments left
+   * wholly free go back to the devices (all of them for keep 0; with a
+   * keep, those that do not fit in what it leaves). */
+  for (int i = 0; i < um__ndevices(m); i++)
+    if (dev == NULL || m->devices[i] == dev)
+      for (int l = 0; l < UM_LOCATION_COUNT; l++)
+        um__seg_trim(&m->devices[i]->pools[l], keep, UINT64_MAX);
   pthread_mutex_unlock(&m->trimming);
   return freed;
 }
@@ -72,8 +79,11 @@ static void tick(um_manager *m, uint64_t interval_ns) {
   um__tcache_flush_all(m, NULL);
   now = um__now_ns();
   if (now > interval_ns)
-    for (int i = 0; i < um__ndevices(m); i++)
+    for (int i = 0; i < um__ndevices(m); i++) {
       um__pool_free_idle(m->devices[i], now - interval_ns);
+      for (int l = 0; l < UM_LOCATION_COUNT; l++)
+        um__seg_trim(&m->devices[i]->pools[l], 0, now - interval_ns);
+    }
   pthread_mutex_unlock(&m->trimming);
 }
 

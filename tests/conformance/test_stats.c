@@ -362,7 +362,8 @@ Test(stats, json) {
   cr_assert_not_null(strstr(buf, "\"bytes_reserved\":4096,"), "%s", buf);
   cr_assert_not_null(strstr(buf, "\"fragmentation\":0.000000,"), "%s", buf);
   cr_assert_not_null(strstr(buf, "\"fills\":0,"), "%s", buf);
-  cr_assert_not_null(strstr(buf, "\"xfer_net\":0}"), "%s", buf);
+  cr_assert_not_null(strstr(buf, "\"xfer_net\":0,"), "%s", buf);
+  cr_assert_not_null(strstr(buf, "\"largest_free_extent\":0}"), "%s", buf);
 
   /* truncated output: same length returned, NUL-terminated prefix */
   memset(small, 'x', sizeof(small));

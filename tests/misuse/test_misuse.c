@@ -30,6 +30,7 @@ static void options(um_options *o, int debug) {
   o->trim_on_pressure = 1;
   o->scrub = 0;
   o->debug = debug;
+  o->segments = 0; /* bytes_pooled counts quarantined blocks' returns exactly */
   o->log = quiet_log;
   o->log_ctx = &log_count;
 }

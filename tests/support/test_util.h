@@ -118,6 +118,11 @@ static UT_UNUSED void ut_options_on(um_options *o, const char *backends) {
   o->scrub = 0;
   o->debug = 0;
   o->max_concurrent_transfers = 4;
+  /* One device block per pooled block, so that bytes_reserved, device_allocs
+   * and trims count blocks; UT_SEGMENTS=1 in the environment runs a suite
+   * with segments instead (the *_segments tests), and the segment tests
+   * turn them on themselves. */
+  o->segments = getenv("UT_SEGMENTS") != NULL && strcmp(getenv("UT_SEGMENTS"), "1") == 0;
 }
 
 /* ut_options_on with only the cpu backend (device 0). */

@@ -338,6 +338,8 @@ int um__cuda_mem_alloc(void *bdev, um_location loc, size_t bytes, um__mem *out);
 void um__cuda_free_held(cuda_device *d);
 /* (table) */
 void um__cuda_mem_free(void *bdev, um_location loc, size_t bytes, um__mem *mem);
+int um__cuda_mem_carve(void *bdev, um_location loc, const um__mem *seg, size_t off, size_t bytes, um__mem *out);
+void um__cuda_mem_uncarve(void *bdev, um_location loc, um__mem *mem);
 /* (table) */
 int um__cuda_host_register(void *bdev, void *host, size_t bytes, um__mem *out);
 /* (table) */

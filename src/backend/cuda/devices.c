@@ -313,6 +313,8 @@ int um__cuda_describe(void *ctx, int i, um__bdev_desc *out) {
   snprintf(out->name, sizeof(out->name), "%s", d->name);
   out->caps = d->caps;
   out->locations = d->locations;
+  out->carve_locations = d->locations;
+  out->carve_align = 512; /* cuMemAlloc's own alignment is 256 */
   out->total_bytes = d->real_total_bytes;
   if (d->limit_bytes != 0 && d->limit_bytes < out->total_bytes)
     out->total_bytes = d->limit_bytes;

@@ -102,7 +102,8 @@ const um__backend um__backend_cuda = {
     .device_native = um__cuda_device_native,
     .adopt = NULL, /* um_manager_adopt takes OpenCL contexts only */
     /* memory (no map: device memory has no host view) */
-    .mem_alloc = um__cuda_mem_alloc, .mem_free = um__cuda_mem_free, .mem_native = um__cuda_mem_native,
+    .mem_alloc = um__cuda_mem_alloc, .mem_free = um__cuda_mem_free,
+    .mem_carve = um__cuda_mem_carve, .mem_uncarve = um__cuda_mem_uncarve, .mem_native = um__cuda_mem_native,
     .host_register = um__cuda_host_register, .host_unregister = um__cuda_host_unregister,
     .map = NULL, .unmap = NULL,
     /* transfers, one stream per kind */

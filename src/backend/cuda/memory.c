@@ -64,6 +64,25 @@ int um__cuda_mem_alloc(void *bdev, um_location loc, size_t bytes,
   return UM_OK;
 }
 
+/* A carved block is the segment's pointers moved by off: a CUdeviceptr is
+ * an address, and so is a pinned or managed block's host view. */
+int um__cuda_mem_carve(void *bdev, um_location loc, const um__mem *seg, size_t off, size_t bytes, um__mem *out) {
+  (void)bdev;
+  (void)loc;
+  (void)bytes;
+  out->host = seg->host != NULL ? (char *)seg->host + off : NULL;
+  out->handle = seg->handle + off;
+  out->priv = NULL;
+  return UM_OK;
+}
+
+void um__cuda_mem_uncarve(void *bdev, um_location loc, um__mem *mem) {
+  (void)bdev;
+  (void)loc;
+  mem->host = NULL;
+  mem->handle = 0;
+}
+
 /* A free held while a gate was closed (hold_free). */
 typedef struct cuda_held_free {
   um_location loc;

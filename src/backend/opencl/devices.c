@@ -261,6 +261,15 @@ static int query_device(ocl_device *dev, int platform_major, const um_options *o
   if (dev->limit_bytes != 0 && dev->limit_bytes < dev->total_bytes)
     dev->total_bytes = dev->limit_bytes;
   dev->max_alloc_bytes = max_alloc;
+  {
+    cl_uint bits = 0;
+    if (um__ocl.clGetDeviceInfo(dev->id, CL_DEVICE_MEM_BASE_ADDR_ALIGN, sizeof(bits), &bits, NULL) != CL_SUCCESS)
+      bits = 0;
+    /* In bits; at least 256 bytes, and a power of two. */
+    dev->base_align = 256;
+    while (dev->base_align < bits / 8u)
+      dev->base_align <<= 1;
+  }
   /* A CPU device's "device memory" is host memory, and so is an integrated
    * GPU's (CL_DEVICE_HOST_UNIFIED_MEMORY, deprecated in 2.0 but answered by
    * every driver): reading pageable memory costs them nothing extra. A
@@ -500,6 +509,14 @@ int um__ocl_describe(void *ctx, int i, um__bdev_desc *out) {
     out->caps |= UM_CAP_PEER;
   out->total_bytes = dev->total_bytes;
   out->host_memory = dev->host_memory;
+  /* DEVICE and PINNED blocks are sub-buffers of a segment's cl_mem, which
+   * needs clCreateSubBuffer (OpenCL 1.1); UNIFIED ones are pointers into
+   * its SVM allocation. */
+  if (um__ocl.clCreateSubBuffer != NULL)
+    out->carve_locations = (1u << UM_DEVICE) | (1u << UM_PINNED);
+  if (dev->fine_grain_svm)
+    out->carve_locations |= 1u << UM_UNIFIED;
+  out->carve_align = dev->base_align;
   out->bdev = dev;
   return UM_OK;
 }

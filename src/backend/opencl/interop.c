@@ -50,6 +50,18 @@ int um__ocl_foreign_wrap(void *bdev, um_location loc, uintptr_t handle, uint64_t
   out->handle = handle;
   if (offset == 0)
     return UM_OK;
+  /* OpenCL makes no sub-buffer of a sub-buffer (a block carved from a
+   * segment is one): the region is taken of its parent, at its offset. */
+  {
+    cl_mem parent = NULL;
+    size_t base = 0;
+    if (um__ocl.clGetMemObjectInfo(mem, CL_MEM_ASSOCIATED_MEMOBJECT, sizeof(parent), &parent, NULL) == CL_SUCCESS &&
+        parent != NULL &&
+        um__ocl.clGetMemObjectInfo(mem, CL_MEM_OFFSET, sizeof(base), &base, NULL) == CL_SUCCESS) {
+      mem = parent;
+      offset += base;
+    }
+  }
   region.origin = (size_t)offset;
   region.size = bytes;
   sub = um__ocl.clCreateSubBuffer(mem, 0, CL_BUFFER_CREATE_TYPE_REGION, &region, &err);

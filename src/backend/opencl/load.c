@@ -127,7 +127,8 @@ const um__backend um__backend_opencl = {
     .peer_possible = um__ocl_peer_possible, .peer_enable = um__ocl_peer_enable,
     .device_native = um__ocl_device_native, .adopt = um__ocl_adopt,
     /* memory (host memory is not registered: OpenCL has no such call) */
-    .mem_alloc = um__ocl_mem_alloc, .mem_free = um__ocl_mem_free, .mem_native = um__ocl_mem_native,
+    .mem_alloc = um__ocl_mem_alloc, .mem_free = um__ocl_mem_free,
+    .mem_carve = um__ocl_mem_carve, .mem_uncarve = um__ocl_mem_uncarve, .mem_native = um__ocl_mem_native,
     .host_register = NULL, .host_unregister = NULL,
     .map = um__ocl_map, .unmap = um__ocl_unmap,
     .foreign_wrap = um__ocl_foreign_wrap, .foreign_release = um__ocl_foreign_release,

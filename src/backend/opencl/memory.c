@@ -151,6 +151,47 @@ void um__ocl_mem_free(void *bdev, um_location loc, size_t bytes,
   mem->handle = 0;
 }
 
+/* A carved block: a sub-buffer of the segment's cl_mem (DEVICE, PINNED:
+ * its host view is the segment's mapping moved by off), or a pointer into
+ * its SVM allocation (UNIFIED). */
+int um__ocl_mem_carve(void *bdev, um_location loc, const um__mem *seg, size_t off, size_t bytes,
+                      um__mem *out) {
+  ocl_device *dev = bdev;
+  cl_buffer_region region;
+  cl_int err = CL_SUCCESS;
+  cl_mem sub;
+  if (loc == UM_UNIFIED) {
+    out->host = (char *)seg->host + off;
+    out->handle = (uintptr_t)out->host;
+    out->priv = NULL;
+    return UM_OK;
+  }
+  if ((loc != UM_DEVICE && loc != UM_PINNED) || um__ocl.clCreateSubBuffer == NULL)
+    return um__set_error(UM_ENOTSUP, "opencl: %s cannot carve location %d", dev->name, (int)loc);
+  region.origin = off;
+  region.size = bytes;
+  /* Flags 0: the sub-buffer inherits the segment's. */
+  sub = um__ocl.clCreateSubBuffer((cl_mem)seg->handle, 0, CL_BUFFER_CREATE_TYPE_REGION, &region, &err);
+  if (sub == NULL && err == CL_SUCCESS)
+    err = CL_OUT_OF_RESOURCES;
+  if (err != CL_SUCCESS)
+    return um__ocl_translate_cl_error(err, "clCreateSubBuffer");
+  out->host = loc == UM_PINNED ? (char *)seg->host + off : NULL;
+  out->handle = (uintptr_t)sub;
+  out->priv = NULL;
+  return UM_OK;
+}
+
+void um__ocl_mem_uncarve(void *bdev, um_location loc, um__mem *mem) {
+  ocl_device *dev = bdev;
+  if (loc != UM_UNIFIED) {
+    um__ocl_release_later(dev); /* as um__ocl_mem_free: no event of ours holds it */
+    um__ocl.clReleaseMemObject((cl_mem)mem->handle);
+  }
+  mem->host = NULL;
+  mem->handle = 0;
+}
+
 /* OpenCL has no standard free-memory query (cl_amd_device_attribute_query
  * and the like are vendor extensions): the answer is the whole device, and
  * the core takes off what this process holds there (um_device_memory);

@@ -208,6 +208,8 @@ typedef struct ocl_device {
   uint64_t total_bytes;     /* reported: global memory, capped by the limit */
   uint64_t limit_bytes;     /* device_limit_bytes, 0 for none */
   uint64_t max_alloc_bytes; /* CL_DEVICE_MAX_MEM_ALLOC_SIZE */
+  size_t base_align;        /* CL_DEVICE_MEM_BASE_ADDR_ALIGN, in bytes: where a
+                               sub-buffer may start */
   uint32_t spin_ns;         /* wait_spin_ns: blocking calls poll first */
   /* With spin_ns, on a CPU device with driver threads: how long a
    * blocking call leaves the driver after a spinning wait saw a command
@@ -364,6 +366,8 @@ int um__ocl_translate_cl_error(cl_int err, const char *call);
 int um__ocl_mem_alloc(void *bdev, um_location loc, size_t bytes, um__mem *out);
 /* (table) */
 void um__ocl_mem_free(void *bdev, um_location loc, size_t bytes, um__mem *mem);
+int um__ocl_mem_carve(void *bdev, um_location loc, const um__mem *seg, size_t off, size_t bytes, um__mem *out);
+void um__ocl_mem_uncarve(void *bdev, um_location loc, um__mem *mem);
 /* (table) The whole device: OpenCL has no standard free-memory query. */
 int um__ocl_memory(void *bdev, uint64_t *free_bytes, uint64_t *total_bytes);
 /* (table) */

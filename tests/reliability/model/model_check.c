@@ -278,10 +278,13 @@ static void check_device_quiet(mdl_ctx *c, int d, const um_stats *s, const mdl_c
   check_reserved_rest(c, d, s, k, where);
   MDL_CHECK(c, s->fills == k->fills, "%s: fills %llu, the model ran %llu", where, (unsigned long long)s->fills,
             (unsigned long long)k->fills);
-  MDL_CHECK(c, s->device_allocs - s->device_frees >= k->blocks_live,
-            "%s: device_allocs %llu - device_frees %llu < %llu live blocks", where,
+  /* Every live block is a device allocation of its own, or carved from a
+   * segment that is one. */
+  MDL_CHECK(c, s->device_allocs - s->device_frees >= (c->cfg.opts.segments ? s->segments : k->blocks_live),
+            "%s: device_allocs %llu - device_frees %llu < %llu live %s", where,
             (unsigned long long)s->device_allocs, (unsigned long long)s->device_frees,
-            (unsigned long long)k->blocks_live);
+            (unsigned long long)(c->cfg.opts.segments ? s->segments : k->blocks_live),
+            c->cfg.opts.segments ? "segments" : "blocks");
 }
 
 void mdl_check_stats_quiet(mdl_ctx *c, const mdl_counts *counts, int ndevs) {
