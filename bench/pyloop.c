@@ -13,6 +13,7 @@
  * with the script or interpreter missing, the benchmark says so and is
  * skipped. Compiled into the unimem command only (no program of its own). */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -126,8 +127,8 @@ static void run_child(const char *python, const char *script, const char *path, 
 int um_bench_pyloop_main(int argc, char **argv, bench_report *rep) {
   const char *python = setting("UNIMEM_PYTHON", UM_PYLOOP_PYTHON);
   const char *script = setting("UNIMEM_BENCH_SCRIPT", UM_PYLOOP_SCRIPT);
-  /* The rows come back through a temporary file; mkstemp replaces the
-   * template's six trailing X's with a unique name. */
+  /* The rows come back through a file of this process's own under TMPDIR
+   * (made with O_EXCL, so never another's). */
   const char *tmpdir = setting("TMPDIR", "/tmp");
   char tsv[PATH_MAX];
   int fd, status, rc;
@@ -143,11 +144,17 @@ int um_bench_pyloop_main(int argc, char **argv, bench_report *rep) {
            what, !*python ? "" : access(python, X_OK) != 0 ? python : script);
     return BENCH_SKIPPED;
   }
-  if (snprintf(tsv, sizeof tsv, "%s/unimem-pyloop-rows-XXXXXX", tmpdir) >= (int)sizeof tsv) {
-    fprintf(stderr, "unimem bench pyloop: TMPDIR is too long\n");
-    return 1;
+  fd = -1;
+  for (unsigned n = 0; fd < 0 && n < 100; n++) {
+    if (snprintf(tsv, sizeof tsv, "%s/unimem-pyloop-rows-%ld-%u", tmpdir, (long)getpid(), n) >= (int)sizeof tsv) {
+      fprintf(stderr, "unimem bench pyloop: TMPDIR is too long\n");
+      return 1;
+    }
+    fd = open(tsv, O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (fd < 0 && errno != EEXIST)
+      break;
   }
-  if ((fd = mkstemp(tsv)) < 0) {
+  if (fd < 0) {
     fprintf(stderr, "unimem bench pyloop: cannot make a temporary file: %s\n", strerror(errno));
     return 1;
   }

@@ -129,16 +129,6 @@ size_t um__seg_exact_size(const um__pool *p, size_t cap) { return round_up(cap, 
 
 static bool granule_set(const um__seg *seg, size_t g) { return (seg->committed[g / 64] >> (g % 64)) & 1u; }
 
-/* Whether [off, off + len) of seg has memory that is not committed yet. */
-static bool needs_commit(const um__seg *seg, size_t off, size_t len) {
-  if (!seg->virt)
-    return false;
-  for (size_t g = off / UM__SEG_GRANULE, end = (off + len - 1) / UM__SEG_GRANULE; g <= end; g++)
-    if (!granule_set(seg, g))
-      return true;
-  return false;
-}
-
 /* The bytes of [off, off + len) of seg not committed yet. */
 static uint64_t uncommitted(const um__seg *seg, size_t off, size_t len) {
   uint64_t n = 0;
@@ -309,7 +299,7 @@ static void give_extent(um__pool *p, um__extent *e, size_t cap) {
  * memory (um__ext_alloc_if's test). */
 static bool committed_ok(void *ctx, const um__extent *e, size_t bytes) {
   (void)ctx;
-  return !needs_commit(e->owner, e->off, bytes);
+  return uncommitted(e->owner, e->off, bytes) == 0;
 }
 
 /* The backend's block over extent e, or its error (e given back). */
