@@ -91,21 +91,21 @@ static void *map_anonymous(size_t bytes, bool huge) {
   size_t len = round_to_page(bytes);
   if (huge && len >= CPU_HUGE_PAGE) {
     size_t span = len + CPU_HUGE_PAGE;
-    char *raw = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    char *raw = um__os_mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     char *aligned;
     if (raw == MAP_FAILED)
       return NULL;
     aligned = (char *)(((uintptr_t)raw + CPU_HUGE_PAGE - 1) & ~(uintptr_t)(CPU_HUGE_PAGE - 1));
     if (aligned > raw)
-      munmap(raw, (size_t)(aligned - raw));
+      um__os_munmap(raw, (size_t)(aligned - raw));
     if (raw + span > aligned + len)
-      munmap(aligned + len, (size_t)(raw + span - (aligned + len)));
+      um__os_munmap(aligned + len, (size_t)(raw + span - (aligned + len)));
 #ifdef MADV_HUGEPAGE
-    madvise(aligned, len, MADV_HUGEPAGE);
+    um__os_madvise(aligned, len, MADV_HUGEPAGE);
 #endif
     return aligned;
   }
-  void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  void *p = um__os_mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   return p == MAP_FAILED ? NULL : p;
 }
 
@@ -120,7 +120,7 @@ static int cpu_mem_alloc(void *bdev, um_location loc, size_t bytes, um__mem *out
     if (um__pagelock_acquire(p, round_to_page(bytes), 1) != UM_OK) {
       struct rlimit rl;
       getrlimit(RLIMIT_MEMLOCK, &rl);
-      munmap(p, round_to_page(bytes));
+      um__os_munmap(p, round_to_page(bytes));
       return um__set_error(UM_ENOMEM, "cpu: pinning %zu bytes: %s (RLIMIT_MEMLOCK %llu bytes)",
                            bytes, um_last_error(), (unsigned long long)rl.rlim_cur);
     }
@@ -144,9 +144,9 @@ static void cpu_mem_free(void *bdev, um_location loc, size_t bytes, um__mem *mem
   (void)bdev;
   if (loc == UM_PINNED) {
     um__pagelock_release(mem->host, round_to_page(bytes));
-    munmap(mem->host, round_to_page(bytes));
+    um__os_munmap(mem->host, round_to_page(bytes));
   } else if (bytes >= CPU_MMAP_THRESHOLD) {
-    munmap(mem->host, round_to_page(bytes));
+    um__os_munmap(mem->host, round_to_page(bytes));
   } else {
     free(mem->host);
   }
@@ -179,7 +179,7 @@ static void cpu_mem_discard(void *bdev, um_location loc, const um__mem *seg, siz
   (void)loc;
   /* Anonymous private memory: the pages go back and fault in as zeros. A
    * refusal leaves them resident, which costs memory and nothing else. */
-  (void)madvise((char *)seg->host + off, len, MADV_DONTNEED);
+  (void)um__os_madvise((char *)seg->host + off, len, MADV_DONTNEED);
 }
 
 static int cpu_host_register(void *bdev, void *host, size_t bytes, um__mem *out) {

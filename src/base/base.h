@@ -108,6 +108,15 @@ bool um__backend_selected(const um_options *o, const char *name);
 extern atomic_uint um__fork_generation;
 void um__fork_child_note(void);
 
+/* fork.c: mmap, munmap and madvise as unimem makes them. In the process
+ * that loaded unimem they are the C library's (which UCX's memory hooks may
+ * watch, to keep its registration cache right); in a child process of
+ * fork() they go to the kernel directly, since a hook there can wait
+ * forever on a lock that a thread of the parent held at the fork. */
+void *um__os_mmap(void *addr, size_t len, int prot, int flags, int fd, long off);
+int um__os_munmap(void *addr, size_t len);
+int um__os_madvise(void *addr, size_t len, int advice);
+
 /* Little-endian fields of the blobs and keys, whatever the host's order:
  * n bytes of v at p, and back. */
 static inline void um__net_le_put(unsigned char *p, uint64_t v, int n) {

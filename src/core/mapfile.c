@@ -44,7 +44,7 @@ int um_map_file(um_manager *m, const char *path, um_map_mode mode, um_buffer **o
     st = um__set_error(UM_EOVERFLOW, "um_map_file: %s is larger than the address space", path);
     goto fail_fd;
   }
-  p = mmap(NULL, (size_t)sb.st_size, prot, MAP_SHARED, fd, 0);
+  p = um__os_mmap(NULL, (size_t)sb.st_size, prot, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) {
     st = um__set_error(errno == ENOMEM ? UM_ENOMEM : UM_EINVAL, "um_map_file: mmap of %s: %s", path,
                        strerror(errno));
@@ -53,7 +53,7 @@ int um_map_file(um_manager *m, const char *path, um_map_mode mode, um_buffer **o
   close(fd); /* the mapping keeps the file open */
   b = um__descriptor_get(m);
   if (b == NULL) {
-    munmap(p, (size_t)sb.st_size);
+    um__os_munmap(p, (size_t)sb.st_size);
     return um__set_error(UM_ENOMEM, "um_map_file: out of memory for a descriptor");
   }
   d = m->devices[0];

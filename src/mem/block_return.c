@@ -25,7 +25,7 @@ void um__buffer_return_borrowed(um_buffer *b) {
   } else if (b->kind == UM__KIND_FILE && b->mem.host != NULL) {
     if (!b->readonly) /* a writable mapping is written back first */
       msync(b->mem.host, b->capacity, MS_SYNC);
-    munmap(b->mem.host, b->capacity);
+    um__os_munmap(b->mem.host, b->capacity);
   }
   memset(&b->mem, 0, sizeof(b->mem));
 }

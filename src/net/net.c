@@ -174,13 +174,29 @@ static int ep_check(const um_endpoint *ep) {
 
 /* fork() (core/thread.c's handlers): the registry lock is held across it,
  * so that no child inherits it locked (um_net_create and a buffer's release
- * take it there); the child forgets its parent's nets and exposures, which
- * it must not touch. */
-static void net_fork_prepare(void) { pthread_mutex_lock(&registry_lock); }
+ * take it there), and so is the transport's share (no thread inside the
+ * library's calls: net.h); the child forgets its parent's nets and
+ * exposures, which it must not touch. */
+static const um__net_transport *net_transport(void);
 
-static void net_fork_parent(void) { pthread_mutex_unlock(&registry_lock); }
+static void net_fork_prepare(void) {
+  const um__net_transport *tr = net_transport();
+  pthread_mutex_lock(&registry_lock);
+  if (tr != NULL)
+    tr->fork_prepare();
+}
+
+static void net_fork_parent(void) {
+  const um__net_transport *tr = net_transport();
+  if (tr != NULL)
+    tr->fork_parent();
+  pthread_mutex_unlock(&registry_lock);
+}
 
 static void net_fork_child(void) {
+  const um__net_transport *tr = net_transport();
+  if (tr != NULL)
+    tr->fork_child();
   registry = NULL;
   atomic_store(&live_exposures, 0);
   pthread_mutex_unlock(&registry_lock);

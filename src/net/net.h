@@ -186,6 +186,15 @@ typedef struct um__net_transport {
    * transport), UM_ESTATE (the endpoint is closing), UM_EBACKEND (the
    * endpoint failed earlier: the failure's text), UM_ENOMEM. */
   int (*rma)(void *tep, const um__net_rma *r, um__done_fn done, void *arg);
+
+  /* The process's fork() (net.c's handlers call them, under the registry
+   * lock): prepare returns once no thread is inside a call of the library
+   * that could leave one of its locks held in the child, and holds that
+   * until parent (in the parent) or child (in the child) lets go. The
+   * child forgets every instance of its parent. */
+  void (*fork_prepare)(void);
+  void (*fork_parent)(void);
+  void (*fork_child)(void);
 } um__net_transport;
 
 #ifdef UNIMEM_HAVE_UCX

@@ -10,10 +10,16 @@
  *  - C's own manager works, but its um_net_create answers UM_ENOTSUP with
  *    the reason (UCX does not survive fork() in the child once loaded);
  *  - children forked while another thread of P exposes and unexposes
- *    buffers never find a lock of the net held (every call bounded).
+ *    buffers never find a lock of the net held (every call bounded);
+ *  - a child never waits on UCX's memory hooks: libucm replaces mmap,
+ *    munmap and madvise, and its handlers (UCX's registration cache) take a
+ *    lock that a thread of P may hold at the fork, so C's pool maps and
+ *    unmaps memory past them; P's own maps stay seen by the hooks.
  * Every wait is bounded: C runs under an alarm that names the call that
  * hung; P and T are reaped with a bound. Run once per UCX transport. */
+#include <dlfcn.h>
 #include <execinfo.h>
+#include <sys/mman.h>
 
 #include "outside.h"
 
@@ -382,4 +388,122 @@ static int churn_parent(int idx, void *arg) {
 Test(net_fork, fork_while_the_net_is_busy, .timeout = 240) {
   FK_SKIP_IF_CHILD_THREADS_HANG();
   os_expect_peer(os_spawn(churn_parent, 0, NULL), 200000, "parent forking while it exposes");
+}
+
+/* ------------------------------------------------------------------------ */
+/* A child's memory maps and UCX's memory hooks */
+
+/* libucm's API (ucm/api/ucm.h), reached through dlopen: the event is
+ * UCS_BIT(17) there, the one UCX's registration cache listens to. */
+typedef void (*fk_ucm_cb)(int event, void *ev, void *arg);
+typedef int (*fk_ucm_set_fn)(int events, int priority, fk_ucm_cb cb, void *arg);
+#define FK_UCM_VM_UNMAPPED (1 << 17)
+
+/* Like UCX's registration cache: every unmap takes one lock. */
+static pthread_mutex_t hook_lock = PTHREAD_MUTEX_INITIALIZER;
+static atomic_int hook_calls;
+
+static void hook_event(int event, void *ev, void *arg) {
+  (void)event;
+  (void)ev;
+  (void)arg;
+  pthread_mutex_lock(&hook_lock);
+  atomic_fetch_add(&hook_calls, 1);
+  pthread_mutex_unlock(&hook_lock);
+}
+
+static atomic_int hold_state; /* 1: the lock is held, 2: let it go */
+
+static void *hold_main(void *arg) {
+  (void)arg;
+  pthread_mutex_lock(&hook_lock);
+  atomic_store(&hold_state, 1);
+  while (atomic_load(&hold_state) != 2)
+    os_sleep_ms(1);
+  pthread_mutex_unlock(&hook_lock);
+  return NULL;
+}
+
+/* Blocks of every way host memory is mapped: carved from a segment (a new
+ * manager reserves one), mapped alone (64 MiB), unmapped by a trim. */
+static int hooked_child(int idx, void *arg) {
+  static const size_t sizes[] = {4096, 1u << 20, 3u << 20, 64u << 20};
+  um_options o;
+  um_manager *m = NULL;
+  um_buffer *b = NULL;
+  (void)idx;
+  (void)arg;
+  child_bound(20);
+  os_options(&o);
+  child_step = "um_manager_create with the hooks' lock held by a thread of the parent";
+  OS_OK(um_manager_create(&o, &m));
+  for (int round = 0; round < 2; round++) {
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+      child_step = "um_alloc / um_release with the hooks' lock held by a thread of the parent";
+      OS_OK(um_alloc(m, um_device_get(m, 0), sizes[i], UM_HOST, 0, &b));
+      void *host = NULL;
+      OS_OK(um_map(b, UM_MAP_WRITE_DISCARD, 0, sizes[i], &host));
+      memset(host, 0x5a, sizes[i]);
+      OS_OK(um_unmap(b, host));
+      OS_OK(um_release(b));
+    }
+    child_step = "um_pool_trim(0) with the hooks' lock held by a thread of the parent";
+    OS_OK(um_pool_trim(m, 0));
+  }
+  child_step = "um_manager_destroy with the hooks' lock held by a thread of the parent";
+  OS_OK(um_manager_destroy(m));
+  return child_done();
+}
+
+static int hooked_parent(int idx, void *arg) {
+  um_options o;
+  um_manager *m = NULL;
+  um_buffer *b = NULL;
+  pthread_t t;
+  void *ucm;
+  fk_ucm_set_fn set;
+  int before, rc;
+  (void)idx;
+  (void)arg;
+  /* Hooks that patch each library's calls, as UCX installs them here. */
+  setenv("UCX_MEM_MMAP_HOOK_MODE", "reloc", 0);
+  ucm = dlopen("libucs.so.0", RTLD_NOW | RTLD_GLOBAL) != NULL ? dlopen("libucm.so.0", RTLD_NOW | RTLD_GLOBAL) : NULL;
+  if (ucm == NULL) {
+    fprintf(stderr, "SKIP: no libucs and libucm here (%s)\n", dlerror());
+    return OS_SKIP;
+  }
+  set = (fk_ucm_set_fn)dlsym(ucm, "ucm_set_event_handler");
+  OS_CHECK(set != NULL, "libucm has no ucm_set_event_handler");
+  OS_CHECK(set(FK_UCM_VM_UNMAPPED, 1000, hook_event, NULL) == 0,
+           "ucm_set_event_handler refused");
+  os_options(&o);
+  OS_OK(um_manager_create(&o, &m));
+  /* The parent's unmaps are seen by the hooks (its registration cache
+   * needs them): a 64 MiB block is mapped on its own, and unmapped. */
+  before = atomic_load(&hook_calls);
+  OS_OK(um_alloc(m, um_device_get(m, 0), 64u << 20, UM_HOST, 0, &b));
+  OS_OK(um_release(b));
+  OS_OK(um_pool_trim(m, 0));
+  OS_CHECK(atomic_load(&hook_calls) >= before + 1,
+           "the parent's unmap of a 64 MiB block reached the hooks %d times, at least once expected",
+           atomic_load(&hook_calls) - before);
+  for (int i = 0; i < 3; i++) {
+    pid_t ch;
+    atomic_store(&hold_state, 0);
+    OS_CHECK(pthread_create(&t, NULL, hold_main, NULL) == 0, "pthread_create");
+    while (atomic_load(&hold_state) != 1)
+      os_sleep_ms(1);
+    ch = os_spawn(hooked_child, i, NULL);
+    rc = os_reap(ch, 30000);
+    atomic_store(&hold_state, 2);
+    pthread_join(t, NULL);
+    OS_CHECK(rc == 0, "child %d ended with status %d (124: a call hung on the hooks' lock)", i, rc);
+  }
+  OS_OK(um_manager_destroy(m));
+  return 0;
+}
+
+Test(net_fork, child_maps_past_the_memory_hooks, .timeout = 120) {
+  FK_SKIP_IF_CHILD_THREADS_HANG();
+  os_expect_peer(os_spawn(hooked_parent, 0, NULL), 100000, "parent holding the memory hooks' lock");
 }

@@ -31,6 +31,16 @@
  * are CPU atomics too (a NIC's atomics would need the local updates to go
  * through UCX as well).
  *
+ * fork(). UCX's memory hooks (libucm) take locks of its registration
+ * cache on every unmap in the process, glibc's own included (a thread's
+ * exit gives back its stack). A fork while a thread here is inside a UCX
+ * call can leave such a lock held in the child by a thread the child does
+ * not have: the child's first unmap, or the exit of any thread it starts,
+ * then waits forever. So a fork waits (ucx_fork_prepare) until no thread
+ * of this process is inside a UCX call of unimem's: it takes
+ * instances_lock, held across the UCX calls of open and close, then every
+ * instance's lock.
+ *
  * Failures. Endpoints ask for peer failure detection
  * (UCP_ERR_HANDLING_MODE_PEER); shared-memory transports cannot give it
  * (ep creation answers UCS_ERR_UNREACHABLE) and get mode NONE, where a dead
@@ -197,6 +207,7 @@ struct ucx_net {
   struct ucx_exposure *stuck;
   struct ucx_alloc_rec *allocs; /* allocations (ucx_alloc) not given back */
   int nallocs;
+  ucx_net *inst_next; /* instances */
 };
 
 /* Memory UCX allocated and mapped (UCP_MEM_MAP_ALLOCATE). */
@@ -846,8 +857,13 @@ static void ctrl_destroy(ucx_net *n) {
   um__ucx.ucp_mem_unmap(n->ctx, n->ctrl_memh);
 }
 
-static void ucx_close(void *tn) {
-  ucx_net *n = tn;
+/* Every instance open in this process, under instances_lock, which is held
+ * across open's and close's UCX calls too (the header's fork()). */
+static pthread_mutex_t instances_lock = PTHREAD_MUTEX_INITIALIZER;
+static ucx_net *instances;
+
+/* Under instances_lock. */
+static void instance_close(ucx_net *n) {
   if (n->progress_running) {
     pthread_mutex_lock(&n->lock);
     n->stopping = true;
@@ -886,6 +902,18 @@ static void ucx_close(void *tn) {
   free(n);
 }
 
+static void ucx_close(void *tn) {
+  ucx_net *n = tn;
+  pthread_mutex_lock(&instances_lock);
+  for (ucx_net **p = &instances; *p != NULL; p = &(*p)->inst_next)
+    if (*p == n) {
+      *p = n->inst_next;
+      break;
+    }
+  instance_close(n);
+  pthread_mutex_unlock(&instances_lock);
+}
+
 static int ucx_open(const um_options *opts, void **tn) {
   ucx_net *n;
   int st = um__ucx_load();
@@ -898,6 +926,7 @@ static int ucx_open(const um_options *opts, void **tn) {
   n->timeout_ns = (uint64_t)opts->net_timeout_ms * 1000000ull;
   pthread_mutex_init(&n->lock, NULL);
   pthread_cond_init(&n->changed, NULL);
+  pthread_mutex_lock(&instances_lock);
   if ((st = context_create(n)) != UM_OK)
     goto fail;
   if ((st = ctrl_create(n)) != UM_OK) {
@@ -908,14 +937,19 @@ static int ucx_open(const um_options *opts, void **tn) {
   if (pthread_create(&n->progress, NULL, progress_main, n) != 0) {
     st = um__set_error(UM_ENOMEM, "cannot start the network progress thread");
     n->progress_running = false;
-    ucx_close(n);
+    instance_close(n);
+    pthread_mutex_unlock(&instances_lock);
     return st;
   }
   n->progress_running = true;
+  n->inst_next = instances;
+  instances = n;
+  pthread_mutex_unlock(&instances_lock);
   *tn = n;
   return UM_OK;
 
 fail:
+  pthread_mutex_unlock(&instances_lock);
   pthread_mutex_destroy(&n->lock);
   pthread_cond_destroy(&n->changed);
   free(n);
@@ -1295,6 +1329,28 @@ static int ucx_rma_start(void *tep, const um__net_rma *q, um__done_fn done, void
   return UM_OK;
 }
 
+/* fork() (net.c's handlers, under its registry lock): the header's fork().
+ * The child never uses its parent's instances (net.c refuses them there):
+ * it forgets them, with their locks let go. */
+static void ucx_fork_prepare(void) {
+  pthread_mutex_lock(&instances_lock);
+  for (ucx_net *n = instances; n != NULL; n = n->inst_next)
+    pthread_mutex_lock(&n->lock);
+}
+
+static void fork_release(void) {
+  for (ucx_net *n = instances; n != NULL; n = n->inst_next)
+    pthread_mutex_unlock(&n->lock);
+  pthread_mutex_unlock(&instances_lock);
+}
+
+static void ucx_fork_parent(void) { fork_release(); }
+
+static void ucx_fork_child(void) {
+  fork_release();
+  instances = NULL;
+}
+
 const um__net_transport um__net_ucx = {
     .name = "ucx",
     /* the instance and its peers */
@@ -1305,4 +1361,6 @@ const um__net_transport um__net_ucx = {
     .expose = ucx_expose, .revoke = ucx_revoke, .settled = ucx_settled, .key_check = ucx_key_check,
     /* transfers */
     .rma = ucx_rma_start,
+    /* the process's fork */
+    .fork_prepare = ucx_fork_prepare, .fork_parent = ucx_fork_parent, .fork_child = ucx_fork_child,
 };
