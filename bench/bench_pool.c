@@ -61,6 +61,7 @@
 
 #include "bench_util.h"
 #include "report.h"
+#include "trace_gen.h"
 #include "unimem.h"
 
 #define KiB ((size_t)1024)
@@ -1315,7 +1316,8 @@ int um_bench_pool_main(int argc, char **argv, bench_report *rep) {
     } else if (!strcmp(argv[i], "--only") && i + 1 < argc) {
       only = argv[++i];
     } else if (!strcmp(argv[i], "--make-trace") && i + 1 < argc) {
-      return make_trace(argv[i + 1]);
+      const char *kind = i + 3 < argc && !strcmp(argv[i + 2], "--kind") ? argv[i + 3] : "mixed";
+      return strcmp(kind, "mixed") == 0 ? make_trace(argv[i + 1]) : um_trace_gen_write(kind, argv[i + 1]);
     } else {
       usage(argv[0]);
       return 2;

@@ -144,8 +144,9 @@ static int new_block(um_device *d, size_t bytes, size_t capacity, int cls, um_lo
   b->kind = cls >= 0 ? UM__KIND_POOLED : UM__KIND_UNPOOLED;
   b->capacity = capacity;
   b->cls = cls;
-  b->slot = cls >= 0 && cls < UM__TCACHE_CLASSES ? um__tcache_slot_index(d, loc, cls) : UM__NO_SLOT;
   b->mem = mem;
+  b->slot = cls >= 0 && cls < UM__TCACHE_CLASSES && !um__seg_direct(b) ? um__tcache_slot_index(d, loc, cls)
+                                                                       : UM__NO_SLOT;
   um__buffer_init_live(b, bytes, file, line);
   if ((flags & UM_ALLOC_ZERO) || d->m->opts.scrub) {
     if ((st = um__block_zero(b, bytes)) != UM_OK) {
@@ -176,7 +177,8 @@ static __attribute__((noinline)) int alloc_slow(um_manager *m, um_device *d, siz
     go_live(d, tc, b, bytes, true, out);
     return UM_OK;
   }
-  st = new_block(d, bytes, pooled ? um__class_size(cls) : bytes, cls, loc, flags, &b, file, line, &fresh);
+  size_t cap = !pooled ? bytes : um__seg_large_cap(&d->pools[loc], bytes);
+  st = new_block(d, bytes, cap != 0 ? cap : um__class_size(cls), cls, loc, flags, &b, file, line, &fresh);
   /* A block carved from a segment the pool held is a hit: no device call. */
   if (pooled && (fresh || st != UM_OK))
     UM__STAT_ADD(d, pool_misses, 1);

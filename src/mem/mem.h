@@ -176,6 +176,19 @@ int um__seg_carve(um__pool *p, size_t cap, bool commit, um__mem *out);
  * size of one that holds just that block. */
 size_t um__seg_size_for(const um__pool *p, size_t cap);
 size_t um__seg_exact_size(const um__pool *p, size_t cap);
+/* Blocks of more than UM__SEG_SMALL bytes carved from segments are carved
+ * at their size (rounded up to the granule, or the device's alignment
+ * where larger) rather than their class's, and go back to their extent at
+ * release instead of waiting in a bin or a thread cache: a class of that
+ * size rounds up by as much as a quarter, and such a block is rare and
+ * costs its owner far more to fill than a carve. The capacity of such a
+ * block of p for bytes; 0 when p's blocks of that size keep their class
+ * (no segments, or a small block). */
+#define UM__SEG_SMALL ((size_t)1 << 20)
+size_t um__seg_large_cap(const um__pool *p, size_t bytes);
+static inline bool um__seg_direct(const um_buffer *b) {
+  return b->mem.carved != NULL && b->capacity > UM__SEG_SMALL;
+}
 /* mem (bytes, from um__block_alloc) becomes a segment of p, and a block of
  * cap bytes is carved from it; on failure the memory has gone back. */
 int um__seg_add_and_carve(um__pool *p, const um__mem *mem, size_t bytes, size_t cap, um__mem *out);

@@ -305,7 +305,7 @@ static void put_block(um__pool *p, um_buffer *b, bool was_idle) {
   um__bin *bin = &p->bins[b->cls];
   uint64_t cap = b->capacity, pooled_before;
 
-  if (cap > m->opts.max_pool_bytes || cap > m->opts.max_pool_bytes_per_class ||
+  if (um__seg_direct(b) || cap > m->opts.max_pool_bytes || cap > m->opts.max_pool_bytes_per_class ||
       !claim_with_room(m, cap, b->idle_key)) {
     free_to_device(b, was_idle);
     return;

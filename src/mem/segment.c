@@ -50,7 +50,6 @@
 #include "extents.h"
 #include "tcache.h"
 
-#define UM__SEG_SMALL ((size_t)1 << 20)
 #define UM__SEG_SMALL_SEGMENT ((size_t)2 << 20)
 #define UM__SEG_ROUND ((size_t)2 << 20)
 #define UM__SEG_VIRTUAL ((size_t)1 << 30)
@@ -88,10 +87,13 @@ struct um__segs {
 /* What the pool holds from the device: plain segments whole, virtual ones
  * as far as committed; and of that, what no block uses. */
 static uint64_t held_locked(const struct um__segs *s) { return s->plain_bytes + s->committed; }
-static uint64_t held_free_locked(const struct um__segs *s) {
-  uint64_t v = s->committed > s->virt_used ? s->committed - s->virt_used : 0;
-  return (s->plain_bytes - s->plain_used) + v;
+/* What the segments hold that no block uses; pending: bytes of a block
+ * just taken (counted in virt_used) that are not committed yet. */
+static uint64_t free_pending_locked(const struct um__segs *s, uint64_t pending) {
+  uint64_t c = s->committed + pending;
+  return (s->plain_bytes - s->plain_used) + (c > s->virt_used ? c - s->virt_used : 0);
 }
+static uint64_t held_free_locked(const struct um__segs *s) { return free_pending_locked(s, 0); }
 
 void um__seg_init(um__pool *p) {
   um_device *d = p->dev;
@@ -124,6 +126,14 @@ size_t um__seg_size_for(const um__pool *p, size_t cap) {
 
 size_t um__seg_exact_size(const um__pool *p, size_t cap) { return round_up(cap, p->segs->x[0].align); }
 
+size_t um__seg_large_cap(const um__pool *p, size_t bytes) {
+  size_t r;
+  if (p->segs == NULL || bytes <= UM__SEG_SMALL)
+    return 0;
+  r = p->segs->x[1].align > UM__SEG_GRANULE ? p->segs->x[1].align : UM__SEG_GRANULE;
+  return round_up(bytes, r);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Committed granules of virtual segments (the lock held) */
 
@@ -154,19 +164,20 @@ static uint64_t commit_locked(struct um__segs *s, um__seg *seg, size_t off, size
   return added;
 }
 
-/* Give back the committed granules wholly inside free extent e; bytes. */
-static uint64_t discard_extent_locked(um__pool *p, const um__extent *e) {
+/* Give back the committed granules wholly inside free extent e, at most
+ * limit bytes of them (whole granules, from e's start); bytes. */
+static uint64_t discard_extent_locked(um__pool *p, const um__extent *e, uint64_t limit) {
   struct um__segs *s = p->segs;
   um__seg *seg = e->owner;
   size_t g = (e->off + UM__SEG_GRANULE - 1) / UM__SEG_GRANULE, end = (e->off + e->size) / UM__SEG_GRANULE;
   uint64_t freed = 0;
-  while (g < end) {
+  while (g < end && freed < limit) {
     size_t run;
     if (!granule_set(seg, g)) {
       g++;
       continue;
     }
-    for (run = g; run < end && granule_set(seg, run); run++)
+    for (run = g; run < end && granule_set(seg, run) && freed + (run - g) * UM__SEG_GRANULE < limit; run++)
       seg->committed[run / 64] &= ~((uint64_t)1 << (run % 64));
     um__dev_mem_discard(s->giver, p->loc, &seg->mem, g * UM__SEG_GRANULE, (run - g) * UM__SEG_GRANULE);
     freed += (run - g) * UM__SEG_GRANULE;
@@ -178,24 +189,25 @@ static uint64_t discard_extent_locked(um__pool *p, const um__extent *e) {
 }
 
 /* Give back the memory of the free extents of p's virtual segments,
- * largest first (fewest calls), until at most keep free bytes are held. */
-static uint64_t discard_walk_locked(um__pool *p, uint64_t keep) {
+ * largest first (fewest calls), until at most keep free bytes are held
+ * (pending: free_pending_locked's). */
+static uint64_t discard_walk_locked(um__pool *p, uint64_t keep, uint64_t pending) {
   struct um__segs *s = p->segs;
-  uint64_t freed = 0;
+  uint64_t freed = 0, now;
   for (unsigned b = UM__EXT_BINS; b-- > 0;)
     for (int k = 0; k < 2; k++)
       for (const um__extent *e = s->x[k].bins[b]; e != NULL; e = e->fnext) {
-        if (held_free_locked(s) <= keep)
+        if ((now = free_pending_locked(s, pending)) <= keep)
           return freed;
         if (((const um__seg *)e->owner)->virt)
-          freed += discard_extent_locked(p, e);
+          freed += discard_extent_locked(p, e, now - keep);
       }
   return freed;
 }
 
 /* discard_walk_locked, counted as one trim of the bytes it gave back. */
-static uint64_t discard_locked(um__pool *p, uint64_t keep) {
-  uint64_t freed = discard_walk_locked(p, keep);
+static uint64_t discard_locked(um__pool *p, uint64_t keep, uint64_t pending) {
+  uint64_t freed = discard_walk_locked(p, keep, pending);
   if (freed != 0) {
     UM__STAT_ADD(p->dev, bytes_trimmed, freed);
     UM__STAT_ADD(p->dev, trims, 1);
@@ -204,16 +216,23 @@ static uint64_t discard_locked(um__pool *p, uint64_t keep) {
 }
 
 /* Committing growth more bytes would take what the pool holds past its
- * highest so far, and the free memory is much of what it holds: give back
- * enough of it first (largest extents first), so that the pool's peak
- * stays near what its blocks need, while below the peak the memory stays
- * for the next carve. Bytes given back. */
+ * highest so far, and free memory is more than an eighth of what it
+ * holds: give back the free memory down to a sixteenth first (largest
+ * extents first), so that the pool's peak stays near what its blocks
+ * need, while below the peak the memory stays for the next carve. A page
+ * given back and used again costs a fault and its zeroing: giving back
+ * just the excess at every crossing keeps the peak lower still (1.01x on
+ * bench/traces) but costs 2-5x the time per event on the traces whose
+ * holes are reused at once (docs/design.md, "The segment layer"). Bytes
+ * given back. */
 static uint64_t discard_for_growth_locked(um__pool *p, uint64_t growth) {
   struct um__segs *s = p->segs;
-  if (growth == 0 || held_locked(s) + growth <= s->high || held_free_locked(s) <= (s->committed >> 4) ||
-      held_free_locked(s) < UM__SEG_GRANULE)
+  /* The block being carved counts as used already, growth bytes of it not
+   * committed: without them the free memory would read too low. */
+  uint64_t free = free_pending_locked(s, growth);
+  if (growth == 0 || held_locked(s) + growth <= s->high || free <= (s->committed >> 3) || free < UM__SEG_GRANULE)
     return 0;
-  return discard_locked(p, s->committed >> 5); /* down to 1/32: the next call is some way off */
+  return discard_locked(p, s->committed >> 4, growth);
 }
 
 uint64_t um__seg_discard(um__pool *p) {
@@ -222,7 +241,7 @@ uint64_t um__seg_discard(um__pool *p) {
   if (s == NULL || !s->virt)
     return 0;
   pthread_mutex_lock(&s->lock);
-  freed = discard_locked(p, 0);
+  freed = discard_locked(p, 0, 0);
   pthread_mutex_unlock(&s->lock);
   UM__STAT_SUB(p->dev, bytes_reserved, freed);
   return freed;

@@ -4,7 +4,9 @@
  * were, host memory committed per 64 KiB granule and given back by a trim,
  * a hit for every carve from a segment the pool held, out of memory with
  * free but fragmented extents (OpenCL, plain segments under a device
- * limit), and threads carving and releasing at once (run under TSan too). */
+ * limit), and threads carving and releasing at once (run under TSan too);
+ * blocks of more than 1 MiB carved at their size and merged back at
+ * release; growth past the peak that gives free memory back first. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,6 +119,69 @@ Test(segments, large_blocks_have_segments_of_their_own) {
   cr_assert_eq(host(large)[4 * MiB - 1], 7);
   um_release(small);
   um_release(large);
+  cr_assert_eq(um_manager_destroy(m), UM_OK);
+}
+
+/* A block of more than 1 MiB is carved at its size rounded up to the
+ * 64 KiB granule (its class would be 1.25 MiB: a quarter more), and goes
+ * back to its extent at release, merged, never into a bin or a thread
+ * cache: the next one of another size fits where it was. */
+Test(segments, large_blocks_carved_at_their_size_and_merged_at_release) {
+  um_manager *m = make("cpu", 0);
+  um_buffer *a = alloc_on(m, 0, MiB + 1, UM_HOST), *b = alloc_on(m, 0, 3 * MiB + 5000, UM_HOST), *c, *d;
+  char *at = host(a);
+  um_stats s = stats(m, 0);
+  cr_assert_eq(host(b) - host(a), (ptrdiff_t)(MiB + GRANULE), "a takes 1 MiB + one granule, not its class");
+  cr_assert_eq(s.bytes_reserved, MiB + GRANULE + 3 * MiB + GRANULE);
+  cr_assert_eq(s.bytes_segment_free, 0, "the blocks fill the granules they touch");
+  cr_assert_eq(s.pool_misses, 1);
+  cr_assert_eq(s.pool_hits, 1);
+  um_release(a);
+  s = stats(m, 0);
+  cr_assert_eq(s.bytes_segment_free, MiB + GRANULE, "a went back to its extent at once");
+  cr_assert_eq(s.bytes_pooled, s.bytes_segment_free, "no bin holds it");
+  c = alloc_on(m, 0, 512 * KiB + GRANULE, UM_HOST); /* small kind: a segment of its own */
+  d = alloc_on(m, 0, MiB + 100, UM_HOST);
+  cr_assert_eq(host(d), at, "the next large block takes a's place");
+  /* d fills a's extent (1 MiB + 100 rounds up to 1 MiB + one granule);
+   * c's class (640 KiB) fills the granules it touches. */
+  cr_assert_eq(stats(m, 0).bytes_segment_free, 0);
+  um_release(b);
+  um_release(c);
+  um_release(d);
+  cr_assert_eq(um_pool_trim(m, 0), UM_OK);
+  cr_assert_eq(stats(m, 0).bytes_reserved, 0);
+  cr_assert_eq(um_manager_destroy(m), UM_OK);
+}
+
+/* Growing past the pool's highest with much of it free gives free memory
+ * back first, so that the peak stays near what the blocks need: 8 MiB
+ * held, 4 MiB of it freed in two holes, then a 4 MiB block that fits in
+ * neither commits 4 MiB and gives back the free memory down to a
+ * sixteenth of what was held (512 KiB), largest extents first. */
+Test(segments, growth_past_the_peak_gives_free_memory_back_first) {
+  um_manager *m = make("cpu", 0);
+  um_buffer *b[4], *big;
+  um_stats s;
+  for (int i = 0; i < 4; i++)
+    b[i] = alloc_on(m, 0, 2 * MiB, UM_HOST);
+  s = stats(m, 0);
+  cr_assert_eq(s.bytes_reserved, 8 * MiB);
+  um_release(b[0]);
+  um_release(b[2]);
+  s = stats(m, 0);
+  cr_assert_eq(s.bytes_segment_free, 4 * MiB, "two 2 MiB holes, not adjacent");
+  cr_assert_eq(s.free_extents, 3, "two holes and the rest of the address space");
+  big = alloc_on(m, 0, 4 * MiB, UM_HOST);
+  s = stats(m, 0);
+  /* 3.5 MiB of the holes go back first: the peak is 8.5 MiB, not 12. */
+  cr_assert_eq(s.bytes_reserved, 8 * MiB + 512 * KiB, "reserved %llu", (unsigned long long)s.bytes_reserved);
+  cr_assert_eq(s.bytes_segment_free, 512 * KiB);
+  cr_assert_eq(s.trims, 1, "one discard");
+  cr_assert_eq(s.bytes_trimmed, 3 * MiB + 512 * KiB);
+  um_release(big);
+  um_release(b[1]);
+  um_release(b[3]);
   cr_assert_eq(um_manager_destroy(m), UM_OK);
 }
 

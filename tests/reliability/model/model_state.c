@@ -166,11 +166,23 @@ void mdl_buf_detach(mdl_ctx *c, mdl_buf *b) {
   memset(b, 0, sizeof(*b));
 }
 
+/* A block's capacity: the bytes unpooled; pooled, its class's size, but
+ * for a block of more than UM__SEG_SMALL bytes carved from a segment
+ * (segments on, a location the device carves), which takes its size
+ * rounded up to the granule or the device's carving alignment. UM_HOST
+ * blocks of every device are the cpu device's. */
 size_t mdl_capacity(const mdl_ctx *c, const mdl_buf *b) {
-  (void)c;
+  const um_device *d;
+  size_t r;
   if (b->kind != MDL_ALLOC)
     return 0;
-  return b->pooled ? um__class_size(um__size_class_of(b->size)) : b->size;
+  if (!b->pooled)
+    return b->size;
+  d = b->loc == UM_HOST ? um_device_get(c->m, 0) : c->devs[b->dev].d;
+  if (!c->cfg.opts.segments || b->size <= UM__SEG_SMALL || !(d->carve_locations & (1u << b->loc)))
+    return um__class_size(um__size_class_of(b->size));
+  r = d->carve_align > ((size_t)64 << 10) ? d->carve_align : (size_t)64 << 10;
+  return (b->size + r - 1) / r * r;
 }
 
 void mdl_count_in(mdl_ctx *c, const mdl_buf *b) {
