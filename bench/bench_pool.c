@@ -12,11 +12,13 @@
  *            glibc and mimalloc beside it as the machine's own yardstick;
  *   growth   pool hits on a thread whose live bytes keep growing, and with
  *            the pool at its limit, against steady hits;
- *   trace    a recorded allocation trace of mixed sizes and lifetimes
- *            (bench/traces/mixed.txt, made from a fixed seed by
- *            --make-trace), replayed, every page of every block written:
- *            time against the allocators, the pool's hit rate, and peak
- *            bytes reserved against peak bytes requested.
+ *   trace    allocation traces replayed (bench/traces: mixed.txt, of mixed
+ *            sizes and lifetimes, and the four kinds of trace_gen.c, each
+ *            made from a fixed seed by --make-trace): the pool's hit rate,
+ *            peak bytes reserved against peak bytes requested and both over
+ *            the replay, the peak RSS each allocator's replay adds (every
+ *            page touched, a process each), and time per event against the
+ *            allocators, every page of every block written and calls only.
  *
  * Every figure is the median of several rounds; in a round every column
  * runs once, one after the other, so that load from other processes
@@ -34,15 +36,21 @@
  * refuse RTLD_DEEPBIND: a sanitizer build leaves jemalloc out and says so.
  *
  *   bench_pool [--quick] [--only TABLE,...] [--json FILE] [--trace FILE]
- *              [--make-trace FILE]
+ *              [--series FILE]
+ *   bench_pool --make-trace FILE [--kind mixed|llm|training|dataframe|vectors]
  *
  * --quick: fewer rounds and shorter samples (a CI smoke run of seconds).
  * --only: run just the tables named (hit, touch, seeds, threads, growth,
  *   trace), a comma list.
- * --trace FILE: replay another trace (default: mixed.txt in the directory
+ * --trace FILE: replay that trace alone (default: mixed.txt in the directory
  *   UNIMEM_TRACE_DIR names, else beside this program: the installed
- *   ../share/unimem/traces, or the build tree's ../bench/traces).
- * --make-trace FILE: write the trace from its seed, and exit.
+ *   ../share/unimem/traces, or the build tree's ../bench/traces; and the
+ *   traces of the other kinds found beside it).
+ * --series FILE: the bytes requested and reserved over the first trace's
+ *   replay from an empty pool, one line per point (`unimem replay` draws
+ *   it).
+ * --make-trace FILE: write the trace of a kind (default mixed) from its
+ *   seed, and exit.
  *
  * Built as the `unimem bench pool` subcommand with -DUM_BENCH_NO_MAIN
  * (entry point um_bench_pool_main). Uses the public API only.
@@ -57,6 +65,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "bench_util.h"
@@ -137,6 +146,7 @@ typedef struct bp_env {
   double sample_ns; /* target duration of one sample */
   bool failed;
   const char *only; /* --only: the tables to run, a comma list (NULL: all) */
+  const char *series_path; /* --series: reserved and requested over the first trace's replay */
 } bp_env;
 
 /* glibc's own, through pointers the compiler cannot see through. */
@@ -1004,16 +1014,50 @@ fail:
   return -2;
 }
 
+/* Bytes requested and reserved over a replay: a point every stride
+ * allocations (the stride doubles when the points run out). */
+#define SERIES_POINTS 1024
+typedef struct bp_series {
+  int n, stride, seen;
+  int event[SERIES_POINTS];
+  uint64_t requested[SERIES_POINTS], reserved[SERIES_POINTS];
+} bp_series;
+
+static void series_add(bp_series *sr, int event, uint64_t requested, uint64_t reserved) {
+  if (sr->stride == 0)
+    sr->stride = 1;
+  if (sr->seen++ % sr->stride != 0)
+    return;
+  if (sr->n == SERIES_POINTS) { /* keep every other point */
+    for (int i = 0; i < SERIES_POINTS / 2; i++) {
+      sr->event[i] = sr->event[2 * i];
+      sr->requested[i] = sr->requested[2 * i];
+      sr->reserved[i] = sr->reserved[2 * i];
+    }
+    sr->n = SERIES_POINTS / 2;
+    sr->stride *= 2;
+  }
+  sr->event[sr->n] = event;
+  sr->requested[sr->n] = requested;
+  sr->reserved[sr->n] = reserved;
+  sr->n++;
+}
+
 /* Replay once with column col on manager m (unimem columns); slots holds
  * one pointer per allocation. touch: write every page of every block.
  * peak_reserved (untimed runs): read the pool's figures after every
- * allocation and keep the peak of bytes reserved. Returns the time, or -1. */
+ * allocation and keep the peak of bytes reserved; series (untimed, may be
+ * NULL): the bytes requested and reserved over the replay. Returns the
+ * time, or -1. */
 static double replay(bp_env *e, um_manager *m, int col, const bp_trace *t, void **slots, bool touch,
-                     uint64_t *peak_reserved, uint64_t *peak_live) {
-  um_device *cpu = um_device_get(m, 0);
+                     uint64_t *peak_reserved, uint64_t *peak_live, bp_series *series) {
+  um_device *cpu = m != NULL ? um_device_get(m, 0) : NULL;
+  uint64_t requested = 0;
   double t0 = bench_now_ns();
   for (int i = 0; i < t->nev; i++) {
     const bp_event *ev = &t->ev[i];
+    if (series != NULL)
+      requested += ev->bytes ? ev->bytes : 0;
     if (ev->bytes) {
       void *p;
       if (col <= COL_UNPOOLED) {
@@ -1029,6 +1073,8 @@ static double replay(bp_env *e, um_manager *m, int col, const bp_trace *t, void 
             *peak_reserved = s.bytes_reserved;
           if (s.bytes_reserved - s.bytes_pooled > *peak_live)
             *peak_live = s.bytes_reserved - s.bytes_pooled;
+          if (series != NULL)
+            series_add(series, i, requested, s.bytes_reserved);
         }
       } else {
         p = e->c_malloc[col](ev->bytes);
@@ -1041,6 +1087,8 @@ static double replay(bp_env *e, um_manager *m, int col, const bp_trace *t, void 
       else
         bp_escape(p);
     } else if (col <= COL_UNPOOLED) {
+      if (series != NULL)
+        requested -= um_buffer_size(slots[ev->id]);
       um_release(slots[ev->id]);
     } else {
       e->c_free[col](slots[ev->id]);
@@ -1059,13 +1107,13 @@ static void time_replays(bp_env *e, const bp_trace *t, void **slots, bool touch,
   for (int c = 0; c < NCOLS; c++)
     ns[c] = -1;
   for (int c = 0; c < ncols; c++)
-    if (col_present(e, cols[c]) && replay(e, e->m, cols[c], t, slots, touch, NULL, NULL) < 0)
+    if (col_present(e, cols[c]) && replay(e, e->m, cols[c], t, slots, touch, NULL, NULL, NULL) < 0)
       e->failed = true;
   for (int k = 0; k < reps; k++)
     for (int c = 0; c < ncols; c++) {
       samples[c][k] = -1;
       if (col_present(e, cols[c]))
-        samples[c][k] = replay(e, e->m, cols[c], t, slots, touch, NULL, NULL);
+        samples[c][k] = replay(e, e->m, cols[c], t, slots, touch, NULL, NULL, NULL);
     }
   for (int c = 0; c < ncols; c++)
     if (col_present(e, cols[c]))
@@ -1075,7 +1123,7 @@ static void time_replays(bp_env *e, const bp_trace *t, void **slots, bool touch,
 /* One replay on a fresh manager with a pool of at most max_pool bytes
  * (0: the default), figures read after every allocation. */
 static int trace_pass(bp_env *e, const bp_trace *t, void **slots, uint64_t max_pool, double *hit_rate,
-                      uint64_t *peak_reserved, uint64_t *peak_live) {
+                      uint64_t *peak_reserved, uint64_t *peak_live, bp_series *series) {
   um_manager *m;
   um_options o;
   um_stats s;
@@ -1090,7 +1138,7 @@ static int trace_pass(bp_env *e, const bp_trace *t, void **slots, uint64_t max_p
   if (um_manager_create(&o, &m) != UM_OK)
     return -1;
   *peak_reserved = *peak_live = 0;
-  if (replay(e, m, COL_POOL, t, slots, false, peak_reserved, peak_live) < 0) {
+  if (replay(e, m, COL_POOL, t, slots, false, peak_reserved, peak_live, series) < 0) {
     um_manager_destroy(m);
     return -1;
   }
@@ -1101,20 +1149,122 @@ static int trace_pass(bp_env *e, const bp_trace *t, void **slots, uint64_t max_p
 }
 
 /* What replays from an empty pool show, with the default limits and with
- * the pool capped at half the peak request. */
+ * the pool capped at half the peak request; the bytes over the default
+ * replay; the peak RSS growth of each column's replay in a process of its
+ * own (0: not measured). */
 typedef struct trace_pool {
   uint64_t cap;
   double hit_default, hit_capped;
   uint64_t peak_default, peak_capped, live_default, live_capped;
+  bp_series series;
+  uint64_t rss[NCOLS];
 } trace_pool;
 
 static int trace_pool_passes(bp_env *e, const bp_trace *t, void **slots, trace_pool *p) {
   memset(p, 0, sizeof(*p));
   p->cap = t->peak_requested / 2;
-  return trace_pass(e, t, slots, 0, &p->hit_default, &p->peak_default, &p->live_default) != 0 ||
-                 trace_pass(e, t, slots, p->cap, &p->hit_capped, &p->peak_capped, &p->live_capped) != 0
+  return trace_pass(e, t, slots, 0, &p->hit_default, &p->peak_default, &p->live_default, &p->series) != 0 ||
+                 trace_pass(e, t, slots, p->cap, &p->hit_capped, &p->peak_capped, &p->live_capped, NULL) != 0
              ? -1
              : 0;
+}
+
+/* A field of /proc/self/status in bytes (its kB), or 0. */
+static uint64_t status_bytes(const char *field) {
+  char line[256];
+  unsigned long long kb = 0;
+  size_t n = strlen(field);
+  FILE *f = fopen("/proc/self/status", "r");
+  if (f == NULL)
+    return 0;
+  while (fgets(line, sizeof(line), f))
+    if (strncmp(line, field, n) == 0 && line[n] == ':' && sscanf(line + n + 1, "%llu", &kb) == 1)
+      break;
+  fclose(f);
+  return (uint64_t)kb * 1024;
+}
+
+/* In a child: the peak resident memory that one replay of column col adds
+ * (every page touched), written to fd. The child was forked before any
+ * table ran, so no allocator holds memory freed by an earlier replay;
+ * unimem replays through a manager of its own (default options). */
+static void rss_child(bp_env *e, const bp_trace *t, void **slots, int col, int fd) {
+  uint64_t base, peak = 0;
+  um_manager *m = NULL;
+  int ok = 1;
+  unsetenv("UNIMEM_TRACE_FILE"); /* a recording would add its own memory, and its files */
+  if (col == COL_POOL) {
+    um_options o;
+    um_options_init(&o);
+    snprintf(o.backends, sizeof(o.backends), "cpu");
+    o.trim_interval_ms = 0;
+    ok = um_manager_create(&o, &m) == UM_OK;
+  }
+  /* The peak so far set back to what is resident now (Linux 4.0). */
+  FILE *cr = fopen("/proc/self/clear_refs", "w");
+  if (cr != NULL) {
+    fputs("5", cr);
+    fclose(cr);
+  }
+  base = status_bytes("VmRSS");
+  if (ok && replay(e, m, col, t, slots, true, NULL, NULL, NULL) >= 0)
+    peak = status_bytes("VmHWM");
+  peak = peak > base ? peak - base : 0;
+  if (write(fd, &peak, sizeof(peak)) != (ssize_t)sizeof(peak))
+    _exit(1);
+  _exit(0);
+}
+
+static void rss_passes(bp_env *e, const bp_trace *t, void **slots, trace_pool *p) {
+  static const int cols[] = {COL_POOL, COL_GLIBC, COL_JEMALLOC, COL_MIMALLOC};
+  for (size_t c = 0; c < sizeof(cols) / sizeof(cols[0]); c++) {
+    int fds[2], status;
+    uint64_t v = 0;
+    pid_t pid;
+    if (!col_present(e, cols[c]) || pipe(fds) != 0)
+      continue;
+    fflush(stdout);
+    if ((pid = fork()) == 0) {
+      close(fds[0]);
+      rss_child(e, t, slots, cols[c], fds[1]);
+    }
+    close(fds[1]);
+    if (pid > 0 && read(fds[0], &v, sizeof(v)) == (ssize_t)sizeof(v))
+      p->rss[cols[c]] = v;
+    close(fds[0]);
+    if (pid > 0)
+      waitpid(pid, &status, 0);
+  }
+}
+
+/* The series in FILE: event, bytes requested, bytes reserved (a header
+ * line first), for `unimem replay --plot`. */
+static void write_series(const char *path, const char *trace, const bp_series *sr) {
+  FILE *f = fopen(path, "w");
+  if (f == NULL) {
+    fprintf(stderr, "bench pool: cannot write %s: %s\n", path, strerror(errno));
+    return;
+  }
+  fprintf(f, "# %s: event, bytes requested, bytes reserved (from an empty pool, default options)\n", trace);
+  for (int i = 0; i < sr->n; i++)
+    fprintf(f, "%d %llu %llu\n", sr->event[i], (unsigned long long)sr->requested[i],
+            (unsigned long long)sr->reserved[i]);
+  fclose(f);
+}
+
+/* Reserved and requested at ten moments of the replay, as fractions of the
+ * peak request. */
+static void print_series(const bp_trace *t, const bp_series *sr) {
+  double req = (double)t->peak_requested;
+  if (sr->n < 10)
+    return;
+  printf("  over the replay (tenths of it; fractions of peak requested):\n    requested");
+  for (int k = 1; k <= 10; k++)
+    printf(" %5.2f", (double)sr->requested[k * (sr->n - 1) / 10] / req);
+  printf("\n    reserved ");
+  for (int k = 1; k <= 10; k++)
+    printf(" %5.2f", (double)sr->reserved[k * (sr->n - 1) / 10] / req);
+  printf("\n");
 }
 
 static void print_trace_pool(const char *path, const bp_trace *t, const trace_pool *p) {
@@ -1128,25 +1278,65 @@ static void print_trace_pool(const char *path, const bp_trace *t, const trace_po
   printf("  pool capped at %.1f MiB: hit rate %.1f%%, peak reserved %.1f MiB = %.2fx (seeds: 90-95%% hits)\n",
          (double)p->cap / (double)MiB, 100 * p->hit_capped, (double)p->peak_capped / (double)MiB,
          (double)p->peak_capped / req);
+  print_series(t, &p->series);
+  if (p->rss[COL_POOL] != 0 || p->rss[COL_GLIBC] != 0) {
+    static const int cols[] = {COL_POOL, COL_GLIBC, COL_JEMALLOC, COL_MIMALLOC};
+    printf("  peak RSS growth, every page touched (a process each), over peak requested:");
+    for (size_t c = 0; c < sizeof(cols) / sizeof(cols[0]); c++)
+      if (p->rss[cols[c]] != 0)
+        printf(" %s %.2fx", col_title[cols[c]], (double)p->rss[cols[c]] / req);
+    printf("\n");
+  }
+}
+
+/* The name of a trace's rows: its file's name without ".txt". */
+static void trace_name(const char *path, char *out, size_t cap) {
+  const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+  size_t n = strlen(base);
+  if (n > 4 && strcmp(base + n - 4, ".txt") == 0)
+    n -= 4;
+  snprintf(out, cap, "%.*s", (int)n, base);
 }
 
 /* The two timed rows (every page touched, and the calls alone), with the
  * pool's figures, printed and recorded. */
 static void trace_rows(bp_env *e, bench_report *rep, const char *path, const bp_trace *t, void **slots,
                        const trace_pool *p) {
-  static const char *const names[2] = {"mixed, touched", "mixed, calls only"};
   static const int cols[] = {COL_POOL, COL_UNPOOLED, COL_GLIBC, COL_JEMALLOC, COL_MIMALLOC};
+  char names[2][96], base[64];
   double ns[2][NCOLS], req = (double)t->peak_requested;
   bench_row *r[2];
+  um_manager *shared = e->m, *own = NULL;
+  um_options o;
+  trace_name(path, base, sizeof(base));
+  snprintf(names[0], sizeof(names[0]), "%s, touched", base);
+  snprintf(names[1], sizeof(names[1]), "%s, calls only", base);
+  /* unimem's columns on a manager of this trace's own (e->m's options), so
+   * that no earlier trace's peak is the pool's. */
+  um_options_init(&o);
+  snprintf(o.backends, sizeof(o.backends), "cpu");
+  o.enable_pooling = 1;
+  o.trim_interval_ms = 0;
+  if (um_manager_create(&o, &own) == UM_OK)
+    e->m = own;
   for (int i = 0; i < 2; i++) {
     time_replays(e, t, slots, i == 0, ns[i]);
     r[i] = add_row(rep, "trace", names[i], 0, ns[i]);
   }
+  e->m = shared;
+  if (own != NULL)
+    um_manager_destroy(own);
   bench_set(r[0], "hit_rate", p->hit_default);
   bench_set(r[0], "peak_requested_bytes", req);
   bench_set(r[0], "peak_reserved_bytes", (double)p->peak_default);
   bench_set(r[0], "reserved_over_requested", (double)p->peak_default / req);
   bench_set(r[0], "live_capacity_over_requested", (double)p->live_default / req);
+  for (int c = 0; c < NCOLS; c++)
+    if (p->rss[c] != 0) {
+      char key[BENCH_KEY_MAX];
+      snprintf(key, sizeof(key), "rss_over_requested_%s", col_title[c]);
+      bench_set(r[0], key, (double)p->rss[c] / req);
+    }
   bench_set(r[1], "hit_rate_capped_pool", p->hit_capped);
   bench_set(r[1], "peak_reserved_capped_bytes", (double)p->peak_capped);
   print_trace_pool(path, t, p);
@@ -1164,26 +1354,42 @@ static void trace_rows(bp_env *e, bench_report *rep, const char *path, const bp_
   }
 }
 
-static void trace_table(bp_env *e, bench_report *rep, const char *path) {
+/* A loaded trace, its slots, and its RSS figures (measured before any
+ * table ran). */
+typedef struct trace_job {
+  char path[4096];
   bp_trace t;
-  trace_pool p;
   void **slots;
-  int st = load_trace(path, &t);
-  if (st != 0) {
+  trace_pool p;
+  int st; /* load_trace's */
+} trace_job;
+
+static int trace_load_job(trace_job *j) {
+  j->st = load_trace(j->path, &j->t);
+  if (j->st == 0 && (j->slots = calloc((size_t)j->t.nalloc, sizeof(*j->slots))) == NULL)
+    j->st = -2;
+  return j->st;
+}
+
+static void trace_table(bp_env *e, bench_report *rep, trace_job *j, bool first) {
+  uint64_t rss[NCOLS];
+  if (j->st != 0) {
     printf("\nTrace: cannot read %s%s (UNIMEM_TRACE_DIR names the directory of mixed.txt;\n"
            "       bench_pool --make-trace FILE writes it)\n",
-           path, st == -1 ? "" : ": bad format");
-    if (st == -2)
+           j->path, j->st == -1 ? "" : ": bad format");
+    if (j->st == -2)
       e->failed = true;
     return;
   }
-  slots = calloc((size_t)t.nalloc, sizeof(*slots));
-  if (slots == NULL || trace_pool_passes(e, &t, slots, &p) != 0)
+  memcpy(rss, j->p.rss, sizeof(rss)); /* measured before the tables ran */
+  if (trace_pool_passes(e, &j->t, j->slots, &j->p) != 0) {
     e->failed = true;
-  else
-    trace_rows(e, rep, path, &t, slots, &p);
-  free(slots);
-  free(t.ev);
+    return;
+  }
+  memcpy(j->p.rss, rss, sizeof(rss));
+  if (e->series_path != NULL && first)
+    write_series(e->series_path, j->path, &j->p.series);
+  trace_rows(e, rep, j->path, &j->t, j->slots, &j->p);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1273,8 +1479,14 @@ static bool table_on(const bp_env *e, const char *name) {
 
 /* Every table (or those --only names), after a warm-up (CPU clock, page
  * tables, lazy binding). */
-static void run_tables(bp_env *e, bench_report *rep, const char *trace) {
+static void run_tables(bp_env *e, bench_report *rep, trace_job *jobs, int njobs) {
   double t0 = bench_now_ns();
+  /* Peak RSS of the trace replays first, each in a child forked before any
+   * allocator here has served (and kept) a table's memory. */
+  if (table_on(e, "trace"))
+    for (int i = 0; i < njobs; i++)
+      if (jobs[i].st == 0)
+        rss_passes(e, &jobs[i].t, jobs[i].slots, &jobs[i].p);
   while (bench_now_ns() - t0 < (e->quick ? 20e6 : 200e6))
     for (int c = COL_POOL; c < NCOLS; c++)
       if (col_present(e, c) && c != COL_UNPOOLED_NOHUGE)
@@ -1290,21 +1502,61 @@ static void run_tables(bp_env *e, bench_report *rep, const char *trace) {
   if (table_on(e, "growth"))
     grow_table(e, rep);
   if (table_on(e, "trace"))
-    trace_table(e, rep, trace);
+    for (int i = 0; i < njobs; i++)
+      trace_table(e, rep, &jobs[i], i == 0);
   fflush(stdout);
 }
 
+/* The traces to replay: FILE of --trace, or mixed.txt (default_trace) and
+ * the generated ones beside it (bench/trace_gen.c), those that are there. */
+static int trace_jobs(const char *trace, trace_job **out) {
+  static const char *const kinds[] = {"llm.txt", "training.txt", "dataframe.txt", "vectors.txt"};
+  trace_job *jobs = calloc(1 + sizeof(kinds) / sizeof(kinds[0]), sizeof(*jobs));
+  int n = 0;
+  if (jobs == NULL)
+    return -1;
+  if (trace != NULL) {
+    snprintf(jobs[n++].path, sizeof(jobs[0].path), "%s", trace);
+  } else {
+    char dir[4096];
+    default_trace(jobs[n++].path, sizeof(jobs[0].path));
+    snprintf(dir, sizeof(dir), "%s", jobs[0].path);
+    if (strrchr(dir, '/') != NULL)
+      *strrchr(dir, '/') = '\0';
+    else
+      snprintf(dir, sizeof(dir), ".");
+    for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
+      if (snprintf(jobs[n].path, sizeof(jobs[0].path), "%s/%s", dir, kinds[k]) < (int)sizeof(jobs[0].path) &&
+          access(jobs[n].path, R_OK) == 0)
+        n++;
+    }
+  }
+  for (int i = 0; i < n; i++)
+    trace_load_job(&jobs[i]);
+  *out = jobs;
+  return n;
+}
+
+static void trace_jobs_free(trace_job *jobs, int n) {
+  for (int i = 0; i < n; i++) {
+    free(jobs[i].slots);
+    free(jobs[i].t.ev);
+  }
+  free(jobs);
+}
+
 static void usage(const char *argv0) {
-  fprintf(stderr, "usage: %s [--quick] [--only TABLE[,TABLE...]] [--json FILE] [--trace FILE] [--make-trace FILE]\n"
+  fprintf(stderr, "usage: %s [--quick] [--only TABLE[,TABLE...]] [--json FILE] [--trace FILE] [--series FILE]\n"
+                  "       %s --make-trace FILE [--kind mixed|llm|training|dataframe|vectors]\n"
                   "  tables: hit, touch, seeds, threads, growth, trace\n",
-          argv0);
+          argv0, argv0);
 }
 
 int um_bench_pool_main(int argc, char **argv, bench_report *rep) {
-  const char *trace = NULL;
-  char found[4096];
+  const char *trace = NULL, *series = NULL;
+  trace_job *jobs = NULL;
   bp_env *e;
-  int quick = 0, rc;
+  int quick = 0, rc, njobs;
   const char *only = NULL;
   double t_start = bench_now_ns();
 
@@ -1315,6 +1567,8 @@ int um_bench_pool_main(int argc, char **argv, bench_report *rep) {
       trace = argv[++i];
     } else if (!strcmp(argv[i], "--only") && i + 1 < argc) {
       only = argv[++i];
+    } else if (!strcmp(argv[i], "--series") && i + 1 < argc) {
+      series = argv[++i];
     } else if (!strcmp(argv[i], "--make-trace") && i + 1 < argc) {
       const char *kind = i + 3 < argc && !strcmp(argv[i + 2], "--kind") ? argv[i + 3] : "mixed";
       return strcmp(kind, "mixed") == 0 ? make_trace(argv[i + 1]) : um_trace_gen_write(kind, argv[i + 1]);
@@ -1324,12 +1578,11 @@ int um_bench_pool_main(int argc, char **argv, bench_report *rep) {
     }
   }
   reexec_for_static_tls();
-  if (trace == NULL) {
-    default_trace(found, sizeof(found));
-    trace = found;
-  }
-  if ((e = calloc(1, sizeof(*e))) == NULL)
+  if ((njobs = trace_jobs(trace, &jobs)) < 0 || (e = calloc(1, sizeof(*e))) == NULL) {
+    free(jobs);
     return 1;
+  }
+  e->series_path = series;
   e->quick = quick;
   e->only = only;
   e->rounds = quick ? 3 : 11;
@@ -1337,12 +1590,14 @@ int um_bench_pool_main(int argc, char **argv, bench_report *rep) {
   describe_machine(e);
   load_allocators(e);
   if (open_managers(e) != 0) {
+    trace_jobs_free(jobs, njobs);
     free(e);
     return 1;
   }
   record_run(e, rep);
   print_run(e);
-  run_tables(e, rep, trace);
+  run_tables(e, rep, jobs, njobs);
+  trace_jobs_free(jobs, njobs);
   printf("\n(%.1f s)\n", (bench_now_ns() - t_start) / 1e9);
   rc = e->failed ? 1 : 0;
   um_manager_destroy(e->m_nohuge);

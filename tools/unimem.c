@@ -1,4 +1,4 @@
-/* The unimem command: info, bench, stats. */
+/* The unimem command: info, bench, stats, replay. */
 #include <stdio.h>
 #include <string.h>
 
@@ -14,6 +14,7 @@ static const char main_help[] =
     "    unimem bench [pool|transfer|kernels|loop|pyloop|gemm|stream|cuda|net|wait|all] [--quick]\n"
     "                 [--json FILE] [--plot FILE]\n"
     "    unimem stats [--device N] [--json FILE]\n"
+    "    unimem replay FILE [--quick] [--json FILE] [--plot FILE]\n"
     "    unimem help [COMMAND]\n"
     "    unimem --version\n"
     "\n"
@@ -30,6 +31,9 @@ static const char main_help[] =
     "    bench    the benchmarks, with the libraries and drivers unimem replaces\n"
     "             measured side by side; a table, a JSON report and a chart.\n"
     "    stats    a scripted workload, then every statistic unimem keeps.\n"
+    "    replay   an allocation trace (UNIMEM_TRACE_FILE records one) through the\n"
+    "             pool and glibc, jemalloc and mimalloc: hits, memory reserved\n"
+    "             over the replay (a chart with --plot), peak RSS, time per event.\n"
     "    help     this text, or a command's (also: unimem COMMAND --help).\n"
     "\n"
     "ENVIRONMENT\n"
@@ -61,6 +65,7 @@ static const command commands[] = {
     {"info", tool_info, tool_info_help},
     {"bench", tool_bench, tool_bench_help},
     {"stats", tool_stats, tool_stats_help},
+    {"replay", tool_replay, tool_replay_help},
 };
 
 static const command *find_command(const char *name) {
@@ -90,14 +95,14 @@ int main(int argc, char **argv) {
       return 0;
     }
     if ((c = find_command(argv[2])) == NULL) {
-      fprintf(stderr, "unimem: no command '%s' (info, bench, stats)\n", argv[2]);
+      fprintf(stderr, "unimem: no command '%s' (info, bench, stats, replay)\n", argv[2]);
       return 2;
     }
     fputs(c->help, stdout);
     return 0;
   }
   if ((c = find_command(argv[1])) == NULL) {
-    fprintf(stderr, "unimem: unknown command '%s' (info, bench, stats; unimem --help)\n", argv[1]);
+    fprintf(stderr, "unimem: unknown command '%s' (info, bench, stats, replay; unimem --help)\n", argv[1]);
     return 2;
   }
   return c->run(argc - 1, argv + 1);

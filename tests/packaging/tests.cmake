@@ -74,11 +74,13 @@ if(TARGET unimem_tool)
   # UNIMEM_TRACE_FILE records a program's allocations; the recording of the
   # pool's own replay of mixed.txt replays to mixed.txt's figures. The
   # replay opens a manager per pass: the third (".3", the first from an
-  # empty pool) holds one whole replay.
+  # empty pool) holds one whole replay (the peak-RSS children record
+  # nothing).
   set(_um_rec_out ${CMAKE_CURRENT_BINARY_DIR}/tool_trace_record)
   file(MAKE_DIRECTORY ${_um_rec_out})
   add_test(NAME tool_trace_record
-           COMMAND ${_um_check} 0 "summary: pool ok" -- env -u UNIMEM_TRACE_DIR ${_um_tool} bench pool --quick --only trace)
+           COMMAND ${_um_check} 0 "summary: pool ok"
+                   -- ${_um_tool} bench pool --quick --only trace --trace ${CMAKE_BINARY_DIR}/bench/traces/mixed.txt)
   set_tests_properties(tool_trace_record PROPERTIES FIXTURES_SETUP tool_trace_rec
                        ENVIRONMENT "UNIMEM_TRACE_FILE=${_um_rec_out}/rec.txt")
   add_test(NAME tool_trace_replay
@@ -88,6 +90,31 @@ if(TARGET unimem_tool)
                    -- ${_um_tool} bench pool --quick --only trace --trace ${_um_rec_out}/rec.txt.3)
   set_tests_properties(tool_trace_replay PROPERTIES FIXTURES_REQUIRED tool_trace_rec)
   list(APPEND _um_tool_tests tool_trace_record tool_trace_replay)
+
+  # unimem replay FILE: a trace of two blocks, its exact figures (the first
+  # allocation makes the segment, the second is carved from it), its JSON
+  # and, with gnuplot, its chart; no file (usage, 2) and a missing one (1).
+  set(_um_replay_out ${CMAKE_CURRENT_BINARY_DIR}/tool_replay)
+  file(MAKE_DIRECTORY ${_um_replay_out})
+  file(WRITE ${_um_replay_out}/two.txt "# two allocations, both freed\na 0 4096\na 1 1048576\nf 0\nf 1\n")
+  string(REPLACE "." "\\." _um_replay_re "${_um_replay_out}")
+  set(_um_replay_args --quick --json ${_um_replay_out}/two.json)
+  set(_um_replay_expect "^Trace replay: ${_um_replay_re}/two\\.txt$"
+      "^  2 allocations, 4 events; peak requested 1\\.0 MiB$"
+      "^  from an empty pool: hit rate 50\\.0%, peak reserved \\(live \\+ idle\\) 1\\.1 MiB = 1\\.06x peak requested$"
+      "^  peak RSS growth, every page touched \\(a process each\\), over peak requested: unimem [0-9.]+x glibc"
+      "^  two, touched " "^  two, calls only ")
+  if(UM_GNUPLOT)
+    list(APPEND _um_replay_args --plot ${_um_replay_out}/two.svg)
+    list(APPEND _um_replay_expect "^chart: ${_um_replay_re}/two\\.svg$")
+  endif()
+  add_test(NAME tool_replay COMMAND ${_um_check} 0 ${_um_replay_expect}
+           -- ${_um_tool} replay ${_um_replay_out}/two.txt ${_um_replay_args})
+  add_test(NAME tool_replay_usage COMMAND ${_um_check} 2 "^usage: unimem replay FILE" -- ${_um_tool} replay)
+  add_test(NAME tool_replay_missing COMMAND ${_um_check} 1 "^unimem replay: cannot read /nonexistent/trace\\.txt"
+           -- ${_um_tool} replay /nonexistent/trace.txt)
+  add_test(NAME tool_replay_help COMMAND ${_um_check} 0 "^SYNOPSIS" "unimem replay FILE" -- ${_um_tool} replay --help)
+  list(APPEND _um_tool_tests tool_replay tool_replay_usage tool_replay_missing tool_replay_help)
 
   # The kernel chains against raw OpenCL events: both sides' results are
   # checked before timing; skipped where no OpenCL device is found.
