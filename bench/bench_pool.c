@@ -1321,8 +1321,11 @@ static void trace_rows(bp_env *e, bench_report *rep, const char *path, const bp_
     e->m = own;
   for (int i = 0; i < 2; i++) {
     time_replays(e, t, slots, i == 0, ns[i]);
-    r[i] = add_row(rep, "trace", names[i], 0, ns[i]);
+    add_row(rep, "trace", names[i], 0, ns[i]);
   }
+  /* Taken after both rows exist: adding one may move the others. */
+  r[0] = &rep->rows[rep->nrows - 2];
+  r[1] = &rep->rows[rep->nrows - 1];
   e->m = shared;
   if (own != NULL)
     um_manager_destroy(own);
