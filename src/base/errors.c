@@ -6,7 +6,7 @@
 
 #include "base.h"
 
-static _Thread_local char last_error[512];
+static _Thread_local char last_error[1024];
 
 /* Every status code with its name and text, from unimem.h's list. */
 static const struct status_entry {

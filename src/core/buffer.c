@@ -2,6 +2,7 @@
  * a new block from the device with the pressure retry), wrapping caller
  * memory, release, and the getters. The host mapping is map.c's; what
  * happens to a released buffer's block is buffer_state.c's and block_return.c's. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -159,6 +160,31 @@ static int new_block(um_device *d, size_t bytes, size_t capacity, int cls, um_lo
   return UM_OK;
 }
 
+/* UM_ENOMEM from um_alloc, explained: the reason the device or the pool
+ * gave, then what was asked for and where, what this manager holds there
+ * (in use, reserved, idle in the pool, its free extents) and the device's
+ * own free and total memory (as device_limit_bytes caps them). */
+static __attribute__((noinline, cold)) int oom_report(um_device *d, um_location loc, size_t bytes) {
+  static const char *const loc_names[] = {"UM_HOST", "UM_DEVICE", "UM_PINNED", "UM_UNIFIED"};
+  char why[512], mem[128] = "";
+  uint64_t f = 0, t = 0;
+  um_stats s;
+  snprintf(why, sizeof(why), "%s", um_last_error());
+  if (um_stats_get(d->m, d, &s) != UM_OK)
+    memset(&s, 0, sizeof(s));
+  if (um_device_memory(d, &f, &t) == UM_OK)
+    snprintf(mem, sizeof(mem), "; the device has %llu of %llu bytes free", (unsigned long long)f,
+             (unsigned long long)t);
+  return um__set_error(UM_ENOMEM,
+                       "%s. Asked: %zu bytes (%s) on device %d (%s). Held there: %llu bytes in use by %llu "
+                       "buffer(s), %llu reserved, %llu idle in the pool (%llu free extent(s), the largest %llu "
+                       "bytes)%s",
+                       why, bytes, loc_names[loc], d->index, d->info.name, (unsigned long long)s.bytes_in_use,
+                       (unsigned long long)s.active_buffers, (unsigned long long)s.bytes_reserved,
+                       (unsigned long long)s.bytes_pooled, (unsigned long long)s.free_extents,
+                       (unsigned long long)s.largest_free_extent, mem);
+}
+
 /* Everything but a hit in this thread's cache: the bins, then the device
  * (with the pressure retry). Arguments are checked. */
 static __attribute__((noinline)) int alloc_slow(um_manager *m, um_device *d, size_t bytes,
@@ -183,7 +209,7 @@ static __attribute__((noinline)) int alloc_slow(um_manager *m, um_device *d, siz
   if (pooled && (fresh || st != UM_OK))
     UM__STAT_ADD(d, pool_misses, 1);
   if (st != UM_OK)
-    return st;
+    return st == UM_ENOMEM ? oom_report(d, loc, bytes) : st;
   go_live(d, tc, b, bytes, pooled && !fresh, out);
   return UM_OK;
 }

@@ -230,6 +230,18 @@ Test(segments, out_of_memory_with_free_but_fragmented_extents) {
   cr_assert_not_null(strstr(um_last_error(), "the 1048576 free bytes of its 1 segments lie in 2 extents, the "
                                              "largest 524288 bytes"),
                      "%s", um_last_error());
+  /* Out of memory explains itself: what was asked, what is held, what the
+   * device has (the same for an unpooled request). */
+  for (int k = 0; k < 2; k++) {
+    if (k == 1)
+      cr_assert_eq(um_alloc(m, um_device_get(m, 1), 1 * MiB, UM_DEVICE, UM_ALLOC_UNPOOLED, &big), UM_ENOMEM);
+    cr_assert_not_null(strstr(um_last_error(), ". Asked: 1048576 bytes (UM_DEVICE) on device 1 ("), "%s",
+                       um_last_error());
+    cr_assert_not_null(strstr(um_last_error(), "). Held there: 1048576 bytes in use by 2 buffer(s), 2097152 "
+                                               "reserved, 1048576 idle in the pool (2 free extent(s), the "
+                                               "largest 524288 bytes); the device has 0 of 2097152 bytes free"),
+                       "%s", um_last_error());
+  }
   s = stats(m, 1);
   cr_assert_eq(s.bytes_reserved, 2 * MiB, "nothing new was taken");
   cr_assert_eq(s.bytes_segment_free, 1 * MiB);
