@@ -627,6 +627,11 @@ struct um_manager {
   atomic_uint_fast64_t bytes_in_use;
   atomic_uint_fast64_t peak_bytes_in_use;
   atomic_uint_fast64_t bytes_pooled;
+  /* the segments of every pool (mem/segment.c's published figures): the
+   * bytes no block uses (idle memory, counted against max_pool_bytes with
+   * the bins'), and of those what a trim could give back (the trim timer
+   * sleeps while both this and bytes_pooled are 0) */
+  atomic_uint_fast64_t seg_free, seg_returnable;
 
   /* peer matrix: peer[a * UM__MAX_DEVICES + b] != 0 when a may access b */
   unsigned char peer[UM__MAX_DEVICES * UM__MAX_DEVICES];

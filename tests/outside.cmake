@@ -95,3 +95,33 @@ foreach(src ${UM_OUTSIDE_SOURCES})
     endforeach()
   endif()
 endforeach()
+
+# The outside attack on segments (outside/found_segments): programs of the
+# public header alone, each ending 0 when what it checks held (1, with what
+# it saw, otherwise); the defect_* and finding_* ones failed before their
+# fixes. regress_fork_children forks children that start threads: left out
+# of sanitizer builds, whose allocators' locks a child can inherit held
+# (the program's note).
+file(GLOB UM_FOUND_SEG_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/outside/found_segments/*.c)
+foreach(src ${UM_FOUND_SEG_SOURCES})
+  get_filename_component(name ${src} NAME_WE)
+  if(UNIMEM_SANITIZE AND name STREQUAL "regress_fork_children")
+    continue()
+  endif()
+  if(name MATCHES "opencl_subbuffers" AND NOT (UM_HAVE_OPENCL AND UM_OPENCL_LIBRARY))
+    continue()
+  endif()
+  set(exe outside_seg_${name})
+  add_executable(${exe} ${src}) # each defines the feature macros it needs
+  target_compile_options(${exe} PRIVATE ${UM_WARNINGS})
+  target_link_libraries(${exe} PRIVATE unimem Threads::Threads)
+  if(name MATCHES "opencl_subbuffers")
+    target_link_libraries(${exe} PRIVATE ${UM_OPENCL_LIBRARY})
+  endif()
+  set(args "")
+  if(name STREQUAL "regress_mt_integrity")
+    set(args 1 3) # a trimmer thread, 3 s
+  endif()
+  add_test(NAME ${exe} COMMAND ${exe} ${args})
+  set_tests_properties(${exe} PROPERTIES LABELS "outside" TIMEOUT 300 ENVIRONMENT "POCL_DEVICES=pthread")
+endforeach()

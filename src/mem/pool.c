@@ -54,7 +54,9 @@ void um__pool_init(um__pool *p, um_device *dev, um_location loc) {
 /* Budget, idle bytes and order */
 
 static bool claim(um_manager *m, uint64_t bytes) {
-  uint64_t max = m->opts.max_pool_bytes;
+  /* The segments' free bytes are idle memory too (segment.c). */
+  uint64_t max = m->opts.max_pool_bytes, seg = (uint64_t)um__atomic_load_relaxed(&m->seg_free);
+  max -= seg < max ? seg : max;
   uint_fast64_t cur = um__atomic_load_relaxed(&m->pool_claimed);
   do {
     if (bytes > max || cur > max - bytes)

@@ -79,9 +79,14 @@ struct um__segs {
   uint64_t next_id; /* ids in order of creation: ties go to the older */
   /* Sums over the segments: plain ones (sizes, bytes carved), virtual
    * ones (committed granules, bytes carved), and the wholly free. */
-  uint64_t plain_bytes, plain_used, committed, virt_used, whole_free_bytes;
+  uint64_t plain_bytes, plain_used, committed, virt_used, whole_free_bytes, plain_whole_bytes;
   uint64_t high; /* the most that held_locked has been */
   uint64_t last_carve_ns; /* when a block was last carved */
+  /* The free bytes and what a trim could give back, as added into the
+   * manager's seg_free and seg_returnable (publish_locked); of the virtual
+   * segments' free memory, what the last full discard left (it shares
+   * granules with blocks). */
+  uint64_t published_free, published_ret, residual;
 };
 
 /* What the pool holds from the device: plain segments whole, virtual ones
@@ -94,6 +99,45 @@ static uint64_t free_pending_locked(const struct um__segs *s, uint64_t pending) 
   return (s->plain_bytes - s->plain_used) + (c > s->virt_used ? c - s->virt_used : 0);
 }
 static uint64_t held_free_locked(const struct um__segs *s) { return free_pending_locked(s, 0); }
+
+/* What a trim could give back now: wholly free plain segments, and the
+ * virtual segments' free memory but for what the last discard left. */
+static uint64_t returnable_locked(struct um__segs *s) {
+  uint64_t vfree = s->committed > s->virt_used ? s->committed - s->virt_used : 0;
+  if (s->residual > vfree)
+    s->residual = vfree;
+  return s->plain_whole_bytes + (vfree - s->residual);
+}
+
+/* *total moved from *mine to now; its value before. */
+static uint64_t move_figure(atomic_uint_fast64_t *total, uint64_t *mine, uint64_t now) {
+  uint64_t before = (uint64_t)um__atomic_load_relaxed(total);
+  if (now > *mine)
+    before = (uint64_t)um__atomic_add_relaxed(total, now - *mine);
+  else if (now < *mine)
+    um__atomic_sub_relaxed(total, *mine - now);
+  *mine = now;
+  return before;
+}
+
+/* The manager's figures moved to this pool's; true when nothing could be
+ * trimmed before and something can now (the caller then wakes the trim
+ * timer, without the lock: um__pool_notify_idle). */
+static bool publish_locked(um__pool *p) {
+  struct um__segs *s = p->segs;
+  um_manager *m = p->dev->m;
+  uint64_t ret = returnable_locked(s);
+  move_figure(&m->seg_free, &s->published_free, held_free_locked(s));
+  return move_figure(&m->seg_returnable, &s->published_ret, ret) == 0 && ret != 0;
+}
+
+/* The lock let go, and the timer woken when there is memory to trim. */
+static void unlock_publish(um__pool *p) {
+  bool wake = publish_locked(p);
+  pthread_mutex_unlock(&p->segs->lock);
+  if (wake)
+    um__pool_notify_idle(p->dev->m);
+}
 
 void um__seg_init(um__pool *p) {
   um_device *d = p->dev;
@@ -116,9 +160,23 @@ void um__seg_init(um__pool *p) {
 
 static size_t round_up(size_t v, size_t r) { return v > SIZE_MAX - (r - 1) ? 0 : (v + r - 1) & ~(r - 1); }
 
+/* Under device_limit_bytes, plain segments of at most a sixteenth of the
+ * limit (a power of two, at least the alignment): one small live block
+ * then keeps little of a small limit from the others. */
+static size_t limited_piece(const um__pool *p, size_t piece) {
+  uint64_t limit = p->dev->m->opts.device_limit_bytes / 16;
+  size_t r = p->segs->x[0].align;
+  if (p->segs->virt || limit == 0 || limit >= piece)
+    return piece;
+  while (r * 2 <= limit)
+    r *= 2;
+  return r;
+}
+
 size_t um__seg_size_for(const um__pool *p, size_t cap) {
-  size_t r = UM__SEG_ROUND > p->segs->x[0].align ? UM__SEG_ROUND : p->segs->x[0].align, want;
-  want = cap <= UM__SEG_SMALL ? UM__SEG_SMALL_SEGMENT : round_up(cap, r);
+  size_t r = limited_piece(p, UM__SEG_ROUND > p->segs->x[0].align ? UM__SEG_ROUND : p->segs->x[0].align), want;
+  size_t small = limited_piece(p, UM__SEG_SMALL_SEGMENT);
+  want = cap <= UM__SEG_SMALL ? (small >= cap ? small : round_up(cap, r)) : round_up(cap, r);
   if (p->segs->virt && want != 0 && want < UM__SEG_VIRTUAL)
     want = UM__SEG_VIRTUAL;
   return want;
@@ -242,7 +300,9 @@ uint64_t um__seg_discard(um__pool *p) {
     return 0;
   pthread_mutex_lock(&s->lock);
   freed = discard_locked(p, 0, 0);
-  pthread_mutex_unlock(&s->lock);
+  /* What is left shares granules with blocks: no trim can give it back. */
+  s->residual = s->committed > s->virt_used ? s->committed - s->virt_used : 0;
+  unlock_publish(p);
   UM__STAT_SUB(p->dev, bytes_reserved, freed);
   return freed;
 }
@@ -269,8 +329,11 @@ static void unlink_segment_locked(struct um__segs *s, um__seg *seg) {
     s->list = seg->next;
   if (seg->next != NULL)
     seg->next->prev = seg->prev;
-  if (seg->whole_free)
+  if (seg->whole_free) {
     s->whole_free_bytes -= seg->size;
+    if (!seg->virt)
+      s->plain_whole_bytes -= seg->size;
+  }
   if (seg->virt)
     s->committed -= seg->committed_bytes;
   else
@@ -286,6 +349,8 @@ static void taken_locked(struct um__segs *s, um__extent *e, size_t cap) {
   if (seg->whole_free) {
     seg->whole_free = false;
     s->whole_free_bytes -= seg->size;
+    if (!seg->virt)
+      s->plain_whole_bytes -= seg->size;
   }
   seg->used += cap;
   if (seg->virt)
@@ -310,8 +375,10 @@ static void give_extent(um__pool *p, um__extent *e, size_t cap) {
     seg->whole_free = true;
     seg->free_since_ns = um__now_ns();
     s->whole_free_bytes += seg->size;
+    if (!seg->virt)
+      s->plain_whole_bytes += seg->size;
   }
-  pthread_mutex_unlock(&s->lock);
+  unlock_publish(p);
 }
 
 /* Whether a block of bytes at the start of free extent e needs no new
@@ -352,7 +419,7 @@ int um__seg_carve(um__pool *p, size_t cap, bool commit, um__mem *out) {
       added = commit_locked(s, seg, e->off, e->size);
     }
   }
-  pthread_mutex_unlock(&s->lock);
+  unlock_publish(p);
   if (e == NULL)
     return UM_ENOMEM; /* nothing fits (no message: the caller goes on) */
   UM__STAT_SUB(p->dev, bytes_reserved, discarded);
@@ -394,6 +461,8 @@ int um__seg_add_and_carve(um__pool *p, const um__mem *mem, size_t bytes, size_t 
       s->plain_bytes += bytes;
     seg->whole_free = true;
     s->whole_free_bytes += bytes;
+    if (!virt)
+      s->plain_whole_bytes += bytes;
     /* Carved at once, from this segment (best fit could pick an extent that
      * another thread freed meanwhile, and leave the new segment unused), and
      * under the same lock: another thread cannot take it first. */
@@ -403,7 +472,7 @@ int um__seg_add_and_carve(um__pool *p, const um__mem *mem, size_t bytes, size_t 
         added = commit_locked(s, seg, e->off, e->size);
     }
   }
-  pthread_mutex_unlock(&s->lock);
+  unlock_publish(p);
   if (seg->first == NULL) {
     free_segment(p, seg);
     return um__set_error(UM_ENOMEM, "um_alloc: out of memory for a segment's extent");
@@ -414,7 +483,7 @@ int um__seg_add_and_carve(um__pool *p, const um__mem *mem, size_t bytes, size_t 
       unlink_segment_locked(s, seg);
     else
       seg = NULL;
-    pthread_mutex_unlock(&s->lock);
+    unlock_publish(p);
     if (seg != NULL)
       free_segment(p, seg);
     return um__set_error(UM_ENOMEM, "um_alloc: out of memory for an extent");
@@ -423,11 +492,39 @@ int um__seg_add_and_carve(um__pool *p, const um__mem *mem, size_t bytes, size_t 
   return carve_extent(p, e, cap, out);
 }
 
+/* The pools hold more idle memory than max_pool_bytes (the bins' and the
+ * segments' together): give back the excess, from p's wholly free plain
+ * segments (oldest first) or the free memory of its virtual ones (the
+ * bins, which claim their room against both, shrink for the rest). */
+static void over_cap(um__pool *p) {
+  struct um__segs *s = p->segs;
+  um_manager *m = p->dev->m;
+  uint64_t idle = (uint64_t)um__atomic_load_relaxed(&m->bytes_pooled) +
+                  (uint64_t)um__atomic_load_relaxed(&m->seg_free),
+           excess, held, free, freed;
+  if (idle <= m->opts.max_pool_bytes)
+    return;
+  excess = idle - m->opts.max_pool_bytes;
+  if (!s->virt) { /* plain segments go whole */
+    pthread_mutex_lock(&s->lock);
+    held = held_locked(s);
+    pthread_mutex_unlock(&s->lock);
+    um__seg_shed(p, held > excess ? held - excess : 1, UINT64_MAX);
+    return;
+  }
+  pthread_mutex_lock(&s->lock);
+  free = held_free_locked(s);
+  freed = discard_locked(p, free > excess ? free - excess : 0, 0);
+  unlock_publish(p);
+  UM__STAT_SUB(p->dev, bytes_reserved, freed);
+}
+
 void um__seg_release(um__pool *p, um__mem *mem, size_t cap) {
   um__extent *e = mem->carved;
   um__dev_mem_uncarve(p->segs->giver, p->loc, mem);
   memset(mem, 0, sizeof(*mem));
   give_extent(p, e, cap);
+  over_cap(p);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -452,7 +549,7 @@ uint64_t um__seg_shed(um__pool *p, uint64_t keep, uint64_t cutoff_ns) {
     seg->next = gone;
     gone = seg;
   }
-  pthread_mutex_unlock(&s->lock);
+  unlock_publish(p);
   while (gone != NULL) {
     uint64_t bytes;
     seg = gone;
@@ -509,9 +606,50 @@ void um__seg_destroy(um__pool *p) {
   }
   um__ext_destroy(&s->x[0]);
   um__ext_destroy(&s->x[1]);
+  um__atomic_sub_relaxed(&p->dev->m->seg_free, s->published_free);
+  um__atomic_sub_relaxed(&p->dev->m->seg_returnable, s->published_ret);
   pthread_mutex_destroy(&s->lock);
   free(s);
   p->segs = NULL;
+}
+
+/* The committed bytes of seg in [off, off + len): a virtual segment's
+ * free extent holds memory only where its granules are committed. */
+static size_t committed_in(const um__seg *seg, size_t off, size_t len) {
+  size_t n = 0, end = off + len;
+  for (size_t g = off / UM__SEG_GRANULE; g * UM__SEG_GRANULE < end;) {
+    size_t lo, hi;
+    if (g % 64 == 0 && seg->committed[g / 64] == 0) { /* 64 granules of nothing */
+      g += 64;
+      continue;
+    }
+    if (granule_set(seg, g)) {
+      lo = g * UM__SEG_GRANULE > off ? g * UM__SEG_GRANULE : off;
+      hi = (g + 1) * UM__SEG_GRANULE < end ? (g + 1) * UM__SEG_GRANULE : end;
+      n += hi - lo;
+    }
+    g++;
+  }
+  return n;
+}
+
+/* The free extents of s that hold memory (a virtual segment's address
+ * space alone is no free memory: bytes_segment_free counts none of it),
+ * counted into *count; the most memory one of them holds. */
+static size_t committed_extents_locked(const struct um__segs *s, uint64_t *count) {
+  size_t largest = 0;
+  for (int k = 0; k < 2; k++)
+    for (unsigned b = 0; b < UM__EXT_BINS; b++)
+      for (const um__extent *e = s->x[k].bins[b]; e != NULL; e = e->fnext) {
+        const um__seg *seg = e->owner;
+        size_t held = seg->virt ? committed_in(seg, e->off, e->size) : e->size;
+        if (held == 0)
+          continue;
+        ++*count;
+        if (held > largest)
+          largest = held;
+      }
+  return largest;
 }
 
 void um__seg_stats_add(um__pool *p, um__seg_stats *out) {
@@ -523,10 +661,14 @@ void um__seg_stats_add(um__pool *p, um__seg_stats *out) {
   out->segments += s->x[0].nsegments + s->x[1].nsegments;
   out->held_bytes += held_locked(s);
   out->free_bytes += held_free_locked(s);
-  out->free_extents += s->x[0].nfree + s->x[1].nfree;
-  largest = um__ext_largest_free(&s->x[1]);
-  if (largest == 0)
-    largest = um__ext_largest_free(&s->x[0]);
+  if (!s->virt) {
+    out->free_extents += s->x[0].nfree + s->x[1].nfree;
+    largest = um__ext_largest_free(&s->x[1]);
+    if (largest == 0)
+      largest = um__ext_largest_free(&s->x[0]);
+  } else {
+    largest = committed_extents_locked(s, &out->free_extents);
+  }
   if (largest > out->largest_free)
     out->largest_free = largest;
   pthread_mutex_unlock(&s->lock);

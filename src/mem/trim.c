@@ -108,7 +108,8 @@ static void *trim_main(void *arg) {
     /* seq_cst store then load, against the reserver's increment then load
      * of trim_asleep: one of the two sees the other. */
     atomic_store(&m->trim_asleep, true);
-    if (um__atomic_load_relaxed(&m->bytes_pooled) == 0 && atomic_load(&m->reserve_seq) == seen) {
+    if (um__atomic_load_relaxed(&m->bytes_pooled) == 0 && um__atomic_load_relaxed(&m->seg_returnable) == 0 &&
+        atomic_load(&m->reserve_seq) == seen) {
       pthread_cond_wait(&m->trim_cond, &m->trim_lock);
       atomic_store(&m->trim_asleep, false);
       seen = atomic_load(&m->reserve_seq) - 1u; /* tick at least once */

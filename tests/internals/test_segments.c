@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "test_util.h"
 
@@ -171,7 +172,7 @@ Test(segments, growth_past_the_peak_gives_free_memory_back_first) {
   um_release(b[2]);
   s = stats(m, 0);
   cr_assert_eq(s.bytes_segment_free, 4 * MiB, "two 2 MiB holes, not adjacent");
-  cr_assert_eq(s.free_extents, 3, "two holes and the rest of the address space");
+  cr_assert_eq(s.free_extents, 2, "two holes (the rest of the address space holds no memory)");
   big = alloc_on(m, 0, 4 * MiB, UM_HOST);
   s = stats(m, 0);
   /* 3.5 MiB of the holes go back first: the peak is 8.5 MiB, not 12. */
@@ -204,55 +205,181 @@ Test(segments, off_gives_one_device_block_per_pooled_block) {
   cr_assert_eq(um_manager_destroy(m), UM_OK);
 }
 
-/* Plain segments (OpenCL DEVICE: 2 MiB for blocks up to 1 MiB) under a
- * device limit of one segment: four 512 KiB blocks fill it; with the first
- * and third released, 1 MiB is free in two extents of 512 KiB, and a 1 MiB
- * block fits in neither, nor in a new segment. */
+/* Plain segments (OpenCL DEVICE) under a device limit of 2 MiB are a
+ * sixteenth of it, 128 KiB: 64 blocks of 32 KiB fill 16 of them and the
+ * limit; with every other block released, 1 MiB is free in 32 extents of
+ * 32 KiB, and a 64 KiB block fits in none, nor in a new segment. */
+#define FRAG_BLOCKS 64
 Test(segments, out_of_memory_with_free_but_fragmented_extents) {
   um_manager *m = make("cpu,opencl", 2 * MiB);
-  um_buffer *b[4], *big = NULL;
+  um_buffer *b[FRAG_BLOCKS], *big = NULL;
   um_stats s;
   int st;
   if (um_device_count(m) < 2) {
     um_manager_destroy(m);
     cr_skip_test("SKIP: no OpenCL device (POCL_DEVICES unset?)");
   }
-  for (int i = 0; i < 4; i++)
-    b[i] = alloc_on(m, 1, 512 * KiB, UM_DEVICE);
+  for (int i = 0; i < FRAG_BLOCKS; i++)
+    b[i] = alloc_on(m, 1, 32 * KiB, UM_DEVICE);
   s = stats(m, 1);
-  cr_assert_eq(s.segments, 1);
+  cr_assert_eq(s.segments, 16, "segments of 128 KiB under a 2 MiB limit");
   cr_assert_eq(s.bytes_reserved, 2 * MiB);
   cr_assert_eq(s.bytes_segment_free, 0);
-  um_release(b[0]);
-  um_release(b[2]);
-  st = um_alloc(m, um_device_get(m, 1), 1 * MiB, UM_DEVICE, 0, &big);
+  for (int i = 1; i < FRAG_BLOCKS; i += 2)
+    um_release(b[i]);
+  st = um_alloc(m, um_device_get(m, 1), 64 * KiB, UM_DEVICE, 0, &big);
   cr_assert_eq(st, UM_ENOMEM, "%s", um_err_name(st));
-  cr_assert_not_null(strstr(um_last_error(), "the 1048576 free bytes of its 1 segments lie in 2 extents, the "
-                                             "largest 524288 bytes"),
+  cr_assert_not_null(strstr(um_last_error(), "the 1048576 free bytes of its 16 segments lie in 32 extents, the "
+                                             "largest 32768 bytes"),
                      "%s", um_last_error());
   /* Out of memory explains itself: what was asked, what is held, what the
    * device has (the same for an unpooled request). */
   for (int k = 0; k < 2; k++) {
     if (k == 1)
-      cr_assert_eq(um_alloc(m, um_device_get(m, 1), 1 * MiB, UM_DEVICE, UM_ALLOC_UNPOOLED, &big), UM_ENOMEM);
-    cr_assert_not_null(strstr(um_last_error(), ". Asked: 1048576 bytes (UM_DEVICE) on device 1 ("), "%s",
+      cr_assert_eq(um_alloc(m, um_device_get(m, 1), 64 * KiB, UM_DEVICE, UM_ALLOC_UNPOOLED, &big), UM_ENOMEM);
+    cr_assert_not_null(strstr(um_last_error(), ". Asked: 65536 bytes (UM_DEVICE) on device 1 ("), "%s",
                        um_last_error());
-    cr_assert_not_null(strstr(um_last_error(), "). Held there: 1048576 bytes in use by 2 buffer(s), 2097152 "
-                                               "reserved, 1048576 idle in the pool (2 free extent(s), the "
-                                               "largest 524288 bytes); the device has 0 of 2097152 bytes free"),
+    cr_assert_not_null(strstr(um_last_error(), "). Held there: 1048576 bytes in use by 32 buffer(s), 2097152 "
+                                               "reserved, 1048576 idle in the pool (32 free extent(s), the "
+                                               "largest 32768 bytes); the device has 0 of 2097152 bytes free"),
                        "%s", um_last_error());
   }
   s = stats(m, 1);
   cr_assert_eq(s.bytes_reserved, 2 * MiB, "nothing new was taken");
   cr_assert_eq(s.bytes_segment_free, 1 * MiB);
-  cr_assert_eq(s.free_extents, 2);
-  cr_assert_eq(s.largest_free_extent, 512 * KiB);
-  /* The neighbour goes: the hole is 1 MiB and the block fits. */
-  um_release(b[1]);
-  big = alloc_on(m, 1, 1 * MiB, UM_DEVICE);
+  cr_assert_eq(s.free_extents, 32);
+  cr_assert_eq(s.largest_free_extent, 32 * KiB);
+  /* A block between two holes goes: they merge into 96 KiB and the block
+   * fits. */
+  um_release(b[2]);
+  big = alloc_on(m, 1, 64 * KiB, UM_DEVICE);
   cr_assert_eq(stats(m, 1).bytes_reserved, 2 * MiB);
   um_release(big);
-  um_release(b[3]);
+  for (int i = 0; i < FRAG_BLOCKS; i += 2)
+    if (i != 2)
+      um_release(b[i]);
+  cr_assert_eq(um_manager_destroy(m), UM_OK);
+}
+
+/* The outside attack's findings (tests/outside/found_segments). */
+
+static um_manager *make_opts(const char *backends, uint64_t limit, uint64_t max_pool, unsigned trim_ms) {
+  um_options o;
+  um_manager *m = NULL;
+  ut_options_on(&o, backends);
+  o.segments = 1;
+  o.device_limit_bytes = limit;
+  if (max_pool != 0)
+    o.max_pool_bytes = max_pool;
+  o.trim_interval_ms = trim_ms;
+  cr_assert_eq(um_manager_create(&o, &m), UM_OK, "%s", um_last_error());
+  return m;
+}
+
+/* max_pool_bytes bounds the idle memory of the bins and the segments
+ * together: 40 blocks of 16 MiB released leave 64 MiB idle, exactly on the
+ * host (free memory of the virtual segment given back past the cap), at
+ * most that on OpenCL (whole segments); so do 2000 blocks of 200000 bytes
+ * (the bins shrink for the segments' free bytes). */
+static void pool_capped_on(int dev, um_location loc) {
+  um_manager *m = make_opts("cpu,opencl", 0, 64 * MiB, 0);
+  static um_buffer *b[2000];
+  um_stats s;
+  if (dev >= um_device_count(m)) {
+    um_manager_destroy(m);
+    cr_skip_test("SKIP: no OpenCL device (POCL_DEVICES unset?)");
+  }
+  for (int i = 0; i < 40; i++)
+    b[i] = alloc_on(m, dev, 16 * MiB, loc);
+  for (int i = 0; i < 40; i++)
+    um_release(b[i]);
+  s = stats(m, dev);
+  if (dev == 0)
+    cr_assert_eq(s.bytes_pooled, 64 * MiB, "pooled %llu", (unsigned long long)s.bytes_pooled);
+  cr_assert_leq(s.bytes_pooled, 64 * MiB, "pooled %llu", (unsigned long long)s.bytes_pooled);
+  cr_assert_eq(s.bytes_reserved, s.bytes_pooled, "nothing live: what is held is idle");
+  for (int i = 0; i < 2000; i++)
+    b[i] = alloc_on(m, dev, 200000, loc);
+  for (int i = 0; i < 2000; i++)
+    um_release(b[i]);
+  s = stats(m, dev);
+  cr_assert_leq(s.bytes_pooled, 64 * MiB, "pooled %llu", (unsigned long long)s.bytes_pooled);
+  cr_assert_eq(um_manager_destroy(m), UM_OK);
+}
+
+Test(segments, max_pool_bytes_bounds_segments_host) { pool_capped_on(0, UM_HOST); }
+Test(segments, max_pool_bytes_bounds_segments_opencl) { pool_capped_on(1, UM_DEVICE); }
+
+/* The trim timer gives back idle segment memory (it slept while the bins
+ * were empty): 10 blocks of 16 MiB, or 50 of 100000 bytes, released, and
+ * within a few intervals nothing is held. */
+static void timer_trims_on(int dev, um_location loc, size_t bytes, int n) {
+  um_manager *m = make_opts("cpu,opencl", 0, 0, 50);
+  um_buffer *b[64];
+  um_stats s;
+  int waited = 0;
+  if (dev >= um_device_count(m)) {
+    um_manager_destroy(m);
+    cr_skip_test("SKIP: no OpenCL device (POCL_DEVICES unset?)");
+  }
+  for (int i = 0; i < n; i++)
+    b[i] = alloc_on(m, dev, bytes, loc);
+  for (int i = 0; i < n; i++)
+    um_release(b[i]);
+  cr_assert_gt(stats(m, dev).bytes_reserved, 0);
+  do { /* bounded: 20 s, for a loaded machine */
+    struct timespec ts = {0, 20 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    s = stats(m, dev);
+  } while (s.bytes_reserved != 0 && ++waited < 1000);
+  cr_assert_eq(s.bytes_reserved, 0, "after %d ms: %llu bytes still held", waited * 20,
+               (unsigned long long)s.bytes_reserved);
+  cr_assert_gt(s.trims, 0);
+  cr_assert_eq(um_manager_destroy(m), UM_OK);
+}
+
+Test(segments, trim_timer_gives_back_segments_host) { timer_trims_on(0, UM_HOST, 16 * MiB, 10); }
+Test(segments, trim_timer_gives_back_segments_opencl) { timer_trims_on(1, UM_DEVICE, 16 * MiB, 10); }
+Test(segments, trim_timer_gives_back_small_blocks_opencl) { timer_trims_on(1, UM_DEVICE, 100000, 50); }
+
+/* A virtual segment's address space is no free memory: free_extents and
+ * largest_free_extent count only extents that hold some, as
+ * bytes_segment_free does. */
+Test(segments, free_extents_count_memory_not_address_space) {
+  um_manager *m = make("cpu", 0);
+  um_buffer *a = alloc_on(m, 0, 64 * KiB, UM_HOST), *b = alloc_on(m, 0, 4 * MiB, UM_HOST);
+  um_stats s = stats(m, 0);
+  cr_assert_eq(s.bytes_segment_free, 0);
+  cr_assert_eq(s.free_extents, 0);
+  cr_assert_eq(s.largest_free_extent, 0);
+  um_release(b);
+  s = stats(m, 0);
+  cr_assert_eq(s.bytes_segment_free, 4 * MiB);
+  cr_assert_eq(s.free_extents, 1);
+  cr_assert_eq(s.largest_free_extent, 4 * MiB);
+  um_release(a);
+  cr_assert_eq(um_pool_trim(m, 0), UM_OK);
+  s = stats(m, 0);
+  cr_assert_eq(s.free_extents, 0);
+  cr_assert_eq(s.largest_free_extent, 0);
+  cr_assert_eq(um_manager_destroy(m), UM_OK);
+}
+
+/* Under a device limit of 8 MiB a segment is 512 KiB: a live 100-byte
+ * block keeps 512 KiB, and 7 MiB still fit (with 2 MiB segments they did
+ * not, where segments off they did). */
+Test(segments, small_block_keeps_little_of_a_small_device_limit) {
+  um_manager *m = make("cpu,opencl", 8 * MiB);
+  um_buffer *small, *big;
+  if (um_device_count(m) < 2) {
+    um_manager_destroy(m);
+    cr_skip_test("SKIP: no OpenCL device (POCL_DEVICES unset?)");
+  }
+  small = alloc_on(m, 1, 100, UM_DEVICE);
+  cr_assert_eq(stats(m, 1).bytes_reserved, 512 * KiB);
+  big = alloc_on(m, 1, 7 * MiB, UM_DEVICE);
+  um_release(big);
+  um_release(small);
   cr_assert_eq(um_manager_destroy(m), UM_OK);
 }
 

@@ -1,4 +1,6 @@
 /* DEFECT: with segments on (the default) max_pool_bytes does not bound the idle bytes the pool keeps.
+ * FIXED: the bins and the segments' free bytes count together against max_pool_bytes (segment.c over_cap,
+ * pool.c claim); it now prints bytes_pooled 67108864 in every row and ends 0 (test_segments: max_pool_bytes_*).
  * SPEC.md section 4 "Pool": "Bounded by max_pool_bytes and per class"; unimem.h um_options: max_pool_bytes =
  * "idle bytes kept in all pools together"; um_stats.bytes_pooled = "bytes idle in the pool".
  * With max_pool_bytes = 64 MiB, releasing 40 x 16 MiB leaves bytes_pooled = 640 MiB (host RSS 720 MiB;

@@ -1,4 +1,6 @@
 /* DEFECT (statistics): largest_free_extent and free_extents count the uncommitted address space of the host's
+ * FIXED: a virtual segment's free extents count only where they hold committed memory; it now prints
+ * 0 inconsistent and ends 0 (test_segments: free_extents_count_memory_not_address_space).
  * 1 GiB virtual segments while bytes_segment_free ("free bytes inside segments (in bytes_pooled)") does not:
  * largest_free_extent (1 GiB) > bytes_segment_free (0) > ... and > bytes_reserved; free_extents = 1 while
  * bytes_segment_free = 0. A client computing e.g. largest_free_extent / bytes_segment_free gets nonsense.

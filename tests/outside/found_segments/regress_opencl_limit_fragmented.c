@@ -7,7 +7,7 @@
  * Run (from /tmp; binary /tmp/regress_opencl_limit_fragmented):
  *   POCL_DEVICES=pthread ./regress_opencl_limit_fragmented
  *
- * What it printed on this tree:
+ * What it printed on this tree (library before commit 58ad4a5, which lengthened the UM_ENOMEM text):
  *   after 72 x 100000: UM_ENOMEM: um_alloc: 114688 bytes on pthread-skylake-avx512-AMD EPYC: the device gave no new segment (opencl: 114688 bytes on pthread-skylake-avx512-AMD EPYC would pass device_limit_bytes (8388608 bytes, 8388608 in use)), and the 131072 free bytes of its 4 segments lie in 4 extents, the largest 32768 bytes
  *   full                   inuse 7200000 reserved 8388608 pooled 131072 segs 4 segfree 131072 ext 4 largest 32768 dallocs 4 dfrees 0 oomr 1
  *   half released          inuse 3600000 reserved 8388608 pooled 4259840 segs 4 segfree 131072 ext 4 largest 32768 dallocs 4 dfrees 0 oomr 1
