@@ -537,6 +537,9 @@ typedef struct um__tcache {
   unsigned high_pending;
   int64_t high_grew; /* how far those new highs rose (owner) */
   _Atomic(uintptr_t) *slots; /* [ndevices][UM_LOCATION_COUNT][UM__TCACHE_CLASSES] */
+  /* the capacity of the block a slot last held, for the statistics (a
+   * large block carved at its size is less than its class: mem.h) */
+  _Atomic(size_t) *slot_caps;
   /* Which groups of UM__TCACHE_GROUP slots may be other than 0: bit g of
    * word g / 64 for slots [g * UM__TCACHE_GROUP, (g + 1) * UM__TCACHE_GROUP).
    * Set by the owner before it first reserves a slot of the group, cleared

@@ -146,8 +146,7 @@ static int new_block(um_device *d, size_t bytes, size_t capacity, int cls, um_lo
   b->capacity = capacity;
   b->cls = cls;
   b->mem = mem;
-  b->slot = cls >= 0 && cls < UM__TCACHE_CLASSES && !um__seg_direct(b) ? um__tcache_slot_index(d, loc, cls)
-                                                                       : UM__NO_SLOT;
+  b->slot = cls >= 0 && cls < UM__TCACHE_CLASSES ? um__tcache_slot_index(d, loc, cls) : UM__NO_SLOT;
   um__buffer_init_live(b, bytes, file, line);
   if ((flags & UM_ALLOC_ZERO) || d->m->opts.scrub) {
     if ((st = um__block_zero(b, bytes)) != UM_OK) {
@@ -214,6 +213,16 @@ static __attribute__((noinline)) int alloc_slow(um_manager *m, um_device *d, siz
   return UM_OK;
 }
 
+/* A thread cache's block of a large class was carved at its own size
+ * (mem.h) and is smaller than bytes: it goes back to its extent, and the
+ * allocation takes the slow path. */
+static __attribute__((noinline)) int slot_too_small(um_manager *m, um_device *d, size_t bytes, um_location loc,
+                                                    unsigned flags, um_buffer **out, const char *file, int line,
+                                                    um__tcache *tc, um_buffer *b) {
+  um__pool_put(&d->pools[loc], b);
+  return alloc_slow(m, d, bytes, loc, flags, out, file, line, tc);
+}
+
 /* The argument checks in their order, with their messages (any failure of
  * the combined test in alloc_fast ends here). */
 static __attribute__((noinline)) int alloc_args_error(um_manager *m, um_device *d, size_t bytes, um_location loc,
@@ -250,6 +259,8 @@ static int alloc_slow_untraced(um_manager *m, um_device *d, size_t bytes, um_loc
   cls = um__size_class_of(bytes);
   if (cls >= UM__TCACHE_CLASSES || (b = um__tcache_take(tc, d, loc, cls)) == NULL)
     return alloc_slow(m, d, bytes, loc, flags, out, file, line, tc);
+  if (b->capacity < bytes) /* a large block carved at its size (mem.h): too small for this one */
+    return slot_too_small(m, d, bytes, loc, flags, out, file, line, tc, b);
   if ((st = reuse_block(b, bytes, flags, file, line, true)) != UM_OK)
     return st;
   go_live(d, tc, b, bytes, true, out);
@@ -269,6 +280,15 @@ static __attribute__((noinline)) int alloc_slow_path(um_manager *m, um_device *d
 static __attribute__((noinline)) int alloc_slow_path_nosite(um_manager *m, um_device *d, size_t bytes,
                                                             um_location loc, unsigned flags, um_buffer **out) {
   return alloc_slow_path(m, d, bytes, loc, flags, out, NULL, 0);
+}
+
+/* alloc_fast's slot held a block too small for bytes (slot_too_small). */
+static __attribute__((noinline)) int slot_too_small_path(um_manager *m, um_device *d, size_t bytes, um_location loc,
+                                                         unsigned flags, um_buffer **out, const char *file, int line,
+                                                         um__tcache *tc, um_buffer *b) {
+  (void)tc;
+  um__pool_put(&d->pools[loc], b);
+  return alloc_slow_path(m, d, bytes, loc, flags, out, file, line);
 }
 
 /* A hit that passed this thread's highest level: carry the new highs. */
@@ -305,6 +325,8 @@ static inline __attribute__((always_inline)) int alloc_fast(um_manager *m, um_de
                        0))
     return sited ? alloc_slow_path(m, d, bytes, loc, flags, out, file, line)
                  : alloc_slow_path_nosite(m, d, bytes, loc, flags, out);
+  if (__builtin_expect(b->capacity < bytes, 0)) /* a large block carved at its size (mem.h) */
+    return slot_too_small_path(m, d, bytes, loc, flags, out, file, line, tc, b);
   um__buffer_go_live_clean(b, bytes, file, line); /* a slot's block is clean */
   um__tcounter_add(&tc->ctr[d->index].pool_hits, 1);
   bool publish = um__tcache_count_in_defer(tc, d, bytes);

@@ -120,8 +120,7 @@ void um__buffer_retire(um_buffer *b, um__tcache *tc) {
     return;
   /* A pooled block released on the caller's thread goes to that thread's
    * cache when its class has a slot (tc->slots_on: pooling on, debug off). */
-  if (b->kind == UM__KIND_POOLED && tc != NULL && tc->slots_on && b->cls < UM__TCACHE_CLASSES &&
-      !um__seg_direct(b)) {
+  if (b->kind == UM__KIND_POOLED && tc != NULL && tc->slots_on && b->cls < UM__TCACHE_CLASSES) {
     free(b->shadow);
     b->shadow = NULL;
     um__tcache_put(tc, b);

@@ -178,16 +178,17 @@ size_t um__seg_size_for(const um__pool *p, size_t cap);
 size_t um__seg_exact_size(const um__pool *p, size_t cap);
 /* Blocks of more than UM__SEG_SMALL bytes carved from segments are carved
  * at their size (rounded up to the granule, or the device's alignment
- * where larger) rather than their class's, and go back to their extent at
- * release instead of waiting in a bin or a thread cache: a class of that
- * size rounds up by as much as a quarter, and such a block is rare and
- * costs its owner far more to fill than a carve. The capacity of such a
- * block of p for bytes; 0 when p's blocks of that size keep their class
- * (no segments, or a small block). */
+ * where larger) rather than their class's, which rounds up by as much as a
+ * quarter. Such a block (um__seg_direct: smaller than its class) waits in
+ * its thread's cache slot of the class, where an exact repeat takes it at
+ * a hit's speed (a larger request of the class gives it back first:
+ * buffer.c), and never in a bin: from anywhere else it goes back to its
+ * extent, merged. The capacity of such a block of p for bytes; 0 when p's
+ * blocks of that size keep their class (no segments, or a small block). */
 #define UM__SEG_SMALL ((size_t)1 << 20)
 size_t um__seg_large_cap(const um__pool *p, size_t bytes);
 static inline bool um__seg_direct(const um_buffer *b) {
-  return b->mem.carved != NULL && b->capacity > UM__SEG_SMALL;
+  return b->mem.carved != NULL && b->capacity > UM__SEG_SMALL && b->capacity != um__class_size(b->cls);
 }
 /* mem (bytes, from um__block_alloc) becomes a segment of p, and a block of
  * cap bytes is carved from it; on failure the memory has gone back. */

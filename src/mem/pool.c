@@ -382,6 +382,11 @@ void um__pool_put_reserved(um__pool *p, um_buffer *b) {
    * (freed one interval after this move at the earliest); its idle_key
    * keeps its place in the order. */
   uint64_t cap = b->capacity, pooled_before;
+  if (um__seg_direct(b)) { /* the slot's budget is its class's; the block goes to its extent (mem.h) */
+    um__pool_unreserve(p, b->cls);
+    free_to_device(b, false);
+    return;
+  }
   b->idle_since_ns = um__now_ns();
   pthread_mutex_lock(&bin->lock);
   bin->reserved_bytes -= cap;

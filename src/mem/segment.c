@@ -499,7 +499,8 @@ int um__seg_add_and_carve(um__pool *p, const um__mem *mem, size_t bytes, size_t 
 static void over_cap(um__pool *p) {
   struct um__segs *s = p->segs;
   um_manager *m = p->dev->m;
-  uint64_t idle = (uint64_t)um__atomic_load_relaxed(&m->bytes_pooled) +
+  /* The bins' budget holds their blocks and the thread caches' slots. */
+  uint64_t idle = (uint64_t)um__atomic_load_relaxed(&m->pool_claimed) +
                   (uint64_t)um__atomic_load_relaxed(&m->seg_free),
            excess, held, free, freed;
   if (idle <= m->opts.max_pool_bytes)

@@ -282,6 +282,7 @@ static void merge_and_unlink(um__tcache *tc, um_manager *m) {
 
 static void free_cache(um__tcache *tc) {
   free(tc->slots);
+  free(tc->slot_caps);
   free(tc->used);
   free(tc->ctr);
   free(tc);
@@ -366,8 +367,10 @@ static um__tcache *create_cache(um_manager *m) {
   int ndevices = um__ndevices(m); /* devices adopted later bypass this cache */
   tc->ctr = aligned_alloc(64, ((size_t)ndevices * sizeof(*tc->ctr) + 63) & ~(size_t)63);
   tc->slots = aligned_alloc(64, (slot_count(ndevices) * sizeof(*tc->slots) + 63) & ~(size_t)63);
+  tc->slot_caps = calloc(slot_count(ndevices), sizeof(*tc->slot_caps));
   tc->used = calloc(used_words(ndevices), sizeof(*tc->used));
-  if (tc->ctr == NULL || tc->slots == NULL || tc->used == NULL || pthread_setspecific(exit_key, &thread_caches) != 0) {
+  if (tc->ctr == NULL || tc->slots == NULL || tc->slot_caps == NULL || tc->used == NULL ||
+      pthread_setspecific(exit_key, &thread_caches) != 0) {
     free_cache(tc);
     return NULL;
   }
@@ -435,6 +438,8 @@ void um__tcache_put(um__tcache *tc, um_buffer *b) {
   atomic_store_explicit(&b->state, UM__BUF_IDLE, memory_order_relaxed);
   pthread_mutex_unlock(&b->lock);
   b->idle_key = um__idle_key_next(m); /* moves the manager's clock too */
+  atomic_store_explicit(&tc->slot_caps[um__tcache_slot_index(b->dev, b->loc, b->cls)], b->capacity,
+                        memory_order_relaxed);
   cur = atomic_load_explicit(slot, memory_order_relaxed);
   for (;;) {
     if (cur == 0) {
@@ -521,7 +526,9 @@ static uint64_t slot_pooled(um__tcache *tc, um_manager *m, size_t i, void *arg) 
   (void)m;
   if (atomic_load_explicit(&tc->slots[i], memory_order_relaxed) <= UM__TSLOT_RESERVED)
     return 0;
-  uint64_t cap = um__class_size(slot_class(i));
+  uint64_t cap = atomic_load_explicit(&tc->slot_caps[i], memory_order_relaxed);
+  if (cap == 0 || cap > um__class_size(slot_class(i)))
+    cap = um__class_size(slot_class(i));
   if (cap > s->largest_pooled_block)
     s->largest_pooled_block = cap;
   return cap;

@@ -276,6 +276,7 @@ static inline bool um__tcache_put_fast(um__tcache *tc, um_buffer *b) {
     return false;
   b->idle_key = um__tcache_key_fast(tc);
   atomic_store_explicit(&b->state, UM__BUF_IDLE, memory_order_relaxed);
+  atomic_store_explicit(&tc->slot_caps[b->slot], b->capacity, memory_order_relaxed);
   atomic_store_explicit(slot, (uintptr_t)b, memory_order_release);
   return true;
 }

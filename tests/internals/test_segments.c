@@ -124,9 +124,10 @@ Test(segments, large_blocks_have_segments_of_their_own) {
 }
 
 /* A block of more than 1 MiB is carved at its size rounded up to the
- * 64 KiB granule (its class would be 1.25 MiB: a quarter more), and goes
- * back to its extent at release, merged, never into a bin or a thread
- * cache: the next one of another size fits where it was. */
+ * 64 KiB granule (its class would be 1.25 MiB: a quarter more); released,
+ * it waits in this thread's slot of its class, where the next request of
+ * the class that fits takes it (a hit), and from anywhere else it goes
+ * back to its extent, merged, never into a bin. */
 Test(segments, large_blocks_carved_at_their_size_and_merged_at_release) {
   um_manager *m = make("cpu", 0);
   um_buffer *a = alloc_on(m, 0, MiB + 1, UM_HOST), *b = alloc_on(m, 0, 3 * MiB + 5000, UM_HOST), *c, *d;
@@ -139,14 +140,23 @@ Test(segments, large_blocks_carved_at_their_size_and_merged_at_release) {
   cr_assert_eq(s.pool_hits, 1);
   um_release(a);
   s = stats(m, 0);
-  cr_assert_eq(s.bytes_segment_free, MiB + GRANULE, "a went back to its extent at once");
-  cr_assert_eq(s.bytes_pooled, s.bytes_segment_free, "no bin holds it");
+  cr_assert_eq(s.bytes_segment_free, 0, "a waits in this thread's slot");
+  cr_assert_eq(s.bytes_pooled, MiB + GRANULE, "counted at its capacity, not its class's");
   c = alloc_on(m, 0, 512 * KiB + GRANULE, UM_HOST); /* small kind: a segment of its own */
   d = alloc_on(m, 0, MiB + 100, UM_HOST);
-  cr_assert_eq(host(d), at, "the next large block takes a's place");
-  /* d fills a's extent (1 MiB + 100 rounds up to 1 MiB + one granule);
-   * c's class (640 KiB) fills the granules it touches. */
-  cr_assert_eq(stats(m, 0).bytes_segment_free, 0);
+  cr_assert_eq(host(d), at, "the next block of the class that fits takes a from the slot");
+  cr_assert_eq(stats(m, 0).pool_hits, 2, "b carved from a's segment, d from the slot");
+  cr_assert_eq(stats(m, 0).pool_misses, 2, "the large segment, and c's small one");
+  /* One of the class that does not fit (1.25 MiB > a's 1 MiB + 64 KiB):
+   * the slot's block goes back to its extent first (and, the pool growing
+   * past its peak with it free, its memory back to the system), and the
+   * new block is carved elsewhere. */
+  um_release(d);
+  d = alloc_on(m, 0, MiB + 256 * KiB, UM_HOST);
+  cr_assert_neq(host(d), at);
+  s = stats(m, 0);
+  cr_assert_eq(s.bytes_pooled, s.bytes_segment_free, "no slot holds a block");
+  cr_assert_eq(s.pool_misses, 2, "still no device call");
   um_release(b);
   um_release(c);
   um_release(d);
@@ -156,30 +166,36 @@ Test(segments, large_blocks_carved_at_their_size_and_merged_at_release) {
 }
 
 /* Growing past the pool's highest with much of it free gives free memory
- * back first, so that the peak stays near what the blocks need: 8 MiB
- * held, 4 MiB of it freed in two holes, then a 4 MiB block that fits in
- * neither commits 4 MiB and gives back the free memory down to a
- * sixteenth of what was held (512 KiB), largest extents first. */
+ * back first, so that the peak stays near what the blocks need: four
+ * blocks of B = 2 MiB - 64 KiB held (7936 KiB), two of them freed (holes
+ * of B apart; a trim that keeps everything moves the one this thread's
+ * slot holds to its extent), then a block of 2B that fits in neither
+ * commits 2B and gives back the free memory down to a sixteenth of what was
+ * held (496 KiB), largest extents first, in whole 64 KiB granules: one
+ * hole (1984 KiB) and 24 granules of the other (1536 KiB), 448 KiB left. */
 Test(segments, growth_past_the_peak_gives_free_memory_back_first) {
+  const size_t B = 2 * MiB - GRANULE;
   um_manager *m = make("cpu", 0);
   um_buffer *b[4], *big;
   um_stats s;
+  uint64_t trims;
   for (int i = 0; i < 4; i++)
-    b[i] = alloc_on(m, 0, 2 * MiB, UM_HOST);
+    b[i] = alloc_on(m, 0, B, UM_HOST);
   s = stats(m, 0);
-  cr_assert_eq(s.bytes_reserved, 8 * MiB);
+  cr_assert_eq(s.bytes_reserved, 4 * B);
   um_release(b[0]);
   um_release(b[2]);
+  cr_assert_eq(um_pool_trim(m, UINT64_MAX), UM_OK);
   s = stats(m, 0);
-  cr_assert_eq(s.bytes_segment_free, 4 * MiB, "two 2 MiB holes, not adjacent");
+  cr_assert_eq(s.bytes_segment_free, 2 * B, "two holes of B, not adjacent");
   cr_assert_eq(s.free_extents, 2, "two holes (the rest of the address space holds no memory)");
-  big = alloc_on(m, 0, 4 * MiB, UM_HOST);
+  trims = s.trims;
+  big = alloc_on(m, 0, 2 * B, UM_HOST);
   s = stats(m, 0);
-  /* 3.5 MiB of the holes go back first: the peak is 8.5 MiB, not 12. */
-  cr_assert_eq(s.bytes_reserved, 8 * MiB + 512 * KiB, "reserved %llu", (unsigned long long)s.bytes_reserved);
-  cr_assert_eq(s.bytes_segment_free, 512 * KiB);
-  cr_assert_eq(s.trims, 1, "one discard");
-  cr_assert_eq(s.bytes_trimmed, 3 * MiB + 512 * KiB);
+  /* 3520 KiB of the holes go back first: the peak is 8384 KiB, not 11904. */
+  cr_assert_eq(s.bytes_reserved, 8384 * KiB, "reserved %llu", (unsigned long long)s.bytes_reserved);
+  cr_assert_eq(s.bytes_segment_free, 448 * KiB);
+  cr_assert_eq(s.trims, trims + 1, "one discard");
   um_release(big);
   um_release(b[1]);
   um_release(b[3]);
@@ -347,16 +363,17 @@ Test(segments, trim_timer_gives_back_small_blocks_opencl) { timer_trims_on(1, UM
  * bytes_segment_free does. */
 Test(segments, free_extents_count_memory_not_address_space) {
   um_manager *m = make("cpu", 0);
-  um_buffer *a = alloc_on(m, 0, 64 * KiB, UM_HOST), *b = alloc_on(m, 0, 4 * MiB, UM_HOST);
+  um_buffer *a = alloc_on(m, 0, 64 * KiB, UM_HOST), *b = alloc_on(m, 0, 4 * MiB - GRANULE, UM_HOST);
   um_stats s = stats(m, 0);
   cr_assert_eq(s.bytes_segment_free, 0);
   cr_assert_eq(s.free_extents, 0);
   cr_assert_eq(s.largest_free_extent, 0);
   um_release(b);
+  cr_assert_eq(um_pool_trim(m, UINT64_MAX), UM_OK); /* from this thread's slot to its extent */
   s = stats(m, 0);
-  cr_assert_eq(s.bytes_segment_free, 4 * MiB);
+  cr_assert_eq(s.bytes_segment_free, 4 * MiB - GRANULE);
   cr_assert_eq(s.free_extents, 1);
-  cr_assert_eq(s.largest_free_extent, 4 * MiB);
+  cr_assert_eq(s.largest_free_extent, 4 * MiB - GRANULE);
   um_release(a);
   cr_assert_eq(um_pool_trim(m, 0), UM_OK);
   s = stats(m, 0);
