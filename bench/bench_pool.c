@@ -1172,6 +1172,7 @@ static int trace_pool_passes(bp_env *e, const bp_trace *t, void **slots, trace_p
              : 0;
 }
 
+#ifndef BP_SANITIZER /* the peak-RSS children: rss_passes says why a sanitizer build has none */
 /* A field of /proc/self/status in bytes (its kB), or 0. */
 static uint64_t status_bytes(const char *field) {
   char line[256];
@@ -1240,6 +1241,8 @@ static void rss_child(bp_env *e, const bp_trace *t, void **slots, int col, int f
     _exit(1);
   _exit(0);
 }
+
+#endif
 
 /* Each column's child, bounded: one that has not answered within a minute
  * is killed and its figure left out. A sanitizer build leaves them all
