@@ -1417,7 +1417,6 @@ static int trace_load_job(trace_job *j) {
 }
 
 static void trace_table(bp_env *e, bench_report *rep, trace_job *j, bool first) {
-  uint64_t rss[NCOLS];
   if (j->st != 0) {
     printf("\nTrace: cannot read %s%s (UNIMEM_TRACE_DIR names the directory of mixed.txt;\n"
            "       bench_pool --make-trace FILE writes it)\n",
@@ -1426,13 +1425,11 @@ static void trace_table(bp_env *e, bench_report *rep, trace_job *j, bool first) 
       e->failed = true;
     return;
   }
-  rss_passes(e, &j->t, j->slots, &j->p);
-  memcpy(rss, j->p.rss, sizeof(rss));
   if (trace_pool_passes(e, &j->t, j->slots, &j->p) != 0) {
     e->failed = true;
     return;
   }
-  memcpy(j->p.rss, rss, sizeof(rss));
+  rss_passes(e, &j->t, j->slots, &j->p);
   if (e->series_path != NULL && first)
     write_series(e->series_path, j->path, &j->p.series);
   trace_rows(e, rep, j->path, &j->t, j->slots, &j->p);

@@ -30,7 +30,7 @@ bool tool_chart_path_ok(const char *path) {
   return strcmp(extension_of(path), "svg") == 0 || strcmp(extension_of(path), "png") == 0;
 }
 
-static bool in_path(const char *prog) {
+bool tool_in_path(const char *prog) {
   const char *path = getenv("PATH");
   char buf[4096];
   while (path && *path) {
@@ -71,7 +71,7 @@ static int find_series(panel *p) {
 
 /* Text safe inside a gnuplot double-quoted string and a tab-separated
  * data line. */
-static void plot_text(FILE *f, const char *s) {
+void tool_plot_text(FILE *f, const char *s) {
   for (; s && *s; s++) {
     if (*s == '"' || *s == '\\')
       fputc('\\', f);
@@ -84,7 +84,7 @@ static void write_panel(FILE *g, const panel *p, int idx, bool quick) {
   fprintf(g, "$data%d << EOD\n", idx);
   for (int i = 0; i < p->rep->nrows; i++) {
     const bench_row *row = &p->rep->rows[i];
-    plot_text(g, bench_get_text(row, "name"));
+    tool_plot_text(g, bench_get_text(row, "name"));
     for (int s = 0; s < p->nseries; s++) {
       double v = bench_get(row, p->series[s]);
       if (v > 0)
@@ -95,10 +95,10 @@ static void write_panel(FILE *g, const panel *p, int idx, bool quick) {
     fputc('\n', g);
   }
   fputs("EOD\nset title \"", g);
-  plot_text(g, p->rep->bench);
+  tool_plot_text(g, p->rep->bench);
   if (device[0] != '\0') {
     fputs(" on ", g);
-    plot_text(g, device);
+    tool_plot_text(g, device);
   }
   fprintf(g, "%s: time, lower is better\"\nplot ", quick ? " (--quick)" : "");
   for (int s = 0; s < p->nseries; s++) {
@@ -117,7 +117,7 @@ static void write_preamble(FILE *g, const char *path, int width, int npanels, bo
     fprintf(g, "set terminal svg size %d,%d dynamic noenhanced font \"sans,10\" background rgb \"white\"\n", width,
             160 + 460 * npanels);
   fputs("set output \"", g);
-  plot_text(g, path);
+  tool_plot_text(g, path);
   fputs("\"\n", g);
   fputs("set datafile separator \"\\t\"\n"
         "set datafile missing \"?\"\n"
@@ -169,7 +169,7 @@ int tool_draw_chart(const char *path, const bench_report *const *reps, int n, bo
   FILE *g;
   if (panels == NULL)
     return 1;
-  if ((np = collect_panels(reps, n, panels, &width)) == 0 || !in_path("gnuplot")) {
+  if ((np = collect_panels(reps, n, panels, &width)) == 0 || !tool_in_path("gnuplot")) {
     if (np == 0)
       fprintf(stderr, "unimem bench: no figures to draw (no benchmark wrote rows); no chart\n");
     else

@@ -49,14 +49,10 @@ const char tool_replay_help[] =
     "    UNIMEM_TRACE_FILE=/tmp/app.%p.txt ./app\n"
     "    unimem replay /tmp/app.1234.txt --plot app.svg\n";
 
-/* s inside a gnuplot double-quoted string. */
+/* s as a gnuplot double-quoted string. */
 static void quoted(FILE *g, const char *s) {
   fputc('"', g);
-  for (; *s; s++) {
-    if (*s == '"' || *s == '\\')
-      fputc('\\', g);
-    fputc(*s == '\n' || *s == '\r' ? ' ' : *s, g);
-  }
+  tool_plot_text(g, s);
   fputc('"', g);
 }
 
@@ -85,7 +81,7 @@ static int draw(const char *chart, const char *series, const char *trace) {
   FILE *g;
   int rc;
   bool png = strlen(chart) > 4 && !strcmp(chart + strlen(chart) - 4, ".png");
-  if (system("command -v gnuplot >/dev/null 2>&1") != 0) {
+  if (!tool_in_path("gnuplot")) {
     fprintf(stderr, "unimem replay: gnuplot is not installed (Debian: gnuplot-nox): no chart\n");
     return 0;
   }

@@ -28,5 +28,9 @@ int tool_is_help(const char *arg);
  * gnuplot fails. */
 bool tool_chart_path_ok(const char *path);
 int tool_draw_chart(const char *path, const bench_report *const *reps, int n, bool quick);
+/* plot.c: whether prog is an executable on PATH; s as text safe inside a
+ * gnuplot double-quoted string (and a tab-separated data line). */
+bool tool_in_path(const char *prog);
+void tool_plot_text(FILE *f, const char *s);
 
 #endif

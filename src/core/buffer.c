@@ -213,16 +213,6 @@ static __attribute__((noinline)) int alloc_slow(um_manager *m, um_device *d, siz
   return UM_OK;
 }
 
-/* A thread cache's block of a large class was carved at its own size
- * (mem.h) and is smaller than bytes: it goes back to its extent, and the
- * allocation takes the slow path. */
-static __attribute__((noinline)) int slot_too_small(um_manager *m, um_device *d, size_t bytes, um_location loc,
-                                                    unsigned flags, um_buffer **out, const char *file, int line,
-                                                    um__tcache *tc, um_buffer *b) {
-  um__pool_put(&d->pools[loc], b);
-  return alloc_slow(m, d, bytes, loc, flags, out, file, line, tc);
-}
-
 /* The argument checks in their order, with their messages (any failure of
  * the combined test in alloc_fast ends here). */
 static __attribute__((noinline)) int alloc_args_error(um_manager *m, um_device *d, size_t bytes, um_location loc,
@@ -259,8 +249,10 @@ static int alloc_slow_untraced(um_manager *m, um_device *d, size_t bytes, um_loc
   cls = um__size_class_of(bytes);
   if (cls >= UM__TCACHE_CLASSES || (b = um__tcache_take(tc, d, loc, cls)) == NULL)
     return alloc_slow(m, d, bytes, loc, flags, out, file, line, tc);
-  if (b->capacity < bytes) /* a large block carved at its size (mem.h): too small for this one */
-    return slot_too_small(m, d, bytes, loc, flags, out, file, line, tc, b);
+  if (b->capacity < bytes) { /* a large block carved at its size (mem.h): back to its extent */
+    um__pool_put(&d->pools[loc], b);
+    return alloc_slow(m, d, bytes, loc, flags, out, file, line, tc);
+  }
   if ((st = reuse_block(b, bytes, flags, file, line, true)) != UM_OK)
     return st;
   go_live(d, tc, b, bytes, true, out);
@@ -282,11 +274,11 @@ static __attribute__((noinline)) int alloc_slow_path_nosite(um_manager *m, um_de
   return alloc_slow_path(m, d, bytes, loc, flags, out, NULL, 0);
 }
 
-/* alloc_fast's slot held a block too small for bytes (slot_too_small). */
+/* alloc_fast's slot held a large block carved at its size (mem.h), too
+ * small for bytes: it goes back to its extent, then the slow path. */
 static __attribute__((noinline)) int slot_too_small_path(um_manager *m, um_device *d, size_t bytes, um_location loc,
                                                          unsigned flags, um_buffer **out, const char *file, int line,
-                                                         um__tcache *tc, um_buffer *b) {
-  (void)tc;
+                                                         um_buffer *b) {
   um__pool_put(&d->pools[loc], b);
   return alloc_slow_path(m, d, bytes, loc, flags, out, file, line);
 }
@@ -326,7 +318,7 @@ static inline __attribute__((always_inline)) int alloc_fast(um_manager *m, um_de
     return sited ? alloc_slow_path(m, d, bytes, loc, flags, out, file, line)
                  : alloc_slow_path_nosite(m, d, bytes, loc, flags, out);
   if (__builtin_expect(b->capacity < bytes, 0)) /* a large block carved at its size (mem.h) */
-    return slot_too_small_path(m, d, bytes, loc, flags, out, file, line, tc, b);
+    return slot_too_small_path(m, d, bytes, loc, flags, out, file, line, b);
   um__buffer_go_live_clean(b, bytes, file, line); /* a slot's block is clean */
   um__tcounter_add(&tc->ctr[d->index].pool_hits, 1);
   bool publish = um__tcache_count_in_defer(tc, d, bytes);

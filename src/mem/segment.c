@@ -100,10 +100,15 @@ static uint64_t free_pending_locked(const struct um__segs *s, uint64_t pending) 
 }
 static uint64_t held_free_locked(const struct um__segs *s) { return free_pending_locked(s, 0); }
 
+/* The virtual segments' committed memory that no block uses. */
+static uint64_t virt_free_locked(const struct um__segs *s) {
+  return s->committed > s->virt_used ? s->committed - s->virt_used : 0;
+}
+
 /* What a trim could give back now: wholly free plain segments, and the
  * virtual segments' free memory but for what the last discard left. */
 static uint64_t returnable_locked(struct um__segs *s) {
-  uint64_t vfree = s->committed > s->virt_used ? s->committed - s->virt_used : 0;
+  uint64_t vfree = virt_free_locked(s);
   if (s->residual > vfree)
     s->residual = vfree;
   return s->plain_whole_bytes + (vfree - s->residual);
@@ -301,7 +306,7 @@ uint64_t um__seg_discard(um__pool *p) {
   pthread_mutex_lock(&s->lock);
   freed = discard_locked(p, 0, 0);
   /* What is left shares granules with blocks: no trim can give it back. */
-  s->residual = s->committed > s->virt_used ? s->committed - s->virt_used : 0;
+  s->residual = virt_free_locked(s);
   unlock_publish(p);
   UM__STAT_SUB(p->dev, bytes_reserved, freed);
   return freed;
