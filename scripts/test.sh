@@ -50,6 +50,15 @@ stage() {
   total_pass=$((total_pass + pass)); total_fail=$((total_fail + fail)); total_skip=$((total_skip + skip))
   if [ $rc -ne 0 ] || [ "$fail" -ne 0 ]; then
     failed_stages+=("$name: $fail failed"); sed -n '/The following tests FAILED/,$p' "$log"
+    # What each failed test printed (--output-on-failure puts it after the
+    # test's line), its last 40 lines, so that a failure seen only here can
+    # be read without the machine.
+    awk '/Test +#[0-9]+:/ { if (n) flush(); on = ($0 ~ /\*\*\*(Failed|Timeout|Exception)|Failed +[0-9.]+ sec/); n = 0;
+                            if (on) { print "  --- output of" substr($0, index($0, ":") + 1) } next }
+         /tests passed, / { if (n) flush(); on = 0 }
+         on { buf[n++ % 40] = $0 }
+         function flush(  i, k) { k = n > 40 ? n - 40 : 0; for (i = k; i < n; i++) print "  | " buf[i % 40]; n = 0 }
+         END { if (n) flush() }' "$log"
   fi
   # A sanitizer report in a test that passed (LeakSanitizer reports when a
   # Criterion test process exits, after the test was counted) fails the

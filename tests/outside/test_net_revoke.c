@@ -30,15 +30,19 @@ typedef struct rev_setup {
 /* The target */
 
 /* Revoke b while the put streams in, as the setup says. Returns 1 when
- * the release said the caller's memory may still be written (a wrap's
- * UM_EBUSY), 0 when it did not, -1 where the release cannot tell. */
-static int target_revoke(const rev_setup *s, um_buffer *b) {
-  int st;
+ * the revocation said a peer may still write the memory (a wrap's
+ * UM_EBUSY from um_release, or um_net_unexpose's), 0 when it said none
+ * can, -1 where it cannot tell. landed: the whole put was in place before
+ * the revocation (the issuer stopped), when a stopped issuer cannot be
+ * held up any more. */
+static int target_revoke(const rev_setup *s, um_buffer *b, bool landed) {
+  int st, unexposed = -1;
   if (s->how == REV_UNEXPOSE) {
     st = um_net_unexpose(b);
     OS_CHECK(st == UM_OK || st == UM_EBUSY, "um_net_unexpose: %s", um_err_name(st));
-    if (s->stop)
+    if (s->stop && !landed)
       OS_CHECK(st == UM_EBUSY, "um_net_unexpose with the issuer stopped: %s", um_err_name(st));
+    unexposed = st == UM_EBUSY;
   }
   st = um_release(b);
   if (s->wrap) { /* the caller's memory: it is told when the peer may still write it */
@@ -46,7 +50,16 @@ static int target_revoke(const rev_setup *s, um_buffer *b) {
     return st == UM_EBUSY;
   }
   OS_CHECK(st == UM_OK, "um_release: %s", um_err_name(st));
-  return -1;
+  return unexposed;
+}
+
+/* Every byte of the put is in b (the issuer writes 0xa7). */
+static bool put_landed(um_buffer *b) {
+  const unsigned char *p = um_buffer_host_ptr(b);
+  for (size_t i = 0; i < REV_BYTES; i++)
+    if (p[i] != 0xa7)
+      return false;
+  return true;
 }
 
 /* Once the issuer's put ended (it released its admission), the old block
@@ -91,17 +104,25 @@ static um_buffer *target_alloc(const rev_setup *s, os_peer *p, unsigned flags) {
  * back in the pool, this would be it), filled with the pattern. */
 /* *held: whether the revocation gave up (the old memory was held back), 1
  * or 0, or -1 where the target cannot tell. Over shared memory the whole
- * put can land between its first byte and the revocation; then it was
- * never revoked mid-way, and the issuer's UM_OK is the right answer. */
+ * put can land between its first byte and the revocation (the target
+ * descheduled in between, on a loaded machine); then it was never revoked
+ * mid-way, and the issuer's UM_OK is the right answer: *held is 0 when the
+ * stopped issuer's put is all in place. */
 static um_buffer *target_revoke_and_realloc(const rev_setup *s, os_peer *p, um_buffer *b, int *held) {
   volatile unsigned char *first = (volatile unsigned char *)um_buffer_host_ptr(b);
   void *old = um_buffer_host_ptr(b);
   um_buffer *again;
+  bool landed = false;
   for (uint64_t end = os_now_ms() + REV_WAIT_MS; first[0] == 0;) /* no sleep: the window stays short */
     OS_CHECK(os_now_ms() < end, "no byte of the put arrived");
-  if (s->stop)
+  if (s->stop) {
     OS_CHECK(kill(s->issuer, SIGSTOP) == 0, "SIGSTOP: %s", strerror(errno));
-  *held = target_revoke(s, b);
+    os_sleep_ms(20); /* the stop takes effect */
+    landed = put_landed(b);
+  }
+  *held = target_revoke(s, b, landed);
+  if (landed && !s->wrap)
+    *held = 0;
   if (s->destroy) /* the net goes while the issuer may still write */
     OS_OK(um_net_destroy(p->net));
   again = target_alloc(s, p, 0);
@@ -109,6 +130,8 @@ static um_buffer *target_revoke_and_realloc(const rev_setup *s, os_peer *p, um_b
    * size gets. */
   if (*held < 0 && !s->destroy && !s->net_alloc)
     *held = um_buffer_host_ptr(again) != old;
+  else if (*held == 1 && !s->destroy && !s->net_alloc && !s->wrap)
+    OS_CHECK(um_buffer_host_ptr(again) != old, "um_net_unexpose said UM_EBUSY and the block was handed out again");
   os_pattern(um_buffer_host_ptr(again), REV_BYTES, REV_SEED);
   if (s->stop)
     OS_CHECK(kill(s->issuer, SIGCONT) == 0, "SIGCONT: %s", strerror(errno));
