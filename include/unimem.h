@@ -502,6 +502,133 @@ UM_EXTERN int um_stats_json(const um_stats *s, char *buf, size_t cap);
 UM_EXTERN int um_pool_trim(um_manager *m, uint64_t keep_bytes);
 
 /* ------------------------------------------------------------------------ */
+/* Seeing the memory: tags, scoped statistics, a snapshot, a history         */
+
+/* While a manager observes, every allocation and release goes through the
+ * pool's locked path (no thread-cache hit), so that each block knows its
+ * tag, its allocating thread and its age. A manager observes from its first
+ * tag (um_tag_push, um_alloc_tagged) on, and while a scope is open or a
+ * history records. */
+
+#define UM_TAG_NAME_MAX 64 /* bytes of a tag's name, its NUL included */
+#define UM_TAGS_MAX 1024   /* distinct tag names of one manager */
+#define UM_TAG_DEPTH_MAX 64 /* nested tags of one thread on one manager */
+
+/* From now until the matching um_tag_pop, this thread's allocations, copies,
+ * fills and net puts and gets on m count for tag name (the innermost tag of
+ * nested ones). name is copied. Returns UM_OK, UM_EINVAL (NULL, not a
+ * manager, empty name or one of UM_TAG_NAME_MAX bytes or more), UM_ENOMEM
+ * (UM_TAGS_MAX names in use), UM_EOVERFLOW (UM_TAG_DEPTH_MAX tags open). */
+UM_EXTERN int um_tag_push(um_manager *m, const char *name);
+/* End this thread's innermost tag on m. UM_ESTATE when none is open. */
+UM_EXTERN int um_tag_pop(um_manager *m);
+/* um_alloc, the buffer counted for tag (NULL: this thread's innermost tag,
+ * as um_alloc does), whatever tags are open. Errors as um_alloc's and
+ * um_tag_push's. */
+UM_EXTERN int um_alloc_tagged(um_manager *m, um_device *d, size_t bytes,
+                              um_location loc, unsigned flags,
+                              const char *tag, um_buffer **out);
+/* The tag b counts for: its name, "" when b was allocated outside any tag
+ * or before the manager observed, NULL for what is not a live buffer. The
+ * string lives as long as the manager. */
+UM_EXTERN const char *um_buffer_tag(const um_buffer *b);
+
+/* What one tag holds and moved (um_tag_stats_get). */
+typedef struct um_tag_stats {
+  char name[UM_TAG_NAME_MAX]; /* "" for what no tag covers */
+  uint64_t active_buffers;    /* live buffers */
+  uint64_t bytes_in_use;      /* requested bytes of live buffers */
+  uint64_t peak_bytes_in_use; /* highest bytes_in_use seen */
+  uint64_t allocations, releases;
+  uint64_t bytes_h2d, bytes_d2h, bytes_d2d, bytes_peer; /* copies and fills */
+  uint64_t bytes_net_out, bytes_net_in;                 /* um_net_put, um_net_get */
+} um_tag_stats;
+
+/* Every tag's statistics on device d, or on all devices when d is NULL:
+ * the untagged ("") first, then in the order the names were first used.
+ * Writes min(cap, count) entries into out (out may be NULL when cap is 0)
+ * and returns count, or a UM_E* code (negative): UM_EINVAL for NULL m, a
+ * device of another manager, negative cap. Copies count for the device of
+ * their destination (a download: its source), puts and gets for their
+ * buffer's. Before the first tag, count is 0. */
+UM_EXTERN int um_tag_stats_get(um_manager *m, um_device *d, um_tag_stats *out, int cap);
+
+/* What happened inside a scope (um_scope_pop), all devices together. */
+typedef struct um_scope_stats {
+  uint64_t bytes_in_use_start; /* bytes in use when the scope began */
+  uint64_t bytes_in_use_end;   /* and when it ended */
+  uint64_t peak_bytes_in_use;  /* the highest in between (nested scopes included) */
+  uint64_t allocations, releases;
+  uint64_t bytes_allocated;    /* requested bytes of the allocations */
+} um_scope_stats;
+
+/* Begin a scope of m (all threads), nested in the open one: what is
+ * allocated and released from now on is counted for it until um_scope_pop.
+ * Returns UM_OK, UM_EINVAL, UM_EOVERFLOW (UM_TAG_DEPTH_MAX scopes open). */
+UM_EXTERN int um_scope_push(um_manager *m);
+/* End m's innermost scope into *out (may be NULL); its peak counts in the
+ * scope around it. UM_ESTATE when none is open. */
+UM_EXTERN int um_scope_pop(um_manager *m, um_scope_stats *out);
+
+/* A block's state in a snapshot. */
+typedef enum um_block_state {
+  UM_BLOCK_IN_USE = 0,   /* a live buffer */
+  UM_BLOCK_RELEASED = 1, /* released, its operations still running */
+  UM_BLOCK_IDLE = 2,     /* in the pool, waiting for the next allocation */
+  UM_BLOCK_FREE = 3      /* a free extent of a segment */
+} um_block_state;
+
+typedef struct um_snapshot_block {
+  int device;          /* index */
+  um_location loc;
+  um_block_state state;
+  int segment;         /* index into um_snapshot.segments, -1 for a block of its own */
+  uint64_t offset;     /* in its segment (0 without one) */
+  uint64_t address;    /* host address where it has one, else the device's
+                          (CUDA), else the segment's address plus offset or
+                          the backend's handle */
+  uint64_t size;       /* bytes requested (idle, free: the capacity) */
+  uint64_t capacity;   /* bytes the block spans */
+  const char *tag;     /* "" untagged, NULL for idle and free blocks */
+  uint32_t thread;     /* allocating thread's number (1, 2, ... in order of
+                          their first observed allocation), 0 unknown */
+  uint64_t age_ns;     /* since allocated (in use, released) or since idle;
+                          0 unknown (allocated before the manager observed) */
+  const char *site_file; /* um_alloc_at's site, or NULL */
+  int site_line;
+  int wrapped;         /* 1: um_wrap_host, DLPack import or um_net_alloc memory */
+} um_snapshot_block;
+
+typedef struct um_snapshot_segment {
+  int device;
+  um_location loc;
+  uint64_t address;    /* as a block's */
+  uint64_t size;       /* bytes of address space */
+  uint64_t committed;  /* bytes backed by memory (virtual segments: the
+                          committed granules; plain ones: size) */
+  int virtual_memory;  /* 1: pages are committed and given back inside it */
+} um_snapshot_segment;
+
+typedef struct um_snapshot {
+  uint64_t time_ns;    /* when it was taken, since the manager was created */
+  size_t nblocks;
+  um_snapshot_block *blocks;   /* by device, location, segment, offset */
+  size_t nsegments;
+  um_snapshot_segment *segments;
+} um_snapshot;
+
+/* Every block and segment of every device of m, as they are now (one
+ * consistent picture per pool; blocks that move between pools while it is
+ * taken may show in either state). Free with um_snapshot_free. Returns
+ * UM_OK, UM_EINVAL, UM_ENOMEM. */
+UM_EXTERN int um_snapshot_take(um_manager *m, um_snapshot **out);
+UM_EXTERN void um_snapshot_free(um_snapshot *s);
+/* Write s as JSON to path ("-": stdout): {"time_ns", "segments": [...],
+ * "blocks": [...]} with the fields above by name. UM_EINVAL, UM_EBACKEND
+ * (the file cannot be written: um_last_error() says why). */
+UM_EXTERN int um_snapshot_write(const um_snapshot *s, const char *path);
+
+/* ------------------------------------------------------------------------ */
 /* Huge data                                                                 */
 
 /* Map a file as a HOST buffer on device 0 (zero-copy, mmap). mode

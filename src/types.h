@@ -253,6 +253,13 @@ struct um_buffer {
   um_buffer *quarantine_next; /* debug quarantine (registry_lock) */
   const char *site_file;
   int site_line;
+  /* What observing stamps at allocation (core/observe.c): the tag (0: not
+   * counted for any), the allocating thread's number, the time, and gen
+   * then (the stamp holds while gen has not moved). */
+  uint16_t tag;
+  uint32_t obs_thread;
+  uint32_t obs_gen;
+  uint64_t born_ns;
 
   /* A retire handed to the engine by a thread that must not block (a
    * backend's own reporting thread, ops/complete.c). Last: a cold field,
@@ -411,6 +418,10 @@ struct um_event {
   um_buffer *dst, *src;
   uint32_t dst_gen, src_gen; /* the buffers' gen when the API checked them */
   size_t bytes;
+  /* Issued while the manager observed (core/observe.c): the issuing
+   * thread's tag (0: none) and when it was issued. */
+  uint16_t obs_tag;
+  uint64_t obs_t0;
 
   /* ordering: operations that wait for this one; beyond the array (a
    * batch's run is the last operation of many buffers, each of which may
@@ -600,6 +611,10 @@ struct um_manager {
   /* UNIMEM_TRACE_FILE: the recording of allocations and releases
    * (core/trace.c), or NULL. Set at create, before any thread cache. */
   struct um__trace *trace;
+  /* Tags, scopes and the history (core/observe.c), made at create; while
+   * observing is not 0, allocations and releases take the locked path. */
+  struct um__obs *obs;
+  atomic_int observing;
 
   /* event objects (event.c): slabs, freed at destroy, and the free list */
   pthread_mutex_t event_lock;

@@ -54,6 +54,8 @@ static inline __attribute__((always_inline)) void go_live(um_device *d, um__tcac
   }
   atomic_store_explicit(&b->state, UM__BUF_LIVE, memory_order_release);
   *out = b;
+  if (__builtin_expect(atomic_load_explicit(&d->m->observing, memory_order_relaxed) != 0, 0))
+    um__obs_alloc(b);
 }
 
 /* An idle block taken from the pool for a new owner, zeroed when asked;
@@ -534,6 +536,8 @@ static __attribute__((noinline)) int release_slow_path(um_buffer *b) {
   um__tcache *tc = um__tcache_for(b->m, d);
   if (__builtin_expect(b->m->trace != NULL, 0))
     um__trace_release(b->m, b);
+  if (__builtin_expect(atomic_load_explicit(&b->m->observing, memory_order_relaxed) != 0 || b->tag != 0, 0))
+    um__obs_release(b);
   if (tc == NULL) {
     UM__STAT_ADD(d, releases, 1);
     um__stat_in_use_sub(d, b->size);

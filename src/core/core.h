@@ -7,6 +7,8 @@
 #error "core.h: this folder may not include core/ (src/README.md)"
 #endif
 
+#include <stdio.h>
+
 #include "tcache.h"
 
 /* buffer.c: a buffer over memory someone else owns (a DLPack producer's),
@@ -27,6 +29,29 @@ void um__trace_open(um_manager *m);
 void um__trace_close(um_manager *m);
 void um__trace_alloc(um_manager *m, um_buffer *b);
 void um__trace_release(um_manager *m, um_buffer *b);
+
+/* observe.c: tags, scopes and what observing stamps on blocks (and
+ * history.c's switch). create after the devices, destroy last; alloc once
+ * b is live and release once it is released, both while m->observing (or,
+ * release, while b->tag is not 0). */
+typedef struct um__obs um__obs;
+int um__obs_create(um_manager *m);
+void um__obs_destroy(um_manager *m);
+void um__obs_alloc(um_buffer *b);
+void um__obs_release(um_buffer *b);
+/* The tag this thread's work on m counts for now (0: tags off). */
+uint16_t um__obs_tag_now(um_manager *m);
+const char *um__obs_tag_name(const um_manager *m, uint16_t tag);
+bool um__obs_tag_known(const um_manager *m, uint16_t tag);
+/* snapshot.c: s as a JSON string (quoted and escaped), or null. */
+void um__json_string(FILE *f, const char *s);
+/* Directions of um__obs_moved, as um_tag_stats lists them. */
+enum { UM__DIR_H2D, UM__DIR_D2H, UM__DIR_D2D, UM__DIR_PEER, UM__DIR_NET_OUT, UM__DIR_NET_IN };
+void um__obs_moved(um_manager *m, uint16_t tag, const um_device *d, int dir, uint64_t bytes);
+void um__obs_history(um_manager *m, bool on);
+uint64_t um__obs_t0(const um_manager *m);
+/* A number per thread, 1, 2, ... in the order threads first ask. */
+unsigned um__thread_number(void);
 
 /* thread.c: each thread's context and the process's fork, for every
  * layer. A layer above core/ adds its share at load time (a constructor:

@@ -120,6 +120,7 @@ static void free_manager(um_manager *m) {
   pthread_cond_destroy(&m->trim_cond);
   pthread_mutex_destroy(&m->tcache_lock);
   pthread_mutex_destroy(&m->bracket_lock);
+  um__obs_destroy(m);
   m->magic = 0;
   free(m);
 }
@@ -154,6 +155,10 @@ int um__manager_create_ex(const um_options *opts, const um__backend *const *extr
     return st;
   }
   um__trace_open(m); /* before any thread cache: recording turns their slots off */
+  if ((st = um__obs_create(m)) != UM_OK) {
+    free_manager(m);
+    return um__set_error(st, "out of memory for a manager");
+  }
 
   /* Device 0 is always the host CPU, whatever the backend list says. */
   if ((st = open_backend(m, um__backends_builtin[0], true)) != UM_OK)

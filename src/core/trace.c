@@ -42,8 +42,6 @@ struct um__trace {
   uint32_t next_id;
 };
 
-static _Thread_local unsigned trace_thread;   /* 0: not numbered yet */
-static _Atomic unsigned trace_threads;        /* numbers given */
 static _Atomic int trace_managers;            /* managers that recorded, for the suffix */
 
 /* The path with %p expanded and, for the n-th concurrent recorder, ".n". */
@@ -126,16 +124,10 @@ void um__trace_close(um_manager *m) {
   free(t);
 }
 
-static unsigned thread_number(void) {
-  if (trace_thread == 0)
-    trace_thread = atomic_fetch_add(&trace_threads, 1) + 1;
-  return trace_thread;
-}
-
 void um__trace_alloc(um_manager *m, um_buffer *b) {
   um__trace *t = m->trace;
   uint64_t ns = um__now_ns() - t->t0;
-  unsigned th = thread_number();
+  unsigned th = um__thread_number();
   pthread_mutex_lock(&t->lock);
   b->trace_id = t->nfree > 0 ? t->free_ids[--t->nfree] : ++t->next_id;
   put_line(t, "a %u %zu %d %d %u %llu\n", b->trace_id, b->size, b->dev->index, (int)b->loc, th,
@@ -146,7 +138,7 @@ void um__trace_alloc(um_manager *m, um_buffer *b) {
 void um__trace_release(um_manager *m, um_buffer *b) {
   um__trace *t = m->trace;
   uint64_t ns = um__now_ns() - t->t0;
-  unsigned th = thread_number();
+  unsigned th = um__thread_number();
   if (b->trace_id == 0) /* not recorded: a wrap, or allocated before */
     return;
   pthread_mutex_lock(&t->lock);

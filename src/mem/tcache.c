@@ -218,8 +218,17 @@ static uint64_t flush_slots(um__tcache *tc, um_manager *m, size_t lo, size_t hi,
   return moved;
 }
 
+/* Whether a cache of m has slots: pooling on, debug off, not recording
+ * (UNIMEM_TRACE_FILE) and not observing (core/observe.c): those take the
+ * locked path. Observing changes with a flush (the epoch), read here. */
+static bool slots_wanted(um_manager *m) {
+  return m->opts.enable_pooling && !m->opts.debug && m->trace == NULL &&
+         atomic_load_explicit(&m->observing, memory_order_relaxed) == 0;
+}
+
 void um__tcache_flush_own(um__tcache *tc, um_manager *m) {
   tc->epoch = atomic_load_explicit(&m->flush_epoch, memory_order_relaxed);
+  tc->slots_on = slots_wanted(m);
   flush_slots(tc, m, 0, slot_count(tc->ndevices), true);
 }
 
@@ -377,7 +386,7 @@ static um__tcache *create_cache(um_manager *m) {
   memset(tc->ctr, 0, (size_t)ndevices * sizeof(*tc->ctr));
   memset(tc->slots, 0, slot_count(ndevices) * sizeof(*tc->slots));
   tc->ndevices = ndevices;
-  tc->slots_on = m->opts.enable_pooling && !m->opts.debug && m->trace == NULL; /* recording: the locked path */
+  tc->slots_on = slots_wanted(m);
   pthread_once(&asym_once, asym_probe);
   tc->asym = asym_ok;
   UM__TEST_POINT(UM__TP_TCACHE_NEW, tc);

@@ -172,6 +172,35 @@ static void *finish_locked(um_event *op, int status, um_buffer **bufs, int nbufs
 }
 
 
+/* A host end of a copy: the caller's memory, or a buffer of device 0. */
+static bool host_end(const um_buffer *b) { return b == NULL || b->dev->index == 0; }
+
+/* The bytes of a finished operation issued under a tag, for it
+ * (core/observe.c): a copy on its destination's device (a download: its
+ * source's) in its direction, a fill within its device, a net transfer on
+ * its buffer's. */
+static void count_for_tag(const um_event *op) {
+  const um_device *d;
+  int dir;
+  if (op->kind == UM__OP_NET) {
+    d = (op->src != NULL ? op->src : op->dst)->dev;
+    dir = op->src != NULL ? UM__DIR_NET_OUT : UM__DIR_NET_IN;
+  } else if (op->kind == UM__OP_FILL) {
+    d = op->dst->dev;
+    dir = UM__DIR_D2D;
+  } else if (op->kind == UM__OP_COPY) {
+    bool hs = host_end(op->src), hd = host_end(op->dst);
+    d = hs && !hd ? op->dst->dev : !hs && hd ? op->src->dev : op->dst != NULL ? op->dst->dev : op->src->dev;
+    dir = hs && !hd   ? UM__DIR_H2D
+          : !hs && hd ? UM__DIR_D2H
+          : op->src == NULL || op->dst == NULL || op->src->dev == op->dst->dev ? UM__DIR_D2D
+                                                                            : UM__DIR_PEER;
+  } else {
+    return;
+  }
+  um__obs_moved(op->m, op->obs_tag, d, dir, op->bytes);
+}
+
 /* op is done with status, and reported so: its statistics, buffers,
  * state, waiters, group and followers. The operations it lets through at
  * their gates go on *ready. */
@@ -189,6 +218,8 @@ static void op_finish(um_event *op, int status, um_event **ready) {
 
   if (status == UM_OK && op->path != NULL)
     op->path->account(op);
+  if (__builtin_expect(op->obs_tag != 0, 0) && status == UM_OK)
+    count_for_tag(op);
   drop_attached(op);
   lock_buffers(bufs, nbufs);
   native = finish_locked(op, status, bufs, nbufs, drop_last, retire, &f, &waiters, &wake);

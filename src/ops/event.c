@@ -147,6 +147,10 @@ um_event *um__event_new(um_manager *m, um__op_kind kind) {
   if (kind == UM__OP_GROUP)
     atomic_init(&e->batch.first_error, UM_OK);
   e->kind = kind;
+  if (__builtin_expect(atomic_load_explicit(&m->observing, memory_order_relaxed) != 0, 0)) {
+    e->obs_tag = um__obs_tag_now(m);
+    e->obs_t0 = um__now_ns();
+  }
   return e;
 }
 

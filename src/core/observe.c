@@ -1,0 +1,418 @@
+/* Observing a manager: tags (a stack per thread), the statistics of each
+ * tag per device, scopes (a stack per manager, RMM's push and pop of
+ * counters), and what each block is stamped with (tag, thread, birth) for
+ * the snapshot (snapshot.c).
+ *
+ * m->observing is 0 until a tag is used, a scope opens or a history
+ * records (history.c); while it is not 0 the thread caches are off
+ * (um__tcache_flush_own reads it), so that every allocation and release
+ * reaches um__obs_alloc / um__obs_release from the locked path. Turning it
+ * on or off flushes every cache (their epoch moves), so a thread's next
+ * call sees it. Tags stay on for the manager's life once used: a tagged
+ * buffer must come back through um__obs_release.
+ *
+ * Tag 0 is "not counted" (the buffer was allocated while no tag had been
+ * used), tag 1 the untagged (""), 2 and up the names in their order. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+
+#define NDIR 6 /* h2d, d2h, d2d, peer, net out, net in */
+#define NSLOTS (UM_TAGS_MAX + 2) /* the names, "not counted" and "" */
+
+typedef struct tag_ctr {
+  atomic_uint_fast64_t active, in_use, peak, allocs, releases;
+  atomic_uint_fast64_t moved[NDIR];
+} tag_ctr;
+
+typedef struct scope {
+  uint64_t start, allocs, releases, bytes; /* the manager's counts when it began */
+  uint64_t outer_peak;                     /* the scope around it: its peak so far */
+} scope;
+
+struct um__obs {
+  pthread_mutex_t lock; /* names, scopes, turning observing on and off */
+  uint64_t id;          /* this manager's, for the threads' stacks */
+  uint64_t t0;          /* the manager's creation */
+  int ndev;
+  _Atomic int ntags;                       /* names made (0 and 1 included) */
+  char (*names)[UM_TAG_NAME_MAX];          /* NSLOTS */
+  tag_ctr *_Atomic *ctr;                   /* NSLOTS, each ndev + 1 (the last: all devices) */
+  bool tags_on;
+  int why;                                 /* OBS_* bits */
+  /* The manager's own counts while it observes (all devices). */
+  atomic_int_fast64_t in_use;
+  atomic_uint_fast64_t allocs, releases, bytes;
+  atomic_uint_fast64_t scope_peak; /* the innermost scope's peak */
+  int nscopes;
+  scope scopes[UM_TAG_DEPTH_MAX];
+};
+
+enum { OBS_TAGS = 1, OBS_SCOPES = 2, OBS_HISTORY = 4 };
+
+static _Atomic uint64_t obs_ids;
+
+/* A thread's tags on one manager. */
+typedef struct tag_stack {
+  uint64_t mid; /* the manager's id; 0: unused */
+  int depth;
+  uint16_t tags[UM_TAG_DEPTH_MAX];
+} tag_stack;
+
+#define STACKS 4
+static _Thread_local tag_stack stacks[STACKS];
+static _Thread_local uint16_t forced_tag; /* um_alloc_tagged's, for the allocation it makes */
+static _Thread_local unsigned thread_no;
+static _Atomic unsigned threads_numbered;
+
+unsigned um__thread_number(void) {
+  if (thread_no == 0)
+    thread_no = atomic_fetch_add(&threads_numbered, 1) + 1;
+  return thread_no;
+}
+
+int um__obs_create(um_manager *m) {
+  um__obs *o = calloc(1, sizeof(*o));
+  if (o == NULL)
+    return UM_ENOMEM;
+  o->names = calloc(NSLOTS, sizeof(*o->names));
+  o->ctr = calloc(NSLOTS, sizeof(*o->ctr));
+  if (o->names == NULL || o->ctr == NULL) {
+    free(o->names);
+    free(o->ctr);
+    free(o);
+    return UM_ENOMEM;
+  }
+  pthread_mutex_init(&o->lock, NULL);
+  o->id = atomic_fetch_add(&obs_ids, 1) + 1;
+  o->t0 = um__now_ns();
+  o->ndev = UM__MAX_DEVICES; /* devices may be adopted later */
+  m->obs = o;
+  return UM_OK;
+}
+
+void um__obs_destroy(um_manager *m) {
+  um__obs *o = m->obs;
+  if (o == NULL)
+    return;
+  for (int i = 0; i < NSLOTS; i++)
+    free(atomic_load_explicit(&o->ctr[i], memory_order_relaxed));
+  free(o->ctr);
+  free(o->names);
+  pthread_mutex_destroy(&o->lock);
+  free(o);
+  m->obs = NULL;
+}
+
+uint64_t um__obs_t0(const um_manager *m) { return m->obs->t0; }
+
+/* Turn one reason to observe on or off (o->lock held); the caches see a
+ * change at their next call. */
+static void set_why_locked(um_manager *m, int bit, bool on) {
+  um__obs *o = m->obs;
+  int before = o->why;
+  o->why = on ? o->why | bit : o->why & ~bit;
+  if ((before != 0) == (o->why != 0))
+    return;
+  if (o->why != 0) { /* from here on the manager's own counts */
+    um_stats s;
+    int64_t now = um_stats_get(m, NULL, &s) == UM_OK ? (int64_t)s.bytes_in_use : 0;
+    atomic_store(&o->in_use, now);
+  }
+  atomic_store(&m->observing, o->why != 0);
+  um__tcache_flush_all(m, NULL);
+}
+
+void um__obs_history(um_manager *m, bool on) {
+  pthread_mutex_lock(&m->obs->lock);
+  set_why_locked(m, OBS_HISTORY, on);
+  pthread_mutex_unlock(&m->obs->lock);
+}
+
+/* The index of name, made when new; UM_ENOMEM (negative) when the table is full. */
+static int tag_index(um_manager *m, const char *name) {
+  um__obs *o = m->obs;
+  int n = atomic_load_explicit(&o->ntags, memory_order_acquire), i;
+  for (i = 2; i < n; i++)
+    if (strcmp(o->names[i], name) == 0)
+      return i;
+  pthread_mutex_lock(&o->lock);
+  n = atomic_load_explicit(&o->ntags, memory_order_relaxed);
+  for (i = 2; i < n; i++)
+    if (strcmp(o->names[i], name) == 0)
+      break;
+  if (i >= n) {
+    int first = n == 0 ? 1 : n; /* the first name makes "" (1) too */
+    if (first + (n == 0) >= NSLOTS) {
+      pthread_mutex_unlock(&o->lock);
+      return UM_ENOMEM;
+    }
+    for (int k = first; k <= first + (n == 0); k++) {
+      tag_ctr *c = calloc((size_t)o->ndev + 1, sizeof(*c));
+      if (c == NULL) {
+        pthread_mutex_unlock(&o->lock);
+        return UM_ENOMEM;
+      }
+      atomic_store_explicit(&o->ctr[k], c, memory_order_release);
+    }
+    i = first + (n == 0);
+    snprintf(o->names[i], UM_TAG_NAME_MAX, "%s", name);
+    atomic_store_explicit(&o->ntags, i + 1, memory_order_release);
+    if (!o->tags_on) {
+      o->tags_on = true;
+      set_why_locked(m, OBS_TAGS, true);
+    }
+  }
+  pthread_mutex_unlock(&o->lock);
+  return i;
+}
+
+static int check_name(um_manager *m, const char *name, const char *fn) {
+  if (!um__manager_ok(m) || name == NULL)
+    return um__set_error(UM_EINVAL, "%s: NULL argument or not a manager", fn);
+  if (*name == '\0')
+    return um__set_error(UM_EINVAL, "%s: an empty tag name", fn);
+  if (strlen(name) >= UM_TAG_NAME_MAX)
+    return um__set_error(UM_EINVAL, "%s: a tag name of %zu bytes (at most %d)", fn, strlen(name),
+                         UM_TAG_NAME_MAX - 1);
+  return UM_OK;
+}
+
+/* This thread's stack for m; made when make (NULL: none free). */
+static tag_stack *stack_of(const um__obs *o, bool make) {
+  tag_stack *free_one = NULL;
+  for (int i = 0; i < STACKS; i++) {
+    if (stacks[i].mid == o->id)
+      return &stacks[i];
+    if (free_one == NULL && (stacks[i].mid == 0 || stacks[i].depth == 0))
+      free_one = &stacks[i];
+  }
+  if (!make || free_one == NULL)
+    return NULL;
+  free_one->mid = o->id;
+  free_one->depth = 0;
+  return free_one;
+}
+
+int um_tag_push(um_manager *m, const char *name) {
+  int st = check_name(m, name, "um_tag_push"), i;
+  tag_stack *s;
+  if (st != UM_OK)
+    return st;
+  if ((s = stack_of(m->obs, true)) == NULL)
+    return um__set_error(UM_ENOMEM, "um_tag_push: this thread has tags open on %d other managers", STACKS);
+  if (s->depth == UM_TAG_DEPTH_MAX)
+    return um__set_error(UM_EOVERFLOW, "um_tag_push: %d tags open on this thread", UM_TAG_DEPTH_MAX);
+  if ((i = tag_index(m, name)) < 0)
+    return um__set_error(i, "um_tag_push: %d tag names in use", UM_TAGS_MAX);
+  s->tags[s->depth++] = (uint16_t)i;
+  return UM_OK;
+}
+
+int um_tag_pop(um_manager *m) {
+  tag_stack *s;
+  if (!um__manager_ok(m))
+    return um__set_error(UM_EINVAL, "um_tag_pop: not a manager");
+  if ((s = stack_of(m->obs, false)) == NULL || s->depth == 0)
+    return um__set_error(UM_ESTATE, "um_tag_pop: no tag of this thread is open on the manager");
+  s->depth--;
+  return UM_OK;
+}
+
+/* The tag this thread's work on m counts for now: 0 while tags are off. */
+uint16_t um__obs_tag_now(um_manager *m) {
+  um__obs *o = m->obs;
+  tag_stack *s;
+  if (!o->tags_on)
+    return 0;
+  if (forced_tag != 0)
+    return forced_tag;
+  s = stack_of(o, false);
+  return s != NULL && s->depth > 0 ? s->tags[s->depth - 1] : 1;
+}
+
+int um_alloc_tagged(um_manager *m, um_device *d, size_t bytes, um_location loc, unsigned flags, const char *tag,
+                    um_buffer **out) {
+  int st, i;
+  if (tag == NULL) {
+    if (!um__manager_ok(m))
+      return um__set_error(UM_EINVAL, "um_alloc_tagged: not a manager");
+    return um_alloc(m, d, bytes, loc, flags, out);
+  }
+  if ((st = check_name(m, tag, "um_alloc_tagged")) != UM_OK)
+    return st;
+  if ((i = tag_index(m, tag)) < 0)
+    return um__set_error(i, "um_alloc_tagged: %d tag names in use", UM_TAGS_MAX);
+  forced_tag = (uint16_t)i;
+  st = um_alloc(m, d, bytes, loc, flags, out);
+  forced_tag = 0;
+  return st;
+}
+
+const char *um_buffer_tag(const um_buffer *b) {
+  if (um__buffer_check_live(b) != UM_OK)
+    return NULL;
+  return um__obs_tag_name(b->m, b->tag);
+}
+
+bool um__obs_tag_known(const um_manager *m, uint16_t tag) {
+  return tag < atomic_load_explicit(&m->obs->ntags, memory_order_acquire);
+}
+
+const char *um__obs_tag_name(const um_manager *m, uint16_t tag) {
+  return tag <= 1 ? "" : m->obs->names[tag];
+}
+
+static void ctr_max(atomic_uint_fast64_t *peak, uint64_t v) {
+  uint64_t p = atomic_load_explicit(peak, memory_order_relaxed);
+  while (v > p && !atomic_compare_exchange_weak_explicit(peak, &p, v, memory_order_relaxed, memory_order_relaxed))
+    ;
+}
+
+static void tag_in(tag_ctr *c, uint64_t bytes) {
+  atomic_fetch_add_explicit(&c->active, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&c->allocs, 1, memory_order_relaxed);
+  ctr_max(&c->peak, atomic_fetch_add_explicit(&c->in_use, bytes, memory_order_relaxed) + bytes);
+}
+
+static void tag_out(tag_ctr *c, uint64_t bytes) {
+  atomic_fetch_sub_explicit(&c->active, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&c->releases, 1, memory_order_relaxed);
+  atomic_fetch_sub_explicit(&c->in_use, bytes, memory_order_relaxed);
+}
+
+void um__obs_alloc(um_buffer *b) {
+  um_manager *m = b->m;
+  um__obs *o = m->obs;
+  int64_t now;
+  b->tag = um__obs_tag_now(m);
+  b->obs_thread = um__thread_number();
+  b->born_ns = um__now_ns();
+  b->obs_gen = atomic_load_explicit(&b->gen, memory_order_relaxed);
+  if (b->tag != 0) {
+    tag_ctr *c = atomic_load_explicit(&o->ctr[b->tag], memory_order_acquire);
+    tag_in(&c[b->dev->index], b->size);
+    tag_in(&c[o->ndev], b->size);
+  }
+  atomic_fetch_add_explicit(&o->allocs, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&o->bytes, b->size, memory_order_relaxed);
+  now = atomic_fetch_add_explicit(&o->in_use, (int64_t)b->size, memory_order_relaxed) + (int64_t)b->size;
+  if (now > 0)
+    ctr_max(&o->scope_peak, (uint64_t)now);
+}
+
+void um__obs_release(um_buffer *b) {
+  um__obs *o = b->m->obs;
+  if (b->tag != 0) {
+    tag_ctr *c = atomic_load_explicit(&o->ctr[b->tag], memory_order_acquire);
+    tag_out(&c[b->dev->index], b->size);
+    tag_out(&c[o->ndev], b->size);
+    b->tag = 0;
+  }
+  atomic_fetch_add_explicit(&o->releases, 1, memory_order_relaxed);
+  atomic_fetch_sub_explicit(&o->in_use, (int64_t)b->size, memory_order_relaxed);
+}
+
+/* Bytes moved by an operation of tag on device d (its destination's, or a
+ * download's source's), in direction dir (UM__DIR_*). */
+void um__obs_moved(um_manager *m, uint16_t tag, const um_device *d, int dir, uint64_t bytes) {
+  um__obs *o = m->obs;
+  tag_ctr *c;
+  if (tag == 0 || dir < 0 || dir >= NDIR)
+    return;
+  c = atomic_load_explicit(&o->ctr[tag], memory_order_acquire);
+  atomic_fetch_add_explicit(&c[d->index].moved[dir], bytes, memory_order_relaxed);
+  atomic_fetch_add_explicit(&c[o->ndev].moved[dir], bytes, memory_order_relaxed);
+}
+
+int um_tag_stats_get(um_manager *m, um_device *d, um_tag_stats *out, int cap) {
+  um__obs *o;
+  int n, col;
+  if (!um__manager_ok(m) || cap < 0 || (out == NULL && cap > 0))
+    return um__set_error(UM_EINVAL, "um_tag_stats_get: NULL argument, not a manager or a negative cap");
+  if (d != NULL && (!um__device_ok(d) || d->m != m))
+    return um__set_error(UM_EINVAL, "um_tag_stats_get: not a device of this manager");
+  o = m->obs;
+  col = d != NULL ? d->index : o->ndev;
+  n = atomic_load_explicit(&o->ntags, memory_order_acquire);
+  n = n > 0 ? n - 1 : 0; /* index 0 is no tag */
+  for (int i = 0; i < n && i < cap; i++) {
+    const tag_ctr *c = &atomic_load_explicit(&o->ctr[i + 1], memory_order_acquire)[col];
+    um_tag_stats *t = &out[i];
+    memset(t, 0, sizeof(*t));
+    snprintf(t->name, sizeof(t->name), "%s", um__obs_tag_name(m, (uint16_t)(i + 1)));
+    t->active_buffers = atomic_load_explicit(&c->active, memory_order_relaxed);
+    t->bytes_in_use = atomic_load_explicit(&c->in_use, memory_order_relaxed);
+    t->peak_bytes_in_use = atomic_load_explicit(&c->peak, memory_order_relaxed);
+    t->allocations = atomic_load_explicit(&c->allocs, memory_order_relaxed);
+    t->releases = atomic_load_explicit(&c->releases, memory_order_relaxed);
+    t->bytes_h2d = atomic_load_explicit(&c->moved[UM__DIR_H2D], memory_order_relaxed);
+    t->bytes_d2h = atomic_load_explicit(&c->moved[UM__DIR_D2H], memory_order_relaxed);
+    t->bytes_d2d = atomic_load_explicit(&c->moved[UM__DIR_D2D], memory_order_relaxed);
+    t->bytes_peer = atomic_load_explicit(&c->moved[UM__DIR_PEER], memory_order_relaxed);
+    t->bytes_net_out = atomic_load_explicit(&c->moved[UM__DIR_NET_OUT], memory_order_relaxed);
+    t->bytes_net_in = atomic_load_explicit(&c->moved[UM__DIR_NET_IN], memory_order_relaxed);
+  }
+  return n;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Scopes */
+
+static uint64_t in_use_now(const um__obs *o) {
+  int64_t v = atomic_load_explicit(&o->in_use, memory_order_relaxed);
+  return v > 0 ? (uint64_t)v : 0;
+}
+
+int um_scope_push(um_manager *m) {
+  um__obs *o;
+  scope *s;
+  if (!um__manager_ok(m))
+    return um__set_error(UM_EINVAL, "um_scope_push: not a manager");
+  o = m->obs;
+  pthread_mutex_lock(&o->lock);
+  if (o->nscopes == UM_TAG_DEPTH_MAX) {
+    pthread_mutex_unlock(&o->lock);
+    return um__set_error(UM_EOVERFLOW, "um_scope_push: %d scopes open", UM_TAG_DEPTH_MAX);
+  }
+  set_why_locked(m, OBS_SCOPES, true); /* first: the count of bytes in use starts here */
+  s = &o->scopes[o->nscopes++];
+  s->outer_peak = atomic_load_explicit(&o->scope_peak, memory_order_relaxed);
+  s->start = in_use_now(o);
+  s->allocs = atomic_load_explicit(&o->allocs, memory_order_relaxed);
+  s->releases = atomic_load_explicit(&o->releases, memory_order_relaxed);
+  s->bytes = atomic_load_explicit(&o->bytes, memory_order_relaxed);
+  atomic_store_explicit(&o->scope_peak, s->start, memory_order_relaxed);
+  pthread_mutex_unlock(&o->lock);
+  return UM_OK;
+}
+
+int um_scope_pop(um_manager *m, um_scope_stats *out) {
+  um__obs *o;
+  scope *s;
+  uint64_t peak;
+  if (!um__manager_ok(m))
+    return um__set_error(UM_EINVAL, "um_scope_pop: not a manager");
+  o = m->obs;
+  pthread_mutex_lock(&o->lock);
+  if (o->nscopes == 0) {
+    pthread_mutex_unlock(&o->lock);
+    return um__set_error(UM_ESTATE, "um_scope_pop: no scope is open");
+  }
+  s = &o->scopes[--o->nscopes];
+  peak = atomic_load_explicit(&o->scope_peak, memory_order_relaxed);
+  if (out != NULL) {
+    out->bytes_in_use_start = s->start;
+    out->bytes_in_use_end = in_use_now(o);
+    out->peak_bytes_in_use = peak;
+    out->allocations = atomic_load_explicit(&o->allocs, memory_order_relaxed) - s->allocs;
+    out->releases = atomic_load_explicit(&o->releases, memory_order_relaxed) - s->releases;
+    out->bytes_allocated = atomic_load_explicit(&o->bytes, memory_order_relaxed) - s->bytes;
+  }
+  atomic_store_explicit(&o->scope_peak, peak > s->outer_peak ? peak : s->outer_peak, memory_order_relaxed);
+  if (o->nscopes == 0)
+    set_why_locked(m, OBS_SCOPES, false);
+  pthread_mutex_unlock(&o->lock);
+  return UM_OK;
+}

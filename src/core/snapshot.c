@@ -1,0 +1,267 @@
+/* um_snapshot_take: every segment and free extent of every pool (the
+ * segments' walk, under their lock), then every block of the manager's
+ * registry (under registry_lock), sorted by device, location, segment and
+ * offset; um_snapshot_write: the same as JSON. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+
+/* The snapshot, with the room that grows while it is taken. */
+typedef struct snap {
+  um_snapshot s;
+  size_t bcap, scap;
+  const void **keys; /* the segments' identities, beside s.segments */
+  int dev;
+  um_location loc;
+  int failed;
+  char (*names)[UM_TAG_NAME_MAX]; /* the tags' names, copied */
+  int nnames;
+} snap;
+
+/* The block or segment address a snapshot shows. */
+static uint64_t mem_address(const um__mem *mem) {
+  return mem->host != NULL ? (uint64_t)(uintptr_t)mem->host : (uint64_t)mem->handle;
+}
+
+static um_snapshot_block *new_block(snap *sn) {
+  if (sn->s.nblocks == sn->bcap) {
+    size_t cap = sn->bcap ? 2 * sn->bcap : 64;
+    um_snapshot_block *grown = realloc(sn->s.blocks, cap * sizeof(*grown));
+    if (grown == NULL) {
+      sn->failed = 1;
+      return NULL;
+    }
+    sn->s.blocks = grown;
+    sn->bcap = cap;
+  }
+  um_snapshot_block *b = &sn->s.blocks[sn->s.nblocks++];
+  memset(b, 0, sizeof(*b));
+  b->segment = -1;
+  return b;
+}
+
+static void on_segment(void *ctx, const um__seg_view *v) {
+  snap *sn = ctx;
+  if (sn->s.nsegments == sn->scap) {
+    size_t cap = sn->scap ? 2 * sn->scap : 16;
+    um_snapshot_segment *grown = realloc(sn->s.segments, cap * sizeof(*grown));
+    const void **keys = realloc(sn->keys, cap * sizeof(*keys));
+    if (grown != NULL)
+      sn->s.segments = grown;
+    if (keys != NULL)
+      sn->keys = keys;
+    if (grown == NULL || keys == NULL) {
+      sn->failed = 1;
+      return;
+    }
+    sn->scap = cap;
+  }
+  um_snapshot_segment *g = &sn->s.segments[sn->s.nsegments];
+  sn->keys[sn->s.nsegments++] = v->key;
+  g->device = sn->dev;
+  g->loc = sn->loc;
+  g->address = mem_address(v->mem);
+  g->size = v->size;
+  g->committed = v->committed;
+  g->virtual_memory = v->virt;
+}
+
+static int segment_index(const snap *sn, const void *key) {
+  for (size_t i = sn->s.nsegments; i-- > 0;) /* the newest first: where this pool's are */
+    if (sn->keys[i] == key)
+      return (int)i;
+  return -1;
+}
+
+static void on_free_extent(void *ctx, const void *key, size_t off, size_t size) {
+  snap *sn = ctx;
+  int seg = segment_index(sn, key);
+  um_snapshot_block *b;
+  if (seg < 0 || (b = new_block(sn)) == NULL)
+    return;
+  b->device = sn->dev;
+  b->loc = sn->loc;
+  b->state = UM_BLOCK_FREE;
+  b->segment = seg;
+  b->offset = off;
+  b->address = sn->s.segments[seg].address + off;
+  b->size = b->capacity = size;
+}
+
+static void add_buffer(snap *sn, um_buffer *b, uint64_t now) {
+  int state = atomic_load_explicit(&b->state, memory_order_acquire);
+  um_snapshot_block *o;
+  const void *key;
+  size_t off;
+  if (state == UM__BUF_HUSK || (o = new_block(sn)) == NULL)
+    return;
+  o->device = b->dev->index;
+  o->loc = b->loc;
+  o->state = state == UM__BUF_LIVE ? UM_BLOCK_IN_USE : state == UM__BUF_RELEASED ? UM_BLOCK_RELEASED : UM_BLOCK_IDLE;
+  o->wrapped = b->kind == UM__KIND_WRAPPED;
+  o->capacity = b->capacity != 0 ? b->capacity : b->size;
+  o->address = mem_address(&b->mem);
+  if (um__seg_where(&b->mem, &key, &off) && (o->segment = segment_index(sn, key)) >= 0)
+    o->offset = off;
+  if (o->state == UM_BLOCK_IDLE) {
+    o->size = o->capacity;
+    o->age_ns = b->idle_since_ns != 0 && b->idle_since_ns <= now ? now - b->idle_since_ns : 0;
+    return;
+  }
+  o->size = b->size;
+  o->site_file = b->site_file;
+  o->site_line = b->site_line;
+  o->tag = "";
+  if (b->obs_gen == atomic_load_explicit(&b->gen, memory_order_relaxed) && b->born_ns != 0) {
+    o->thread = b->obs_thread;
+    o->age_ns = b->born_ns <= now ? now - b->born_ns : 0;
+    if (b->tag > 1 && b->tag - 2 < sn->nnames)
+      o->tag = sn->names[b->tag - 2];
+  }
+}
+
+static int block_order(const void *pa, const void *pb) {
+  const um_snapshot_block *a = pa, *b = pb;
+  if (a->device != b->device)
+    return a->device < b->device ? -1 : 1;
+  if (a->loc != b->loc)
+    return a->loc < b->loc ? -1 : 1;
+  if (a->segment != b->segment)
+    return a->segment < b->segment ? -1 : 1;
+  if (a->segment >= 0 && a->offset != b->offset)
+    return a->offset < b->offset ? -1 : 1;
+  if (a->address != b->address)
+    return a->address < b->address ? -1 : 1;
+  return 0;
+}
+
+/* The names of tags 2 and up, copied (the snapshot may outlive m). */
+static int copy_names(snap *sn, um_manager *m) {
+  int n = 0;
+  while (n + 2 < UM_TAGS_MAX + 2 && um__obs_tag_known(m, (uint16_t)(n + 2)))
+    n++;
+  if (n == 0)
+    return UM_OK;
+  if ((sn->names = calloc((size_t)n, sizeof(*sn->names))) == NULL)
+    return UM_ENOMEM;
+  for (int i = 0; i < n; i++)
+    snprintf(sn->names[i], UM_TAG_NAME_MAX, "%s", um__obs_tag_name(m, (uint16_t)(i + 2)));
+  sn->nnames = n;
+  return UM_OK;
+}
+
+int um_snapshot_take(um_manager *m, um_snapshot **out) {
+  snap *sn;
+  uint64_t now;
+  if (out == NULL || !um__manager_ok(m))
+    return um__set_error(UM_EINVAL, "um_snapshot_take: NULL argument or not a manager");
+  if ((sn = calloc(1, sizeof(*sn))) == NULL || copy_names(sn, m) != UM_OK) {
+    free(sn);
+    return um__set_error(UM_ENOMEM, "um_snapshot_take: out of memory");
+  }
+  for (int i = 0; i < um__ndevices(m); i++)
+    for (int l = 0; l < UM_LOCATION_COUNT; l++) {
+      sn->dev = i;
+      sn->loc = (um_location)l;
+      um__seg_walk(&m->devices[i]->pools[l], on_segment, on_free_extent, sn);
+    }
+  now = um__now_ns();
+  pthread_mutex_lock(&m->registry_lock);
+  for (um_buffer *b = m->all_buffers; b != NULL && !sn->failed; b = b->all_next)
+    add_buffer(sn, b, now);
+  pthread_mutex_unlock(&m->registry_lock);
+  free(sn->keys);
+  sn->keys = NULL;
+  if (sn->failed) {
+    um_snapshot_free(&sn->s);
+    return um__set_error(UM_ENOMEM, "um_snapshot_take: out of memory");
+  }
+  qsort(sn->s.blocks, sn->s.nblocks, sizeof(*sn->s.blocks), block_order);
+  sn->s.time_ns = now - um__obs_t0(m);
+  *out = &sn->s;
+  return UM_OK;
+}
+
+void um_snapshot_free(um_snapshot *s) {
+  snap *sn = (snap *)s; /* s is the first member */
+  if (s == NULL)
+    return;
+  free(sn->s.blocks);
+  free(sn->s.segments);
+  free(sn->keys);
+  free(sn->names);
+  free(sn);
+}
+
+/* s as a JSON string (quoted, escaped), or null. */
+void um__json_string(FILE *f, const char *s) {
+  if (s == NULL) {
+    fputs("null", f);
+    return;
+  }
+  fputc('"', f);
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    if (*p == '"' || *p == '\\')
+      fprintf(f, "\\%c", *p);
+    else if (*p < 0x20)
+      fprintf(f, "\\u%04x", *p);
+    else
+      fputc(*p, f);
+  }
+  fputc('"', f);
+}
+
+static const char *const state_names[] = {"in_use", "released", "idle", "free"};
+static const char *const loc_names[] = {"host", "device", "pinned", "unified"};
+
+int um_snapshot_write(const um_snapshot *s, const char *path) {
+  FILE *f;
+  int bad;
+  if (s == NULL || path == NULL)
+    return um__set_error(UM_EINVAL, "um_snapshot_write: NULL argument");
+  f = strcmp(path, "-") == 0 ? stdout : fopen(path, "w");
+  if (f == NULL)
+    return um__set_error(UM_EBACKEND, "um_snapshot_write: cannot write %s: %s", path, strerror(errno));
+  fprintf(f, "{\"format\": \"unimem snapshot 1\", \"time_ns\": %llu,\n \"segments\": [",
+          (unsigned long long)s->time_ns);
+  for (size_t i = 0; i < s->nsegments; i++) {
+    const um_snapshot_segment *g = &s->segments[i];
+    fprintf(f,
+            "%s\n  {\"index\": %zu, \"device\": %d, \"location\": \"%s\", \"address\": %llu, \"size\": %llu, "
+            "\"committed\": %llu, \"virtual\": %s}",
+            i ? "," : "", i, g->device, loc_names[g->loc], (unsigned long long)g->address,
+            (unsigned long long)g->size, (unsigned long long)g->committed, g->virtual_memory ? "true" : "false");
+  }
+  fputs("],\n \"blocks\": [", f);
+  for (size_t i = 0; i < s->nblocks; i++) {
+    const um_snapshot_block *b = &s->blocks[i];
+    fprintf(f,
+            "%s\n  {\"device\": %d, \"location\": \"%s\", \"state\": \"%s\", \"segment\": %d, \"offset\": %llu, "
+            "\"address\": %llu, \"size\": %llu, \"capacity\": %llu, \"tag\": ",
+            i ? "," : "", b->device, loc_names[b->loc], state_names[b->state], b->segment,
+            (unsigned long long)b->offset, (unsigned long long)b->address, (unsigned long long)b->size,
+            (unsigned long long)b->capacity);
+    um__json_string(f, b->tag);
+    fprintf(f, ", \"thread\": %u, \"age_ns\": %llu, \"site\": ", b->thread, (unsigned long long)b->age_ns);
+    if (b->site_file != NULL) {
+      char site[4200];
+      snprintf(site, sizeof(site), "%s:%d", b->site_file, b->site_line);
+      um__json_string(f, site);
+    } else {
+      fputs("null", f);
+    }
+    fprintf(f, ", \"wrapped\": %s}", b->wrapped ? "true" : "false");
+  }
+  fputs("]}\n", f);
+  bad = ferror(f);
+  if (f != stdout)
+    bad |= fclose(f);
+  else
+    bad |= fflush(f);
+  if (bad)
+    return um__set_error(UM_EBACKEND, "um_snapshot_write: writing %s failed", path);
+  return UM_OK;
+}

@@ -1,0 +1,347 @@
+/* Seeing the memory, on every device profile: tags (nested, given at
+ * allocation, per device, with the bytes each moved), scopes (nested peaks
+ * and counts), and a snapshot after a known sequence (exact counts, sizes,
+ * states and tags; the blocks and free extents of each segment tile it;
+ * its JSON). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "profile.h"
+
+/* The statistics of tag name among n entries, or fail. */
+static const um_tag_stats *find_tag(const um_tag_stats *t, int n, const char *name) {
+  for (int i = 0; i < n; i++)
+    if (strcmp(t[i].name, name) == 0)
+      return &t[i];
+  cr_assert_fail("no tag \"%s\" among %d", name, n);
+  return NULL;
+}
+
+static void expect_tag(const um_tag_stats *t, int n, const char *name, uint64_t active, uint64_t in_use,
+                       uint64_t peak, uint64_t allocs, uint64_t releases) {
+  const um_tag_stats *s = find_tag(t, n, name);
+  cr_assert_eq(s->active_buffers, active, "%s: %llu buffers, expected %llu", name,
+               (unsigned long long)s->active_buffers, (unsigned long long)active);
+  cr_assert_eq(s->bytes_in_use, in_use, "%s: %llu in use, expected %llu", name, (unsigned long long)s->bytes_in_use,
+               (unsigned long long)in_use);
+  cr_assert_eq(s->peak_bytes_in_use, peak, "%s: peak %llu, expected %llu", name,
+               (unsigned long long)s->peak_bytes_in_use, (unsigned long long)peak);
+  cr_assert_eq(s->allocations, allocs, "%s: %llu allocations", name, (unsigned long long)s->allocations);
+  cr_assert_eq(s->releases, releases, "%s: %llu releases", name, (unsigned long long)s->releases);
+}
+
+Test(observe, no_tags_before_the_first) {
+  ut_env e = ut_profile_open(NULL);
+  um_buffer *b;
+  cr_assert_eq(um_tag_stats_get(e.m, NULL, NULL, 0), 0);
+  cr_assert_eq(um_alloc(e.m, e.dev, 100, UM_DEVICE, 0, &b), UM_OK);
+  cr_assert_str_eq(um_buffer_tag(b), "");
+  cr_assert_eq(um_tag_stats_get(e.m, NULL, NULL, 0), 0, "an allocation alone makes no tag");
+  cr_assert_eq(um_release(b), UM_OK);
+  cr_assert_null(um_buffer_tag(b), "a released buffer has no tag");
+  ut_profile_close(&e);
+}
+
+/* Nested tags, a tag given at allocation, the untagged, per device. */
+Test(observe, tags_known_sequence) {
+  ut_env e = ut_profile_open(NULL);
+  um_buffer *a, *b, *c, *u, *a2;
+  um_tag_stats t[8];
+  int n;
+  cr_assert_eq(um_tag_push(e.m, "attention"), UM_OK);
+  cr_assert_eq(um_alloc(e.m, e.dev, 1000, UM_DEVICE, 0, &a), UM_OK);
+  cr_assert_eq(um_tag_push(e.m, "kv"), UM_OK);
+  cr_assert_eq(um_alloc(e.m, e.dev, 3000, UM_DEVICE, 0, &b), UM_OK);
+  cr_assert_eq(um_tag_pop(e.m), UM_OK);
+  cr_assert_eq(um_alloc_tagged(e.m, e.dev, 500, UM_DEVICE, 0, "weights", &c), UM_OK);
+  cr_assert_eq(um_alloc(e.m, e.dev, 2000, UM_DEVICE, 0, &a2), UM_OK); /* the outer tag again */
+  cr_assert_eq(um_tag_pop(e.m), UM_OK);
+  cr_assert_eq(um_alloc(e.m, e.dev, 100, UM_DEVICE, 0, &u), UM_OK);
+  cr_assert_str_eq(um_buffer_tag(a), "attention");
+  cr_assert_str_eq(um_buffer_tag(b), "kv");
+  cr_assert_str_eq(um_buffer_tag(c), "weights");
+  cr_assert_str_eq(um_buffer_tag(a2), "attention");
+  cr_assert_str_eq(um_buffer_tag(u), "");
+
+  n = um_tag_stats_get(e.m, NULL, t, 8);
+  cr_assert_eq(n, 4, "\"\", attention, kv, weights: %d", n);
+  cr_assert_str_eq(t[0].name, "", "the untagged first");
+  cr_assert_str_eq(t[1].name, "attention", "then in the order of first use");
+  cr_assert_str_eq(t[2].name, "kv");
+  cr_assert_str_eq(t[3].name, "weights");
+  expect_tag(t, n, "", 1, 100, 100, 1, 0);
+  expect_tag(t, n, "attention", 2, 3000, 3000, 2, 0);
+  expect_tag(t, n, "kv", 1, 3000, 3000, 1, 0);
+  expect_tag(t, n, "weights", 1, 500, 500, 1, 0);
+
+  cr_assert_eq(um_release(a2), UM_OK);
+  cr_assert_eq(um_release(b), UM_OK);
+  n = um_tag_stats_get(e.m, e.dev, t, 8);
+  cr_assert_eq(n, 4);
+  expect_tag(t, n, "attention", 1, 1000, 3000, 2, 1);
+  expect_tag(t, n, "kv", 0, 0, 3000, 1, 1);
+  /* Fewer entries than tags: the count all the same. */
+  cr_assert_eq(um_tag_stats_get(e.m, NULL, t, 2), 4);
+  /* Another device holds none of them. */
+  if (e.dev != um_device_get(e.m, 0)) {
+    n = um_tag_stats_get(e.m, um_device_get(e.m, 0), t, 8);
+    cr_assert_eq(n, 4);
+    expect_tag(t, n, "attention", 0, 0, 0, 0, 0);
+  }
+  cr_assert_eq(um_release(a), UM_OK);
+  cr_assert_eq(um_release(c), UM_OK);
+  cr_assert_eq(um_release(u), UM_OK);
+  n = um_tag_stats_get(e.m, NULL, t, 8);
+  for (int i = 0; i < n; i++)
+    cr_assert_eq(t[i].bytes_in_use, 0, "%s still holds %llu", t[i].name, (unsigned long long)t[i].bytes_in_use);
+  ut_profile_close(&e);
+}
+
+/* Copies count for the tag of the thread that issued them, by direction. */
+Test(observe, tags_count_bytes_moved) {
+  ut_env e = ut_profile_open(NULL);
+  bool host_dev = e.dev == um_device_get(e.m, 0);
+  unsigned char h[4096];
+  um_buffer *x, *y;
+  um_tag_stats t[4];
+  const um_tag_stats *s;
+  int n;
+  memset(h, 0x3c, sizeof(h));
+  cr_assert_eq(um_alloc(e.m, e.dev, 4096, UM_DEVICE, 0, &x), UM_OK);
+  cr_assert_eq(um_alloc(e.m, e.dev, 4096, UM_DEVICE, 0, &y), UM_OK);
+  cr_assert_eq(um_tag_push(e.m, "io"), UM_OK);
+  cr_assert_eq(um_copy_from_host(x, 0, h, 4096, NULL), UM_OK);
+  cr_assert_eq(um_copy_to_host(x, 0, h, 1000, NULL), UM_OK);
+  cr_assert_eq(um_copy(y, 0, x, 0, 2048, NULL), UM_OK);
+  cr_assert_eq(um_fill(y, 0, 7, 512, NULL), UM_OK);
+  cr_assert_eq(um_tag_pop(e.m), UM_OK);
+  cr_assert_eq(um_copy_from_host(x, 0, h, 300, NULL), UM_OK); /* untagged */
+  cr_assert_eq(um_device_synchronize(e.dev), UM_OK);
+  n = um_tag_stats_get(e.m, NULL, t, 4);
+  s = find_tag(t, n, "io");
+  if (host_dev) { /* host to host: all within device 0 */
+    cr_assert_eq(s->bytes_h2d, 0);
+    cr_assert_eq(s->bytes_d2h, 0);
+    cr_assert_eq(s->bytes_d2d, 4096 + 1000 + 2048 + 512, "d2d %llu", (unsigned long long)s->bytes_d2d);
+  } else {
+    cr_assert_eq(s->bytes_h2d, 4096, "h2d %llu", (unsigned long long)s->bytes_h2d);
+    cr_assert_eq(s->bytes_d2h, 1000, "d2h %llu", (unsigned long long)s->bytes_d2h);
+    cr_assert_eq(s->bytes_d2d, 2048 + 512, "d2d %llu", (unsigned long long)s->bytes_d2d);
+  }
+  cr_assert_eq(s->bytes_peer, 0);
+  s = find_tag(t, n, "");
+  cr_assert_eq(s->bytes_h2d + s->bytes_d2d, 300, "the untagged copy: %llu", (unsigned long long)(s->bytes_h2d + s->bytes_d2d));
+  cr_assert_eq(um_release(x), UM_OK);
+  cr_assert_eq(um_release(y), UM_OK);
+  ut_profile_close(&e);
+}
+
+Test(observe, tag_bad_input) {
+  ut_env e = ut_profile_open(NULL);
+  char longname[UM_TAG_NAME_MAX + 1];
+  um_buffer *b = NULL;
+  memset(longname, 'x', sizeof(longname) - 1);
+  longname[UM_TAG_NAME_MAX] = '\0';
+  cr_assert_eq(um_tag_pop(e.m), UM_ESTATE);
+  cr_assert_eq(um_tag_push(NULL, "a"), UM_EINVAL);
+  cr_assert_eq(um_tag_push(e.m, NULL), UM_EINVAL);
+  cr_assert_eq(um_tag_push(e.m, ""), UM_EINVAL);
+  cr_assert_eq(um_tag_push(e.m, longname), UM_EINVAL);
+  longname[UM_TAG_NAME_MAX - 1] = '\0'; /* the longest that fits */
+  cr_assert_eq(um_tag_push(e.m, longname), UM_OK);
+  cr_assert_eq(um_tag_pop(e.m), UM_OK);
+  for (int i = 0; i < UM_TAG_DEPTH_MAX; i++)
+    cr_assert_eq(um_tag_push(e.m, "deep"), UM_OK);
+  cr_assert_eq(um_tag_push(e.m, "deep"), UM_EOVERFLOW);
+  for (int i = 0; i < UM_TAG_DEPTH_MAX; i++)
+    cr_assert_eq(um_tag_pop(e.m), UM_OK);
+  cr_assert_eq(um_tag_pop(e.m), UM_ESTATE);
+  cr_assert_eq(um_alloc_tagged(e.m, e.dev, 10, UM_DEVICE, 0, "", &b), UM_EINVAL);
+  cr_assert_eq(um_alloc_tagged(NULL, e.dev, 10, UM_DEVICE, 0, NULL, &b), UM_EINVAL);
+  cr_assert_eq(um_alloc_tagged(e.m, e.dev, 0, UM_DEVICE, 0, "z", &b), UM_EINVAL, "um_alloc's own checks");
+  cr_assert_eq(um_tag_stats_get(e.m, NULL, NULL, 1), UM_EINVAL);
+  cr_assert_eq(um_tag_stats_get(e.m, NULL, NULL, -1), UM_EINVAL);
+  cr_assert_eq(um_tag_stats_get(NULL, NULL, NULL, 0), UM_EINVAL);
+  cr_assert_null(um_buffer_tag(NULL));
+  ut_profile_close(&e);
+}
+
+/* The names run out at UM_TAGS_MAX. */
+Test(observe, tag_names_run_out) {
+  ut_env e = ut_profile_open(NULL);
+  char name[32];
+  int i;
+  for (i = 0; i < UM_TAGS_MAX; i++) {
+    snprintf(name, sizeof(name), "t%d", i);
+    cr_assert_eq(um_tag_push(e.m, name), UM_OK, "name %d", i);
+    cr_assert_eq(um_tag_pop(e.m), UM_OK);
+  }
+  cr_assert_eq(um_tag_push(e.m, "one more"), UM_ENOMEM);
+  cr_assert_eq(um_tag_push(e.m, "t7"), UM_OK, "a name in use still works");
+  cr_assert_eq(um_tag_pop(e.m), UM_OK);
+  cr_assert_eq(um_tag_stats_get(e.m, NULL, NULL, 0), UM_TAGS_MAX + 1);
+  ut_profile_close(&e);
+}
+
+/* Nested scopes: each one's peak and counts; the inner peak counts in the
+ * outer. */
+Test(observe, scopes_nested) {
+  ut_env e = ut_profile_open(NULL);
+  um_buffer *keep, *a, *b, *c;
+  um_scope_stats s;
+  cr_assert_eq(um_scope_pop(e.m, &s), UM_ESTATE);
+  cr_assert_eq(um_alloc(e.m, e.dev, 700, UM_DEVICE, 0, &keep), UM_OK); /* before any scope */
+  cr_assert_eq(um_scope_push(e.m), UM_OK);
+  cr_assert_eq(um_alloc(e.m, e.dev, 1000, UM_DEVICE, 0, &a), UM_OK);
+  cr_assert_eq(um_alloc(e.m, e.dev, 2000, UM_DEVICE, 0, &b), UM_OK);
+  cr_assert_eq(um_release(b), UM_OK);
+  cr_assert_eq(um_scope_push(e.m), UM_OK);
+  cr_assert_eq(um_alloc(e.m, e.dev, 5000, UM_DEVICE, 0, &c), UM_OK);
+  cr_assert_eq(um_release(c), UM_OK);
+  cr_assert_eq(um_scope_pop(e.m, &s), UM_OK);
+  cr_assert_eq(s.bytes_in_use_start, 1700);
+  cr_assert_eq(s.bytes_in_use_end, 1700);
+  cr_assert_eq(s.peak_bytes_in_use, 6700, "inner peak %llu", (unsigned long long)s.peak_bytes_in_use);
+  cr_assert_eq(s.allocations, 1);
+  cr_assert_eq(s.releases, 1);
+  cr_assert_eq(s.bytes_allocated, 5000);
+  cr_assert_eq(um_release(a), UM_OK);
+  cr_assert_eq(um_scope_pop(e.m, &s), UM_OK);
+  cr_assert_eq(s.bytes_in_use_start, 700);
+  cr_assert_eq(s.bytes_in_use_end, 700);
+  cr_assert_eq(s.peak_bytes_in_use, 6700, "outer peak %llu: the inner one's", (unsigned long long)s.peak_bytes_in_use);
+  cr_assert_eq(s.allocations, 3);
+  cr_assert_eq(s.releases, 3);
+  cr_assert_eq(s.bytes_allocated, 8000);
+  cr_assert_eq(um_scope_pop(e.m, NULL), UM_ESTATE);
+  cr_assert_eq(um_scope_push(NULL), UM_EINVAL);
+  cr_assert_eq(um_release(keep), UM_OK);
+  ut_profile_close(&e);
+}
+
+/* Count the snapshot's blocks of state st on device dev. */
+static int count_state(const um_snapshot *s, int dev, um_block_state st) {
+  int n = 0;
+  for (size_t i = 0; i < s->nblocks; i++)
+    n += s->blocks[i].device == dev && s->blocks[i].state == st;
+  return n;
+}
+
+/* The blocks and free extents of every segment tile it: in offset order,
+ * each starts where the one before ended, the last ends at its size. */
+static void expect_tiled(const um_snapshot *s) {
+  for (size_t g = 0; g < s->nsegments; g++) {
+    uint64_t at = 0;
+    for (size_t i = 0; i < s->nblocks; i++) {
+      const um_snapshot_block *b = &s->blocks[i];
+      if (b->segment != (int)g)
+        continue;
+      cr_assert_eq(b->offset, at, "segment %zu: a block at %llu, expected %llu", g, (unsigned long long)b->offset,
+                   (unsigned long long)at);
+      at += b->capacity;
+    }
+    cr_assert_eq(at, s->segments[g].size, "segment %zu: its blocks end at %llu of %llu", g, (unsigned long long)at,
+                 (unsigned long long)s->segments[g].size);
+  }
+}
+
+static int count_in_file(const char *path, const char *what) {
+  FILE *f = fopen(path, "r");
+  char *text;
+  long len;
+  int n = 0;
+  cr_assert_not_null(f);
+  fseek(f, 0, SEEK_END);
+  len = ftell(f);
+  rewind(f);
+  text = calloc(1, (size_t)len + 1);
+  cr_assert_eq(fread(text, 1, (size_t)len, f), (size_t)len);
+  fclose(f);
+  for (const char *p = text; (p = strstr(p, what)) != NULL; p += strlen(what))
+    n++;
+  free(text);
+  return n;
+}
+
+Test(observe, snapshot_known_sequence) {
+  ut_env e = ut_profile_open(NULL);
+  int dev = um_device_info_get(e.dev, &(um_device_info){0}) == UM_OK ? 0 : -1;
+  um_buffer *a, *b, *c;
+  um_snapshot *s;
+  um_stats st;
+  uint64_t in_use = 0;
+  char path[128];
+  for (int i = 0; i < um_device_count(e.m); i++)
+    if (um_device_get(e.m, i) == e.dev)
+      dev = i;
+  cr_assert_eq(um_tag_push(e.m, "model"), UM_OK);
+  cr_assert_eq(um_alloc_at(e.m, e.dev, 1000, UM_DEVICE, 0, &a, "net.c", 12), UM_OK);
+  cr_assert_eq(um_tag_pop(e.m), UM_OK);
+  cr_assert_eq(um_alloc(e.m, e.dev, 3000, UM_DEVICE, 0, &b), UM_OK);
+  cr_assert_eq(um_alloc(e.m, e.dev, 5000, UM_DEVICE, 0, &c), UM_OK);
+  cr_assert_eq(um_release(c), UM_OK); /* idle in the pool */
+  cr_assert_eq(um_snapshot_take(e.m, &s), UM_OK);
+
+  cr_assert_eq(count_state(s, dev, UM_BLOCK_IN_USE), 2);
+  cr_assert_eq(count_state(s, dev, UM_BLOCK_IDLE), 1);
+  cr_assert_eq(count_state(s, dev, UM_BLOCK_RELEASED), 0);
+  for (size_t i = 0; i < s->nblocks; i++) {
+    const um_snapshot_block *k = &s->blocks[i];
+    if (k->state == UM_BLOCK_IN_USE) {
+      in_use += k->size;
+      cr_assert_neq(k->thread, 0);
+      cr_assert_eq(k->loc, UM_DEVICE);
+      if (k->size == 1000) {
+        cr_assert_str_eq(k->tag, "model");
+        cr_assert_str_eq(k->site_file, "net.c");
+        cr_assert_eq(k->site_line, 12);
+        cr_assert_geq(k->capacity, 1000);
+      } else {
+        cr_assert_eq(k->size, 3000);
+        cr_assert_str_eq(k->tag, "");
+        cr_assert_null(k->site_file);
+      }
+    } else if (k->state == UM_BLOCK_IDLE) {
+      cr_assert_eq(k->size, ut_class(5000), "an idle block shows its capacity: %llu", (unsigned long long)k->size);
+      cr_assert_null(k->tag);
+    }
+    if (i > 0) /* in order: device, location, segment */
+      cr_assert(s->blocks[i - 1].device < k->device ||
+                (s->blocks[i - 1].device == k->device && (s->blocks[i - 1].loc < k->loc ||
+                                                          (s->blocks[i - 1].loc == k->loc &&
+                                                           s->blocks[i - 1].segment <= k->segment))));
+  }
+  cr_assert_eq(in_use, 4000);
+  cr_assert_eq(um_stats_get(e.m, NULL, &st), UM_OK);
+  cr_assert_eq(st.bytes_in_use, in_use, "the snapshot agrees with the statistics");
+  cr_assert_eq(st.segments, s->nsegments, "every segment: %llu and %zu", (unsigned long long)st.segments,
+               s->nsegments);
+  expect_tiled(s);
+
+  snprintf(path, sizeof(path), "/tmp/unimem-test-snapshot-%ld.json", (long)getpid());
+  cr_assert_eq(um_snapshot_write(s, path), UM_OK);
+  cr_assert_eq(count_in_file(path, "\"state\": \"in_use\""), 2);
+  cr_assert_eq(count_in_file(path, "\"state\": \"idle\""), 1);
+  cr_assert_eq(count_in_file(path, "\"tag\": \"model\""), 1);
+  cr_assert_eq(count_in_file(path, "\"site\": \"net.c:12\""), 1);
+  cr_assert_eq(count_in_file(path, "\"state\": \"free\""), count_state(s, dev, UM_BLOCK_FREE) +
+                                                               (dev != 0 ? count_state(s, 0, UM_BLOCK_FREE) : 0));
+  unlink(path);
+  cr_assert_eq(um_snapshot_write(s, "/nonexistent/dir/x.json"), UM_EBACKEND);
+  cr_assert_eq(um_snapshot_write(NULL, path), UM_EINVAL);
+  um_snapshot_free(s);
+  um_snapshot_free(NULL);
+  cr_assert_eq(um_snapshot_take(e.m, NULL), UM_EINVAL);
+
+  cr_assert_eq(um_release(a), UM_OK);
+  cr_assert_eq(um_release(b), UM_OK);
+  /* Nothing in use: the blocks are idle or free extents. */
+  cr_assert_eq(um_snapshot_take(e.m, &s), UM_OK);
+  cr_assert_eq(count_state(s, dev, UM_BLOCK_IN_USE), 0);
+  cr_assert_eq(count_state(s, dev, UM_BLOCK_IDLE), 3);
+  expect_tiled(s);
+  um_snapshot_free(s);
+  ut_profile_close(&e);
+}
