@@ -28,7 +28,8 @@ set(UM_LAYER_mem_SEES base backend device mem)
 
 set(UM_LAYER_core_SOURCES
   src/core/buffer_state.c src/core/buffer.c src/core/manager.c src/core/stats.c src/core/mapfile.c
-  src/core/riders.c src/core/thread.c src/core/trace.c src/core/observe.c src/core/snapshot.c)
+  src/core/riders.c src/core/thread.c src/core/trace.c src/core/observe.c src/core/snapshot.c
+  src/core/history.c)
 set(UM_LAYER_core_SEES base backend device mem core)
 
 set(UM_LAYER_ops_SOURCES

@@ -188,6 +188,9 @@ typedef struct um_options {
                         merged on release, where the device can carve
                         (sub-buffers, pointers); 0: every pooled block is a
                         device allocation of its own */
+  char oom_snapshot[256]; /* "": off; else um_alloc's UM_ENOMEM writes a
+                             snapshot there (um_snapshot_write; "%p": the
+                             process id) before it returns */
 } um_options;
 
 /* Description of a device. */
@@ -508,7 +511,7 @@ UM_EXTERN int um_pool_trim(um_manager *m, uint64_t keep_bytes);
  * pool's locked path (no thread-cache hit), so that each block knows its
  * tag, its allocating thread and its age. A manager observes from its first
  * tag (um_tag_push, um_alloc_tagged) on, and while a scope is open or a
- * history records. */
+ * history records (um_history_start). */
 
 #define UM_TAG_NAME_MAX 64 /* bytes of a tag's name, its NUL included */
 #define UM_TAGS_MAX 1024   /* distinct tag names of one manager */
@@ -627,6 +630,68 @@ UM_EXTERN void um_snapshot_free(um_snapshot *s);
  * "blocks": [...]} with the fields above by name. UM_EINVAL, UM_EBACKEND
  * (the file cannot be written: um_last_error() says why). */
 UM_EXTERN int um_snapshot_write(const um_snapshot *s, const char *path);
+
+/* What a history records (um_history_event.kind). */
+typedef enum um_history_kind {
+  UM_HIST_ALLOC = 0,   /* a buffer went live (how: UM_HIST_POOL or UM_HIST_DEVICE) */
+  UM_HIST_RELEASE = 1, /* um_release */
+  UM_HIST_TRIM = 2,    /* idle memory went back to the device (bytes) */
+  UM_HIST_COPY = 3,    /* a copy, from its issue to its completion */
+  UM_HIST_FILL = 4,
+  UM_HIST_BRACKET = 5, /* um_access_begin to the end of its bracket */
+  UM_HIST_NET_PUT = 6,
+  UM_HIST_NET_GET = 7,
+  UM_HIST_MAP = 8,     /* um_map */
+  UM_HIST_OOM = 9      /* um_alloc answered UM_ENOMEM (bytes: asked) */
+} um_history_kind;
+
+#define UM_HIST_POOL 0   /* served by the pool: no device call */
+#define UM_HIST_DEVICE 1 /* a new block from the device (or unpooled) */
+
+typedef struct um_history_event {
+  um_history_kind kind;
+  int device;          /* where it counts: an allocation's, a copy's as
+                          um_tag_stats counts it */
+  int src_device;      /* a copy's source device, -1 for the caller's memory */
+  int dst_device;      /* a copy's destination device, -1 for the caller's memory */
+  um_location loc;
+  int status;          /* UM_OK, or the operation's failure */
+  int how;             /* UM_HIST_POOL, UM_HIST_DEVICE (allocations) */
+  uint32_t thread;     /* as um_snapshot_block.thread */
+  const char *tag;     /* "" untagged; lives as long as the manager */
+  const char *path;    /* a copy's way ("h2d", "d2h", "local", "peer",
+                          "pipelined h2d", ...), else NULL */
+  uint64_t begin_ns;   /* since the manager's creation: an operation's issue */
+  uint64_t end_ns;     /* its completion; an instant's time (= begin_ns) */
+  uint64_t bytes;
+  uint64_t address;    /* the buffer's, as a snapshot shows it (0: none) */
+  uint64_t in_use;     /* allocations, releases: the device's bytes in use after it */
+  const char *site_file; /* allocations: um_alloc_at's site, or NULL */
+  int site_line;
+} um_history_event;
+
+/* Record m's events from now into a ring of capacity events (the oldest
+ * are overwritten once it is full; um_history_get says how many). A new
+ * start forgets the last recording. Returns UM_OK, UM_EINVAL (capacity 0
+ * or more than 2^26), UM_ESTATE (recording already), UM_ENOMEM. */
+UM_EXTERN int um_history_start(um_manager *m, size_t capacity);
+/* Stop recording; what was recorded stays readable until the next start
+ * or the manager's destroy. UM_ESTATE when not recording. */
+UM_EXTERN int um_history_stop(um_manager *m);
+/* The recorded events, oldest first, into out (min(cap, count) of them);
+ * *count (may be NULL): how many the ring holds; *dropped (may be NULL):
+ * how many were overwritten. Works while recording. UM_EINVAL for NULL m
+ * or NULL out with cap > 0. */
+UM_EXTERN int um_history_get(um_manager *m, um_history_event *out, size_t cap,
+                             size_t *count, uint64_t *dropped);
+/* Write the recording as Chrome trace-event JSON (opens in
+ * ui.perfetto.dev and chrome://tracing, and in `unimem view`): a process
+ * per device, memory in use as a counter (in all and per tag), copies,
+ * fills, brackets and net transfers as slices on a lane per direction,
+ * allocations, releases, trims and out-of-memory as instants whose args
+ * carry address, size, tag, thread and site. path "-": stdout. UM_EINVAL,
+ * UM_ESTATE (nothing was recorded), UM_EBACKEND (cannot write). */
+UM_EXTERN int um_history_write(um_manager *m, const char *path);
 
 /* ------------------------------------------------------------------------ */
 /* Huge data                                                                 */

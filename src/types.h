@@ -615,6 +615,8 @@ struct um_manager {
    * observing is not 0, allocations and releases take the locked path. */
   struct um__obs *obs;
   atomic_int observing;
+  /* The history's ring (core/history.c), NULL before the first start. */
+  _Atomic(struct um__hist *) hist;
 
   /* event objects (event.c): slabs, freed at destroy, and the free list */
   pthread_mutex_t event_lock;

@@ -33,7 +33,8 @@ typedef enum { OPT_FLAG, OPT_INT, OPT_U32, OPT_U64, OPT_SIZE, OPT_STRING, OPT_LE
   XX(log_ctx, OPT_OBJECT)                                                      \
   XX(on_oom, OPT_CALLABLE)                                                     \
   XX(oom_ctx, OPT_OBJECT)                                                      \
-  XX(segments, OPT_FLAG)
+  XX(segments, OPT_FLAG)                                                       \
+  XX(oom_snapshot, OPT_STRING)
 
 /* The list must be um_options field for field: a struct made of the listed
  * fields has the same size and the same offsets, or the build fails. (The
@@ -76,7 +77,8 @@ static PyObject **object_slot(ManagerObject *self, const char *name) {
   return &self->oom_ctx;
 }
 
-static int set_string_option(um_options *o, PyObject *v, const char *name) {
+/* A string option: the field at field, of cap bytes. */
+static int set_string_option(char *field, size_t cap, PyObject *v, const char *name) {
   Py_ssize_t len;
   const char *s;
   if (!PyUnicode_Check(v)) {
@@ -85,12 +87,11 @@ static int set_string_option(um_options *o, PyObject *v, const char *name) {
   }
   if ((s = PyUnicode_AsUTF8AndSize(v, &len)) == NULL)
     return -1;
-  if ((size_t)len >= sizeof(o->backends) || strlen(s) != (size_t)len) {
-    pyum_raise_msg(UM_EINVAL, "%s must be shorter than %zu bytes, without NUL characters", name,
-                   sizeof(o->backends));
+  if ((size_t)len >= cap || strlen(s) != (size_t)len) {
+    pyum_raise_msg(UM_EINVAL, "%s must be shorter than %zu bytes, without NUL characters", name, cap);
     return -1;
   }
-  memcpy(o->backends, s, (size_t)len + 1);
+  memcpy(field, s, (size_t)len + 1);
   return 0;
 }
 
@@ -171,7 +172,10 @@ static int set_option(ManagerObject *self, um_options *o, const option_desc *d, 
   case OPT_U32:
   case OPT_U64:
   case OPT_SIZE: return set_unsigned_option(field, d->kind, v, d->name);
-  case OPT_STRING: return set_string_option(o, v, d->name);
+  case OPT_STRING:
+    return d->offset == offsetof(um_options, backends)
+               ? set_string_option(o->backends, sizeof(o->backends), v, d->name)
+               : set_string_option(o->oom_snapshot, sizeof(o->oom_snapshot), v, d->name);
   case OPT_LEVEL: return set_level_option(o, v);
   case OPT_CALLABLE:
     if (v != Py_None && !PyCallable_Check(v)) {

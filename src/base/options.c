@@ -54,9 +54,10 @@ static const option_desc option_table[] = {
     OPT("UNIMEM_DEVICE_LIMIT_BYTES", OPT_U64, device_limit_bytes, 0),
     OPT("UNIMEM_NET_TIMEOUT_MS", OPT_U32, net_timeout_ms, 10000),
     OPT("UNIMEM_WAIT_SPIN_NS", OPT_NS, wait_spin_ns, 0),
-    OPT("UNIMEM_BACKENDS", OPT_STRING, backends, 0),
+    OPT("UNIMEM_BACKENDS", OPT_STRING, backends, sizeof(((um_options *)0)->backends)),
     OPT("UNIMEM_LOG_LEVEL", OPT_LEVEL, log_level, UM_LOG_WARN),
     OPT("UNIMEM_SEGMENTS", OPT_BOOL, segments, 1),
+    OPT("UNIMEM_OOM_SNAPSHOT", OPT_STRING, oom_snapshot, sizeof(((um_options *)0)->oom_snapshot)),
 };
 
 /* "123", "64k", "4m", "2g" (powers of 1024). */
@@ -165,11 +166,11 @@ void um_options_init(um_options *o) {
       }
       break;
     case OPT_LEVEL: rc = parse_level(s, &v); break;
-    case OPT_STRING:
-      if (strlen(s) >= sizeof(o->backends))
+    case OPT_STRING: /* def: the field's size */
+      if (strlen(s) >= d->def)
         rc = -1;
       else
-        snprintf(o->backends, sizeof(o->backends), "%s", s);
+        snprintf((char *)o + d->offset, (size_t)d->def, "%s", s);
       break;
     case OPT_INT:
       rc = parse_u64(s, &v);
@@ -211,6 +212,8 @@ int um__options_check(const um_options *o) {
     return um__set_error(UM_EINVAL, "log_level out of range");
   if (memchr(o->backends, '\0', sizeof(o->backends)) == NULL)
     return um__set_error(UM_EINVAL, "backends is not NUL-terminated");
+  if (memchr(o->oom_snapshot, '\0', sizeof(o->oom_snapshot)) == NULL)
+    return um__set_error(UM_EINVAL, "oom_snapshot is not NUL-terminated");
   return UM_OK;
 }
 

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core.h"
 #include "testhook.h"
@@ -55,7 +56,7 @@ static inline __attribute__((always_inline)) void go_live(um_device *d, um__tcac
   atomic_store_explicit(&b->state, UM__BUF_LIVE, memory_order_release);
   *out = b;
   if (__builtin_expect(atomic_load_explicit(&d->m->observing, memory_order_relaxed) != 0, 0))
-    um__obs_alloc(b);
+    um__obs_alloc(b, hit);
 }
 
 /* An idle block taken from the pool for a new owner, zeroed when asked;
@@ -161,13 +162,64 @@ static int new_block(um_device *d, size_t bytes, size_t capacity, int cls, um_lo
   return UM_OK;
 }
 
+/* The three tags holding the most on d, as "; the most in use by tag: a
+ * N bytes, b M bytes" into out (empty before the first tag). */
+static void top_tags(um_device *d, char *out, size_t cap) {
+  um_tag_stats t[64], top[3];
+  int n = um_tag_stats_get(d->m, d, t, 64), k = 0;
+  size_t o;
+  memset(top, 0, sizeof(top));
+  out[0] = '\0';
+  for (int i = 0; i < n && i < 64; i++)
+    for (int j = 0; j < 3; j++)
+      if (t[i].bytes_in_use > top[j].bytes_in_use) {
+        memmove(&top[j + 1], &top[j], (size_t)(2 - j) * sizeof(*top));
+        top[j] = t[i];
+        break;
+      }
+  o = (size_t)snprintf(out, cap, "; the most in use by tag:");
+  for (int j = 0; j < 3 && o < cap; j++)
+    if (top[j].bytes_in_use != 0) {
+      o += (size_t)snprintf(out + o, cap - o, "%s %s %llu bytes", k++ ? "," : "",
+                            top[j].name[0] ? top[j].name : "(untagged)", (unsigned long long)top[j].bytes_in_use);
+    }
+  if (k == 0)
+    out[0] = '\0';
+}
+
+/* um_options.oom_snapshot: a snapshot at the failure, "%p" the process id;
+ * what was done, as "; a snapshot is in PATH" into out. */
+static void oom_snapshot(um_manager *m, char *out, size_t cap) {
+  char path[300];
+  size_t o = 0;
+  um_snapshot *s = NULL;
+  out[0] = '\0';
+  if (m->opts.oom_snapshot[0] == '\0')
+    return;
+  for (const char *p = m->opts.oom_snapshot; *p && o + 24 < sizeof(path); p++)
+    if (p[0] == '%' && p[1] == 'p') {
+      o += (size_t)snprintf(path + o, sizeof(path) - o, "%ld", (long)getpid());
+      p++;
+    } else {
+      path[o++] = *p;
+    }
+  path[o] = '\0';
+  if (um_snapshot_take(m, &s) == UM_OK && um_snapshot_write(s, path) == UM_OK)
+    snprintf(out, cap, "; a snapshot is in %s", path);
+  else
+    snprintf(out, cap, "; no snapshot written to %s (%s)", path, um_last_error());
+  um_snapshot_free(s);
+}
+
 /* UM_ENOMEM from um_alloc, explained: the reason the device or the pool
  * gave, then what was asked for and where, what this manager holds there
- * (in use, reserved, idle in the pool, its free extents) and the device's
- * own free and total memory (as device_limit_bytes caps them). */
+ * (in use, reserved, idle in the pool, its free extents), the device's
+ * own free and total memory (as device_limit_bytes caps them), the tags
+ * that hold the most, and the snapshot written when asked
+ * (oom_snapshot). Into the history too. */
 static __attribute__((noinline, cold)) int oom_report(um_device *d, um_location loc, size_t bytes) {
   static const char *const loc_names[] = {"UM_HOST", "UM_DEVICE", "UM_PINNED", "UM_UNIFIED"};
-  char why[512], mem[128] = "";
+  char why[512], mem[128] = "", tags[256], snap[340];
   uint64_t f = 0, t = 0;
   um_stats s;
   snprintf(why, sizeof(why), "%s", um_last_error());
@@ -176,14 +228,23 @@ static __attribute__((noinline, cold)) int oom_report(um_device *d, um_location 
   if (um_device_memory(d, &f, &t) == UM_OK)
     snprintf(mem, sizeof(mem), "; the device has %llu of %llu bytes free", (unsigned long long)f,
              (unsigned long long)t);
+  top_tags(d, tags, sizeof(tags));
+  if (atomic_load_explicit(&d->m->observing, memory_order_relaxed) != 0 && um__hist_on(d->m)) {
+    um_history_event e = {.kind = UM_HIST_OOM, .device = d->index, .src_device = -1, .dst_device = -1,
+                          .loc = loc, .status = UM_ENOMEM, .bytes = bytes,
+                          .tag = um__obs_tag_name(d->m, um__obs_tag_now(d->m)), .in_use = s.bytes_in_use};
+    e.begin_ns = e.end_ns = um__now_ns();
+    um__obs_event(d->m, &e);
+  }
+  oom_snapshot(d->m, snap, sizeof(snap));
   return um__set_error(UM_ENOMEM,
                        "%s. Asked: %zu bytes (%s) on device %d (%s). Held there: %llu bytes in use by %llu "
                        "buffer(s), %llu reserved, %llu idle in the pool (%llu free extent(s), the largest %llu "
-                       "bytes)%s",
+                       "bytes)%s%s%s",
                        why, bytes, loc_names[loc], d->index, d->info.name, (unsigned long long)s.bytes_in_use,
                        (unsigned long long)s.active_buffers, (unsigned long long)s.bytes_reserved,
                        (unsigned long long)s.bytes_pooled, (unsigned long long)s.free_extents,
-                       (unsigned long long)s.largest_free_extent, mem);
+                       (unsigned long long)s.largest_free_extent, mem, tags, snap);
 }
 
 /* Everything but a hit in this thread's cache: the bins, then the device

@@ -37,7 +37,7 @@ void um__trace_release(um_manager *m, um_buffer *b);
 typedef struct um__obs um__obs;
 int um__obs_create(um_manager *m);
 void um__obs_destroy(um_manager *m);
-void um__obs_alloc(um_buffer *b);
+void um__obs_alloc(um_buffer *b, bool hit);
 void um__obs_release(um_buffer *b);
 /* The tag this thread's work on m counts for now (0: tags off). */
 uint16_t um__obs_tag_now(um_manager *m);
@@ -50,6 +50,14 @@ enum { UM__DIR_H2D, UM__DIR_D2H, UM__DIR_D2D, UM__DIR_PEER, UM__DIR_NET_OUT, UM_
 void um__obs_moved(um_manager *m, uint16_t tag, const um_device *d, int dir, uint64_t bytes);
 void um__obs_history(um_manager *m, bool on);
 uint64_t um__obs_t0(const um_manager *m);
+/* history.c: whether m records; an event into its ring; the ring freed
+ * (at destroy). */
+bool um__hist_on(um_manager *m);
+void um__hist_put(um_manager *m, const um_history_event *e);
+void um__hist_destroy(um_manager *m);
+/* observe.c: an operation of ops/ finished (op->obs_tag or recording):
+ * its event, times since the manager's creation. */
+void um__obs_event(um_manager *m, um_history_event *e);
 /* A number per thread, 1, 2, ... in the order threads first ask. */
 unsigned um__thread_number(void);
 

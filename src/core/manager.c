@@ -120,6 +120,7 @@ static void free_manager(um_manager *m) {
   pthread_cond_destroy(&m->trim_cond);
   pthread_mutex_destroy(&m->tcache_lock);
   pthread_mutex_destroy(&m->bracket_lock);
+  um__hist_destroy(m);
   um__obs_destroy(m);
   m->magic = 0;
   free(m);

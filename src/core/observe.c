@@ -43,6 +43,7 @@ struct um__obs {
   int why;                                 /* OBS_* bits */
   /* The manager's own counts while it observes (all devices). */
   atomic_int_fast64_t in_use;
+  atomic_int_fast64_t dev_in_use[UM__MAX_DEVICES];
   atomic_uint_fast64_t allocs, releases, bytes;
   atomic_uint_fast64_t scope_peak; /* the innermost scope's peak */
   int nscopes;
@@ -119,6 +120,8 @@ static void set_why_locked(um_manager *m, int bit, bool on) {
     um_stats s;
     int64_t now = um_stats_get(m, NULL, &s) == UM_OK ? (int64_t)s.bytes_in_use : 0;
     atomic_store(&o->in_use, now);
+    for (int i = 0; i < um__ndevices(m); i++)
+      atomic_store(&o->dev_in_use[i], um_stats_get(m, m->devices[i], &s) == UM_OK ? (int64_t)s.bytes_in_use : 0);
   }
   atomic_store(&m->observing, o->why != 0);
   um__tcache_flush_all(m, NULL);
@@ -282,10 +285,24 @@ static void tag_out(tag_ctr *c, uint64_t bytes) {
   atomic_fetch_sub_explicit(&c->in_use, bytes, memory_order_relaxed);
 }
 
-void um__obs_alloc(um_buffer *b) {
+/* A block's event: an allocation or a release of b, into the history. */
+static void block_event(um_buffer *b, um_history_kind kind, int how, int64_t dev_in_use) {
+  um_history_event e = {.kind = kind, .device = b->dev->index, .src_device = -1, .dst_device = -1,
+                        .loc = b->loc, .how = how, .bytes = b->size,
+                        .address = b->mem.host != NULL ? (uint64_t)(uintptr_t)b->mem.host : (uint64_t)b->mem.handle,
+                        .in_use = dev_in_use > 0 ? (uint64_t)dev_in_use : 0};
+  e.thread = um__thread_number();
+  e.tag = um__obs_tag_name(b->m, b->tag);
+  e.site_file = b->site_file;
+  e.site_line = b->site_line;
+  e.begin_ns = e.end_ns = um__now_ns() - b->m->obs->t0;
+  um__hist_put(b->m, &e);
+}
+
+void um__obs_alloc(um_buffer *b, bool hit) {
   um_manager *m = b->m;
   um__obs *o = m->obs;
-  int64_t now;
+  int64_t now, dev_now;
   b->tag = um__obs_tag_now(m);
   b->obs_thread = um__thread_number();
   b->born_ns = um__now_ns();
@@ -298,21 +315,48 @@ void um__obs_alloc(um_buffer *b) {
   atomic_fetch_add_explicit(&o->allocs, 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&o->bytes, b->size, memory_order_relaxed);
   now = atomic_fetch_add_explicit(&o->in_use, (int64_t)b->size, memory_order_relaxed) + (int64_t)b->size;
+  dev_now = atomic_fetch_add_explicit(&o->dev_in_use[b->dev->index], (int64_t)b->size, memory_order_relaxed) +
+            (int64_t)b->size;
   if (now > 0)
     ctr_max(&o->scope_peak, (uint64_t)now);
+  if (um__hist_on(m))
+    block_event(b, UM_HIST_ALLOC, hit ? UM_HIST_POOL : UM_HIST_DEVICE, dev_now);
 }
 
 void um__obs_release(um_buffer *b) {
   um__obs *o = b->m->obs;
+  int64_t dev_now;
+  atomic_fetch_add_explicit(&o->releases, 1, memory_order_relaxed);
+  atomic_fetch_sub_explicit(&o->in_use, (int64_t)b->size, memory_order_relaxed);
+  dev_now = atomic_fetch_sub_explicit(&o->dev_in_use[b->dev->index], (int64_t)b->size, memory_order_relaxed) -
+            (int64_t)b->size;
+  if (um__hist_on(b->m))
+    block_event(b, UM_HIST_RELEASE, 0, dev_now);
   if (b->tag != 0) {
     tag_ctr *c = atomic_load_explicit(&o->ctr[b->tag], memory_order_acquire);
     tag_out(&c[b->dev->index], b->size);
     tag_out(&c[o->ndev], b->size);
     b->tag = 0;
   }
-  atomic_fetch_add_explicit(&o->releases, 1, memory_order_relaxed);
-  atomic_fetch_sub_explicit(&o->in_use, (int64_t)b->size, memory_order_relaxed);
 }
+
+void um__obs_event(um_manager *m, um_history_event *e) {
+  e->thread = e->thread != 0 ? e->thread : um__thread_number();
+  e->begin_ns = e->begin_ns >= m->obs->t0 ? e->begin_ns - m->obs->t0 : 0;
+  e->end_ns = e->end_ns >= m->obs->t0 ? e->end_ns - m->obs->t0 : e->begin_ns;
+  um__hist_put(m, e);
+}
+
+/* Idle memory went back to device d (mem/'s trims, through the upcall). */
+static void trimmed(um_device *d, uint64_t bytes) {
+  um_history_event e = {.kind = UM_HIST_TRIM, .device = d->index, .src_device = -1, .dst_device = -1,
+                        .bytes = bytes, .tag = ""};
+  e.begin_ns = e.end_ns = um__now_ns();
+  if (um__hist_on(d->m))
+    um__obs_event(d->m, &e);
+}
+
+__attribute__((constructor)) static void register_upcalls(void) { um__upcall.obs.trimmed = trimmed; }
 
 /* Bytes moved by an operation of tag on device d (its destination's, or a
  * download's source's), in direction dir (UM__DIR_*). */

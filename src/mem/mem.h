@@ -49,8 +49,19 @@ typedef struct um__upcalls {
     void (*manager_destroy)(um_manager *m);
     void (*reap)(void);
   } net;
+  struct {
+    /* core/observe.c: idle memory went back to d while m observes. */
+    void (*trimmed)(um_device *d, uint64_t bytes);
+  } obs;
 } um__upcalls;
 extern um__upcalls um__upcall;
+/* A trim gave bytes of d back: counted, and told to an observer. */
+static inline void um__trimmed(um_device *d, uint64_t bytes) {
+  UM__STAT_ADD(d, bytes_trimmed, bytes);
+  if (__builtin_expect(atomic_load_explicit(&d->m->observing, memory_order_relaxed) != 0, 0) &&
+      um__upcall.obs.trimmed != NULL)
+    um__upcall.obs.trimmed(d, bytes);
+}
 
 /* ------------------------------------------------------------------------ */
 /* Descriptors */

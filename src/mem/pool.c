@@ -165,7 +165,7 @@ static void free_to_device(um_buffer *b, bool was_idle) {
   bool counted = was_idle && b->mem.carved == NULL;
   um__block_free(d, b->loc, b->capacity, &b->mem);
   if (counted) {
-    UM__STAT_ADD(d, bytes_trimmed, b->capacity);
+    um__trimmed(d, b->capacity);
     UM__STAT_ADD(d, trims, 1);
   }
   um__descriptor_put(b->m, b);

@@ -272,7 +272,7 @@ static uint64_t discard_walk_locked(um__pool *p, uint64_t keep, uint64_t pending
 static uint64_t discard_locked(um__pool *p, uint64_t keep, uint64_t pending) {
   uint64_t freed = discard_walk_locked(p, keep, pending);
   if (freed != 0) {
-    UM__STAT_ADD(p->dev, bytes_trimmed, freed);
+    um__trimmed(p->dev, freed);
     UM__STAT_ADD(p->dev, trims, 1);
   }
   return freed;
@@ -564,7 +564,7 @@ uint64_t um__seg_shed(um__pool *p, uint64_t keep, uint64_t cutoff_ns) {
     freed += bytes;
     free_segment(p, seg);
     /* After the free, as free_to_device counts (pool.c). */
-    UM__STAT_ADD(p->dev, bytes_trimmed, bytes);
+    um__trimmed(p->dev, bytes);
     UM__STAT_ADD(p->dev, trims, 1);
   }
   return freed;

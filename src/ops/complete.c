@@ -175,30 +175,56 @@ static void *finish_locked(um_event *op, int status, um_buffer **bufs, int nbufs
 /* A host end of a copy: the caller's memory, or a buffer of device 0. */
 static bool host_end(const um_buffer *b) { return b == NULL || b->dev->index == 0; }
 
-/* The bytes of a finished operation issued under a tag, for it
- * (core/observe.c): a copy on its destination's device (a download: its
- * source's) in its direction, a fill within its device, a net transfer on
- * its buffer's. */
-static void count_for_tag(const um_event *op) {
-  const um_device *d;
-  int dir;
+/* Where a finished operation counts for its tag (core/observe.c): a copy
+ * on its destination's device (a download: its source's) in its
+ * direction, a fill within its device, a net transfer on its buffer's;
+ * false for the other kinds. */
+static bool op_direction(const um_event *op, const um_device **d, int *dir) {
   if (op->kind == UM__OP_NET) {
-    d = (op->src != NULL ? op->src : op->dst)->dev;
-    dir = op->src != NULL ? UM__DIR_NET_OUT : UM__DIR_NET_IN;
+    *d = (op->src != NULL ? op->src : op->dst)->dev;
+    *dir = op->src != NULL ? UM__DIR_NET_OUT : UM__DIR_NET_IN;
   } else if (op->kind == UM__OP_FILL) {
-    d = op->dst->dev;
-    dir = UM__DIR_D2D;
+    *d = op->dst->dev;
+    *dir = UM__DIR_D2D;
   } else if (op->kind == UM__OP_COPY) {
     bool hs = host_end(op->src), hd = host_end(op->dst);
-    d = hs && !hd ? op->dst->dev : !hs && hd ? op->src->dev : op->dst != NULL ? op->dst->dev : op->src->dev;
-    dir = hs && !hd   ? UM__DIR_H2D
-          : !hs && hd ? UM__DIR_D2H
-          : op->src == NULL || op->dst == NULL || op->src->dev == op->dst->dev ? UM__DIR_D2D
-                                                                            : UM__DIR_PEER;
+    *d = hs && !hd ? op->dst->dev : !hs && hd ? op->src->dev : op->dst != NULL ? op->dst->dev : op->src->dev;
+    *dir = hs && !hd   ? UM__DIR_H2D
+           : !hs && hd ? UM__DIR_D2H
+           : op->src == NULL || op->dst == NULL || op->src->dev == op->dst->dev ? UM__DIR_D2D
+                                                                             : UM__DIR_PEER;
   } else {
-    return;
+    return false;
   }
-  um__obs_moved(op->m, op->obs_tag, d, dir, op->bytes);
+  return true;
+}
+
+/* An operation issued while its manager observed: its bytes for its tag,
+ * and its event into the history. */
+static void observed(const um_event *op, int status) {
+  static const um_history_kind kinds[] = {[UM__OP_COPY] = UM_HIST_COPY, [UM__OP_FILL] = UM_HIST_FILL,
+                                          [UM__OP_ACCESS] = UM_HIST_BRACKET};
+  const um_device *d = NULL;
+  const um_buffer *b = op->dst != NULL ? op->dst : op->src;
+  int dir = -1;
+  bool counts = op_direction(op, &d, &dir);
+  if (counts && status == UM_OK && op->obs_tag != 0)
+    um__obs_moved(op->m, op->obs_tag, d, dir, op->bytes);
+  if ((!counts && op->kind != UM__OP_ACCESS) || b == NULL || !um__hist_on(op->m))
+    return;
+  um_history_event e = {.kind = op->kind == UM__OP_NET ? (op->src != NULL ? UM_HIST_NET_PUT : UM_HIST_NET_GET)
+                                                        : kinds[op->kind],
+                        .device = d != NULL ? d->index : b->dev->index,
+                        .src_device = op->src != NULL ? op->src->dev->index : -1,
+                        .dst_device = op->dst != NULL ? op->dst->dev->index : -1,
+                        .loc = b->loc, .status = status, .bytes = op->bytes,
+                        .address = b->mem.host != NULL ? (uint64_t)(uintptr_t)b->mem.host : (uint64_t)b->mem.handle,
+                        .tag = um__obs_tag_name(op->m, op->obs_tag),
+                        .path = op->path != NULL ? op->path->name : NULL,
+                        .begin_ns = op->obs_t0, .end_ns = um__now_ns()};
+  if (op->kind == UM__OP_NET) /* the net's transfer has no destination buffer here */
+    e.src_device = e.dst_device = -1;
+  um__obs_event(op->m, &e);
 }
 
 /* op is done with status, and reported so: its statistics, buffers,
@@ -218,8 +244,8 @@ static void op_finish(um_event *op, int status, um_event **ready) {
 
   if (status == UM_OK && op->path != NULL)
     op->path->account(op);
-  if (__builtin_expect(op->obs_tag != 0, 0) && status == UM_OK)
-    count_for_tag(op);
+  if (__builtin_expect(op->obs_t0 != 0, 0))
+    observed(op, status);
   drop_attached(op);
   lock_buffers(bufs, nbufs);
   native = finish_locked(op, status, bufs, nbufs, drop_last, retire, &f, &waiters, &wake);

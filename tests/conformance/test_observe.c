@@ -345,3 +345,173 @@ Test(observe, snapshot_known_sequence) {
   um_snapshot_free(s);
   ut_profile_close(&e);
 }
+
+/* The events of a known sequence, in order, with their fields. */
+Test(observe, history_known_sequence) {
+  ut_env e = ut_profile_open(NULL);
+  unsigned char h[1000];
+  um_history_event ev[16];
+  size_t n;
+  uint64_t dropped;
+  um_buffer *a;
+  memset(h, 1, sizeof(h));
+  cr_assert_eq(um_history_start(e.m, 0), UM_EINVAL);
+  cr_assert_eq(um_history_stop(e.m), UM_ESTATE);
+  cr_assert_eq(um_history_write(e.m, "/dev/null"), UM_ESTATE, "nothing recorded yet");
+  cr_assert_eq(um_history_start(e.m, 16), UM_OK);
+  cr_assert_eq(um_history_start(e.m, 16), UM_ESTATE);
+  cr_assert_eq(um_tag_push(e.m, "step"), UM_OK);
+  cr_assert_eq(um_alloc_at(e.m, e.dev, 1000, UM_DEVICE, 0, &a, "model.c", 7), UM_OK);
+  cr_assert_eq(um_copy_from_host(a, 0, h, 1000, NULL), UM_OK);
+  cr_assert_eq(um_copy_to_host(a, 0, h, 600, NULL), UM_OK);
+  cr_assert_eq(um_tag_pop(e.m), UM_OK);
+  cr_assert_eq(um_release(a), UM_OK);
+  cr_assert_eq(um_history_stop(e.m), UM_OK);
+  cr_assert_eq(um_history_get(e.m, ev, 16, &n, &dropped), UM_OK);
+  cr_assert_eq(n, 4, "%zu events", n);
+  cr_assert_eq(dropped, 0);
+  cr_assert_eq(ev[0].kind, UM_HIST_ALLOC);
+  cr_assert_eq(ev[0].bytes, 1000);
+  cr_assert_eq(ev[0].in_use, 1000);
+  cr_assert_str_eq(ev[0].tag, "step");
+  cr_assert_str_eq(ev[0].site_file, "model.c");
+  cr_assert_eq(ev[0].site_line, 7);
+  cr_assert_neq(ev[0].thread, 0);
+  cr_assert_eq(ev[1].kind, UM_HIST_COPY);
+  cr_assert_eq(ev[1].bytes, 1000);
+  cr_assert_eq(ev[1].src_device, -1);
+  cr_assert_str_eq(ev[1].tag, "step");
+  cr_assert_not_null(ev[1].path);
+  cr_assert_leq(ev[1].begin_ns, ev[1].end_ns);
+  cr_assert_eq(ev[2].kind, UM_HIST_COPY);
+  cr_assert_eq(ev[2].bytes, 600);
+  cr_assert_eq(ev[2].dst_device, -1);
+  cr_assert_eq(ev[3].kind, UM_HIST_RELEASE);
+  cr_assert_eq(ev[3].in_use, 0);
+  cr_assert_eq(ev[3].address, ev[0].address);
+  for (size_t i = 1; i < n; i++)
+    cr_assert_leq(ev[i - 1].end_ns, ev[i].end_ns, "in the order they happened");
+  /* Nothing more once stopped; the recording stays readable. */
+  cr_assert_eq(um_alloc(e.m, e.dev, 10, UM_DEVICE, 0, &a), UM_OK);
+  cr_assert_eq(um_release(a), UM_OK);
+  cr_assert_eq(um_history_get(e.m, NULL, 0, &n, NULL), UM_OK);
+  cr_assert_eq(n, 4);
+  ut_profile_close(&e);
+}
+
+/* A full ring keeps the newest events and counts the others. */
+Test(observe, history_ring_overwrites_the_oldest) {
+  ut_env e = ut_profile_open(NULL);
+  um_history_event ev[8];
+  size_t n;
+  uint64_t dropped;
+  um_buffer *b;
+  cr_assert_eq(um_history_start(e.m, 4), UM_OK);
+  for (int i = 1; i <= 10; i++) {
+    cr_assert_eq(um_alloc(e.m, e.dev, (size_t)i * 100, UM_DEVICE, 0, &b), UM_OK);
+    cr_assert_eq(um_release(b), UM_OK);
+  }
+  cr_assert_eq(um_history_get(e.m, ev, 8, &n, &dropped), UM_OK);
+  cr_assert_eq(n, 4);
+  cr_assert_eq(dropped, 16);
+  cr_assert_eq(ev[0].kind, UM_HIST_ALLOC);
+  cr_assert_eq(ev[0].bytes, 900);
+  cr_assert_eq(ev[3].kind, UM_HIST_RELEASE);
+  cr_assert_eq(ev[3].bytes, 1000);
+  /* A new start forgets the old recording. */
+  cr_assert_eq(um_history_stop(e.m), UM_OK);
+  cr_assert_eq(um_history_start(e.m, 8), UM_OK);
+  cr_assert_eq(um_history_get(e.m, ev, 8, &n, &dropped), UM_OK);
+  cr_assert_eq(n, 0);
+  cr_assert_eq(um_history_stop(e.m), UM_OK);
+  ut_profile_close(&e);
+}
+
+/* Trims are in the history with the bytes the statistics count. */
+Test(observe, history_trims) {
+  ut_env e = ut_profile_open(NULL);
+  um_history_event ev[64];
+  um_buffer *b[4];
+  um_stats before, after;
+  uint64_t trimmed = 0;
+  size_t n;
+  for (int i = 0; i < 4; i++)
+    cr_assert_eq(um_alloc(e.m, e.dev, (size_t)(i + 1) << 16, UM_DEVICE, 0, &b[i]), UM_OK);
+  for (int i = 0; i < 4; i++)
+    cr_assert_eq(um_release(b[i]), UM_OK);
+  cr_assert_eq(um_stats_get(e.m, NULL, &before), UM_OK);
+  cr_assert_eq(um_history_start(e.m, 64), UM_OK);
+  cr_assert_eq(um_pool_trim(e.m, 0), UM_OK);
+  cr_assert_eq(um_history_stop(e.m), UM_OK);
+  cr_assert_eq(um_stats_get(e.m, NULL, &after), UM_OK);
+  cr_assert_eq(um_history_get(e.m, ev, 64, &n, NULL), UM_OK);
+  for (size_t i = 0; i < n; i++) {
+    cr_assert_eq(ev[i].kind, UM_HIST_TRIM);
+    trimmed += ev[i].bytes;
+  }
+  cr_assert_gt(after.bytes_trimmed, before.bytes_trimmed, "the trim gave memory back");
+  cr_assert_eq(trimmed, after.bytes_trimmed - before.bytes_trimmed, "%llu in the history, %llu counted",
+               (unsigned long long)trimmed, (unsigned long long)(after.bytes_trimmed - before.bytes_trimmed));
+  ut_profile_close(&e);
+}
+
+/* The trace-event file of a known recording: its events with the fields
+ * the format needs (the Python suite parses it as JSON). */
+Test(observe, history_trace_events) {
+  ut_env e = ut_profile_open(NULL);
+  char path[128];
+  um_buffer *a;
+  cr_assert_eq(um_history_start(e.m, 64), UM_OK);
+  cr_assert_eq(um_alloc_tagged(e.m, e.dev, 4096, UM_DEVICE, 0, "act\"ivations", &a), UM_OK);
+  cr_assert_eq(um_fill(a, 0, 0, 4096, NULL), UM_OK);
+  cr_assert_eq(um_release(a), UM_OK);
+  cr_assert_eq(um_history_stop(e.m), UM_OK);
+  snprintf(path, sizeof(path), "/tmp/unimem-test-history-%ld.json", (long)getpid());
+  cr_assert_eq(um_history_write(e.m, path), UM_OK);
+  cr_assert_eq(count_in_file(path, "\"traceEvents\""), 1);
+  cr_assert_eq(count_in_file(path, "\"cat\": \"alloc\", \"ph\": \"i\""), 1);
+  cr_assert_eq(count_in_file(path, "\"cat\": \"release\", \"ph\": \"i\""), 1);
+  cr_assert_eq(count_in_file(path, "\"cat\": \"fill\", \"ph\": \"X\""), 1);
+  cr_assert_eq(count_in_file(path, "\"name\": \"in use\", \"ph\": \"C\""), 2);
+  /* The allocation and the release; the fill was issued outside any tag. */
+  cr_assert_eq(count_in_file(path, "\"tag\": \"act\\\"ivations\""), 2, "the tag escaped");
+  cr_assert_geq(count_in_file(path, "\"name\": \"process_name\""), 1);
+  unlink(path);
+  cr_assert_eq(um_history_write(e.m, "/nonexistent/dir/h.json"), UM_EBACKEND);
+  cr_assert_eq(um_history_write(e.m, NULL), UM_EINVAL);
+  ut_profile_close(&e);
+}
+
+/* Out of memory on a capped device: the report names the tags that hold
+ * the most, the history has the failure, and the snapshot is written. */
+Test(observe, oom_explains_itself) {
+  um_options o;
+  ut_env e;
+  char path[200], want[300];
+  um_buffer *a, *b = NULL;
+  um_history_event ev[8];
+  size_t n;
+  ut_profile_options(&o);
+  o.device_limit_bytes = 1u << 20;
+  o.enable_pooling = 0;
+  snprintf(path, sizeof(path), "/tmp/unimem-test-oom-%ld.json", (long)getpid());
+  snprintf(o.oom_snapshot, sizeof(o.oom_snapshot), "/tmp/unimem-test-oom-%%p.json");
+  e = ut_profile_open(&o);
+  ut_profile_need_cap(&e, 1u << 20);
+  cr_assert_eq(um_history_start(e.m, 8), UM_OK);
+  cr_assert_eq(um_alloc_tagged(e.m, e.dev, 700u << 10, UM_DEVICE, 0, "weights", &a), UM_OK);
+  cr_assert_eq(um_alloc(e.m, e.dev, 700u << 10, UM_DEVICE, 0, &b), UM_ENOMEM);
+  cr_assert_not_null(strstr(um_last_error(), "the most in use by tag: weights 716800 bytes"), "%s", um_last_error());
+  snprintf(want, sizeof(want), "a snapshot is in %s", path);
+  cr_assert_not_null(strstr(um_last_error(), want), "%s", um_last_error());
+  cr_assert_eq(count_in_file(path, "\"tag\": \"weights\""), 1);
+  cr_assert_eq(count_in_file(path, "\"state\": \"in_use\""), 1);
+  unlink(path);
+  cr_assert_eq(um_history_get(e.m, ev, 8, &n, NULL), UM_OK);
+  cr_assert_eq(n, 2);
+  cr_assert_eq(ev[1].kind, UM_HIST_OOM);
+  cr_assert_eq(ev[1].bytes, 700u << 10);
+  cr_assert_eq(ev[1].status, UM_ENOMEM);
+  cr_assert_eq(um_release(a), UM_OK);
+  ut_profile_close(&e);
+}
