@@ -18,7 +18,7 @@ const char tool_stats_help[] =
     "    unimem stats - run a known workload and print unimem's statistics\n"
     "\n"
     "SYNOPSIS\n"
-    "    unimem stats [--device N] [--json FILE]\n"
+    "    unimem stats [--device N] [--json FILE] [--history FILE]\n"
     "\n"
     "DESCRIPTION\n"
     "    Creates a manager (options from the UNIMEM_* environment), runs the\n"
@@ -40,13 +40,19 @@ const char tool_stats_help[] =
     "    6. A 256 KiB UM_ALLOC_UNPOOLED buffer, released (one device allocation\n"
     "       and one device free).\n"
     "    7. um_stream of an 8 MiB host buffer through the device in 1 MiB chunks.\n"
-    "    Every copy is checked; a wrong byte makes the command fail.\n"
+    "    Every copy is checked; a wrong byte makes the command fail. Steps 1, 2, 3\n"
+    "    and 7 run under the tags churn, copies, batch and stream (um_tag_push):\n"
+    "    a second table gives each tag's statistics over all devices (the buffers\n"
+    "    of steps 4-6 count for the untagged).\n"
     "\n"
     "OPTIONS\n"
     "    --device N     run the workload on device N only (0 is the host CPU).\n"
     "    --json FILE    also write the figures as JSON to FILE (\"-\": standard\n"
     "                   output, instead of the table): {\"devices\": [{\"index\",\n"
     "                   \"backend\", \"name\", \"stats\": {...}}], \"all\": {...}}.\n"
+    "    --history FILE record the workload (um_history_start) and write the\n"
+    "                   history to FILE (um_history_write: Chrome trace-event\n"
+    "                   JSON, for ui.perfetto.dev or `unimem view FILE`).\n"
     "    -h, --help     this text.\n"
     "\n"
     "ENVIRONMENT\n"
@@ -103,13 +109,16 @@ static int run_workload(workload *w) {
 
   um_device_info_get(w->dev, &info);
   /* 1 */
+  CHECK("tag", um_tag_push(w->m, "churn"));
   for (int r = 0; r < ROUNDS; r++) {
     for (int i = 0; i < 4; i++)
       CHECK("allocate", um_alloc(w->m, w->dev, sizes[i], UM_DEVICE, 0, &bufs[i]));
     for (int i = 0; i < 4; i++)
       CHECK("release", um_release(bufs[i]));
   }
+  CHECK("tag", um_tag_pop(w->m));
   /* 2 */
+  CHECK("tag", um_tag_push(w->m, "copies"));
   CHECK("allocate A", um_alloc(w->m, w->dev, MiB, UM_DEVICE, 0, &w->a));
   CHECK("allocate B", um_alloc(w->m, w->dev, MiB, UM_DEVICE, 0, &w->b));
   CHECK("copy host -> A", um_copy_from_host(w->a, 0, w->host, MiB, NULL));
@@ -120,7 +129,9 @@ static int run_workload(workload *w) {
     return 1;
   }
   CHECK("fill A", um_fill(w->a, 0, 0x5A, MiB, NULL));
+  CHECK("tag", um_tag_pop(w->m));
   /* 3 */
+  CHECK("tag", um_tag_push(w->m, "batch"));
   memset(ops, 0, sizeof(ops));
   for (int i = 0; i < BATCH; i++) {
     ops[i].dst = w->a;
@@ -129,6 +140,7 @@ static int run_workload(workload *w) {
     ops[i].bytes = 4 * KiB;
   }
   CHECK("batch of copies", um_copy_batch(w->m, ops, BATCH, NULL));
+  CHECK("tag", um_tag_pop(w->m));
   /* 4 */
   CHECK("map A", um_map(w->a, UM_MAP_READ_WRITE, 0, 4 * KiB, &view));
   ((unsigned char *)view)[0] ^= 0xFF;
@@ -145,6 +157,7 @@ static int run_workload(workload *w) {
   CHECK("allocate unpooled", um_alloc(w->m, w->dev, 256 * KiB, UM_DEVICE, UM_ALLOC_UNPOOLED, &tmp));
   CHECK("release unpooled", um_release(tmp));
   /* 7 */
+  CHECK("tag", um_tag_push(w->m, "stream"));
   CHECK("wrap the host buffer", um_wrap_host(w->m, w->host, 8 * MiB, UM_WRAP_READONLY, &src));
   w->streamed = 0;
   {
@@ -153,6 +166,7 @@ static int run_workload(workload *w) {
     if (st != UM_OK)
       return fail_step("stream", st, w->dev);
   }
+  CHECK("tag", um_tag_pop(w->m));
   if (w->streamed != 8 * MiB) {
     fprintf(stderr, "unimem stats: device %d: the stream stopped early\n", info.index);
     return 1;
@@ -183,6 +197,23 @@ static void print_table(const column *cols, int ncols, const um_manager *m) {
   printf("  %s\n", desc);
   UM_STATS_FIELDS(ROW)
 #undef ROW
+}
+
+/* Every tag's figures over all devices. */
+static void print_tags(um_manager *m) {
+  um_tag_stats t[16];
+  int n = um_tag_stats_get(m, NULL, t, 16);
+  if (n <= 0)
+    return;
+  printf("\n%-12s %8s %12s %12s %8s %8s %12s %12s %12s %12s\n", "tag", "buffers", "in use", "peak", "allocs",
+         "releases", "h2d", "d2h", "d2d", "peer");
+  for (int i = 0; i < n && i < 16; i++)
+    printf("%-12s %8llu %12llu %12llu %8llu %8llu %12llu %12llu %12llu %12llu\n",
+           t[i].name[0] ? t[i].name : "(untagged)", (unsigned long long)t[i].active_buffers,
+           (unsigned long long)t[i].bytes_in_use, (unsigned long long)t[i].peak_bytes_in_use,
+           (unsigned long long)t[i].allocations, (unsigned long long)t[i].releases,
+           (unsigned long long)t[i].bytes_h2d, (unsigned long long)t[i].bytes_d2h,
+           (unsigned long long)t[i].bytes_d2d, (unsigned long long)t[i].bytes_peer);
 }
 
 static int write_json(const char *path, um_manager *m, const column *cols, const int *index, int ncols) {
@@ -224,13 +255,15 @@ static int write_json(const char *path, um_manager *m, const column *cols, const
 }
 
 /* 0: run; 1: help printed; 2: bad usage (said). */
-static int parse_args(int argc, char **argv, const char **json, int *only) {
+static int parse_args(int argc, char **argv, const char **json, int *only, const char **history) {
   for (int i = 1; i < argc; i++) {
     if (tool_is_help(argv[i])) {
       fputs(tool_stats_help, stdout);
       return 1;
     } else if (!strcmp(argv[i], "--json") && i + 1 < argc) {
       *json = argv[++i];
+    } else if (!strcmp(argv[i], "--history") && i + 1 < argc) {
+      *history = argv[++i];
     } else if (!strcmp(argv[i], "--device") && i + 1 < argc) {
       char *end;
       long v = strtol(argv[++i], &end, 10);
@@ -241,7 +274,7 @@ static int parse_args(int argc, char **argv, const char **json, int *only) {
       *only = (int)v;
     } else {
       fprintf(stderr, "unimem stats: unknown or incomplete option '%s'\n"
-                      "usage: unimem stats [--device N] [--json FILE]  (unimem stats --help for more)\n",
+                      "usage: unimem stats [--device N] [--json FILE] [--history FILE]  (unimem stats --help for more)\n",
               argv[i]);
       return 2;
     }
@@ -310,17 +343,18 @@ static void print_report(um_manager *m, int ndev, int only, const column *cols, 
   }
   printf("\n");
   print_table(cols, ncols, m);
+  print_tags(m);
 }
 
 int tool_stats(int argc, char **argv) {
-  const char *json = NULL;
+  const char *json = NULL, *history = NULL;
   int only = -1, ndev, ncols, rc, st;
   workload *ws = NULL;
   column *cols = NULL;
   int *index = NULL;
   um_manager *m = NULL;
 
-  if ((rc = parse_args(argc, argv, &json, &only)) != 0)
+  if ((rc = parse_args(argc, argv, &json, &only, &history)) != 0)
     return rc == 1 ? 0 : rc;
   if ((st = um_manager_create(NULL, &m)) != UM_OK) {
     fprintf(stderr, "unimem stats: cannot create a manager: %s (%s)\n", um_strerror(st), um_last_error());
@@ -331,6 +365,11 @@ int tool_stats(int argc, char **argv) {
     fprintf(stderr, "unimem stats: no device %d (there are %d)\n", only, ndev);
     um_manager_destroy(m);
     return 2;
+  }
+  if (history != NULL && (st = um_history_start(m, (size_t)1 << 20)) != UM_OK) {
+    fprintf(stderr, "unimem stats: um_history_start: %s (%s)\n", um_strerror(st), um_last_error());
+    um_manager_destroy(m);
+    return 1;
   }
   ws = calloc((size_t)ndev, sizeof(*ws));
   cols = calloc((size_t)ndev + 1, sizeof(*cols));
@@ -344,6 +383,13 @@ int tool_stats(int argc, char **argv) {
       rc = write_json(json, m, cols, index, ncols);
   }
   release_workloads(ws, ndev);
+  if (history != NULL && rc == 0) {
+    um_history_stop(m);
+    if ((st = um_history_write(m, history)) != UM_OK) {
+      fprintf(stderr, "unimem stats: um_history_write: %s (%s)\n", um_strerror(st), um_last_error());
+      rc = 1;
+    }
+  }
   if ((st = um_manager_destroy(m)) != UM_OK) {
     fprintf(stderr, "unimem stats: um_manager_destroy: %s (%s)\n", um_strerror(st), um_last_error());
     rc = 1;

@@ -12,12 +12,14 @@ int tool_info(int argc, char **argv);
 int tool_bench(int argc, char **argv);
 int tool_stats(int argc, char **argv);
 int tool_replay(int argc, char **argv);
+int tool_view(int argc, char **argv);
 
 /* Help texts, in the sections of a manual page. */
 extern const char tool_info_help[];
 extern const char tool_bench_help[];
 extern const char tool_stats_help[];
 extern const char tool_replay_help[];
+extern const char tool_view_help[];
 
 /* Whether argv[i] asks for help (-h, --help). */
 int tool_is_help(const char *arg);

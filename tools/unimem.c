@@ -1,4 +1,4 @@
-/* The unimem command: info, bench, stats, replay. */
+/* The unimem command: info, bench, stats, replay, view. */
 #include <stdio.h>
 #include <string.h>
 
@@ -13,8 +13,9 @@ static const char main_help[] =
     "    unimem info [--verbose]\n"
     "    unimem bench [pool|transfer|kernels|loop|pyloop|gemm|stream|cuda|net|wait|all] [--quick]\n"
     "                 [--json FILE] [--plot FILE]\n"
-    "    unimem stats [--device N] [--json FILE]\n"
+    "    unimem stats [--device N] [--json FILE] [--history FILE]\n"
     "    unimem replay FILE [--quick] [--json FILE] [--plot FILE]\n"
+    "    unimem view FILE [-o PAGE]\n"
     "    unimem help [COMMAND]\n"
     "    unimem --version\n"
     "\n"
@@ -30,10 +31,13 @@ static const char main_help[] =
     "             context and stream) for running kernels of your own.\n"
     "    bench    the benchmarks, with the libraries and drivers unimem replaces\n"
     "             measured side by side; a table, a JSON report and a chart.\n"
-    "    stats    a scripted workload, then every statistic unimem keeps.\n"
+    "    stats    a scripted workload, then every statistic unimem keeps, and the\n"
+    "             statistics of each tag; --history records it for unimem view.\n"
     "    replay   an allocation trace (UNIMEM_TRACE_FILE records one) through the\n"
     "             pool and glibc, jemalloc and mimalloc: hits, memory reserved\n"
     "             over the replay (a chart with --plot), peak RSS, time per event.\n"
+    "    view     a recorded history (um_history_write) as one HTML page: memory\n"
+    "             over time by tag, the block map, copy lanes, the largest blocks.\n"
     "    help     this text, or a command's (also: unimem COMMAND --help).\n"
     "\n"
     "ENVIRONMENT\n"
@@ -66,6 +70,7 @@ static const command commands[] = {
     {"bench", tool_bench, tool_bench_help},
     {"stats", tool_stats, tool_stats_help},
     {"replay", tool_replay, tool_replay_help},
+    {"view", tool_view, tool_view_help},
 };
 
 static const command *find_command(const char *name) {
@@ -95,14 +100,14 @@ int main(int argc, char **argv) {
       return 0;
     }
     if ((c = find_command(argv[2])) == NULL) {
-      fprintf(stderr, "unimem: no command '%s' (info, bench, stats, replay)\n", argv[2]);
+      fprintf(stderr, "unimem: no command '%s' (info, bench, stats, replay, view)\n", argv[2]);
       return 2;
     }
     fputs(c->help, stdout);
     return 0;
   }
   if ((c = find_command(argv[1])) == NULL) {
-    fprintf(stderr, "unimem: unknown command '%s' (info, bench, stats, replay; unimem --help)\n", argv[1]);
+    fprintf(stderr, "unimem: unknown command '%s' (info, bench, stats, replay, view; unimem --help)\n", argv[1]);
     return 2;
   }
   return c->run(argc - 1, argv + 1);

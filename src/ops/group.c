@@ -304,8 +304,17 @@ void um__run_finish(um__run *r, um_event **ready) {
   followers f;
   bool wake;
   if (r->status == UM_OK)
-    for (int i = 0; i < r->ntally; i++)
-      r->tally[i].path->account_queued(r->dev, r->tally[i].n, r->tally[i].bytes);
+    for (int i = 0; i < r->ntally; i++) {
+      const um__path *path = r->tally[i].path;
+      path->account_queued(r->dev, r->tally[i].n, r->tally[i].bytes);
+      if (__builtin_expect(op->obs_tag != 0, 0)) /* for the issuing thread's tag (core/observe.c) */
+        um__obs_moved(m, op->obs_tag, r->dev,
+                      path->kind == UM__XFER_H2D   ? UM__DIR_H2D
+                      : path->kind == UM__XFER_D2H ? UM__DIR_D2H
+                      : path->kind == UM__XFER_PEER ? UM__DIR_PEER
+                                                    : UM__DIR_D2D,
+                      r->tally[i].bytes);
+    }
   for (int i = 0; i < r->nbufs; i++) {
     um_buffer *b = r->bufs[i];
     bool drop_last, retire;
