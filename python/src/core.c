@@ -303,6 +303,8 @@ static PyMethodDef core_methods[] = {
     {"_errors", core_errors, METH_NOARGS, PyDoc_STR("The error codes: ((code, c_name, class_name, text), ...).")},
     {"_set_error_classes", core_set_error_classes, METH_VARARGS,
      PyDoc_STR("Register the Error class and its subclasses by code (done by the package).")},
+    {"_set_observe_classes", pyum_set_observe_classes, METH_VARARGS,
+     PyDoc_STR("Register the context managers of m.tag() and m.history() (done by the package).")},
     {"_shutdown", core_shutdown, METH_NOARGS,
      PyDoc_STR("Stop calling Python from unimem's threads (registered with atexit by the package).")},
     {NULL, NULL, 0, NULL},

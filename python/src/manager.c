@@ -577,29 +577,37 @@ static int parse_location(PyObject *o, int *loc) {
 }
 
 PyDoc_STRVAR(alloc_doc,
-"alloc($self, nbytes, device=0, location='device', zero=False)\n--\n\n"
+"alloc($self, nbytes, device=0, location='device', zero=False, tag=None)\n--\n\n"
 "Allocate a Buffer of nbytes on a device (an index into devices, or a Device) at a\n"
 "location: 'host', 'device', 'pinned' (page-locked) or 'unified'. zero=True:\n"
-"the bytes read as zero. Pooled: a released buffer's block serves the next\n"
+"the bytes read as zero. tag: the tag it counts for (None: the innermost\n"
+"`with m.tag(name):` of this thread). Pooled: a released buffer's block serves the next\n"
 "fitting request. NotSupported when the device has no such location,\n"
 "OutOfMemory after the pool released its idle blocks (and on_oom declined).");
 
 static PyObject *Manager_alloc(ManagerObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
-  static const char *const names[] = {"nbytes", "device", "location", "zero"};
-  PyObject *a[4];
+  static const char *const names[] = {"nbytes", "device", "location", "zero", "tag"};
+  PyObject *a[5];
   ManagerObject *previous;
   um_buffer *b = NULL;
   size_t n;
+  const char *tag = NULL;
   int dev = 0, loc = UM_DEVICE, zero, st;
-  if (pyum_parse("alloc", args, nargs, kwnames, names, 4, 1, a) < 0 || pyum_size(a[0], "nbytes", &n) < 0 ||
+  if (pyum_parse("alloc", args, nargs, kwnames, names, 5, 1, a) < 0 || pyum_size(a[0], "nbytes", &n) < 0 ||
       (a[1] != NULL && pyum_device_index(self, a[1], &dev) < 0) || (a[2] != NULL && parse_location(a[2], &loc) < 0) ||
       (zero = pyum_flag(a[3], 0)) < 0 || pyum_manager_check(self) < 0)
     return NULL;
+  if (a[4] != NULL && a[4] != Py_None) {
+    if (!PyUnicode_Check(a[4]))
+      return PyErr_Format(PyExc_TypeError, "tag must be a str, not %.100s", Py_TYPE(a[4])->tp_name);
+    if ((tag = PyUnicode_AsUTF8(a[4])) == NULL)
+      return NULL;
+  }
   pyum_orphans_reap(self, 0); /* their host memory and imports, when done */
   self->calls++;
   previous = pyum_oom_thread_swap(self);
   Py_BEGIN_ALLOW_THREADS
-  st = um_alloc(self->m, um_device_get(self->m, dev), n, (um_location)loc, zero ? UM_ALLOC_ZERO : 0, &b);
+  st = um_alloc_tagged(self->m, um_device_get(self->m, dev), n, (um_location)loc, zero ? UM_ALLOC_ZERO : 0, tag, &b);
   Py_END_ALLOW_THREADS
   pyum_oom_thread_swap(previous);
   if (st != UM_OK)
@@ -732,6 +740,31 @@ static PyMethodDef Manager_methods[] = {
      PyDoc_STR("pyopencl_queue($self, device)\n--\n\nA pyopencl.CommandQueue over the device's queue for the "
                "caller's own commands (in-order; its .context is unimem's context of the device). NotSupported "
                "for a device that is not OpenCL; ImportError without pyopencl.")},
+    {"tag_stats", (PyCFunction)(void (*)(void))pyum_manager_tag_stats, METH_FASTCALL | METH_KEYWORDS,
+     PyDoc_STR("tag_stats($self, device=None)\n--\n\nEvery tag's statistics (um_tag_stats_get) on a device, or on "
+               "all devices: {name: {active_buffers, bytes_in_use, peak_bytes_in_use, allocations, releases, "
+               "bytes_h2d, bytes_d2h, bytes_d2d, bytes_peer, bytes_net_out, bytes_net_in}}; '' is the untagged. "
+               "Empty before the first tag (with m.tag(name):).")},
+    {"snapshot", (PyCFunction)pyum_manager_snapshot, METH_NOARGS,
+     PyDoc_STR("snapshot($self)\n--\n\nEvery segment and block of every device now (um_snapshot_take): "
+               "{time_ns, segments: [{device, location, address, size, committed, virtual}], blocks: [{device, "
+               "location, state ('in_use', 'released', 'idle', 'free'), segment, offset, address, size, capacity, "
+               "tag, thread, age_ns, site, wrapped}]}.")},
+    {"tag", (PyCFunction)pyum_manager_tag, METH_O,
+     PyDoc_STR("tag($self, name)\n--\n\nwith m.tag(name): what this thread allocates, copies, fills, puts and "
+               "gets inside counts for tag name (nested: the innermost), in tag_stats(), snapshot() and the "
+               "history. From the first tag on, allocations take the pool's locked path.")},
+    {"history", (PyCFunction)(void (*)(void))pyum_manager_history, METH_FASTCALL | METH_KEYWORDS,
+     PyDoc_STR("history($self, capacity=1048576)\n--\n\nwith m.history() as h: records the manager's events "
+               "into a ring of capacity events; afterwards h.events() lists them (dicts), h.dropped counts the "
+               "overwritten, h.save(path) writes Chrome trace-event JSON (ui.perfetto.dev, `unimem view`).")},
+    {"_tag_push", (PyCFunction)pyum_manager_tag_push, METH_O, PyDoc_STR("um_tag_push (use: with m.tag(name):)")},
+    {"_tag_pop", (PyCFunction)pyum_manager_tag_pop, METH_NOARGS, PyDoc_STR("um_tag_pop")},
+    {"_history_start", (PyCFunction)pyum_manager_history_start, METH_O, PyDoc_STR("um_history_start")},
+    {"_history_stop", (PyCFunction)pyum_manager_history_stop, METH_NOARGS, PyDoc_STR("um_history_stop")},
+    {"_history_events", (PyCFunction)pyum_manager_history_events, METH_NOARGS,
+     PyDoc_STR("([event dicts], dropped): um_history_get")},
+    {"_history_save", (PyCFunction)pyum_manager_history_save, METH_O, PyDoc_STR("um_history_write")},
     {"__enter__", (PyCFunction)Manager_enter, METH_NOARGS, PyDoc_STR("The manager itself.")},
     {"__exit__", (PyCFunction)Manager_exit, METH_VARARGS, PyDoc_STR("close()")},
     {NULL, NULL, 0, NULL},

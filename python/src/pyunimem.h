@@ -218,6 +218,20 @@ PyObject *pyum_from_dlpack(PyObject *mod, PyObject *const *args, Py_ssize_t narg
 /* ---- interop.c ------------------------------------------------------- */
 
 PyObject *pyum_manager_native(ManagerObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+/* observe.c: tags, the snapshot, the history. */
+PyObject *pyum_manager_tag_push(ManagerObject *self, PyObject *name);
+PyObject *pyum_manager_tag_pop(ManagerObject *self, PyObject *unused);
+PyObject *pyum_manager_tag_stats(ManagerObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+PyObject *pyum_manager_snapshot(ManagerObject *self, PyObject *unused);
+PyObject *pyum_manager_history_start(ManagerObject *self, PyObject *capacity);
+PyObject *pyum_manager_history_stop(ManagerObject *self, PyObject *unused);
+PyObject *pyum_manager_history_events(ManagerObject *self, PyObject *unused);
+PyObject *pyum_manager_history_save(ManagerObject *self, PyObject *path);
+/* m.tag(name) and m.history(capacity): instances of the package's context
+ * managers (unimem/__init__.py registers them: _set_observe_classes). */
+PyObject *pyum_manager_tag(ManagerObject *self, PyObject *name);
+PyObject *pyum_manager_history(ManagerObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+PyObject *pyum_set_observe_classes(PyObject *mod, PyObject *args);
 PyObject *pyum_manager_use_queue(ManagerObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
 PyObject *pyum_manager_pyopencl_queue(ManagerObject *self, PyObject *const *args, Py_ssize_t nargs,
                                       PyObject *kwnames);

@@ -28,7 +28,13 @@ ac.done); over several buffers at once ``with unimem.access([a, b, c],
 ["r", "r", "rw"]) as ac:``; ``b.release_after(event)`` gives a buffer back
 once the caller's event completed. Frameworks' allocators: unimem.torch, unimem.cupy, unimem.numba.
 
+Seeing the memory: ``with m.tag("attention"):``, ``m.tag_stats()``,
+``m.snapshot()``, ``with m.history() as h: ...; h.save("h.json")`` (then
+``unimem view h.json``), ``unimem.dump_snapshot(m, "s.pickle")`` for
+PyTorch's memory_viz page.
+
 Names: Manager, Buffer, Event, Mapping, Access, Device, access, copy, from_dlpack,
+Tag, History, dump_snapshot, memory_viz_snapshot,
 Error and one subclass per C status code, stats_fields, OPTION_NAMES,
 __version__.
 """
@@ -92,10 +98,140 @@ def _make_errors():
     return tuple(cls.__name__ for cls in classes.values())
 
 
+class Tag:
+    """``with m.tag(name):`` -- this thread's work on m counts for tag name
+    inside the block (um_tag_push / um_tag_pop)."""
+
+    __slots__ = ("_m", "name")
+
+    def __init__(self, m, name):
+        self._m = m
+        self.name = name
+
+    def __enter__(self):
+        self._m._tag_push(self.name)
+        return self
+
+    def __exit__(self, *exc):
+        self._m._tag_pop()
+        return False
+
+
+class History:
+    """``with m.history(capacity) as h:`` records m's events (allocations,
+    releases, trims, copies, fills, brackets, net transfers, out-of-memory)
+    while the block runs; afterwards ``h.events()`` lists them, ``h.dropped``
+    counts those the full ring overwrote, ``h.save(path)`` writes Chrome
+    trace-event JSON (ui.perfetto.dev, chrome://tracing, ``unimem view``).
+    ``start()`` and ``stop()`` do the same without a block."""
+
+    def __init__(self, m, capacity):
+        self._m = m
+        self.capacity = capacity
+        self.dropped = 0
+
+    def start(self):
+        self._m._history_start(self.capacity)
+        return self
+
+    def stop(self):
+        self._m._history_stop()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
+
+    def events(self):
+        """The recorded events, oldest first, as dicts (um_history_event's
+        fields: kind, device, src_device, dst_device, location, status, how,
+        thread, tag, path, begin_ns, end_ns, bytes, address, in_use, site)."""
+        events, self.dropped = self._m._history_events()
+        return events
+
+    def save(self, path):
+        """Write the recording as Chrome trace-event JSON to path."""
+        self._m._history_save(str(path))
+
+
+_core._set_observe_classes(Tag, History)
+
+_TORCH_STATE = {"in_use": "active_allocated", "released": "active_pending_free", "idle": "inactive",
+                "free": "inactive"}
+_TORCH_ACTION = {"alloc": "alloc", "release": "free_completed", "trim": "segment_free", "oom": "oom"}
+
+
+def memory_viz_snapshot(m, history=None):
+    """m's memory now in the snapshot format PyTorch's memory_viz page reads
+    (torch.cuda.memory._snapshot()): {"segments": [...], "device_traces":
+    [...]} -- a segment per unimem segment (and one per block of its own),
+    its blocks in address order with state active_allocated (in use),
+    active_pending_free (released, operations running) or inactive (idle
+    in the pool, free extent); a block's frames name its tag and site. With
+    a History, device_traces holds its allocations, releases, trims and
+    out-of-memory per device."""
+    snap = m.snapshot()
+    segments = []
+    for i, g in enumerate(snap["segments"]):
+        segments.append({"device": g["device"], "address": g["address"], "total_size": g["size"], "stream": 0,
+                         "segment_type": "large" if g["size"] > (1 << 20) else "small", "segment_pool_id": (0, 0),
+                         "is_expandable": bool(g["virtual"]), "frames": [], "blocks": [], "_index": i})
+
+    def frames(b):
+        out = []
+        if b.get("site"):
+            file, _, line = b["site"].rpartition(":")
+            out.append({"filename": file, "line": int(line) if line.isdigit() else 0, "name": b.get("tag") or ""})
+        elif b.get("tag"):
+            out.append({"filename": "??", "line": 0, "name": b["tag"]})
+        return out
+
+    for b in snap["blocks"]:
+        block = {"address": b["address"], "size": b["capacity"], "requested_size": b["size"],
+                 "state": _TORCH_STATE[b["state"]], "frames": frames(b)}
+        if b["segment"] >= 0:
+            segments[b["segment"]]["blocks"].append(block)
+        else:
+            segments.append({"device": b["device"], "address": b["address"], "total_size": b["capacity"],
+                             "stream": 0, "segment_type": "large" if b["capacity"] > (1 << 20) else "small",
+                             "segment_pool_id": (0, 0), "is_expandable": False, "frames": [], "blocks": [block]})
+    for g in segments:
+        g.pop("_index", None)
+        g["blocks"].sort(key=lambda k: k["address"])
+        g["allocated_size"] = sum(k["size"] for k in g["blocks"] if k["state"] == "active_allocated")
+        g["active_size"] = sum(k["size"] for k in g["blocks"] if k["state"] != "inactive")
+        g["requested_size"] = sum(k["requested_size"] for k in g["blocks"] if k["state"] == "active_allocated")
+    ndev = max([g["device"] for g in segments] + [d.index for d in m.devices]) + 1
+    traces = [[] for _ in range(ndev)]
+    if history is not None:
+        for e in history.events():
+            action = _TORCH_ACTION.get(e["kind"])
+            if action is None:
+                continue
+            entry = {"action": action, "addr": e["address"], "size": e["bytes"], "stream": 0,
+                     "time_us": e["end_ns"] // 1000, "frames": frames(e)}
+            if action == "oom":
+                entry["device_free"] = 0
+            traces[e["device"]].append(entry)
+    return {"segments": segments, "device_traces": traces,
+            "allocator_settings": {"unimem": __version__}}
+
+
+def dump_snapshot(m, path, history=None):
+    """Write memory_viz_snapshot(m, history) to path as a pickle, the file
+    PyTorch's memory_viz page (pytorch.org/memory_viz) opens."""
+    import pickle
+
+    with open(path, "wb") as f:
+        pickle.dump(memory_viz_snapshot(m, history), f)
+
+
 _ERROR_NAMES = _make_errors()
 _atexit.register(_core._shutdown)
 
 __all__ = [
     "Manager", "Buffer", "Event", "Mapping", "Access", "Device", "access", "copy", "from_dlpack", "Error",
-    "stats_fields", "OPTION_NAMES", "__version__",
+    "stats_fields", "OPTION_NAMES", "__version__", "Tag", "History", "dump_snapshot", "memory_viz_snapshot",
 ] + list(_ERROR_NAMES)

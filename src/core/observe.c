@@ -61,8 +61,28 @@ typedef struct tag_stack {
   uint16_t tags[UM_TAG_DEPTH_MAX];
 } tag_stack;
 
+/* Each thread's stacks, on the heap (the library's thread-local storage
+ * is the static kind, of which a library that Python loads has little):
+ * made at the thread's first tag, freed at its exit. */
 #define STACKS 4
-static _Thread_local tag_stack stacks[STACKS];
+static _Thread_local tag_stack *stacks;
+static pthread_key_t stacks_key;
+static pthread_once_t stacks_once = PTHREAD_ONCE_INIT;
+
+static void stacks_key_make(void) { (void)pthread_key_create(&stacks_key, free); }
+
+/* This thread's stacks; NULL when they cannot be made (make false: when
+ * there are none yet). */
+static tag_stack *thread_stacks(bool make) {
+  if (stacks != NULL || !make)
+    return stacks;
+  pthread_once(&stacks_once, stacks_key_make);
+  if ((stacks = calloc(STACKS, sizeof(*stacks))) != NULL && pthread_setspecific(stacks_key, stacks) != 0) {
+    free(stacks);
+    stacks = NULL;
+  }
+  return stacks;
+}
 static _Thread_local uint16_t forced_tag; /* um_alloc_tagged's, for the allocation it makes */
 static _Thread_local unsigned thread_no;
 static _Atomic unsigned threads_numbered;
@@ -184,12 +204,14 @@ static int check_name(um_manager *m, const char *name, const char *fn) {
 
 /* This thread's stack for m; made when make (NULL: none free). */
 static tag_stack *stack_of(const um__obs *o, bool make) {
-  tag_stack *free_one = NULL;
+  tag_stack *free_one = NULL, *all = thread_stacks(make);
+  if (all == NULL)
+    return NULL;
   for (int i = 0; i < STACKS; i++) {
-    if (stacks[i].mid == o->id)
-      return &stacks[i];
-    if (free_one == NULL && (stacks[i].mid == 0 || stacks[i].depth == 0))
-      free_one = &stacks[i];
+    if (all[i].mid == o->id)
+      return &all[i];
+    if (free_one == NULL && (all[i].mid == 0 || all[i].depth == 0))
+      free_one = &all[i];
   }
   if (!make || free_one == NULL)
     return NULL;
@@ -204,7 +226,7 @@ int um_tag_push(um_manager *m, const char *name) {
   if (st != UM_OK)
     return st;
   if ((s = stack_of(m->obs, true)) == NULL)
-    return um__set_error(UM_ENOMEM, "um_tag_push: this thread has tags open on %d other managers", STACKS);
+    return um__set_error(UM_ENOMEM, "um_tag_push: no room for this thread's tags (open on %d other managers, or no memory)", STACKS);
   if (s->depth == UM_TAG_DEPTH_MAX)
     return um__set_error(UM_EOVERFLOW, "um_tag_push: %d tags open on this thread", UM_TAG_DEPTH_MAX);
   if ((i = tag_index(m, name)) < 0)
