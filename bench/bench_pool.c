@@ -1511,6 +1511,99 @@ static void print_run(const bp_env *e) {
   fflush(stdout);
 }
 
+/* ------------------------------------------------------------------------ */
+/* What observing costs (um_tag_push, um_history_start): the pool hit and a
+ * small copy on a manager of its own per mode, the modes in turn within
+ * each round; ns per event (a pair is two: an allocation and a release). */
+
+#define OBS_MODES 3
+static const char *const obs_mode_names[OBS_MODES] = {"off", "tags", "history"};
+
+/* Median ns of n allocate + release pairs of bytes (or, copy, of n 4 KiB
+ * copies from the host) on m. */
+static double obs_time(um_manager *m, size_t bytes, bool copy, int n, unsigned char *host) {
+  um_device *cpu = um_device_get(m, 0);
+  um_buffer *b = NULL;
+  double t0;
+  if (copy && um_alloc(m, cpu, 4096, UM_DEVICE, 0, &b) != UM_OK)
+    return -1;
+  t0 = bench_now_ns();
+  for (int i = 0; i < n; i++) {
+    if (copy) {
+      if (um_copy_from_host(b, 0, host, 4096, NULL) != UM_OK)
+        return -1;
+    } else {
+      um_buffer *x;
+      if (um_alloc(m, cpu, bytes, UM_DEVICE, 0, &x) != UM_OK)
+        return -1;
+      um_release(x);
+    }
+  }
+  t0 = bench_now_ns() - t0;
+  if (b != NULL)
+    um_release(b);
+  return t0 / n;
+}
+
+static void observe_table(bp_env *e, bench_report *rep) {
+  static const size_t sizes[] = {1 * KiB, 64 * KiB, 0};
+  const int n = e->quick ? 2000 : 20000, rounds = e->quick ? 3 : 7;
+  unsigned char host[4096];
+  um_manager *m[OBS_MODES];
+  memset(host, 7, sizeof(host));
+  printf("\nObserving: the pool hit (allocate + release) and a 4 KiB copy from the host, per event\n");
+  printf("  (tags: one um_tag_push open; history: um_history_start recording; medians of %d rounds)\n", rounds);
+  printf("  %-24s %12s %12s %12s %14s\n", "", "off", "tags", "history", "history adds");
+  for (int k = 0; k < OBS_MODES; k++) {
+    um_options o;
+    um_options_init(&o);
+    snprintf(o.backends, sizeof(o.backends), "cpu");
+    o.trim_interval_ms = 0;
+    if (um_manager_create(&o, &m[k]) != UM_OK) {
+      e->failed = true;
+      for (int j = 0; j < k; j++)
+        um_manager_destroy(m[j]);
+      return;
+    }
+  }
+  um_tag_push(m[1], "bench");
+  um_history_start(m[2], (size_t)1 << 16); /* a ring that wraps: the steady state */
+  for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+    bool copy = sizes[i] == 0;
+    double samples[OBS_MODES][16], ns[OBS_MODES];
+    char name[48];
+    bench_row *r;
+    if (copy)
+      snprintf(name, sizeof(name), "4 KiB copy (1 event)");
+    else {
+      char sz[16];
+      bench_size_text(sz, sizeof(sz), sizes[i]);
+      snprintf(name, sizeof(name), "%s hit (2 events)", sz);
+    }
+    for (int k = 0; k < OBS_MODES; k++) /* warm: the pool holds the block */
+      obs_time(m[k], sizes[i], copy, n / 10, host);
+    for (int rd = 0; rd < rounds; rd++)
+      for (int k = 0; k < OBS_MODES; k++)
+        samples[k][rd] = obs_time(m[k], sizes[i], copy, n, host) / (copy ? 1 : 2);
+    r = bench_add_row(rep, "observe", name);
+    bench_set(r, "bytes", copy ? 4096.0 : (double)sizes[i]);
+    printf("  %-24s", name);
+    for (int k = 0; k < OBS_MODES; k++) {
+      char t[24];
+      ns[k] = bp_median(samples[k], rounds);
+      bench_set(r, obs_mode_names[k], ns[k]);
+      fmt_time(t, sizeof(t), ns[k]);
+      printf(" %12s", t);
+    }
+    bench_set(r, "history_adds_ns", ns[2] - ns[0]);
+    printf(" %+11.1f ns  %s\n", ns[2] - ns[0], ns[2] - ns[0] <= 100 ? "<=100 ns met" : "<=100 ns MISSED");
+  }
+  um_history_stop(m[2]);
+  um_tag_pop(m[1]);
+  for (int k = 0; k < OBS_MODES; k++)
+    um_manager_destroy(m[k]);
+}
+
 /* Whether table name is to run (--only). */
 static bool table_on(const bp_env *e, const char *name) {
   size_t n = strlen(name);
@@ -1538,6 +1631,8 @@ static void run_tables(bp_env *e, bench_report *rep, trace_job *jobs, int njobs)
     threads_table(e, rep);
   if (table_on(e, "growth"))
     grow_table(e, rep);
+  if (table_on(e, "observe"))
+    observe_table(e, rep);
   if (table_on(e, "trace"))
     for (int i = 0; i < njobs; i++)
       trace_table(e, rep, &jobs[i], i == 0);
@@ -1585,7 +1680,7 @@ static void trace_jobs_free(trace_job *jobs, int n) {
 static void usage(const char *argv0) {
   fprintf(stderr, "usage: %s [--quick] [--only TABLE[,TABLE...]] [--json FILE] [--trace FILE] [--series FILE]\n"
                   "       %s --make-trace FILE [--kind mixed|llm|training|dataframe|vectors]\n"
-                  "  tables: hit, touch, seeds, threads, growth, trace\n",
+                  "  tables: hit, touch, seeds, threads, growth, observe, trace\n",
           argv0, argv0);
 }
 

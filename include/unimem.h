@@ -542,9 +542,14 @@ typedef struct um_tag_stats {
   uint64_t active_buffers;    /* live buffers */
   uint64_t bytes_in_use;      /* requested bytes of live buffers */
   uint64_t peak_bytes_in_use; /* highest bytes_in_use seen */
-  uint64_t allocations, releases;
-  uint64_t bytes_h2d, bytes_d2h, bytes_d2d, bytes_peer; /* copies and fills */
-  uint64_t bytes_net_out, bytes_net_in;                 /* um_net_put, um_net_get */
+  uint64_t allocations;       /* buffers allocated */
+  uint64_t releases;          /* buffers released */
+  uint64_t bytes_h2d;         /* copied host to device */
+  uint64_t bytes_d2h;         /* copied device to host */
+  uint64_t bytes_d2d;         /* copied or filled within one device */
+  uint64_t bytes_peer;        /* copied between devices */
+  uint64_t bytes_net_out;     /* um_net_put */
+  uint64_t bytes_net_in;      /* um_net_get */
 } um_tag_stats;
 
 /* Every tag's statistics on device d, or on all devices when d is NULL:
@@ -561,7 +566,8 @@ typedef struct um_scope_stats {
   uint64_t bytes_in_use_start; /* bytes in use when the scope began */
   uint64_t bytes_in_use_end;   /* and when it ended */
   uint64_t peak_bytes_in_use;  /* the highest in between (nested scopes included) */
-  uint64_t allocations, releases;
+  uint64_t allocations;        /* buffers allocated inside */
+  uint64_t releases;           /* buffers released inside */
   uint64_t bytes_allocated;    /* requested bytes of the allocations */
 } um_scope_stats;
 
@@ -581,10 +587,12 @@ typedef enum um_block_state {
   UM_BLOCK_FREE = 3      /* a free extent of a segment */
 } um_block_state;
 
+/* One block of a snapshot: a buffer's (in use, released, idle) or a free
+ * extent of a segment. */
 typedef struct um_snapshot_block {
   int device;          /* index */
-  um_location loc;
-  um_block_state state;
+  um_location loc;     /* the pool's location */
+  um_block_state state; /* in use, released, idle or free */
   int segment;         /* index into um_snapshot.segments, -1 for a block of its own */
   uint64_t offset;     /* in its segment (0 without one) */
   uint64_t address;    /* host address where it has one, else the device's
@@ -598,13 +606,14 @@ typedef struct um_snapshot_block {
   uint64_t age_ns;     /* since allocated (in use, released) or since idle;
                           0 unknown (allocated before the manager observed) */
   const char *site_file; /* um_alloc_at's site, or NULL */
-  int site_line;
+  int site_line;         /* its line */
   int wrapped;         /* 1: um_wrap_host, DLPack import or um_net_alloc memory */
 } um_snapshot_block;
 
+/* One segment of a snapshot: device memory its blocks are carved from. */
 typedef struct um_snapshot_segment {
-  int device;
-  um_location loc;
+  int device;          /* index */
+  um_location loc;     /* the pool's location */
   uint64_t address;    /* as a block's */
   uint64_t size;       /* bytes of address space */
   uint64_t committed;  /* bytes backed by memory (virtual segments: the
@@ -612,12 +621,13 @@ typedef struct um_snapshot_segment {
   int virtual_memory;  /* 1: pages are committed and given back inside it */
 } um_snapshot_segment;
 
+/* Every block and segment of a manager at one moment (um_snapshot_take). */
 typedef struct um_snapshot {
   uint64_t time_ns;    /* when it was taken, since the manager was created */
-  size_t nblocks;
+  size_t nblocks;      /* entries of blocks */
   um_snapshot_block *blocks;   /* by device, location, segment, offset */
-  size_t nsegments;
-  um_snapshot_segment *segments;
+  size_t nsegments;    /* entries of segments */
+  um_snapshot_segment *segments; /* in the pools' order, newest first in each */
 } um_snapshot;
 
 /* Every block and segment of every device of m, as they are now (one
@@ -648,13 +658,14 @@ typedef enum um_history_kind {
 #define UM_HIST_POOL 0   /* served by the pool: no device call */
 #define UM_HIST_DEVICE 1 /* a new block from the device (or unpooled) */
 
+/* One recorded event (um_history_get). */
 typedef struct um_history_event {
-  um_history_kind kind;
+  um_history_kind kind; /* what happened */
   int device;          /* where it counts: an allocation's, a copy's as
                           um_tag_stats counts it */
   int src_device;      /* a copy's source device, -1 for the caller's memory */
   int dst_device;      /* a copy's destination device, -1 for the caller's memory */
-  um_location loc;
+  um_location loc;     /* the buffer's location */
   int status;          /* UM_OK, or the operation's failure */
   int how;             /* UM_HIST_POOL, UM_HIST_DEVICE (allocations) */
   uint32_t thread;     /* as um_snapshot_block.thread */
@@ -663,11 +674,11 @@ typedef struct um_history_event {
                           "pipelined h2d", ...), else NULL */
   uint64_t begin_ns;   /* since the manager's creation: an operation's issue */
   uint64_t end_ns;     /* its completion; an instant's time (= begin_ns) */
-  uint64_t bytes;
+  uint64_t bytes;      /* allocated, released, moved, trimmed or asked for */
   uint64_t address;    /* the buffer's, as a snapshot shows it (0: none) */
   uint64_t in_use;     /* allocations, releases: the device's bytes in use after it */
   const char *site_file; /* allocations: um_alloc_at's site, or NULL */
-  int site_line;
+  int site_line;         /* its line */
 } um_history_event;
 
 /* Record m's events from now into a ring of capacity events (the oldest

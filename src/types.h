@@ -611,10 +611,8 @@ struct um_manager {
   /* UNIMEM_TRACE_FILE: the recording of allocations and releases
    * (core/trace.c), or NULL. Set at create, before any thread cache. */
   struct um__trace *trace;
-  /* Tags, scopes and the history (core/observe.c), made at create; while
-   * observing is not 0, allocations and releases take the locked path. */
+  /* Tags, scopes and the history (core/observe.c), made at create. */
   struct um__obs *obs;
-  atomic_int observing;
   /* The history's ring (core/history.c), NULL before the first start. */
   _Atomic(struct um__hist *) hist;
 
@@ -664,6 +662,9 @@ struct um_manager {
   um__tcache *tcaches;
   atomic_uint_fast64_t pool_claimed;
   atomic_uint flush_epoch;
+  /* Not 0 while the manager observes (core/observe.c): the fast paths
+   * call its hooks. Beside what they read anyway. */
+  atomic_int observing;
   /* The sole thread (tcache.h, "A release without a locked instruction"):
    * bias goes UM__BIAS_NONE -> SOLE (the first cache made for the manager,
    * sole_tc, under tcache_lock) -> SHARED (another thread releases or

@@ -346,9 +346,13 @@ static __attribute__((noinline)) int slot_too_small_path(um_manager *m, um_devic
   return alloc_slow_path(m, d, bytes, loc, flags, out, file, line);
 }
 
-/* A hit that passed this thread's highest level: carry the new highs. */
-static __attribute__((noinline)) int hit_publish_high(um__tcache *tc) {
-  um__tcache_publish_high(tc);
+/* A hit that passed this thread's highest level (publish: carry the new
+ * highs), or on a manager that observes (core/observe.c). */
+static __attribute__((noinline)) int hit_after(um__tcache *tc, um_buffer *b, bool publish) {
+  if (publish)
+    um__tcache_publish_high(tc);
+  if (atomic_load_explicit(&b->m->observing, memory_order_relaxed) != 0)
+    um__obs_alloc(b, true);
   return UM_OK;
 }
 
@@ -387,8 +391,8 @@ static inline __attribute__((always_inline)) int alloc_fast(um_manager *m, um_de
   bool publish = um__tcache_count_in_defer(tc, d, bytes);
   atomic_store_explicit(&b->state, UM__BUF_LIVE, memory_order_release);
   *out = b;
-  if (__builtin_expect(publish, 0))
-    return hit_publish_high(tc);
+  if (__builtin_expect(publish || atomic_load_explicit(&m->observing, memory_order_relaxed) != 0, 0))
+    return hit_after(tc, b, publish);
   return UM_OK;
 }
 
@@ -709,7 +713,9 @@ int um_release(um_buffer *b) {
   d = b->dev;
   bytes = b->size;
   if (__builtin_expect(!um__tcache_serves(tc, m, d) || tc->high_pending != 0 || atomic_load(&b->touched) ||
-                           b->slot == UM__NO_SLOT || !um__tcache_ready(tc, m) || !um__tcache_put_fast(tc, b),
+                           b->slot == UM__NO_SLOT || !um__tcache_ready(tc, m) ||
+                           atomic_load_explicit(&m->observing, memory_order_relaxed) != 0 ||
+                           !um__tcache_put_fast(tc, b),
                        0))
     return release_slow_path(b);
   c = &tc->ctr[d->index];

@@ -4,12 +4,11 @@
  * the snapshot (snapshot.c).
  *
  * m->observing is 0 until a tag is used, a scope opens or a history
- * records (history.c); while it is not 0 the thread caches are off
- * (um__tcache_flush_own reads it), so that every allocation and release
- * reaches um__obs_alloc / um__obs_release from the locked path. Turning it
- * on or off flushes every cache (their epoch moves), so a thread's next
- * call sees it. Tags stay on for the manager's life once used: a tagged
- * buffer must come back through um__obs_release.
+ * records (history.c); while it is not 0, every allocation (the thread
+ * cache's hit included) calls um__obs_alloc and every release
+ * um__obs_release: one relaxed load and a branch on the fast paths when it
+ * is 0. Tags stay on for the manager's life once used: a tagged buffer
+ * must come back through um__obs_release.
  *
  * Tag 0 is "not counted" (the buffer was allocated while no tag had been
  * used), tag 1 the untagged (""), 2 and up the names in their order. */
@@ -144,7 +143,6 @@ static void set_why_locked(um_manager *m, int bit, bool on) {
       atomic_store(&o->dev_in_use[i], um_stats_get(m, m->devices[i], &s) == UM_OK ? (int64_t)s.bytes_in_use : 0);
   }
   atomic_store(&m->observing, o->why != 0);
-  um__tcache_flush_all(m, NULL);
 }
 
 void um__obs_history(um_manager *m, bool on) {

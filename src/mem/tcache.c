@@ -219,16 +219,11 @@ static uint64_t flush_slots(um__tcache *tc, um_manager *m, size_t lo, size_t hi,
 }
 
 /* Whether a cache of m has slots: pooling on, debug off, not recording
- * (UNIMEM_TRACE_FILE) and not observing (core/observe.c): those take the
- * locked path. Observing changes with a flush (the epoch), read here. */
-static bool slots_wanted(um_manager *m) {
-  return m->opts.enable_pooling && !m->opts.debug && m->trace == NULL &&
-         atomic_load_explicit(&m->observing, memory_order_relaxed) == 0;
-}
+ * (UNIMEM_TRACE_FILE: the locked path, in order). */
+static bool slots_wanted(um_manager *m) { return m->opts.enable_pooling && !m->opts.debug && m->trace == NULL; }
 
 void um__tcache_flush_own(um__tcache *tc, um_manager *m) {
   tc->epoch = atomic_load_explicit(&m->flush_epoch, memory_order_relaxed);
-  tc->slots_on = slots_wanted(m);
   flush_slots(tc, m, 0, slot_count(tc->ndevices), true);
 }
 
