@@ -109,10 +109,12 @@ class Tag:
         self.name = name
 
     def __enter__(self):
+        """Open the tag (um_tag_push)."""
         self._m._tag_push(self.name)
         return self
 
     def __exit__(self, *exc):
+        """Close it (um_tag_pop), whatever ended the block."""
         self._m._tag_pop()
         return False
 
@@ -131,16 +133,20 @@ class History:
         self.dropped = 0
 
     def start(self):
+        """Begin recording (um_history_start); the History itself."""
         self._m._history_start(self.capacity)
         return self
 
     def stop(self):
+        """Stop recording (um_history_stop); the events stay readable."""
         self._m._history_stop()
 
     def __enter__(self):
+        """start()"""
         return self.start()
 
     def __exit__(self, *exc):
+        """stop()"""
         self.stop()
         return False
 
