@@ -1,7 +1,8 @@
 /* The history: a bounded ring of events (um_history_start), written by
  * whoever observes them (observe.c: allocations and releases; ops/: copies,
  * fills, brackets, net transfers, maps; mem/: trims, through the upcall)
- * under one lock, and its export as Chrome trace-event JSON.
+ * under one spin lock (held for one struct copy: cheaper than a mutex on
+ * every event), and its export as Chrome trace-event JSON.
  *
  * Recording makes the manager observe (observe.c), so the events come from
  * the locked paths. A ring stays until the next start or the manager's
@@ -9,6 +10,7 @@
  * may still write into the old one, which is therefore only freed at
  * destroy (the retired list). */
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +20,7 @@
 #define HIST_MAX ((size_t)1 << 26)
 
 struct um__hist {
-  pthread_mutex_t lock;
+  atomic_flag lock;
   um_history_event *ring;
   size_t cap;
   uint64_t next;      /* events written: the newest is next - 1 */
@@ -26,13 +28,23 @@ struct um__hist {
   struct um__hist *retired;
 };
 
+static void hist_lock(struct um__hist *h) {
+  for (unsigned spins = 0; atomic_flag_test_and_set_explicit(&h->lock, memory_order_acquire); spins++)
+    if (spins > 64)
+      sched_yield(); /* the holder was preempted */
+    else
+      um__cpu_pause();
+}
+
+static void hist_unlock(struct um__hist *h) { atomic_flag_clear_explicit(&h->lock, memory_order_release); }
+
 static struct um__hist *hist_new(size_t cap) {
   struct um__hist *h = calloc(1, sizeof(*h));
   if (h == NULL || (h->ring = calloc(cap, sizeof(*h->ring))) == NULL) {
     free(h);
     return NULL;
   }
-  pthread_mutex_init(&h->lock, NULL);
+  atomic_flag_clear(&h->lock);
   h->cap = cap;
   return h;
 }
@@ -40,7 +52,6 @@ static struct um__hist *hist_new(size_t cap) {
 static void hist_free(struct um__hist *h) {
   while (h != NULL) {
     struct um__hist *next = h->retired;
-    pthread_mutex_destroy(&h->lock);
     free(h->ring);
     free(h);
     h = next;
@@ -77,9 +88,9 @@ int um_history_stop(um_manager *m) {
   h = atomic_load(&m->hist);
   if (h == NULL || !h->recording)
     return um__set_error(UM_ESTATE, "um_history_stop: the manager does not record");
-  pthread_mutex_lock(&h->lock);
+  hist_lock(h);
   h->recording = false;
-  pthread_mutex_unlock(&h->lock);
+  hist_unlock(h);
   um__obs_history(m, false);
   return UM_OK;
 }
@@ -93,10 +104,10 @@ void um__hist_put(um_manager *m, const um_history_event *e) {
   struct um__hist *h = atomic_load_explicit(&m->hist, memory_order_acquire);
   if (h == NULL)
     return;
-  pthread_mutex_lock(&h->lock);
+  hist_lock(h);
   if (h->recording)
     h->ring[h->next++ % h->cap] = *e;
-  pthread_mutex_unlock(&h->lock);
+  hist_unlock(h);
 }
 
 int um_history_get(um_manager *m, um_history_event *out, size_t cap, size_t *count, uint64_t *dropped) {
@@ -107,12 +118,12 @@ int um_history_get(um_manager *m, um_history_event *out, size_t cap, size_t *cou
     return um__set_error(UM_EINVAL, "um_history_get: not a manager, or NULL out");
   h = atomic_load(&m->hist);
   if (h != NULL) {
-    pthread_mutex_lock(&h->lock);
+    hist_lock(h);
     held = h->next < h->cap ? (size_t)h->next : h->cap;
     first = h->next - held;
     for (n = 0; n < held && n < cap; n++)
       out[n] = h->ring[(first + n) % h->cap];
-    pthread_mutex_unlock(&h->lock);
+    hist_unlock(h);
   }
   if (count != NULL)
     *count = held;

@@ -20,8 +20,11 @@
 #define NDIR 6 /* h2d, d2h, d2d, peer, net out, net in */
 #define NSLOTS (UM_TAGS_MAX + 2) /* the names, "not counted" and "" */
 
+/* A tag's counts on one device, or (the last row) on all: the all row
+ * keeps in_use and peak alone (its allocations and releases are the
+ * devices' summed when read), so that an event costs three atomic adds. */
 typedef struct tag_ctr {
-  atomic_uint_fast64_t active, in_use, peak, allocs, releases;
+  atomic_uint_fast64_t allocs, releases, in_use, peak;
   atomic_uint_fast64_t moved[NDIR];
 } tag_ctr;
 
@@ -40,9 +43,11 @@ struct um__obs {
   tag_ctr *_Atomic *ctr;                   /* NSLOTS, each ndev + 1 (the last: all devices) */
   bool tags_on;
   int why;                                 /* OBS_* bits */
-  /* The manager's own counts while it observes (all devices). */
-  atomic_int_fast64_t in_use;
+  /* The bytes in use per device while it observes; and, while a scope is
+   * open (scopes_open), the manager's counts of all devices. */
   atomic_int_fast64_t dev_in_use[UM__MAX_DEVICES];
+  atomic_int scopes_open;
+  atomic_int_fast64_t in_use;
   atomic_uint_fast64_t allocs, releases, bytes;
   atomic_uint_fast64_t scope_peak; /* the innermost scope's peak */
   int nscopes;
@@ -137,8 +142,6 @@ static void set_why_locked(um_manager *m, int bit, bool on) {
     return;
   if (o->why != 0) { /* from here on the manager's own counts */
     um_stats s;
-    int64_t now = um_stats_get(m, NULL, &s) == UM_OK ? (int64_t)s.bytes_in_use : 0;
-    atomic_store(&o->in_use, now);
     for (int i = 0; i < um__ndevices(m); i++)
       atomic_store(&o->dev_in_use[i], um_stats_get(m, m->devices[i], &s) == UM_OK ? (int64_t)s.bytes_in_use : 0);
   }
@@ -287,26 +290,21 @@ const char *um__obs_tag_name(const um_manager *m, uint16_t tag) {
   return tag <= 1 ? "" : m->obs->names[tag];
 }
 
-static void ctr_max(atomic_uint_fast64_t *peak, uint64_t v) {
-  uint64_t p = atomic_load_explicit(peak, memory_order_relaxed);
-  while (v > p && !atomic_compare_exchange_weak_explicit(peak, &p, v, memory_order_relaxed, memory_order_relaxed))
-    ;
-}
-
-static void tag_in(tag_ctr *c, uint64_t bytes) {
-  atomic_fetch_add_explicit(&c->active, 1, memory_order_relaxed);
+/* An allocation of bytes into tag rows c (its device's) and all (all devices'). */
+static void tag_in(tag_ctr *c, tag_ctr *all, uint64_t bytes) {
   atomic_fetch_add_explicit(&c->allocs, 1, memory_order_relaxed);
-  ctr_max(&c->peak, atomic_fetch_add_explicit(&c->in_use, bytes, memory_order_relaxed) + bytes);
+  um__atomic_max_relaxed(&c->peak, atomic_fetch_add_explicit(&c->in_use, bytes, memory_order_relaxed) + bytes);
+  um__atomic_max_relaxed(&all->peak, atomic_fetch_add_explicit(&all->in_use, bytes, memory_order_relaxed) + bytes);
 }
 
-static void tag_out(tag_ctr *c, uint64_t bytes) {
-  atomic_fetch_sub_explicit(&c->active, 1, memory_order_relaxed);
+static void tag_out(tag_ctr *c, tag_ctr *all, uint64_t bytes) {
   atomic_fetch_add_explicit(&c->releases, 1, memory_order_relaxed);
   atomic_fetch_sub_explicit(&c->in_use, bytes, memory_order_relaxed);
+  atomic_fetch_sub_explicit(&all->in_use, bytes, memory_order_relaxed);
 }
 
-/* A block's event: an allocation or a release of b, into the history. */
-static void block_event(um_buffer *b, um_history_kind kind, int how, int64_t dev_in_use) {
+/* A block's event: an allocation or a release of b at now_ns, into the history. */
+static void block_event(um_buffer *b, um_history_kind kind, int how, int64_t dev_in_use, uint64_t now_ns) {
   um_history_event e = {.kind = kind, .device = b->dev->index, .src_device = -1, .dst_device = -1,
                         .loc = b->loc, .how = how, .bytes = b->size,
                         .address = b->mem.host != NULL ? (uint64_t)(uintptr_t)b->mem.host : (uint64_t)b->mem.handle,
@@ -315,47 +313,48 @@ static void block_event(um_buffer *b, um_history_kind kind, int how, int64_t dev
   e.tag = um__obs_tag_name(b->m, b->tag);
   e.site_file = b->site_file;
   e.site_line = b->site_line;
-  e.begin_ns = e.end_ns = um__now_ns() - b->m->obs->t0;
+  e.begin_ns = e.end_ns = now_ns - b->m->obs->t0;
   um__hist_put(b->m, &e);
 }
 
 void um__obs_alloc(um_buffer *b, bool hit) {
   um_manager *m = b->m;
   um__obs *o = m->obs;
-  int64_t now, dev_now;
+  int64_t dev_now;
   b->tag = um__obs_tag_now(m);
   b->obs_thread = um__thread_number();
   b->born_ns = um__now_ns();
   b->obs_gen = atomic_load_explicit(&b->gen, memory_order_relaxed);
   if (b->tag != 0) {
     tag_ctr *c = atomic_load_explicit(&o->ctr[b->tag], memory_order_acquire);
-    tag_in(&c[b->dev->index], b->size);
-    tag_in(&c[o->ndev], b->size);
+    tag_in(&c[b->dev->index], &c[o->ndev], b->size);
   }
-  atomic_fetch_add_explicit(&o->allocs, 1, memory_order_relaxed);
-  atomic_fetch_add_explicit(&o->bytes, b->size, memory_order_relaxed);
-  now = atomic_fetch_add_explicit(&o->in_use, (int64_t)b->size, memory_order_relaxed) + (int64_t)b->size;
   dev_now = atomic_fetch_add_explicit(&o->dev_in_use[b->dev->index], (int64_t)b->size, memory_order_relaxed) +
             (int64_t)b->size;
-  if (now > 0)
-    ctr_max(&o->scope_peak, (uint64_t)now);
+  if (atomic_load_explicit(&o->scopes_open, memory_order_relaxed) != 0) {
+    int64_t now = atomic_fetch_add_explicit(&o->in_use, (int64_t)b->size, memory_order_relaxed) + (int64_t)b->size;
+    atomic_fetch_add_explicit(&o->allocs, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&o->bytes, b->size, memory_order_relaxed);
+    if (now > 0)
+      um__atomic_max_relaxed(&o->scope_peak, (uint64_t)now);
+  }
   if (um__hist_on(m))
-    block_event(b, UM_HIST_ALLOC, hit ? UM_HIST_POOL : UM_HIST_DEVICE, dev_now);
+    block_event(b, UM_HIST_ALLOC, hit ? UM_HIST_POOL : UM_HIST_DEVICE, dev_now, b->born_ns);
 }
 
 void um__obs_release(um_buffer *b) {
   um__obs *o = b->m->obs;
-  int64_t dev_now;
-  atomic_fetch_add_explicit(&o->releases, 1, memory_order_relaxed);
-  atomic_fetch_sub_explicit(&o->in_use, (int64_t)b->size, memory_order_relaxed);
-  dev_now = atomic_fetch_sub_explicit(&o->dev_in_use[b->dev->index], (int64_t)b->size, memory_order_relaxed) -
-            (int64_t)b->size;
+  int64_t dev_now = atomic_fetch_sub_explicit(&o->dev_in_use[b->dev->index], (int64_t)b->size,
+                                              memory_order_relaxed) - (int64_t)b->size;
+  if (atomic_load_explicit(&o->scopes_open, memory_order_relaxed) != 0) {
+    atomic_fetch_add_explicit(&o->releases, 1, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&o->in_use, (int64_t)b->size, memory_order_relaxed);
+  }
   if (um__hist_on(b->m))
-    block_event(b, UM_HIST_RELEASE, 0, dev_now);
+    block_event(b, UM_HIST_RELEASE, 0, dev_now, um__now_ns());
   if (b->tag != 0) {
     tag_ctr *c = atomic_load_explicit(&o->ctr[b->tag], memory_order_acquire);
-    tag_out(&c[b->dev->index], b->size);
-    tag_out(&c[o->ndev], b->size);
+    tag_out(&c[b->dev->index], &c[o->ndev], b->size);
     b->tag = 0;
   }
 }
@@ -402,15 +401,17 @@ int um_tag_stats_get(um_manager *m, um_device *d, um_tag_stats *out, int cap) {
   n = atomic_load_explicit(&o->ntags, memory_order_acquire);
   n = n > 0 ? n - 1 : 0; /* index 0 is no tag */
   for (int i = 0; i < n && i < cap; i++) {
-    const tag_ctr *c = &atomic_load_explicit(&o->ctr[i + 1], memory_order_acquire)[col];
+    const tag_ctr *rows = atomic_load_explicit(&o->ctr[i + 1], memory_order_acquire), *c = &rows[col];
     um_tag_stats *t = &out[i];
     memset(t, 0, sizeof(*t));
     snprintf(t->name, sizeof(t->name), "%s", um__obs_tag_name(m, (uint16_t)(i + 1)));
-    t->active_buffers = atomic_load_explicit(&c->active, memory_order_relaxed);
     t->bytes_in_use = atomic_load_explicit(&c->in_use, memory_order_relaxed);
     t->peak_bytes_in_use = atomic_load_explicit(&c->peak, memory_order_relaxed);
-    t->allocations = atomic_load_explicit(&c->allocs, memory_order_relaxed);
-    t->releases = atomic_load_explicit(&c->releases, memory_order_relaxed);
+    for (int k = d != NULL ? col : 0; k < (d != NULL ? col + 1 : um__ndevices(m)); k++) {
+      t->allocations += atomic_load_explicit(&rows[k].allocs, memory_order_relaxed);
+      t->releases += atomic_load_explicit(&rows[k].releases, memory_order_relaxed);
+    }
+    t->active_buffers = t->allocations - t->releases;
     t->bytes_h2d = atomic_load_explicit(&c->moved[UM__DIR_H2D], memory_order_relaxed);
     t->bytes_d2h = atomic_load_explicit(&c->moved[UM__DIR_D2H], memory_order_relaxed);
     t->bytes_d2d = atomic_load_explicit(&c->moved[UM__DIR_D2D], memory_order_relaxed);
@@ -440,7 +441,14 @@ int um_scope_push(um_manager *m) {
     pthread_mutex_unlock(&o->lock);
     return um__set_error(UM_EOVERFLOW, "um_scope_push: %d scopes open", UM_TAG_DEPTH_MAX);
   }
-  set_why_locked(m, OBS_SCOPES, true); /* first: the count of bytes in use starts here */
+  set_why_locked(m, OBS_SCOPES, true); /* first: the devices' bytes in use are counted from here */
+  if (o->nscopes == 0) { /* the manager's count, from the devices' */
+    int64_t sum = 0;
+    for (int i = 0; i < um__ndevices(m); i++)
+      sum += atomic_load_explicit(&o->dev_in_use[i], memory_order_relaxed);
+    atomic_store_explicit(&o->in_use, sum, memory_order_relaxed);
+    atomic_store_explicit(&o->scopes_open, 1, memory_order_relaxed);
+  }
   s = &o->scopes[o->nscopes++];
   s->outer_peak = atomic_load_explicit(&o->scope_peak, memory_order_relaxed);
   s->start = in_use_now(o);
@@ -475,8 +483,10 @@ int um_scope_pop(um_manager *m, um_scope_stats *out) {
     out->bytes_allocated = atomic_load_explicit(&o->bytes, memory_order_relaxed) - s->bytes;
   }
   atomic_store_explicit(&o->scope_peak, peak > s->outer_peak ? peak : s->outer_peak, memory_order_relaxed);
-  if (o->nscopes == 0)
+  if (o->nscopes == 0) {
+    atomic_store_explicit(&o->scopes_open, 0, memory_order_relaxed);
     set_why_locked(m, OBS_SCOPES, false);
+  }
   pthread_mutex_unlock(&o->lock);
   return UM_OK;
 }

@@ -179,7 +179,8 @@ int um_snapshot_take(um_manager *m, um_snapshot **out) {
     um_snapshot_free(&sn->s);
     return um__set_error(UM_ENOMEM, "um_snapshot_take: out of memory");
   }
-  qsort(sn->s.blocks, sn->s.nblocks, sizeof(*sn->s.blocks), block_order);
+  if (sn->s.nblocks > 1)
+    qsort(sn->s.blocks, sn->s.nblocks, sizeof(*sn->s.blocks), block_order);
   sn->s.time_ns = now - um__obs_t0(m);
   *out = &sn->s;
   return UM_OK;

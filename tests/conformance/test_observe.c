@@ -3,6 +3,7 @@
  * and counts), and a snapshot after a known sequence (exact counts, sizes,
  * states and tags; the blocks and free extents of each segment tile it;
  * its JSON). */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -513,5 +514,70 @@ Test(observe, oom_explains_itself) {
   cr_assert_eq(ev[1].bytes, 700u << 10);
   cr_assert_eq(ev[1].status, UM_ENOMEM);
   cr_assert_eq(um_release(a), UM_OK);
+  ut_profile_close(&e);
+}
+
+/* Threads with tags of their own allocate and release while another takes
+ * snapshots and the history records: every count exact afterwards (and,
+ * under ThreadSanitizer, no race). */
+typedef struct obs_worker {
+  um_manager *m;
+  um_device *dev;
+  char tag[16];
+  int rounds;
+} obs_worker;
+
+static void *obs_work(void *arg) {
+  obs_worker *w = arg;
+  um_buffer *b;
+  if (um_tag_push(w->m, w->tag) != UM_OK)
+    return (void *)1;
+  for (int i = 0; i < w->rounds; i++) {
+    if (um_alloc(w->m, w->dev, 100 + (size_t)(i % 7) * 1000, UM_DEVICE, 0, &b) != UM_OK)
+      return (void *)1;
+    if (um_release(b) != UM_OK)
+      return (void *)1;
+  }
+  return um_tag_pop(w->m) == UM_OK ? NULL : (void *)1;
+}
+
+Test(observe, threads_tags_snapshots_history) {
+  ut_env e = ut_profile_open(NULL);
+  enum { NW = 3, ROUNDS = 400 };
+  obs_worker w[NW];
+  pthread_t t[NW];
+  um_tag_stats ts[8];
+  size_t n;
+  uint64_t dropped;
+  int nt;
+  cr_assert_eq(um_history_start(e.m, 1024), UM_OK);
+  for (int i = 0; i < NW; i++) {
+    w[i] = (obs_worker){.m = e.m, .dev = e.dev, .rounds = ROUNDS};
+    snprintf(w[i].tag, sizeof(w[i].tag), "worker%d", i);
+    cr_assert_eq(pthread_create(&t[i], NULL, obs_work, &w[i]), 0);
+  }
+  for (int k = 0; k < 20; k++) {
+    um_snapshot *s;
+    cr_assert_eq(um_snapshot_take(e.m, &s), UM_OK);
+    expect_tiled(s);
+    um_snapshot_free(s);
+  }
+  for (int i = 0; i < NW; i++) {
+    void *rc;
+    cr_assert_eq(pthread_join(t[i], &rc), 0);
+    cr_assert_null(rc, "worker %d failed", i);
+  }
+  cr_assert_eq(um_history_stop(e.m), UM_OK);
+  cr_assert_eq(um_history_get(e.m, NULL, 0, &n, &dropped), UM_OK);
+  cr_assert_eq(n + dropped, (uint64_t)NW * ROUNDS * 2, "every allocation and release recorded: %zu + %llu", n,
+               (unsigned long long)dropped);
+  nt = um_tag_stats_get(e.m, NULL, ts, 8);
+  for (int i = 0; i < NW; i++) {
+    const um_tag_stats *s = find_tag(ts, nt, w[i].tag);
+    cr_assert_eq(s->allocations, ROUNDS);
+    cr_assert_eq(s->releases, ROUNDS);
+    cr_assert_eq(s->bytes_in_use, 0);
+    cr_assert_eq(s->peak_bytes_in_use, 6100, "%s: peak %llu", w[i].tag, (unsigned long long)s->peak_bytes_in_use);
+  }
   ut_profile_close(&e);
 }
