@@ -113,7 +113,19 @@ static int map_begin_locked(um_buffer *b, uint32_t gen) {
   }
 }
 
+/* A map while the manager observes: its event into the history (its
+ * issue to its end), under the thread's tag. */
+static __attribute__((noinline, cold)) void map_observed(um_buffer *b, size_t len, int st, uint64_t t0) {
+  um_history_event e = {.kind = UM_HIST_MAP, .device = b->dev->index, .src_device = -1, .dst_device = -1,
+                        .loc = b->loc, .status = st, .bytes = len,
+                        .address = b->mem.host != NULL ? (uint64_t)(uintptr_t)b->mem.host : (uint64_t)b->mem.handle,
+                        .tag = um__obs_tag_name(b->m, um__obs_tag_now(b->m)), .begin_ns = t0, .end_ns = um__now_ns()};
+  if (um__hist_on(b->m))
+    um__obs_event(b->m, &e);
+}
+
 int um_map(um_buffer *b, um_map_mode mode, size_t off, size_t len, void **host) {
+  uint64_t t0 = atomic_load_explicit(&b->m->observing, memory_order_relaxed) != 0 ? um__now_ns() : 0;
   uint32_t gen = 0;
   int st = um__buffer_check_owner(b, &gen);
   unsigned valid;
@@ -157,6 +169,8 @@ int um_map(um_buffer *b, um_map_mode mode, size_t off, size_t len, void **host) 
   }
   pthread_cond_broadcast(&b->idle_cond);
   pthread_mutex_unlock(&b->lock);
+  if (__builtin_expect(atomic_load_explicit(&b->m->observing, memory_order_relaxed) != 0, 0))
+    map_observed(b, len, st, t0);
   return st;
 }
 

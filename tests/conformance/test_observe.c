@@ -581,3 +581,27 @@ Test(observe, threads_tags_snapshots_history) {
   }
   ut_profile_close(&e);
 }
+
+/* A map is in the history, with its bytes and its status. */
+Test(observe, history_map) {
+  ut_env e = ut_profile_open(NULL);
+  um_history_event ev[8];
+  um_buffer *b;
+  void *p;
+  size_t n;
+  cr_assert_eq(um_alloc(e.m, e.dev, 8192, UM_DEVICE, 0, &b), UM_OK);
+  cr_assert_eq(um_history_start(e.m, 8), UM_OK);
+  cr_assert_eq(um_map(b, UM_MAP_READ_WRITE, 0, 4096, &p), UM_OK);
+  cr_assert_eq(um_unmap(b, p), UM_OK);
+  cr_assert_eq(um_history_stop(e.m), UM_OK);
+  cr_assert_eq(um_history_get(e.m, ev, 8, &n, NULL), UM_OK);
+  cr_assert_geq(n, 1);
+  cr_assert_eq(ev[0].kind, UM_HIST_MAP);
+  cr_assert_eq(ev[0].bytes, 4096);
+  cr_assert_eq(ev[0].status, UM_OK);
+  cr_assert_leq(ev[0].begin_ns, ev[0].end_ns);
+  for (size_t i = 1; i < n; i++) /* an unmap that copies back is a copy */
+    cr_assert_eq(ev[i].kind, UM_HIST_COPY);
+  cr_assert_eq(um_release(b), UM_OK);
+  ut_profile_close(&e);
+}
