@@ -191,6 +191,10 @@ typedef struct um_options {
   char oom_snapshot[256]; /* "": off; else um_alloc's UM_ENOMEM writes a
                              snapshot there (um_snapshot_write; "%p": the
                              process id) before it returns */
+  int backtraces;         /* 1: the manager observes from its creation and
+                             records each allocation's native backtrace
+                             (um_snapshot_block.frames; about a microsecond
+                             an allocation); 0: off */
 } um_options;
 
 /* Description of a device. */
@@ -579,6 +583,8 @@ UM_EXTERN int um_scope_push(um_manager *m);
  * scope around it. UM_ESTATE when none is open. */
 UM_EXTERN int um_scope_pop(um_manager *m, um_scope_stats *out);
 
+#define UM_SNAPSHOT_FRAMES 16 /* frames of a block's backtrace, at most */
+
 /* A block's state in a snapshot. */
 typedef enum um_block_state {
   UM_BLOCK_IN_USE = 0,   /* a live buffer */
@@ -607,6 +613,10 @@ typedef struct um_snapshot_block {
                           0 unknown (allocated before the manager observed) */
   const char *site_file; /* um_alloc_at's site, or NULL */
   int site_line;         /* its line */
+  int nframes;           /* entries of frames: the allocation's native
+                            backtrace, innermost first, from the caller of
+                            unimem on (um_options.backtraces; else 0) */
+  void *frames[UM_SNAPSHOT_FRAMES]; /* return addresses */
   int wrapped;         /* 1: um_wrap_host, DLPack import or um_net_alloc memory */
 } um_snapshot_block;
 

@@ -260,6 +260,10 @@ struct um_buffer {
   uint32_t obs_thread;
   uint32_t obs_gen;
   uint64_t born_ns;
+  /* um_options.backtraces: the allocation's return addresses (heap, freed
+   * at its release or the manager's destroy), or NULL. */
+  void **frames;
+  int nframes;
 
   /* A retire handed to the engine by a thread that must not block (a
    * backend's own reporting thread, ops/complete.c). Last: a cold field,

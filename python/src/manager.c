@@ -34,7 +34,8 @@ typedef enum { OPT_FLAG, OPT_INT, OPT_U32, OPT_U64, OPT_SIZE, OPT_STRING, OPT_LE
   XX(on_oom, OPT_CALLABLE)                                                     \
   XX(oom_ctx, OPT_OBJECT)                                                      \
   XX(segments, OPT_FLAG)                                                       \
-  XX(oom_snapshot, OPT_STRING)
+  XX(oom_snapshot, OPT_STRING)                                                 \
+  XX(backtraces, OPT_FLAG)
 
 /* The list must be um_options field for field: a struct made of the listed
  * fields has the same size and the same offsets, or the build fails. (The
@@ -749,7 +750,7 @@ static PyMethodDef Manager_methods[] = {
      PyDoc_STR("snapshot($self)\n--\n\nEvery segment and block of every device now (um_snapshot_take): "
                "{time_ns, segments: [{device, location, address, size, committed, virtual}], blocks: [{device, "
                "location, state ('in_use', 'released', 'idle', 'free'), segment, offset, address, size, capacity, "
-               "tag, thread, age_ns, site, wrapped}]}.")},
+               "tag, thread, age_ns, site, frames (return addresses: the backtraces option), wrapped}]}.")},
     {"tag", (PyCFunction)pyum_manager_tag, METH_O,
      PyDoc_STR("tag($self, name)\n--\n\nwith m.tag(name): what this thread allocates, copies, fills, puts and "
                "gets inside counts for tag name (nested: the innermost), in tag_stats(), snapshot() and the "

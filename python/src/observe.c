@@ -113,9 +113,25 @@ static PyObject *segment_dict(const um_snapshot_segment *g) {
 }
 
 static PyObject *block_dict(const um_snapshot_block *b) {
-  PyObject *d = PyDict_New(), *site;
-  if (d == NULL)
+  PyObject *d = PyDict_New(), *site, *frames = PyList_New(b->nframes);
+  if (d == NULL || frames == NULL) {
+    Py_XDECREF(d);
+    Py_XDECREF(frames);
     return NULL;
+  }
+  for (int k = 0; k < b->nframes; k++) {
+    PyObject *a = PyLong_FromVoidPtr(b->frames[k]);
+    if (a == NULL) {
+      Py_DECREF(d);
+      Py_DECREF(frames);
+      return NULL;
+    }
+    PyList_SET_ITEM(frames, k, a);
+  }
+  if (put(d, "frames", frames) < 0) {
+    Py_DECREF(d);
+    return NULL;
+  }
   if (b->site_file != NULL)
     site = PyUnicode_FromFormat("%s:%d", b->site_file, b->site_line);
   else

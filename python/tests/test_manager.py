@@ -36,7 +36,7 @@ def header_stats_fields():
 
 def test_one_keyword_per_option_field_of_the_header():
     fields = header_option_fields()
-    assert len(fields) == 24
+    assert len(fields) == 25
     assert list(unimem.OPTION_NAMES) == fields
     with unimem.Manager(backends="cpu") as m:
         assert list(m.options) == fields
@@ -56,7 +56,8 @@ def test_every_keyword_reaches_the_manager():
         staging_chunk_bytes=1 << 16, pinned_pool_bytes=1 << 20, enable_peer=False,
         trim_on_pressure=False, scrub=True, debug=True, huge_pages=False,
         device_limit_bytes=1 << 30, net_timeout_ms=1234, wait_spin_ns=50000, backends="cpu", log_level="debug", log=log,
-        log_ctx=ctx, on_oom=oom, oom_ctx=ctx, segments=False, oom_snapshot="/tmp/oom-%p.json")
+        log_ctx=ctx, on_oom=oom, oom_ctx=ctx, segments=False, oom_snapshot="/tmp/oom-%p.json",
+        backtraces=True)
     assert set(opts) == set(unimem.OPTION_NAMES)
     with unimem.Manager(**opts) as m:
         assert m.options == opts

@@ -58,6 +58,7 @@ static const option_desc option_table[] = {
     OPT("UNIMEM_LOG_LEVEL", OPT_LEVEL, log_level, UM_LOG_WARN),
     OPT("UNIMEM_SEGMENTS", OPT_BOOL, segments, 1),
     OPT("UNIMEM_OOM_SNAPSHOT", OPT_STRING, oom_snapshot, sizeof(((um_options *)0)->oom_snapshot)),
+    OPT("UNIMEM_BACKTRACES", OPT_BOOL, backtraces, 0),
 };
 
 /* "123", "64k", "4m", "2g" (powers of 1024). */

@@ -38,6 +38,8 @@ typedef struct um__obs um__obs;
 int um__obs_create(um_manager *m);
 void um__obs_destroy(um_manager *m);
 void um__obs_alloc(um_buffer *b, bool hit);
+/* The backtraces of every buffer still registered go (at destroy). */
+void um__obs_frames_free(um_manager *m);
 void um__obs_release(um_buffer *b);
 /* The tag this thread's work on m counts for now (0: tags off). */
 uint16_t um__obs_tag_now(um_manager *m);

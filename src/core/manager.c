@@ -108,6 +108,7 @@ static void free_manager(um_manager *m) {
     destroy_device(m->devices[i]);
   for (int i = m->nbackends - 1; i >= 0; i--)
     um__backend_close(m->backends[i].be, m->backends[i].ctx);
+  um__obs_frames_free(m);
   um__descriptors_free_all(m);
   if (um__upcall.ops.events_free_all != NULL)
     um__upcall.ops.events_free_all(m);

@@ -12,8 +12,11 @@
  *
  * Tag 0 is "not counted" (the buffer was allocated while no tag had been
  * used), tag 1 the untagged (""), 2 and up the names in their order. */
+#include <dlfcn.h>
+#include <execinfo.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
 
 #include "core.h"
 
@@ -54,7 +57,7 @@ struct um__obs {
   scope scopes[UM_TAG_DEPTH_MAX];
 };
 
-enum { OBS_TAGS = 1, OBS_SCOPES = 2, OBS_HISTORY = 4 };
+enum { OBS_TAGS = 1, OBS_SCOPES = 2, OBS_HISTORY = 4, OBS_ALWAYS = 8 /* um_options.backtraces */ };
 
 static _Atomic uint64_t obs_ids;
 
@@ -114,7 +117,61 @@ int um__obs_create(um_manager *m) {
   o->t0 = um__now_ns();
   o->ndev = UM__MAX_DEVICES; /* devices may be adopted later */
   m->obs = o;
+  if (m->opts.backtraces) { /* every allocation is stamped, from the first */
+    o->why = OBS_ALWAYS;
+    atomic_store(&m->observing, 1);
+  }
   return UM_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Backtraces (um_options.backtraces) */
+
+/* Where this library is loaded, or 0 where it is part of the program (a
+ * static link): its frames are left out of a backtrace only when it is a
+ * library of its own. */
+static uintptr_t self_base;
+static pthread_once_t self_once = PTHREAD_ONCE_INIT;
+
+static void find_self(void) {
+  Dl_info me, prog;
+  void *entry = (void *)getauxval(AT_ENTRY);
+  if (dladdr((void *)&um_alloc, &me) == 0)
+    return;
+  if (entry != NULL && dladdr(entry, &prog) != 0 && prog.dli_fbase == me.dli_fbase)
+    return;
+  self_base = (uintptr_t)me.dli_fbase;
+}
+
+/* b's allocation's return addresses, from the first outside this library,
+ * at most UM_SNAPSHOT_FRAMES. */
+static void record_frames(um_buffer *b) {
+  void *raw[UM_SNAPSHOT_FRAMES + 32];
+  int n = backtrace(raw, (int)(sizeof(raw) / sizeof(raw[0]))), k = 0;
+  pthread_once(&self_once, find_self);
+  for (Dl_info i; self_base != 0 && k < n && dladdr(raw[k], &i) != 0 && (uintptr_t)i.dli_fbase == self_base;)
+    k++;
+  n -= k;
+  if (n > UM_SNAPSHOT_FRAMES)
+    n = UM_SNAPSHOT_FRAMES;
+  free(b->frames);
+  b->frames = n > 0 ? malloc((size_t)n * sizeof(void *)) : NULL;
+  b->nframes = b->frames != NULL ? n : 0;
+  if (b->frames != NULL)
+    memcpy(b->frames, raw + k, (size_t)n * sizeof(void *));
+}
+
+static void forget_frames(um_buffer *b) {
+  free(b->frames);
+  b->frames = NULL;
+  b->nframes = 0;
+}
+
+void um__obs_frames_free(um_manager *m) {
+  pthread_mutex_lock(&m->registry_lock);
+  for (um_buffer *b = m->all_buffers; b != NULL; b = b->all_next)
+    forget_frames(b);
+  pthread_mutex_unlock(&m->registry_lock);
 }
 
 void um__obs_destroy(um_manager *m) {
@@ -325,6 +382,8 @@ void um__obs_alloc(um_buffer *b, bool hit) {
   b->obs_thread = um__thread_number();
   b->born_ns = um__now_ns();
   b->obs_gen = atomic_load_explicit(&b->gen, memory_order_relaxed);
+  if (__builtin_expect(m->opts.backtraces, 0))
+    record_frames(b);
   if (b->tag != 0) {
     tag_ctr *c = atomic_load_explicit(&o->ctr[b->tag], memory_order_acquire);
     tag_in(&c[b->dev->index], &c[o->ndev], b->size);
@@ -352,6 +411,8 @@ void um__obs_release(um_buffer *b) {
   }
   if (um__hist_on(b->m))
     block_event(b, UM_HIST_RELEASE, 0, dev_now, um__now_ns());
+  if (b->frames != NULL)
+    forget_frames(b);
   if (b->tag != 0) {
     tag_ctr *c = atomic_load_explicit(&o->ctr[b->tag], memory_order_acquire);
     tag_out(&c[b->dev->index], &c[o->ndev], b->size);

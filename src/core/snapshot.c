@@ -2,6 +2,7 @@
  * segments' walk, under their lock), then every block of the manager's
  * registry (under registry_lock), sorted by device, location, segment and
  * offset; um_snapshot_write: the same as JSON. */
+#include <dlfcn.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -114,6 +115,10 @@ static void add_buffer(snap *sn, um_buffer *b, uint64_t now) {
   o->size = b->size;
   o->site_file = b->site_file;
   o->site_line = b->site_line;
+  if (b->frames != NULL && b->obs_gen == atomic_load_explicit(&b->gen, memory_order_relaxed)) {
+    o->nframes = b->nframes < UM_SNAPSHOT_FRAMES ? b->nframes : UM_SNAPSHOT_FRAMES;
+    memcpy(o->frames, b->frames, (size_t)o->nframes * sizeof(void *));
+  }
   o->tag = "";
   if (b->obs_gen == atomic_load_explicit(&b->gen, memory_order_relaxed) && b->born_ns != 0) {
     o->thread = b->obs_thread;
@@ -254,7 +259,22 @@ int um_snapshot_write(const um_snapshot *s, const char *path) {
     } else {
       fputs("null", f);
     }
-    fprintf(f, ", \"wrapped\": %s}", b->wrapped ? "true" : "false");
+    fputs(", \"frames\": [", f);
+    for (int k = 0; k < b->nframes; k++) { /* the address, and its symbol where the loader knows one */
+      Dl_info info;
+      char frame[600];
+      if (dladdr(b->frames[k], &info) != 0 && info.dli_sname != NULL)
+        snprintf(frame, sizeof(frame), "%p %s+0x%lx", b->frames[k], info.dli_sname,
+                 (unsigned long)((uintptr_t)b->frames[k] - (uintptr_t)info.dli_saddr));
+      else if (dladdr(b->frames[k], &info) != 0 && info.dli_fname != NULL)
+        snprintf(frame, sizeof(frame), "%p %s+0x%lx", b->frames[k], info.dli_fname,
+                 (unsigned long)((uintptr_t)b->frames[k] - (uintptr_t)info.dli_fbase));
+      else
+        snprintf(frame, sizeof(frame), "%p", b->frames[k]);
+      fputs(k ? ", " : "", f);
+      um__json_string(f, frame);
+    }
+    fprintf(f, "], \"wrapped\": %s}", b->wrapped ? "true" : "false");
   }
   fputs("]}\n", f);
   bad = ferror(f);

@@ -605,3 +605,58 @@ Test(observe, history_map) {
   cr_assert_eq(um_release(b), UM_OK);
   ut_profile_close(&e);
 }
+
+/* um_options.backtraces: each allocation's return addresses, from the
+ * caller of unimem on, in the snapshot and its JSON; none without it. */
+static __attribute__((noinline)) int alloc_here(um_manager *m, um_device *d, um_buffer **out) {
+  return um_alloc(m, d, 4096, UM_DEVICE, 0, out);
+}
+
+Test(observe, backtraces) {
+  um_options o;
+  ut_env e;
+  um_buffer *a;
+  um_snapshot *s;
+  char path[128];
+  int found = 0;
+  ut_profile_options(&o);
+  o.backtraces = 1;
+  e = ut_profile_open(&o);
+  cr_assert_eq(alloc_here(e.m, e.dev, &a), UM_OK);
+  cr_assert_eq(um_snapshot_take(e.m, &s), UM_OK);
+  for (size_t i = 0; i < s->nblocks; i++)
+    if (s->blocks[i].state == UM_BLOCK_IN_USE) {
+      const um_snapshot_block *b = &s->blocks[i];
+      found++;
+      cr_assert_geq(b->nframes, 2, "%d frames", b->nframes);
+      cr_assert_leq(b->nframes, UM_SNAPSHOT_FRAMES);
+      /* One is in alloc_here (the first, where unimem is a library of its
+       * own; the tests link it into the program, whose frames stay). */
+      int in_caller = 0;
+      for (int k = 0; k < b->nframes; k++)
+        in_caller += (uintptr_t)b->frames[k] > (uintptr_t)alloc_here &&
+                     (uintptr_t)b->frames[k] < (uintptr_t)alloc_here + 256;
+      char seen[1024] = "";
+      for (int k = 0; k < b->nframes; k++)
+        snprintf(seen + strlen(seen), sizeof(seen) - strlen(seen), " %p", b->frames[k]);
+      cr_assert_geq(in_caller, 1, "no frame in alloc_here (%p) among%s", (void *)alloc_here, seen);
+      cr_assert_eq(b->thread != 0 && b->age_ns > 0, 1, "stamped from the manager's creation");
+    }
+  cr_assert_eq(found, 1);
+  snprintf(path, sizeof(path), "/tmp/unimem-test-frames-%ld.json", (long)getpid());
+  cr_assert_eq(um_snapshot_write(s, path), UM_OK);
+  cr_assert_eq(count_in_file(path, "\"frames\": [\"0x"), 1);
+  unlink(path);
+  um_snapshot_free(s);
+  cr_assert_eq(um_release(a), UM_OK);
+  ut_profile_close(&e);
+
+  e = ut_profile_open(NULL); /* without the option */
+  cr_assert_eq(alloc_here(e.m, e.dev, &a), UM_OK);
+  cr_assert_eq(um_snapshot_take(e.m, &s), UM_OK);
+  for (size_t i = 0; i < s->nblocks; i++)
+    cr_assert_eq(s->blocks[i].nframes, 0);
+  um_snapshot_free(s);
+  cr_assert_eq(um_release(a), UM_OK);
+  ut_profile_close(&e);
+}
