@@ -125,13 +125,14 @@ static __attribute__((noinline, cold)) void map_observed(um_buffer *b, size_t le
 }
 
 int um_map(um_buffer *b, um_map_mode mode, size_t off, size_t len, void **host) {
-  uint64_t t0 = atomic_load_explicit(&b->m->observing, memory_order_relaxed) != 0 ? um__now_ns() : 0;
   uint32_t gen = 0;
   int st = um__buffer_check_owner(b, &gen);
   unsigned valid;
   void *ptr = NULL;
+  uint64_t t0;
   if (st != UM_OK)
     return st;
+  t0 = atomic_load_explicit(&b->m->observing, memory_order_relaxed) != 0 ? um__now_ns() : 0;
   if (um__process_changed(b->m))
     return um__manager_check_process(b->m);
   if ((st = check_map_args(b, mode, off, len, host)) != UM_OK)
