@@ -238,7 +238,7 @@ static PyObject *event_dict(const void *p) {
 
 PyObject *pyum_manager_history_events(ManagerObject *self, PyObject *unused) {
   um_history_event *ev;
-  size_t n;
+  size_t n, held;
   uint64_t dropped;
   PyObject *out;
   (void)unused;
@@ -247,8 +247,8 @@ PyObject *pyum_manager_history_events(ManagerObject *self, PyObject *unused) {
   um_history_get(self->m, NULL, 0, &n, NULL);
   if ((ev = PyMem_Calloc(n + 1, sizeof(*ev))) == NULL)
     return PyErr_NoMemory();
-  um_history_get(self->m, ev, n, &n, &dropped);
-  out = list_of(ev, n, sizeof(*ev), event_dict);
+  um_history_get(self->m, ev, n, &held, &dropped); /* it may hold more by now: n of them were copied */
+  out = list_of(ev, n < held ? n : held, sizeof(*ev), event_dict);
   PyMem_Free(ev);
   if (out == NULL)
     return NULL;

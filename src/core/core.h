@@ -43,6 +43,9 @@ void um__obs_frames_free(um_manager *m);
 void um__obs_release(um_buffer *b);
 /* The tag this thread's work on m counts for now (0: tags off). */
 uint16_t um__obs_tag_now(um_manager *m);
+/* m is a manager of this process: UM_OK, else UM_EINVAL or (a fork child
+ * given its parent's) UM_ESTATE, with the message; fn names the call. */
+int um__obs_check(um_manager *m, const char *fn);
 const char *um__obs_tag_name(const um_manager *m, uint16_t tag);
 bool um__obs_tag_known(const um_manager *m, uint16_t tag);
 /* snapshot.c: s as a JSON string (quoted and escaped), or null. */

@@ -65,8 +65,9 @@ void um__hist_destroy(um_manager *m) {
 
 int um_history_start(um_manager *m, size_t capacity) {
   struct um__hist *h, *old;
-  if (!um__manager_ok(m))
-    return um__set_error(UM_EINVAL, "um_history_start: not a manager");
+  int st = um__obs_check(m, "um_history_start");
+  if (st != UM_OK)
+    return st;
   if (capacity == 0 || capacity > HIST_MAX)
     return um__set_error(UM_EINVAL, "um_history_start: a capacity of %zu events (1 to %zu)", capacity, HIST_MAX);
   old = atomic_load(&m->hist);
@@ -83,8 +84,9 @@ int um_history_start(um_manager *m, size_t capacity) {
 
 int um_history_stop(um_manager *m) {
   struct um__hist *h;
-  if (!um__manager_ok(m))
-    return um__set_error(UM_EINVAL, "um_history_stop: not a manager");
+  int st = um__obs_check(m, "um_history_stop");
+  if (st != UM_OK)
+    return st;
   h = atomic_load(&m->hist);
   if (h == NULL || !h->recording)
     return um__set_error(UM_ESTATE, "um_history_stop: the manager does not record");
@@ -114,8 +116,11 @@ int um_history_get(um_manager *m, um_history_event *out, size_t cap, size_t *cou
   struct um__hist *h;
   size_t n = 0, held = 0;
   uint64_t first = 0;
-  if (!um__manager_ok(m) || (out == NULL && cap > 0))
-    return um__set_error(UM_EINVAL, "um_history_get: not a manager, or NULL out");
+  int st = um__obs_check(m, "um_history_get");
+  if (st != UM_OK)
+    return st;
+  if (out == NULL && cap > 0)
+    return um__set_error(UM_EINVAL, "um_history_get: NULL out");
   h = atomic_load(&m->hist);
   if (h != NULL) {
     hist_lock(h);
@@ -265,18 +270,23 @@ static int write_events(FILE *f, um_manager *m, const um_history_event *ev, size
 
 int um_history_write(um_manager *m, const char *path) {
   um_history_event *ev;
-  size_t n;
+  size_t n, held;
   uint64_t dropped;
   FILE *f;
   int st, bad;
-  if (!um__manager_ok(m) || path == NULL)
-    return um__set_error(UM_EINVAL, "um_history_write: not a manager, or NULL path");
+  if ((st = um__obs_check(m, "um_history_write")) != UM_OK)
+    return st;
+  if (path == NULL)
+    return um__set_error(UM_EINVAL, "um_history_write: NULL path");
   if (atomic_load(&m->hist) == NULL)
     return um__set_error(UM_ESTATE, "um_history_write: nothing was recorded (um_history_start)");
   um_history_get(m, NULL, 0, &n, NULL);
   if ((ev = malloc((n ? n : 1) * sizeof(*ev))) == NULL)
     return um__set_error(UM_ENOMEM, "um_history_write: out of memory");
-  um_history_get(m, ev, n, &n, &dropped);
+  /* Recording goes on meanwhile: the ring may hold more by now, of which
+   * the n oldest are copied (then the dropped count is theirs). */
+  um_history_get(m, ev, n, &held, &dropped);
+  n = n < held ? n : held;
   f = strcmp(path, "-") == 0 ? stdout : fopen(path, "w");
   if (f == NULL) {
     free(ev);

@@ -68,27 +68,59 @@ typedef struct tag_stack {
   uint16_t tags[UM_TAG_DEPTH_MAX];
 } tag_stack;
 
-/* Each thread's stacks, on the heap (the library's thread-local storage
- * is the static kind, of which a library that Python loads has little):
- * made at the thread's first tag, freed at its exit. */
-#define STACKS 4
-static _Thread_local tag_stack *stacks;
+/* Each thread's stacks, one per manager it tags on, on the heap (the
+ * library's thread-local storage is the static kind, of which a library
+ * that Python loads has little): made at the thread's first tag, grown when
+ * full, freed at its exit. A stack of a manager destroyed since is free
+ * again (live_ids: the managers alive, looked at only when the stacks are
+ * full). */
+typedef struct thread_stacks {
+  int n;
+  tag_stack s[];
+} thread_stacks;
+static _Thread_local thread_stacks *stacks;
 static pthread_key_t stacks_key;
 static pthread_once_t stacks_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t *live_ids;
+static size_t nlive, live_cap;
 
 static void stacks_key_make(void) { (void)pthread_key_create(&stacks_key, free); }
 
-/* This thread's stacks; NULL when they cannot be made (make false: when
- * there are none yet). */
-static tag_stack *thread_stacks(bool make) {
-  if (stacks != NULL || !make)
-    return stacks;
+static bool alive(uint64_t id) {
+  for (size_t i = 0; i < nlive; i++)
+    if (live_ids[i] == id)
+      return true;
+  return false;
+}
+
+/* A free stack of this thread's (made room for when make), NULL when
+ * there is no memory for one. */
+static tag_stack *free_stack(bool make) {
+  thread_stacks *t = stacks, *grown;
+  int n = t != NULL ? t->n : 0;
+  for (int i = 0; i < n; i++)
+    if (t->s[i].mid == 0 || t->s[i].depth == 0)
+      return &t->s[i];
+  if (!make)
+    return NULL;
+  pthread_mutex_lock(&live_lock); /* the stacks of managers gone */
+  for (int i = 0; i < n; i++)
+    if (!alive(t->s[i].mid))
+      t->s[i].mid = 0, t->s[i].depth = 0;
+  pthread_mutex_unlock(&live_lock);
+  for (int i = 0; i < n; i++)
+    if (t->s[i].mid == 0)
+      return &t->s[i];
   pthread_once(&stacks_once, stacks_key_make);
-  if ((stacks = calloc(STACKS, sizeof(*stacks))) != NULL && pthread_setspecific(stacks_key, stacks) != 0) {
-    free(stacks);
-    stacks = NULL;
-  }
-  return stacks;
+  grown = realloc(t, sizeof(*t) + (size_t)(n ? 2 * n : 4) * sizeof(tag_stack));
+  if (grown == NULL)
+    return NULL;
+  memset(&grown->s[n], 0, (size_t)(n ? n : 4) * sizeof(tag_stack));
+  grown->n = n ? 2 * n : 4;
+  stacks = grown;
+  (void)pthread_setspecific(stacks_key, grown);
+  return &grown->s[n];
 }
 static _Thread_local uint16_t forced_tag; /* um_alloc_tagged's, for the allocation it makes */
 static _Thread_local unsigned thread_no;
@@ -114,6 +146,21 @@ int um__obs_create(um_manager *m) {
   }
   pthread_mutex_init(&o->lock, NULL);
   o->id = atomic_fetch_add(&obs_ids, 1) + 1;
+  pthread_mutex_lock(&live_lock);
+  if (nlive == live_cap) {
+    uint64_t *grown = realloc(live_ids, (live_cap ? 2 * live_cap : 16) * sizeof(*grown));
+    if (grown == NULL) {
+      pthread_mutex_unlock(&live_lock);
+      free(o->names);
+      free(o->ctr);
+      free(o);
+      return UM_ENOMEM;
+    }
+    live_ids = grown;
+    live_cap = live_cap ? 2 * live_cap : 16;
+  }
+  live_ids[nlive++] = o->id;
+  pthread_mutex_unlock(&live_lock);
   o->t0 = um__now_ns();
   o->ndev = UM__MAX_DEVICES; /* devices may be adopted later */
   m->obs = o;
@@ -178,6 +225,13 @@ void um__obs_destroy(um_manager *m) {
   um__obs *o = m->obs;
   if (o == NULL)
     return;
+  pthread_mutex_lock(&live_lock);
+  for (size_t i = 0; i < nlive; i++)
+    if (live_ids[i] == o->id) {
+      live_ids[i] = live_ids[--nlive];
+      break;
+    }
+  pthread_mutex_unlock(&live_lock);
   for (int i = 0; i < NSLOTS; i++)
     free(atomic_load_explicit(&o->ctr[i], memory_order_relaxed));
   free(o->ctr);
@@ -249,9 +303,22 @@ static int tag_index(um_manager *m, const char *name) {
   return i;
 }
 
+/* m is a manager this process may use (a fork child answers UM_ESTATE
+ * for its parent's, touching nothing of it). */
+int um__obs_check(um_manager *m, const char *fn) {
+  if (!um__manager_ok(m))
+    return um__set_error(UM_EINVAL, "%s: NULL or not a manager", fn);
+  if (um__process_changed(m))
+    return um__manager_check_process(m);
+  return UM_OK;
+}
+
 static int check_name(um_manager *m, const char *name, const char *fn) {
-  if (!um__manager_ok(m) || name == NULL)
-    return um__set_error(UM_EINVAL, "%s: NULL argument or not a manager", fn);
+  int st = um__obs_check(m, fn);
+  if (st != UM_OK)
+    return st;
+  if (name == NULL)
+    return um__set_error(UM_EINVAL, "%s: NULL name", fn);
   if (*name == '\0')
     return um__set_error(UM_EINVAL, "%s: an empty tag name", fn);
   if (strlen(name) >= UM_TAG_NAME_MAX)
@@ -260,22 +327,17 @@ static int check_name(um_manager *m, const char *name, const char *fn) {
   return UM_OK;
 }
 
-/* This thread's stack for m; made when make (NULL: none free). */
+/* This thread's stack for m; made when make (NULL: none, or no memory). */
 static tag_stack *stack_of(const um__obs *o, bool make) {
-  tag_stack *free_one = NULL, *all = thread_stacks(make);
-  if (all == NULL)
+  tag_stack *t;
+  for (int i = 0; stacks != NULL && i < stacks->n; i++)
+    if (stacks->s[i].mid == o->id)
+      return &stacks->s[i];
+  if (!make || (t = free_stack(true)) == NULL)
     return NULL;
-  for (int i = 0; i < STACKS; i++) {
-    if (all[i].mid == o->id)
-      return &all[i];
-    if (free_one == NULL && (all[i].mid == 0 || all[i].depth == 0))
-      free_one = &all[i];
-  }
-  if (!make || free_one == NULL)
-    return NULL;
-  free_one->mid = o->id;
-  free_one->depth = 0;
-  return free_one;
+  t->mid = o->id;
+  t->depth = 0;
+  return t;
 }
 
 int um_tag_push(um_manager *m, const char *name) {
@@ -284,7 +346,7 @@ int um_tag_push(um_manager *m, const char *name) {
   if (st != UM_OK)
     return st;
   if ((s = stack_of(m->obs, true)) == NULL)
-    return um__set_error(UM_ENOMEM, "um_tag_push: no room for this thread's tags (open on %d other managers, or no memory)", STACKS);
+    return um__set_error(UM_ENOMEM, "um_tag_push: no memory for this thread's tags");
   if (s->depth == UM_TAG_DEPTH_MAX)
     return um__set_error(UM_EOVERFLOW, "um_tag_push: %d tags open on this thread", UM_TAG_DEPTH_MAX);
   if ((i = tag_index(m, name)) < 0)
@@ -295,8 +357,9 @@ int um_tag_push(um_manager *m, const char *name) {
 
 int um_tag_pop(um_manager *m) {
   tag_stack *s;
-  if (!um__manager_ok(m))
-    return um__set_error(UM_EINVAL, "um_tag_pop: not a manager");
+  int st = um__obs_check(m, "um_tag_pop");
+  if (st != UM_OK)
+    return st;
   if ((s = stack_of(m->obs, false)) == NULL || s->depth == 0)
     return um__set_error(UM_ESTATE, "um_tag_pop: no tag of this thread is open on the manager");
   s->depth--;
@@ -319,12 +382,16 @@ int um_alloc_tagged(um_manager *m, um_device *d, size_t bytes, um_location loc, 
                     um_buffer **out) {
   int st, i;
   if (tag == NULL) {
-    if (!um__manager_ok(m))
-      return um__set_error(UM_EINVAL, "um_alloc_tagged: not a manager");
+    if ((st = um__obs_check(m, "um_alloc_tagged")) != UM_OK)
+      return st;
     return um_alloc(m, d, bytes, loc, flags, out);
   }
   if ((st = check_name(m, tag, "um_alloc_tagged")) != UM_OK)
     return st;
+  /* um_alloc's own refusals first: a call refused makes no name. */
+  if (out == NULL || !um__device_ok(d) || d->m != m || bytes == 0 || !um__loc_valid((int)loc) ||
+      (flags & ~(unsigned)(UM_ALLOC_UNPOOLED | UM_ALLOC_ZERO)) != 0 || !(d->info.locations & (1u << loc)))
+    return um_alloc(m, d, bytes, loc, flags, out);
   if ((i = tag_index(m, tag)) < 0)
     return um__set_error(i, "um_alloc_tagged: %d tag names in use", UM_TAGS_MAX);
   forced_tag = (uint16_t)i;
@@ -334,7 +401,7 @@ int um_alloc_tagged(um_manager *m, um_device *d, size_t bytes, um_location loc, 
 }
 
 const char *um_buffer_tag(const um_buffer *b) {
-  if (um__buffer_check_live(b) != UM_OK)
+  if (um__buffer_check_live(b) != UM_OK || um__process_changed(b->m))
     return NULL;
   return um__obs_tag_name(b->m, b->tag);
 }
@@ -453,8 +520,11 @@ void um__obs_moved(um_manager *m, uint16_t tag, const um_device *d, int dir, uin
 int um_tag_stats_get(um_manager *m, um_device *d, um_tag_stats *out, int cap) {
   um__obs *o;
   int n, col;
-  if (!um__manager_ok(m) || cap < 0 || (out == NULL && cap > 0))
-    return um__set_error(UM_EINVAL, "um_tag_stats_get: NULL argument, not a manager or a negative cap");
+  int st = um__obs_check(m, "um_tag_stats_get");
+  if (st != UM_OK)
+    return st;
+  if (cap < 0 || (out == NULL && cap > 0))
+    return um__set_error(UM_EINVAL, "um_tag_stats_get: NULL out or a negative cap");
   if (d != NULL && (!um__device_ok(d) || d->m != m))
     return um__set_error(UM_EINVAL, "um_tag_stats_get: not a device of this manager");
   o = m->obs;
@@ -494,8 +564,9 @@ static uint64_t in_use_now(const um__obs *o) {
 int um_scope_push(um_manager *m) {
   um__obs *o;
   scope *s;
-  if (!um__manager_ok(m))
-    return um__set_error(UM_EINVAL, "um_scope_push: not a manager");
+  int st = um__obs_check(m, "um_scope_push");
+  if (st != UM_OK)
+    return st;
   o = m->obs;
   pthread_mutex_lock(&o->lock);
   if (o->nscopes == UM_TAG_DEPTH_MAX) {
@@ -525,8 +596,9 @@ int um_scope_pop(um_manager *m, um_scope_stats *out) {
   um__obs *o;
   scope *s;
   uint64_t peak;
-  if (!um__manager_ok(m))
-    return um__set_error(UM_EINVAL, "um_scope_pop: not a manager");
+  int st = um__obs_check(m, "um_scope_pop");
+  if (st != UM_OK)
+    return st;
   o = m->obs;
   pthread_mutex_lock(&o->lock);
   if (o->nscopes == 0) {

@@ -161,8 +161,11 @@ static int copy_names(snap *sn, um_manager *m) {
 int um_snapshot_take(um_manager *m, um_snapshot **out) {
   snap *sn;
   uint64_t now;
-  if (out == NULL || !um__manager_ok(m))
-    return um__set_error(UM_EINVAL, "um_snapshot_take: NULL argument or not a manager");
+  int st = um__obs_check(m, "um_snapshot_take");
+  if (st != UM_OK)
+    return st;
+  if (out == NULL)
+    return um__set_error(UM_EINVAL, "um_snapshot_take: NULL out");
   if ((sn = calloc(1, sizeof(*sn))) == NULL || copy_names(sn, m) != UM_OK) {
     free(sn);
     return um__set_error(UM_ENOMEM, "um_snapshot_take: out of memory");
@@ -202,20 +205,44 @@ void um_snapshot_free(um_snapshot *s) {
   free(sn);
 }
 
-/* s as a JSON string (quoted, escaped), or null. */
+/* The length of the UTF-8 sequence at p (1-4), or 0 where p does not
+ * start a well-formed one (RFC 3629: no overlong forms, no surrogates,
+ * nothing past U+10FFFF). */
+static int utf8_length(const unsigned char *p) {
+  if (p[0] < 0x80)
+    return 1;
+  if (p[0] >= 0xc2 && p[0] <= 0xdf)
+    return (p[1] & 0xc0) == 0x80 ? 2 : 0;
+  if (p[0] >= 0xe0 && p[0] <= 0xef) {
+    unsigned lo = p[0] == 0xe0 ? 0xa0 : 0x80, hi = p[0] == 0xed ? 0x9f : 0xbf;
+    return p[1] >= lo && p[1] <= hi && (p[2] & 0xc0) == 0x80 ? 3 : 0;
+  }
+  if (p[0] >= 0xf0 && p[0] <= 0xf4) {
+    unsigned lo = p[0] == 0xf0 ? 0x90 : 0x80, hi = p[0] == 0xf4 ? 0x8f : 0xbf;
+    return p[1] >= lo && p[1] <= hi && (p[2] & 0xc0) == 0x80 && (p[3] & 0xc0) == 0x80 ? 4 : 0;
+  }
+  return 0;
+}
+
+/* s as a JSON string (quoted, escaped; a byte that is not UTF-8 becomes
+ * U+FFFD, so that the file stays JSON), or null. */
 void um__json_string(FILE *f, const char *s) {
   if (s == NULL) {
     fputs("null", f);
     return;
   }
   fputc('"', f);
-  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+  for (const unsigned char *p = (const unsigned char *)s; *p;) {
+    int n = utf8_length(p);
     if (*p == '"' || *p == '\\')
       fprintf(f, "\\%c", *p);
-    else if (*p < 0x20)
+    else if (*p < 0x20 || *p == 0x7f)
       fprintf(f, "\\u%04x", *p);
+    else if (n == 0)
+      fputs("\\ufffd", f);
     else
-      fputc(*p, f);
+      fwrite(p, 1, (size_t)n, f);
+    p += n > 0 ? n : 1;
   }
   fputc('"', f);
 }

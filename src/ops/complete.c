@@ -172,13 +172,13 @@ static void *finish_locked(um_event *op, int status, um_buffer **bufs, int nbufs
 }
 
 
-/* A host end of a copy: the caller's memory, or a buffer of device 0. */
-static bool host_end(const um_buffer *b) { return b == NULL || b->dev->index == 0; }
-
-/* Where a finished operation counts for its tag (core/observe.c): a copy
- * on its destination's device (a download: its source's) in its
- * direction, a fill within its device, a net transfer on its buffer's;
- * false for the other kinds. */
+/* Where a finished operation counts for its tag (core/observe.c), as the
+ * statistics count it (path.c's account_memcpy: by what physically
+ * moved): from the caller's memory or a buffer of the cpu device into a
+ * device's is host-to-device on the destination's device, the other way
+ * device-to-host on the source's, within one device device-to-device,
+ * between two devices peer traffic on the destination's; a fill within
+ * its device; a net transfer on its buffer's. False for the other kinds. */
 static bool op_direction(const um_event *op, const um_device **d, int *dir) {
   if (op->kind == UM__OP_NET) {
     *d = (op->src != NULL ? op->src : op->dst)->dev;
@@ -187,12 +187,26 @@ static bool op_direction(const um_event *op, const um_device **d, int *dir) {
     *d = op->dst->dev;
     *dir = UM__DIR_D2D;
   } else if (op->kind == UM__OP_COPY) {
-    bool hs = host_end(op->src), hd = host_end(op->dst);
-    *d = hs && !hd ? op->dst->dev : !hs && hd ? op->src->dev : op->dst != NULL ? op->dst->dev : op->src->dev;
-    *dir = hs && !hd   ? UM__DIR_H2D
-           : !hs && hd ? UM__DIR_D2H
-           : op->src == NULL || op->dst == NULL || op->src->dev == op->dst->dev ? UM__DIR_D2D
-                                                                             : UM__DIR_PEER;
+    const um_device *src = op->src != NULL ? op->src->dev : NULL, *dst = op->dst != NULL ? op->dst->dev : NULL;
+    if (op->copy.host_src != NULL || src == NULL) {
+      *d = dst;
+      *dir = UM__DIR_H2D;
+    } else if (op->copy.host_dst != NULL || dst == NULL) {
+      *d = src;
+      *dir = UM__DIR_D2H;
+    } else if (src == dst) {
+      *d = dst;
+      *dir = UM__DIR_D2D;
+    } else if (src->index == 0) {
+      *d = dst;
+      *dir = UM__DIR_H2D;
+    } else if (dst->index == 0) {
+      *d = src;
+      *dir = UM__DIR_D2H;
+    } else {
+      *d = dst;
+      *dir = UM__DIR_PEER;
+    }
   } else {
     return false;
   }
