@@ -1,7 +1,12 @@
-/* um_snapshot_take: every segment and free extent of every pool (the
- * segments' walk, under their lock), then every block of the manager's
- * registry (under registry_lock), sorted by device, location, segment and
- * offset; um_snapshot_write: the same as JSON. */
+/* um_snapshot_take: every block of the manager's registry (under
+ * registry_lock), then every segment of every pool with its extents in
+ * address order (the segments' walk, under their lock): a free extent is a
+ * free block; a carved one takes the registry's block whose extent it is
+ * (its offset and span from the extent, so that a segment's blocks tile it
+ * whatever moved in between), or is a block in use that the registry walk
+ * did not see yet; a registry block whose extent was not carved any more
+ * has gone back meanwhile and is left out. Sorted by device, location,
+ * segment and offset. um_snapshot_write: the same as JSON. */
 #include <dlfcn.h>
 #include <errno.h>
 #include <stdio.h>
@@ -20,6 +25,14 @@ typedef struct snap {
   int failed;
   char (*names)[UM_TAG_NAME_MAX]; /* the tags' names, copied */
   int nnames;
+  /* The registry's carved blocks: their extent and index in s.blocks,
+   * sorted by extent once the registry is walked; matched by the walk. */
+  struct carved {
+    const void *extent;
+    size_t block;
+    bool matched;
+  } *carved;
+  size_t ncarved, ccap;
 } snap;
 
 /* The block or segment address a snapshot shows. */
@@ -77,26 +90,61 @@ static int segment_index(const snap *sn, const void *key) {
   return -1;
 }
 
-static void on_free_extent(void *ctx, const void *key, size_t off, size_t size) {
+static int carved_order(const void *pa, const void *pb) {
+  const struct carved *a = pa, *b = pb;
+  return (uintptr_t)a->extent < (uintptr_t)b->extent ? -1 : (uintptr_t)a->extent > (uintptr_t)b->extent;
+}
+
+/* An extent of the segment key in the walk: a free block, or a carved one
+ * (its registry block, or one the registry did not see). */
+static void on_extent(void *ctx, const void *key, const void *extent, size_t off, size_t size, bool free) {
   snap *sn = ctx;
   int seg = segment_index(sn, key);
+  struct carved want = {.extent = extent}, *c = NULL;
   um_snapshot_block *b;
-  if (seg < 0 || (b = new_block(sn)) == NULL)
+  if (seg < 0)
     return;
+  if (!free && sn->ncarved > 0)
+    c = bsearch(&want, sn->carved, sn->ncarved, sizeof(*sn->carved), carved_order);
+  if (c != NULL && !c->matched) {
+    c->matched = true;
+    b = &sn->s.blocks[c->block];
+  } else {
+    if ((b = new_block(sn)) == NULL)
+      return;
+    b->state = free ? UM_BLOCK_FREE : UM_BLOCK_IN_USE; /* carved after the registry walk */
+    b->size = size;
+    b->tag = free ? NULL : "";
+  }
   b->device = sn->dev;
   b->loc = sn->loc;
-  b->state = UM_BLOCK_FREE;
   b->segment = seg;
   b->offset = off;
   b->address = sn->s.segments[seg].address + off;
-  b->size = b->capacity = size;
+  b->capacity = size;
+  if (b->state == UM_BLOCK_FREE || b->state == UM_BLOCK_IDLE)
+    b->size = size;
+}
+
+/* The registry's carved blocks whose extent the walk did not find carved:
+ * gone back meanwhile. */
+static void drop_unmatched(snap *sn) {
+  bool *gone;
+  size_t k = 0;
+  if (sn->ncarved == 0 || (gone = calloc(sn->s.nblocks, sizeof(*gone))) == NULL)
+    return;
+  for (size_t i = 0; i < sn->ncarved; i++)
+    gone[sn->carved[i].block] = !sn->carved[i].matched;
+  for (size_t i = 0; i < sn->s.nblocks; i++)
+    if (!gone[i])
+      sn->s.blocks[k++] = sn->s.blocks[i];
+  sn->s.nblocks = k;
+  free(gone);
 }
 
 static void add_buffer(snap *sn, um_buffer *b, uint64_t now) {
   int state = atomic_load_explicit(&b->state, memory_order_acquire);
   um_snapshot_block *o;
-  const void *key;
-  size_t off;
   if (state == UM__BUF_HUSK || (o = new_block(sn)) == NULL)
     return;
   o->device = b->dev->index;
@@ -105,8 +153,19 @@ static void add_buffer(snap *sn, um_buffer *b, uint64_t now) {
   o->wrapped = b->kind == UM__KIND_WRAPPED;
   o->capacity = b->capacity != 0 ? b->capacity : b->size;
   o->address = mem_address(&b->mem);
-  if (um__seg_where(&b->mem, &key, &off) && (o->segment = segment_index(sn, key)) >= 0)
-    o->offset = off;
+  if (b->mem.carved != NULL) { /* placed by the segments' walk */
+    if (sn->ncarved == sn->ccap) {
+      size_t cap = sn->ccap ? 2 * sn->ccap : 64;
+      struct carved *grown = realloc(sn->carved, cap * sizeof(*grown));
+      if (grown == NULL) {
+        sn->failed = 1;
+        return;
+      }
+      sn->carved = grown;
+      sn->ccap = cap;
+    }
+    sn->carved[sn->ncarved++] = (struct carved){b->mem.carved, (size_t)(o - sn->s.blocks), false};
+  }
   if (o->state == UM_BLOCK_IDLE) {
     o->size = o->capacity;
     o->age_ns = b->idle_since_ns != 0 && b->idle_since_ns <= now ? now - b->idle_since_ns : 0;
@@ -170,19 +229,25 @@ int um_snapshot_take(um_manager *m, um_snapshot **out) {
     free(sn);
     return um__set_error(UM_ENOMEM, "um_snapshot_take: out of memory");
   }
-  for (int i = 0; i < um__ndevices(m); i++)
-    for (int l = 0; l < UM_LOCATION_COUNT; l++) {
-      sn->dev = i;
-      sn->loc = (um_location)l;
-      um__seg_walk(&m->devices[i]->pools[l], on_segment, on_free_extent, sn);
-    }
   now = um__now_ns();
   pthread_mutex_lock(&m->registry_lock);
   for (um_buffer *b = m->all_buffers; b != NULL && !sn->failed; b = b->all_next)
     add_buffer(sn, b, now);
   pthread_mutex_unlock(&m->registry_lock);
+  if (sn->ncarved > 1)
+    qsort(sn->carved, sn->ncarved, sizeof(*sn->carved), carved_order);
+  for (int i = 0; i < um__ndevices(m) && !sn->failed; i++)
+    for (int l = 0; l < UM_LOCATION_COUNT; l++) {
+      sn->dev = i;
+      sn->loc = (um_location)l;
+      um__seg_walk(&m->devices[i]->pools[l], on_segment, on_extent, sn);
+    }
+  if (!sn->failed)
+    drop_unmatched(sn);
   free(sn->keys);
   sn->keys = NULL;
+  free(sn->carved);
+  sn->carved = NULL;
   if (sn->failed) {
     um_snapshot_free(&sn->s);
     return um__set_error(UM_ENOMEM, "um_snapshot_take: out of memory");
@@ -201,6 +266,7 @@ void um_snapshot_free(um_snapshot *s) {
   free(sn->s.blocks);
   free(sn->s.segments);
   free(sn->keys);
+  free(sn->carved);
   free(sn->names);
   free(sn);
 }

@@ -228,8 +228,9 @@ typedef struct um__seg_stats {
 } um__seg_stats;
 void um__seg_stats_add(um__pool *p, um__seg_stats *out);
 /* The snapshot's walk of p's segments, under their lock: seg for each
- * (key: the segment's identity, as um__seg_where gives it), then ext for
- * each of its free extents, in address order. */
+ * (key: the segment's identity), then ext for each of its extents in
+ * address order, free or carved (extent: what a carved block's
+ * mem.carved holds). */
 typedef struct um__seg_view {
   const void *key;
   const um__mem *mem;
@@ -237,10 +238,9 @@ typedef struct um__seg_view {
   bool virt;
 } um__seg_view;
 void um__seg_walk(um__pool *p, void (*seg)(void *ctx, const um__seg_view *v),
-                  void (*ext)(void *ctx, const void *key, size_t off, size_t size), void *ctx);
-/* A carved block's segment (its key) and offset in it; false for a block
- * of its own. */
-bool um__seg_where(const um__mem *mem, const void **key, size_t *off);
+                  void (*ext)(void *ctx, const void *key, const void *extent, size_t off, size_t size,
+                              bool free),
+                  void *ctx);
 
 /* ------------------------------------------------------------------------ */
 /* Blocks */

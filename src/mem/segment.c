@@ -681,7 +681,9 @@ void um__seg_stats_add(um__pool *p, um__seg_stats *out) {
 }
 
 void um__seg_walk(um__pool *p, void (*seg)(void *ctx, const um__seg_view *v),
-                  void (*ext)(void *ctx, const void *key, size_t off, size_t size), void *ctx) {
+                  void (*ext)(void *ctx, const void *key, const void *extent, size_t off, size_t size,
+                              bool free),
+                  void *ctx) {
   struct um__segs *s = p->segs;
   if (s == NULL)
     return;
@@ -691,17 +693,7 @@ void um__seg_walk(um__pool *p, void (*seg)(void *ctx, const um__seg_view *v),
                       .committed = g->virt ? g->committed_bytes : g->size, .virt = g->virt};
     seg(ctx, &v);
     for (const um__extent *e = g->first; e != NULL; e = e->next)
-      if (e->free)
-        ext(ctx, g, e->off, e->size);
+      ext(ctx, g, e, e->off, e->size, e->free);
   }
   pthread_mutex_unlock(&s->lock);
-}
-
-bool um__seg_where(const um__mem *mem, const void **key, size_t *off) {
-  const um__extent *e = mem->carved;
-  if (e == NULL)
-    return false;
-  *key = e->owner;
-  *off = e->off;
-  return true;
 }
