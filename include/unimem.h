@@ -605,7 +605,7 @@ typedef struct um_snapshot_block {
                           (CUDA), else the segment's address plus offset or
                           the backend's handle */
   uint64_t size;       /* bytes requested (idle, free: the capacity) */
-  uint64_t capacity;   /* bytes the block spans */
+  uint64_t capacity;   /* bytes the block spans (in a segment: up to the next block) */
   const char *tag;     /* "" untagged, NULL for idle and free blocks */
   uint32_t thread;     /* allocating thread's number (1, 2, ... in order of
                           their first observed allocation), 0 unknown */
@@ -640,10 +640,13 @@ typedef struct um_snapshot {
   um_snapshot_segment *segments; /* in the pools' order, newest first in each */
 } um_snapshot;
 
-/* Every block and segment of every device of m, as they are now (one
- * consistent picture per pool; blocks that move between pools while it is
- * taken may show in either state). Free with um_snapshot_free. Returns
- * UM_OK, UM_EINVAL, UM_ENOMEM. */
+/* Every block and segment of every device of m, as they are now. Each
+ * segment's blocks and free extents tile it exactly (offsets in order, each
+ * block's capacity its whole span, alignment included), even while other
+ * threads allocate and release; a block that changes state while the
+ * snapshot is taken shows in its state before or after. Free with
+ * um_snapshot_free. Returns UM_OK, UM_EINVAL, UM_ENOMEM, UM_ESTATE (a fork
+ * child given its parent's manager, as every call of this section). */
 UM_EXTERN int um_snapshot_take(um_manager *m, um_snapshot **out);
 UM_EXTERN void um_snapshot_free(um_snapshot *s);
 /* Write s as JSON to path ("-": stdout): {"time_ns", "segments": [...],
@@ -699,9 +702,9 @@ UM_EXTERN int um_history_start(um_manager *m, size_t capacity);
 /* Stop recording; what was recorded stays readable until the next start
  * or the manager's destroy. UM_ESTATE when not recording. */
 UM_EXTERN int um_history_stop(um_manager *m);
-/* The recorded events, oldest first, into out (min(cap, count) of them);
- * *count (may be NULL): how many the ring holds; *dropped (may be NULL):
- * how many were overwritten. Works while recording. UM_EINVAL for NULL m
+/* The recorded events, oldest first, into out (min(cap, *count) of them);
+ * *count (may be NULL): how many the ring holds, which may be more than
+ * cap; *dropped (may be NULL): how many were overwritten. Works while recording. UM_EINVAL for NULL m
  * or NULL out with cap > 0. */
 UM_EXTERN int um_history_get(um_manager *m, um_history_event *out, size_t cap,
                              size_t *count, uint64_t *dropped);

@@ -130,3 +130,35 @@ foreach(src ${UM_FOUND_SEG_SOURCES})
   add_test(NAME ${exe} COMMAND ${exe} ${args})
   set_tests_properties(${exe} PROPERTIES LABELS "outside" TIMEOUT 300 ENVIRONMENT "POCL_DEVICES=pthread")
 endforeach()
+
+# The outside attack on observing (outside/found_observe): tags, scopes,
+# snapshots, the history and `unimem view`, programs of the public header
+# alone as above (they write under /tmp/o). regress_view_edges renders a
+# page of 2e5 events in chromium (minutes): labelled slow. Their forks and
+# the trim timer's threads are fine under the sanitizers; TSan ends a fork
+# child that makes a manager (die_after_fork): the fork program is left
+# out of TSan builds.
+file(GLOB UM_FOUND_OBS_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/outside/found_observe/*.c)
+foreach(src ${UM_FOUND_OBS_SOURCES})
+  get_filename_component(name ${src} NAME_WE)
+  if(UNIMEM_SANITIZE STREQUAL "thread" AND name MATCHES "fork")
+    continue()
+  endif()
+  set(exe outside_obs_${name})
+  add_executable(${exe} ${src})
+  target_compile_definitions(${exe} PRIVATE _GNU_SOURCE)
+  target_compile_options(${exe} PRIVATE ${UM_WARNINGS})
+  target_link_libraries(${exe} PRIVATE unimem Threads::Threads)
+  add_test(NAME ${exe} COMMAND sh -c "mkdir -p /tmp/o && exec \"$0\"" $<TARGET_FILE:${exe}>)
+  set(labels "outside")
+  if(name STREQUAL "regress_view_edges")
+    set(labels "outside;slow")
+  endif()
+  set(env "POCL_DEVICES=pthread;UNIMEM_BACKENDS=cpu,opencl")
+  if(TARGET unimem_tool)
+    list(APPEND env "UNIMEM_TOOL=$<TARGET_FILE:unimem_tool>")
+  endif()
+  # They share file names under /tmp/o: one at a time.
+  set_tests_properties(${exe} PROPERTIES LABELS "${labels}" TIMEOUT 600 ENVIRONMENT "${env}"
+                       RESOURCE_LOCK um_found_observe_tmp)
+endforeach()

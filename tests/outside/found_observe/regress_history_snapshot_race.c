@@ -1,0 +1,157 @@
+/* Races: 3 threads allocate (host and OpenCL, pooled and unpooled, sizes 1 B..3 MiB), copy and release;
+ * one thread starts, reads, writes and stops histories over and over (capacities 1..4096); one takes
+ * snapshots (checking that the blocks of every segment tile it: offsets contiguous from 0, capacities
+ * summing to the segment's size) and trims the pool. Then an exact phase: a ring big enough, 4 threads;
+ * the allocations and releases recorded must equal those done, nothing dropped.
+ * Promises (unimem.h): "every function may be called from any thread"; um_snapshot_take "one consistent
+ * picture per pool"; guide: "The blocks of a segment tile it in offset order"; um_history_start "the oldest
+ * are overwritten once it is full; um_history_get says how many".
+ * Build: clang -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -g -fsanitize=address,undefined -Iinclude
+ *   tests/outside/found_observe/regress_history_snapshot_race.c -Lbuild-h -lunimem -Wl,-rpath,$PWD/build-h -lpthread -o /tmp/X
+ * Run: POCL_DEVICES=pthread UNIMEM_BACKENDS=cpu,opencl /tmp/X [seconds] ; UNIMEM_BACKENDS=cpu /tmp/X
+ * (RACE_WRITE=1 adds um_history_write while recording, which crashes: defect_history_write_while_recording.c)
+ * Printed: filled after the run.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unimem.h>
+static int bad;
+#define U(x) ((unsigned long long)(x))
+#define CHECK(c, ...) do { if (!(c)) { __atomic_store_n(&bad, 1, __ATOMIC_SEQ_CST); printf("FAIL %d: ", __LINE__); printf(__VA_ARGS__); printf("\n"); fflush(stdout); } } while (0)
+static um_manager *m;
+static int nd, stop_flag;
+static long total_alloc, total_rel;
+static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
+static void *worker(void *p) {
+  unsigned seed = (unsigned)(long)p;
+  static char src[3 << 20];
+  um_buffer *held[16] = {0};
+  long na = 0, nr = 0;
+  char nm[16]; snprintf(nm, sizeof nm, "w%ld", (long)p);
+  um_tag_push(m, nm);
+  while (!__atomic_load_n(&stop_flag, __ATOMIC_RELAXED)) {
+    int k = rand_r(&seed) % 16;
+    if (held[k]) { CHECK(um_release(held[k]) == UM_OK, "release"); held[k] = NULL; nr++; continue; }
+    int d = rand_r(&seed) % nd;
+    size_t sz = (rand_r(&seed) % 4 == 0) ? 1 + rand_r(&seed) % (3 << 20) : 1 + rand_r(&seed) % 5000;
+    unsigned fl = rand_r(&seed) % 8 == 0 ? UM_ALLOC_UNPOOLED : 0;
+    um_location loc = d ? UM_DEVICE : UM_HOST;
+    int rc = (rand_r(&seed) & 1) ? um_alloc(m, um_device_get(m, d), sz, loc, fl, &held[k])
+                                 : um_alloc_tagged(m, um_device_get(m, d), sz, loc, fl, "direct", &held[k]);
+    CHECK(rc == UM_OK, "alloc %zu on %d: %s %s", sz, d, um_err_name(rc), um_last_error());
+    if (rc) { held[k] = NULL; continue; }
+    na++;
+    size_t cb = sz < 4096 ? sz : 4096;
+    if (rand_r(&seed) & 1) { um_event *e; if (um_copy_from_host(held[k], 0, src, cb, &e) == UM_OK) um_event_release(e); }
+    else CHECK(um_copy_from_host(held[k], 0, src, cb, NULL) == UM_OK, "copy");
+  }
+  for (int k = 0; k < 16; k++) if (held[k]) { um_release(held[k]); nr++; }
+  um_tag_pop(m);
+  __atomic_add_fetch(&total_alloc, na, __ATOMIC_RELAXED);
+  __atomic_add_fetch(&total_rel, nr, __ATOMIC_RELAXED);
+  return NULL;
+}
+static long hist_rounds, snap_rounds;
+static void *historian(void *p) {
+  unsigned seed = 7; (void)p;
+  um_history_event *ev = malloc(4096 * sizeof *ev);
+  while (!__atomic_load_n(&stop_flag, __ATOMIC_RELAXED)) {
+    size_t cap = 1 + rand_r(&seed) % 4096;
+    int rc = um_history_start(m, cap);
+    CHECK(rc == UM_OK, "start %zu: %s", cap, um_err_name(rc));
+    size_t n; uint64_t dr;
+    for (int i = 0; i < 3; i++) {
+      CHECK(um_history_get(m, ev, 4096, &n, &dr) == UM_OK && n <= cap, "get n %zu cap %zu", n, cap);
+      for (size_t j = 0; j < n; j++) CHECK(ev[j].kind <= UM_HIST_OOM && ev[j].tag != NULL, "event %zu kind %d tag %p", j, ev[j].kind, (void *)ev[j].tag);
+    }
+    if (getenv("RACE_WRITE") && hist_rounds % 10 == 0) CHECK(um_history_write(m, "/tmp/o/race-hist.json") == UM_OK, "write while recording");
+    CHECK(um_history_stop(m) == UM_OK, "stop");
+    hist_rounds++;
+  }
+  free(ev);
+  return NULL;
+}
+/* exact tiling fails even single-threaded (padding is in no block: defect_snapshot_tiling.c); here: the
+ * blocks of a segment are in offset order, do not overlap and lie inside it */
+static void check_tiling(um_snapshot *s) {
+  for (size_t j = 0; j < s->nsegments; j++) {
+    uint64_t end = 0, cap = 0; int nb = 0, overlap = 0;
+    for (size_t k = 0; k < s->nblocks; k++) {
+      um_snapshot_block *b = &s->blocks[k];
+      if (b->segment != (int)j) continue;
+      if (b->offset < end && !overlap) {
+        overlap = 1;
+        static int shown;
+        if (__atomic_fetch_add(&shown, 1, __ATOMIC_RELAXED) < 4) {
+          for (size_t q = 0; q < s->nblocks; q++)
+            if (s->blocks[q].segment == (int)j)
+              printf("  seg %zu block #%zu: off %llu cap %llu size %llu state %d tag %s wrapped %d\n", j, q, U(s->blocks[q].offset), U(s->blocks[q].capacity),
+                     U(s->blocks[q].size), s->blocks[q].state, s->blocks[q].tag ? s->blocks[q].tag : "(null)", s->blocks[q].wrapped);
+        }
+      }
+      end = b->offset + b->capacity; cap += b->capacity; nb++;
+      if (b->state != UM_BLOCK_IDLE && b->state != UM_BLOCK_FREE) CHECK(b->tag != NULL, "live block without tag");
+    }
+    CHECK(!overlap && cap <= s->segments[j].size && end <= s->segments[j].size, "segment %zu (dev %d loc %d size %llu): %d blocks, capacities %llu, end %llu, %s", j,
+          s->segments[j].device, s->segments[j].loc, U(s->segments[j].size), nb, U(cap), U(end), overlap ? "blocks overlap / out of order" : "in order");
+  }
+}
+static void *snapper(void *p) {
+  (void)p;
+  while (!__atomic_load_n(&stop_flag, __ATOMIC_RELAXED)) {
+    um_snapshot *s;
+    CHECK(um_snapshot_take(m, &s) == UM_OK, "take");
+    check_tiling(s);
+    if (snap_rounds % 20 == 0) CHECK(um_snapshot_write(s, "/tmp/o/race-snap.json") == UM_OK, "write");
+    um_snapshot_free(s);
+    if (snap_rounds % 5 == 0) um_pool_trim(m, 0);
+    snap_rounds++;
+  }
+  return NULL;
+}
+int main(int argc, char **argv) {
+  double secs = argc > 1 ? atof(argv[1]) : 6;
+  um_options o; um_options_init(&o); o.trim_interval_ms = 5;
+  CHECK(um_manager_create(&o, &m) == UM_OK, "create");
+  nd = um_device_count(m);
+  pthread_t w[3], hs, sn;
+  for (long i = 0; i < 3; i++) pthread_create(&w[i], NULL, worker, (void *)(i + 1));
+  pthread_create(&hs, NULL, historian, NULL);
+  pthread_create(&sn, NULL, snapper, NULL);
+  double t0 = now();
+  while (now() - t0 < secs) { struct timespec ts = {0, 50000000}; nanosleep(&ts, NULL); }
+  __atomic_store_n(&stop_flag, 1, __ATOMIC_SEQ_CST);
+  for (int i = 0; i < 3; i++) pthread_join(w[i], NULL);
+  pthread_join(hs, NULL); pthread_join(sn, NULL);
+  printf("phase 1: %ld allocations, %ld releases, %ld history rounds, %ld snapshots\n", total_alloc, total_rel, hist_rounds, snap_rounds);
+  CHECK(system("python3 -c 'import json,sys; json.load(open(sys.argv[1]))' /tmp/o/race-snap.json") == 0, "JSON");
+  /* phase 2: exact */
+  stop_flag = 0; total_alloc = total_rel = 0;
+  CHECK(um_history_start(m, 1 << 22) == UM_OK, "start");
+  pthread_t w2[4];
+  for (long i = 0; i < 4; i++) pthread_create(&w2[i], NULL, worker, (void *)(i + 10));
+  pthread_create(&sn, NULL, snapper, NULL);
+  struct timespec ts = {2, 0}; nanosleep(&ts, NULL);
+  __atomic_store_n(&stop_flag, 1, __ATOMIC_SEQ_CST);
+  for (int i = 0; i < 4; i++) pthread_join(w2[i], NULL);
+  pthread_join(sn, NULL);
+  CHECK(um_history_stop(m) == UM_OK, "stop");
+  size_t n; uint64_t dr;
+  um_history_get(m, NULL, 0, &n, &dr);
+  um_history_event *ev = malloc(n * sizeof *ev);
+  um_history_get(m, ev, n, &n, &dr);
+  long ha = 0, hr = 0;
+  for (size_t i = 0; i < n; i++) { if (ev[i].kind == UM_HIST_ALLOC && ev[i].status == UM_OK) ha++; if (ev[i].kind == UM_HIST_RELEASE) hr++; }
+  printf("phase 2: done %ld allocations %ld releases; recorded %ld / %ld (events %zu, dropped %llu)\n", total_alloc, total_rel, ha, hr, n, U(dr));
+  CHECK(dr == 0 && ha == total_alloc && hr == total_rel, "recorded counts differ");
+  free(ev);
+  um_tag_stats t[16]; int c = um_tag_stats_get(m, NULL, t, 16);
+  for (int i = 0; i < c && i < 16; i++) CHECK(t[i].active_buffers == 0 && t[i].bytes_in_use == 0 && t[i].allocations == t[i].releases,
+                                              "tag %s: active %llu in_use %llu allocs %llu rels %llu", t[i].name, U(t[i].active_buffers), U(t[i].bytes_in_use), U(t[i].allocations), U(t[i].releases));
+  CHECK(um_manager_destroy(m) == UM_OK, "destroy");
+  printf(bad ? "FAILED\n" : "ok\n");
+  return bad;
+}
