@@ -9,7 +9,7 @@
  * Build: clang -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -g -fsanitize=address,undefined -Iinclude
  *   tests/outside/found_observe/regress_json_names.c -Lbuild-h -lunimem -Wl,-rpath,$PWD/build-h -lpthread -o /tmp/X
  * Run (from /work/main): POCL_DEVICES=pthread UNIMEM_BACKENDS=cpu,opencl /tmp/X ; UNIMEM_BACKENDS=cpu /tmp/X
- * Printed: filled after the run.
+ * Printed (both backends): unimem view: /tmp/o/names.html / ok   (chromium: <body data-status="ok" ...>)
  */
 #include <stdio.h>
 #include <stdlib.h>

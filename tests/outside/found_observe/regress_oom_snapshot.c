@@ -11,7 +11,13 @@
  * Build: clang -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -g -fsanitize=address,undefined -Iinclude
  *   tests/outside/found_observe/regress_oom_snapshot.c -Lbuild-h -lunimem -Wl,-rpath,$PWD/build-h -lpthread -o /tmp/X
  * Run: POCL_DEVICES=pthread UNIMEM_BACKENDS=cpu,opencl /tmp/X   (also UNIMEM_BACKENDS=cpu: host part only)
- * Printed: filled after the run.
+ * Printed (cpu,opencl): after 19 buffers: UM_ENOMEM
+ *   message: um_alloc: 114688 bytes on pthread-...: the device gave no new segment (opencl: ... would pass device_limit_bytes
+ *   (8388608 bytes, 8388608 in use)), ... Held there: 7929856 bytes in use by 19 buffer(s), 8388608 reserved, 262144 idle ...;
+ *   the most in use by tag: weights 6291456 bytes, activations 1638400 bytes; a snapshot is in /tmp/o/oom-1820-1820.json
+ *   host 2^50: UM_ENOMEM ... a snapshot is in /tmp/o/oom-1820-1820.json
+ *   unwritable snapshot path: UM_ENOMEM, ... no snapshot written to /nonexistent-dir/oom-1820.json (um_snapshot_write: cannot write ...)
+ *   ok
  */
 #include <stdio.h>
 #include <stdlib.h>

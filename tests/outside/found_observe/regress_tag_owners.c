@@ -10,7 +10,7 @@
  * Build: clang -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -g -fsanitize=address,undefined -Iinclude
  *   tests/outside/found_observe/regress_tag_owners.c -Lbuild-h -lunimem -Wl,-rpath,$PWD/build-h -lpthread -o /tmp/X
  * Run: POCL_DEVICES=pthread UNIMEM_BACKENDS=cpu /tmp/X ; POCL_DEVICES=pthread UNIMEM_BACKENDS=cpu,opencl /tmp/X
- * Printed: see the end of this comment (filled in after the run).
+ * Printed (both backends): tags after n63,deep: count 3 / distinct names accepted after 2: 1022, push rc UM_ENOMEM, count 1025 / ok
  */
 #include <stdio.h>
 #include <stdlib.h>
