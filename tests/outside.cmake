@@ -158,9 +158,6 @@ foreach(src ${UM_FOUND_OBS_SOURCES})
   if(TARGET unimem_tool)
     list(APPEND env "UNIMEM_TOOL=$<TARGET_FILE:unimem_tool>")
   endif()
-  if(name STREQUAL "defect_snapshot_overlap_race") # with histories started, stopped and written meanwhile
-    list(APPEND env "WITH_HISTORY=1" "RACE_WRITE=1")
-  endif()
   # They share file names under /tmp/o: one at a time.
   set_tests_properties(${exe} PROPERTIES LABELS "${labels}" TIMEOUT 600 ENVIRONMENT "${env}"
                        RESOURCE_LOCK um_found_observe_tmp)
