@@ -177,3 +177,16 @@ def test_oom_snapshot_option():
         assert m.snapshot()["blocks"] == []
     with pytest.raises(unimem.InvalidArgument):
         unimem.Manager(backends="cpu", oom_snapshot="x" * 300)
+
+
+def test_an_exception_is_not_replaced_when_the_manager_closes_inside():
+    m = unimem.Manager(backends="cpu")
+    with pytest.raises(KeyError):
+        with m.tag("t"):
+            m.close()
+            raise KeyError("mine")
+    m2 = unimem.Manager(backends="cpu")
+    with pytest.raises(KeyError):
+        with m2.history():
+            m2.close()
+            raise KeyError("mine")

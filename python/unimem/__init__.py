@@ -114,8 +114,14 @@ class Tag:
         return self
 
     def __exit__(self, *exc):
-        """Close it (um_tag_pop), whatever ended the block."""
-        self._m._tag_pop()
+        """Close it (um_tag_pop), whatever ended the block; an exception
+        that ends it is not replaced by a failure of the pop (the manager
+        closed inside the block)."""
+        try:
+            self._m._tag_pop()
+        except Error:
+            if exc[0] is None:
+                raise
         return False
 
 
@@ -146,8 +152,13 @@ class History:
         return self.start()
 
     def __exit__(self, *exc):
-        """stop()"""
-        self.stop()
+        """stop(); an exception that ends the block is not replaced by a
+        failure of the stop."""
+        try:
+            self.stop()
+        except Error:
+            if exc[0] is None:
+                raise
         return False
 
     def events(self):
