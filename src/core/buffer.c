@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "core.h"
 #include "testhook.h"
@@ -191,19 +190,11 @@ static void top_tags(um_device *d, char *out, size_t cap) {
  * what was done, as "; a snapshot is in PATH" into out. */
 static void oom_snapshot(um_manager *m, char *out, size_t cap) {
   char path[300];
-  size_t o = 0;
   um_snapshot *s = NULL;
   out[0] = '\0';
   if (m->opts.oom_snapshot[0] == '\0')
     return;
-  for (const char *p = m->opts.oom_snapshot; *p && o + 24 < sizeof(path); p++)
-    if (p[0] == '%' && p[1] == 'p') {
-      o += (size_t)snprintf(path + o, sizeof(path) - o, "%ld", (long)getpid());
-      p++;
-    } else {
-      path[o++] = *p;
-    }
-  path[o] = '\0';
+  um__expand_path(m->opts.oom_snapshot, 0, path, sizeof(path));
   if (um_snapshot_take(m, &s) == UM_OK && um_snapshot_write(s, path) == UM_OK)
     snprintf(out, cap, "; a snapshot is in %s", path);
   else

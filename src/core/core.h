@@ -25,6 +25,8 @@ int um__wrap_foreign(um_manager *m, um_device *d, um_location loc, const um__mem
  * close at destroy; alloc once b is live; release once b is released and
  * before its block goes back. */
 typedef struct um__trace um__trace;
+/* pattern with "%p" as the process id, and ".n" appended for n > 1. */
+void um__expand_path(const char *pattern, int n, char *out, size_t cap);
 void um__trace_open(um_manager *m);
 void um__trace_close(um_manager *m);
 void um__trace_alloc(um_manager *m, um_buffer *b);
@@ -50,6 +52,8 @@ const char *um__obs_tag_name(const um_manager *m, uint16_t tag);
 bool um__obs_tag_known(const um_manager *m, uint16_t tag);
 /* snapshot.c: s as a JSON string (quoted and escaped), or null. */
 void um__json_string(FILE *f, const char *s);
+/* An allocation site as "file:line", or null when file is NULL. */
+void um__json_site(FILE *f, const char *file, int line);
 /* Directions of um__obs_moved, as um_tag_stats lists them. */
 enum { UM__DIR_H2D, UM__DIR_D2H, UM__DIR_D2D, UM__DIR_PEER, UM__DIR_NET_OUT, UM__DIR_NET_IN };
 void um__obs_moved(um_manager *m, uint16_t tag, const um_device *d, int dir, uint64_t bytes);

@@ -235,13 +235,7 @@ static int write_events(FILE *f, um_manager *m, const um_history_event *ev, size
                "\"dst_device\": %d, \"in_use\": %llu, \"site\": ",
             e->thread, e->status, (int)e->loc, e->how, e->src_device, e->dst_device,
             (unsigned long long)e->in_use);
-    if (e->site_file != NULL) {
-      char site[4200];
-      snprintf(site, sizeof(site), "%s:%d", e->site_file, e->site_line);
-      um__json_string(f, site);
-    } else {
-      fputs("null", f);
-    }
+    um__json_site(f, e->site_file, e->site_line);
     fputs("}}", f);
     if (e->kind == UM_HIST_ALLOC || e->kind == UM_HIST_RELEASE) {
       const char *tag = e->tag != NULL ? e->tag : "";

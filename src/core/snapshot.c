@@ -313,6 +313,17 @@ void um__json_string(FILE *f, const char *s) {
   fputc('"', f);
 }
 
+/* An allocation site as a JSON string "file:line", or null. */
+void um__json_site(FILE *f, const char *file, int line) {
+  char site[4200];
+  if (file == NULL) {
+    fputs("null", f);
+    return;
+  }
+  snprintf(site, sizeof(site), "%s:%d", file, line);
+  um__json_string(f, site);
+}
+
 static const char *const state_names[] = {"in_use", "released", "idle", "free"};
 static const char *const loc_names[] = {"host", "device", "pinned", "unified"};
 
@@ -345,13 +356,7 @@ int um_snapshot_write(const um_snapshot *s, const char *path) {
             (unsigned long long)b->capacity);
     um__json_string(f, b->tag);
     fprintf(f, ", \"thread\": %u, \"age_ns\": %llu, \"site\": ", b->thread, (unsigned long long)b->age_ns);
-    if (b->site_file != NULL) {
-      char site[4200];
-      snprintf(site, sizeof(site), "%s:%d", b->site_file, b->site_line);
-      um__json_string(f, site);
-    } else {
-      fputs("null", f);
-    }
+    um__json_site(f, b->site_file, b->site_line);
     fputs(", \"frames\": [", f);
     for (int k = 0; k < b->nframes; k++) { /* the address, and its symbol where the loader knows one */
       Dl_info info;

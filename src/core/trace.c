@@ -45,7 +45,7 @@ struct um__trace {
 static _Atomic int trace_managers;            /* managers that recorded, for the suffix */
 
 /* The path with %p expanded and, for the n-th concurrent recorder, ".n". */
-static void expand_path(const char *pattern, int n, char *out, size_t cap) {
+void um__expand_path(const char *pattern, int n, char *out, size_t cap) {
   size_t o = 0;
   for (const char *p = pattern; *p && o + 1 < cap; p++) {
     if (p[0] == '%' && p[1] == 'p') {
@@ -96,7 +96,7 @@ void um__trace_open(um_manager *m) {
   um__trace *t;
   if (pattern == NULL || *pattern == '\0')
     return;
-  expand_path(pattern, atomic_fetch_add(&trace_managers, 1) + 1, path, sizeof(path));
+  um__expand_path(pattern, atomic_fetch_add(&trace_managers, 1) + 1, path, sizeof(path));
   if ((t = calloc(1, sizeof(*t))) == NULL ||
       (t->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0) {
     um__log(&m->opts, UM_LOG_ERROR, "UNIMEM_TRACE_FILE: cannot write %s: nothing is recorded", path);

@@ -17,15 +17,18 @@
 #include <unimem.h>
 static int bad;
 #define CHECK(c, ...) do { if (!(c)) { bad = 1; printf("FAIL %d: ", __LINE__); printf(__VA_ARGS__); printf("\n"); } } while (0)
+static char longest[63];
 static const char *names[] = {
   "quote\"inside", "back\\slash", "new\nline", "tab\there", "ctl\x01\x1f\x7f", "utf8 \xc3\xa9\xe6\xbc\xa2\xf0\x9f\x99\x82",
   /* bytes that are not UTF-8: defect_json_invalid_utf8.c */ "</script><script>alert(1)</script>", "\\u0000", "&lt;&amp;'\"",
-  "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\xf0\x9f\x99\x82", /* 58 + 4 = 62 bytes */
+  longest, /* 58 'x' and a 4-byte character: 62 bytes, the longest name but one byte (main fills it) */
 };
 #define NN (int)(sizeof names / sizeof names[0])
 static int sh(const char *cmd) { int r = system(cmd); return r == -1 ? -1 : WEXITSTATUS(r); }
 int main(void) {
   um_manager *m;
+  memset(longest, 'x', 58);
+  memcpy(longest + 58, "\xf0\x9f\x99\x82", 5);
   CHECK(um_manager_create(NULL, &m) == UM_OK, "create");
   int nd = um_device_count(m);
   um_buffer *b[NN][2];
