@@ -592,7 +592,7 @@ static __attribute__((noinline)) int release_slow_path(um_buffer *b) {
   um__tcache *tc = um__tcache_for(b->m, d);
   if (__builtin_expect(b->m->trace != NULL, 0))
     um__trace_release(b->m, b);
-  if (__builtin_expect(atomic_load_explicit(&b->m->observing, memory_order_relaxed) != 0 || b->tag != 0, 0))
+  if (__builtin_expect(atomic_load_explicit(&b->m->observing, memory_order_relaxed) != 0, 0)) /* tags keep it on */
     um__obs_release(b);
   if (tc == NULL) {
     UM__STAT_ADD(d, releases, 1);

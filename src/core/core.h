@@ -34,8 +34,8 @@ void um__trace_release(um_manager *m, um_buffer *b);
 
 /* observe.c: tags, scopes and what observing stamps on blocks (and
  * history.c's switch). create after the devices, destroy last; alloc once
- * b is live and release once it is released, both while m->observing (or,
- * release, while b->tag is not 0). */
+ * b is live and release once it is released, both while m->observing
+ * (which a tag keeps on for good, so a tagged buffer is always uncounted). */
 typedef struct um__obs um__obs;
 int um__obs_create(um_manager *m);
 void um__obs_destroy(um_manager *m);
