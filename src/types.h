@@ -260,8 +260,9 @@ struct um_buffer {
   uint32_t obs_thread;
   uint32_t obs_gen;
   uint64_t born_ns;
-  /* um_options.backtraces: the allocation's return addresses (heap, freed
-   * at its release or the manager's destroy), or NULL. */
+  /* um_options.backtraces: the allocation's return addresses, nframes of
+   * them (an array of UM_SNAPSHOT_FRAMES kept for the descriptor's lives,
+   * freed at the manager's destroy), or NULL. */
   void **frames;
   int nframes;
 

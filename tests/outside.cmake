@@ -161,4 +161,9 @@ foreach(src ${UM_FOUND_OBS_SOURCES})
   # They share file names under /tmp/o: one at a time.
   set_tests_properties(${exe} PROPERTIES LABELS "${labels}" TIMEOUT 600 ENVIRONMENT "${env}"
                        RESOURCE_LOCK um_found_observe_tmp)
+  if(name STREQUAL "defect_snapshot_overlap_race") # again with histories started, written and stopped beside it
+    add_test(NAME ${exe}_history COMMAND sh -c "mkdir -p /tmp/o && exec \"$0\"" $<TARGET_FILE:${exe}>)
+    set_tests_properties(${exe}_history PROPERTIES LABELS "${labels}" TIMEOUT 600
+                         ENVIRONMENT "${env};WITH_HISTORY=1;RACE_WRITE=1" RESOURCE_LOCK um_found_observe_tmp)
+  endif()
 endforeach()

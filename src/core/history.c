@@ -24,7 +24,7 @@ struct um__hist {
   um_history_event *ring;
   size_t cap;
   uint64_t next;      /* events written: the newest is next - 1 */
-  bool recording;
+  atomic_bool recording; /* read without the lock by um__hist_on */
   struct um__hist *retired;
 };
 
@@ -76,7 +76,7 @@ int um_history_start(um_manager *m, size_t capacity) {
   if ((h = hist_new(capacity)) == NULL)
     return um__set_error(UM_ENOMEM, "um_history_start: no memory for %zu events", capacity);
   h->retired = old;
-  h->recording = true;
+  atomic_store_explicit(&h->recording, true, memory_order_relaxed);
   atomic_store(&m->hist, h);
   um__obs_history(m, true);
   return UM_OK;
@@ -91,7 +91,7 @@ int um_history_stop(um_manager *m) {
   if (h == NULL || !h->recording)
     return um__set_error(UM_ESTATE, "um_history_stop: the manager does not record");
   hist_lock(h);
-  h->recording = false;
+  atomic_store_explicit(&h->recording, false, memory_order_relaxed);
   hist_unlock(h);
   um__obs_history(m, false);
   return UM_OK;
@@ -99,7 +99,7 @@ int um_history_stop(um_manager *m) {
 
 bool um__hist_on(um_manager *m) {
   struct um__hist *h = atomic_load_explicit(&m->hist, memory_order_acquire);
-  return h != NULL && h->recording;
+  return h != NULL && atomic_load_explicit(&h->recording, memory_order_relaxed);
 }
 
 void um__hist_put(um_manager *m, const um_history_event *e) {
@@ -107,7 +107,7 @@ void um__hist_put(um_manager *m, const um_history_event *e) {
   if (h == NULL)
     return;
   hist_lock(h);
-  if (h->recording)
+  if (atomic_load_explicit(&h->recording, memory_order_relaxed))
     h->ring[h->next++ % h->cap] = *e;
   hist_unlock(h);
 }

@@ -201,23 +201,22 @@ static void record_frames(um_buffer *b) {
   n -= k;
   if (n > UM_SNAPSHOT_FRAMES)
     n = UM_SNAPSHOT_FRAMES;
-  free(b->frames);
-  b->frames = n > 0 ? malloc((size_t)n * sizeof(void *)) : NULL;
-  b->nframes = b->frames != NULL ? n : 0;
-  if (b->frames != NULL)
+  /* One array per descriptor, kept from life to life (a snapshot may be
+   * reading it: snapshot.c), freed with the manager. */
+  if (b->frames == NULL && (b->frames = malloc(UM_SNAPSHOT_FRAMES * sizeof(void *))) == NULL)
+    n = 0;
+  if (n > 0)
     memcpy(b->frames, raw + k, (size_t)n * sizeof(void *));
-}
-
-static void forget_frames(um_buffer *b) {
-  free(b->frames);
-  b->frames = NULL;
-  b->nframes = 0;
+  b->nframes = n;
 }
 
 void um__obs_frames_free(um_manager *m) {
   pthread_mutex_lock(&m->registry_lock);
-  for (um_buffer *b = m->all_buffers; b != NULL; b = b->all_next)
-    forget_frames(b);
+  for (um_buffer *b = m->all_buffers; b != NULL; b = b->all_next) {
+    free(b->frames);
+    b->frames = NULL;
+    b->nframes = 0;
+  }
   pthread_mutex_unlock(&m->registry_lock);
 }
 
@@ -448,9 +447,12 @@ void um__obs_alloc(um_buffer *b, bool hit) {
   b->tag = um__obs_tag_now(m);
   b->obs_thread = um__thread_number();
   b->born_ns = um__now_ns();
-  b->obs_gen = atomic_load_explicit(&b->gen, memory_order_relaxed);
+  b->nframes = 0;
   if (__builtin_expect(m->opts.backtraces, 0))
     record_frames(b);
+  /* Last, ordered after the stamp: a snapshot reading it (snapshot.c) takes
+   * the stamp as this life's only when obs_gen is gen. */
+  __atomic_store_n(&b->obs_gen, atomic_load_explicit(&b->gen, memory_order_relaxed), __ATOMIC_RELEASE);
   if (b->tag != 0) {
     tag_ctr *c = atomic_load_explicit(&o->ctr[b->tag], memory_order_acquire);
     tag_in(&c[b->dev->index], &c[o->ndev], b->size);
@@ -478,8 +480,7 @@ void um__obs_release(um_buffer *b) {
   }
   if (um__hist_on(b->m))
     block_event(b, UM_HIST_RELEASE, 0, dev_now, um__now_ns());
-  if (b->frames != NULL)
-    forget_frames(b);
+  b->nframes = 0;
   if (b->tag != 0) {
     tag_ctr *c = atomic_load_explicit(&o->ctr[b->tag], memory_order_acquire);
     tag_out(&c[b->dev->index], &c[o->ndev], b->size);

@@ -142,18 +142,88 @@ static void drop_unmatched(snap *sn) {
   free(gone);
 }
 
+/* What the snapshot shows of a descriptor, copied while its owner may be
+ * changing it (a pool hit or a release takes no lock the snapshot holds). */
+typedef struct desc_copy {
+  int state;
+  unsigned gen, obs_gen;
+  int device, loc, kind;
+  size_t size, capacity;
+  uint64_t address, idle_since_ns, born_ns;
+  void *carved;
+  const char *site_file;
+  int site_line, nframes;
+  uint16_t tag;
+  uint32_t thread;
+  void *frames[UM_SNAPSHOT_FRAMES];
+} desc_copy;
+
+#define RACY(x) (*(const volatile __typeof__(x) *)&(x))
+
+/* Each field read once (no second read between a bound's check and its
+ * use), none through a pointer that the owner may free (the frames' array
+ * lives as long as the descriptor, the device as long as the manager). The
+ * reads race with the owner on purpose and are validated by gen and state
+ * around them (the caller), so ThreadSanitizer is told not to watch them. */
+__attribute__((no_sanitize("thread"))) static void copy_fields(um_buffer *b, desc_copy *c) {
+  um__mem mem = {RACY(b->mem.host), RACY(b->mem.handle), NULL, RACY(b->mem.carved)};
+  void **frames = RACY(b->frames);
+  c->device = RACY(b->dev)->index;
+  c->loc = (int)RACY(b->loc);
+  c->kind = (int)RACY(b->kind);
+  c->size = RACY(b->size);
+  c->capacity = RACY(b->capacity);
+  c->address = mem_address(&mem);
+  c->carved = mem.carved;
+  c->idle_since_ns = RACY(b->idle_since_ns);
+  c->site_file = RACY(b->site_file);
+  c->site_line = RACY(b->site_line);
+  c->obs_gen = RACY(b->obs_gen);
+  atomic_thread_fence(memory_order_acquire); /* the stamp after the gen it was made for (um__obs_alloc) */
+  c->tag = RACY(b->tag);
+  c->thread = RACY(b->obs_thread);
+  c->born_ns = RACY(b->born_ns);
+  c->nframes = RACY(b->nframes);
+  if (frames == NULL || c->nframes < 0)
+    c->nframes = 0;
+  if (c->nframes > UM_SNAPSHOT_FRAMES)
+    c->nframes = UM_SNAPSHOT_FRAMES;
+  for (int k = 0; k < c->nframes; k++)
+    c->frames[k] = RACY(frames[k]);
+}
+
+/* A consistent copy of b: the same life (gen) and state before and after
+ * the fields were read; false when b kept changing (it moves: the
+ * segments' walk shows its extent whatever it became). */
+static bool copy_descriptor(um_buffer *b, desc_copy *c) {
+  for (int tries = 0; tries < 8; tries++) {
+    c->state = atomic_load_explicit(&b->state, memory_order_acquire);
+    c->gen = atomic_load_explicit(&b->gen, memory_order_acquire);
+    if (c->state == UM__BUF_HUSK)
+      return true;
+    copy_fields(b, c);
+    atomic_thread_fence(memory_order_acquire);
+    if (atomic_load_explicit(&b->gen, memory_order_relaxed) == c->gen &&
+        atomic_load_explicit(&b->state, memory_order_relaxed) == c->state)
+      return true;
+  }
+  return false;
+}
+
 static void add_buffer(snap *sn, um_buffer *b, uint64_t now) {
-  int state = atomic_load_explicit(&b->state, memory_order_acquire);
+  desc_copy c;
   um_snapshot_block *o;
-  if (state == UM__BUF_HUSK || (o = new_block(sn)) == NULL)
+  if (!copy_descriptor(b, &c) || c.state == UM__BUF_HUSK || (o = new_block(sn)) == NULL)
     return;
-  o->device = b->dev->index;
-  o->loc = b->loc;
-  o->state = state == UM__BUF_LIVE ? UM_BLOCK_IN_USE : state == UM__BUF_RELEASED ? UM_BLOCK_RELEASED : UM_BLOCK_IDLE;
-  o->wrapped = b->kind == UM__KIND_WRAPPED;
-  o->capacity = b->capacity != 0 ? b->capacity : b->size;
-  o->address = mem_address(&b->mem);
-  if (b->mem.carved != NULL) { /* placed by the segments' walk */
+  o->device = c.device;
+  o->loc = (um_location)c.loc;
+  o->state = c.state == UM__BUF_LIVE       ? UM_BLOCK_IN_USE
+             : c.state == UM__BUF_RELEASED ? UM_BLOCK_RELEASED
+                                           : UM_BLOCK_IDLE;
+  o->wrapped = c.kind == UM__KIND_WRAPPED;
+  o->capacity = c.capacity != 0 ? c.capacity : c.size;
+  o->address = c.address;
+  if (c.carved != NULL) { /* placed by the segments' walk */
     if (sn->ncarved == sn->ccap) {
       size_t cap = sn->ccap ? 2 * sn->ccap : 64;
       struct carved *grown = realloc(sn->carved, cap * sizeof(*grown));
@@ -164,26 +234,24 @@ static void add_buffer(snap *sn, um_buffer *b, uint64_t now) {
       sn->carved = grown;
       sn->ccap = cap;
     }
-    sn->carved[sn->ncarved++] = (struct carved){b->mem.carved, (size_t)(o - sn->s.blocks), false};
+    sn->carved[sn->ncarved++] = (struct carved){c.carved, (size_t)(o - sn->s.blocks), false};
   }
   if (o->state == UM_BLOCK_IDLE) {
     o->size = o->capacity;
-    o->age_ns = b->idle_since_ns != 0 && b->idle_since_ns <= now ? now - b->idle_since_ns : 0;
+    o->age_ns = c.idle_since_ns != 0 && c.idle_since_ns <= now ? now - c.idle_since_ns : 0;
     return;
   }
-  o->size = b->size;
-  o->site_file = b->site_file;
-  o->site_line = b->site_line;
-  if (b->frames != NULL && b->obs_gen == atomic_load_explicit(&b->gen, memory_order_relaxed)) {
-    o->nframes = b->nframes < UM_SNAPSHOT_FRAMES ? b->nframes : UM_SNAPSHOT_FRAMES;
-    memcpy(o->frames, b->frames, (size_t)o->nframes * sizeof(void *));
-  }
+  o->size = c.size;
+  o->site_file = c.site_file;
+  o->site_line = c.site_line;
   o->tag = "";
-  if (b->obs_gen == atomic_load_explicit(&b->gen, memory_order_relaxed) && b->born_ns != 0) {
-    o->thread = b->obs_thread;
-    o->age_ns = b->born_ns <= now ? now - b->born_ns : 0;
-    if (b->tag > 1 && b->tag - 2 < sn->nnames)
-      o->tag = sn->names[b->tag - 2];
+  if (c.obs_gen == c.gen && c.born_ns != 0) {
+    o->thread = c.thread;
+    o->age_ns = c.born_ns <= now ? now - c.born_ns : 0;
+    if (c.tag > 1 && c.tag - 2 < sn->nnames)
+      o->tag = sn->names[c.tag - 2];
+    o->nframes = c.nframes;
+    memcpy(o->frames, c.frames, (size_t)c.nframes * sizeof(void *));
   }
 }
 

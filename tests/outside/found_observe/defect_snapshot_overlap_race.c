@@ -11,6 +11,8 @@
  * Build: clang -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -g -fsanitize=address,undefined -Iinclude
  *   tests/outside/found_observe/defect_snapshot_overlap_race.c -Lbuild-h -lunimem -Wl,-rpath,$PWD/build-h -lpthread -o /tmp/X
  * Run: POCL_DEVICES=pthread UNIMEM_BACKENDS=cpu,opencl /tmp/X [seconds, default 6] ; UNIMEM_BACKENDS=cpu /tmp/X
+ * (ctest runs it twice: as it is, and with WITH_HISTORY=1 RACE_WRITE=1, where a torn read of a block's tag index
+ *  once indexed past the snapshot's names: each field is now read once and validated by gen and state.)
  * On the tree of 1adce28 (rebuilt build-h): no overlap any more, 3 of 4 runs "ok"; 1 of 4 (cpu,opencl) died:
  *   ERROR: AddressSanitizer: heap-buffer-overflow ... READ of size 1 ... thread T11
  *     #0 um__json_string src/core/snapshot.c:301:59  #1 um_snapshot_write src/core/snapshot.c:346:5  #2 snapper (this file:115)
