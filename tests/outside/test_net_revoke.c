@@ -240,7 +240,9 @@ static void rev_run(rev_how how, bool stop, uint32_t target_timeout_ms, unsigned
   s.issuer = os_spawn(rev_issuer, 1, &s);
   target = os_spawn(rev_target, 0, &s);
   os_expect_peer(target, 200000, "target");
-  os_expect_peer(s.issuer, 30000, "issuer");
+  /* The issuer's last steps close an endpoint and a net whose peer is
+   * gone: each may wait out its net timeout (20 s) on a loaded machine. */
+  os_expect_peer(s.issuer, 90000, "issuer");
   close(s.fds[0]);
   close(s.fds[1]);
 }
