@@ -656,7 +656,7 @@ UM_EXTERN int um_snapshot_write(const um_snapshot *s, const char *path);
 
 /* What a history records (um_history_event.kind). */
 typedef enum um_history_kind {
-  UM_HIST_ALLOC = 0,   /* a buffer went live (how: UM_HIST_POOL or UM_HIST_DEVICE) */
+  UM_HIST_ALLOC = 0,   /* a buffer went live (how: UM_HIST_POOL, UM_HIST_DEVICE, UM_HIST_CARVE) */
   UM_HIST_RELEASE = 1, /* um_release */
   UM_HIST_TRIM = 2,    /* idle memory went back to the device (bytes) */
   UM_HIST_COPY = 3,    /* a copy, from its issue to its completion */
@@ -668,8 +668,10 @@ typedef enum um_history_kind {
   UM_HIST_OOM = 9      /* um_alloc answered UM_ENOMEM (bytes: asked) */
 } um_history_kind;
 
-#define UM_HIST_POOL 0   /* served by the pool: no device call */
-#define UM_HIST_DEVICE 1 /* a new block from the device (or unpooled) */
+#define UM_HIST_POOL 0   /* a hit: an idle block of the pool, no device call */
+#define UM_HIST_DEVICE 1 /* a miss that called the device: a new block or segment (or unpooled) */
+#define UM_HIST_CARVE 2  /* a miss served from a free extent of a segment the pool holds: no device call
+                            (um_stats counts it as a hit) */
 
 /* One recorded event (um_history_get). */
 typedef struct um_history_event {
@@ -680,7 +682,7 @@ typedef struct um_history_event {
   int dst_device;      /* a copy's destination device, -1 for the caller's memory */
   um_location loc;     /* the buffer's location */
   int status;          /* UM_OK, or the operation's failure */
-  int how;             /* UM_HIST_POOL, UM_HIST_DEVICE (allocations) */
+  int how;             /* UM_HIST_POOL, UM_HIST_DEVICE, UM_HIST_CARVE (allocations) */
   uint32_t thread;     /* as um_snapshot_block.thread */
   const char *tag;     /* "" untagged; lives as long as the manager */
   const char *path;    /* a copy's way ("h2d", "d2h", "local", "peer",

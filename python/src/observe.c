@@ -220,12 +220,13 @@ static PyObject *event_dict(const void *p) {
     site = PyUnicode_FromFormat("%s:%d", e->site_file, e->site_line);
   else
     site = Py_NewRef(Py_None);
+  const char *how = e->how == UM_HIST_POOL ? "pool" : e->how == UM_HIST_CARVE ? "carve" : "device";
   if (put(d, "kind", str_or_none((unsigned)e->kind < 10 ? kind_names[e->kind] : "?")) < 0 ||
       put(d, "device", PyLong_FromLong(e->device)) < 0 || put(d, "src_device", PyLong_FromLong(e->src_device)) < 0 ||
       put(d, "dst_device", PyLong_FromLong(e->dst_device)) < 0 ||
       put(d, "location", str_or_none(pyum_location_names[e->loc])) < 0 ||
       put(d, "status", PyLong_FromLong(e->status)) < 0 ||
-      put(d, "how", str_or_none(e->kind == UM_HIST_ALLOC ? (e->how == UM_HIST_POOL ? "pool" : "device") : NULL)) < 0 ||
+      put(d, "how", str_or_none(e->kind == UM_HIST_ALLOC ? how : NULL)) < 0 ||
       put(d, "thread", PyLong_FromUnsignedLong(e->thread)) < 0 || put(d, "tag", str_or_none(e->tag)) < 0 ||
       put(d, "path", str_or_none(e->path)) < 0 || put(d, "begin_ns", u64(e->begin_ns)) < 0 ||
       put(d, "end_ns", u64(e->end_ns)) < 0 || put(d, "bytes", u64(e->bytes)) < 0 ||

@@ -114,7 +114,7 @@ def test_history_of_a_known_program(m, tmp_path):
         x.release()
     ev = h.events()
     assert [e["kind"] for e in ev] == ["alloc", "copy", "copy", "release"]
-    assert ev[0]["tag"] == "step" and ev[0]["bytes"] == 1024 and ev[0]["how"] in ("pool", "device")
+    assert ev[0]["tag"] == "step" and ev[0]["bytes"] == 1024 and ev[0]["how"] in ("pool", "carve", "device")
     assert ev[1]["begin_ns"] <= ev[1]["end_ns"]
     assert ev[3]["in_use"] == 0 and h.dropped == 0
     path = tmp_path / "h.json"

@@ -40,8 +40,10 @@ static int block_alloc_pressured(um_device *d, um_location loc, size_t bytes, um
 
 /* b is the caller's now: count it (in this thread's cache when there is
  * one), and publish it live. */
+/* how: UM_HIST_POOL (a hit), UM_HIST_CARVE (counted as one), UM_HIST_DEVICE. */
 static inline __attribute__((always_inline)) void go_live(um_device *d, um__tcache *tc, um_buffer *b,
-                                                         size_t bytes, bool hit, um_buffer **out) {
+                                                         size_t bytes, int how, um_buffer **out) {
+  bool hit = how != UM_HIST_DEVICE;
   if (tc != NULL) {
     um__tcounters *c = &tc->ctr[d->index];
     um__tcounter_add(hit ? &c->pool_hits : &c->not_hits, 1);
@@ -55,7 +57,7 @@ static inline __attribute__((always_inline)) void go_live(um_device *d, um__tcac
   atomic_store_explicit(&b->state, UM__BUF_LIVE, memory_order_release);
   *out = b;
   if (__builtin_expect(atomic_load_explicit(&d->m->observing, memory_order_relaxed) != 0, 0))
-    um__obs_alloc(b, hit);
+    um__obs_alloc(b, how);
 }
 
 /* An idle block taken from the pool for a new owner, zeroed when asked;
@@ -253,7 +255,7 @@ static __attribute__((noinline)) int alloc_slow(um_manager *m, um_device *d, siz
   if (pooled && (b = um__pool_take(&d->pools[loc], cls)) != NULL) {
     if ((st = reuse_block(b, bytes, flags, file, line, false)) != UM_OK)
       return st;
-    go_live(d, tc, b, bytes, true, out);
+    go_live(d, tc, b, bytes, UM_HIST_POOL, out);
     return UM_OK;
   }
   size_t cap = !pooled ? bytes : um__seg_large_cap(&d->pools[loc], bytes);
@@ -263,7 +265,7 @@ static __attribute__((noinline)) int alloc_slow(um_manager *m, um_device *d, siz
     UM__STAT_ADD(d, pool_misses, 1);
   if (st != UM_OK)
     return st == UM_ENOMEM ? oom_report(d, loc, bytes) : st;
-  go_live(d, tc, b, bytes, pooled && !fresh, out);
+  go_live(d, tc, b, bytes, !pooled || fresh ? UM_HIST_DEVICE : UM_HIST_CARVE, out);
   return UM_OK;
 }
 
@@ -309,7 +311,7 @@ static int alloc_slow_untraced(um_manager *m, um_device *d, size_t bytes, um_loc
   }
   if ((st = reuse_block(b, bytes, flags, file, line, true)) != UM_OK)
     return st;
-  go_live(d, tc, b, bytes, true, out);
+  go_live(d, tc, b, bytes, UM_HIST_POOL, out);
   return UM_OK;
 }
 
@@ -343,7 +345,7 @@ static __attribute__((noinline)) int hit_after(um__tcache *tc, um_buffer *b, boo
   if (publish)
     um__tcache_publish_high(tc);
   if (atomic_load_explicit(&b->m->observing, memory_order_relaxed) != 0)
-    um__obs_alloc(b, true);
+    um__obs_alloc(b, UM_HIST_POOL);
   return UM_OK;
 }
 
@@ -471,7 +473,7 @@ int um_wrap_host(um_manager *m, void *host, size_t bytes, unsigned flags, um_buf
   b->pinned_wrap = (flags & UM_WRAP_PIN) != 0;
   if (b->pinned_wrap)
     um__wrap_register_devices(b);
-  go_live(d, NULL, b, bytes, false, out);
+  go_live(d, NULL, b, bytes, UM_HIST_DEVICE, out);
   return UM_OK;
 }
 
@@ -485,7 +487,7 @@ int um__wrap_foreign(um_manager *m, um_device *d, um_location loc, const um__mem
   wrapped_init(b, d, loc, mem, bytes);
   b->on_return = on_return;
   b->on_return_ctx = ctx;
-  go_live(d, NULL, b, bytes, false, out);
+  go_live(d, NULL, b, bytes, UM_HIST_DEVICE, out);
   return UM_OK;
 }
 

@@ -39,7 +39,7 @@ void um__trace_release(um_manager *m, um_buffer *b);
 typedef struct um__obs um__obs;
 int um__obs_create(um_manager *m);
 void um__obs_destroy(um_manager *m);
-void um__obs_alloc(um_buffer *b, bool hit);
+void um__obs_alloc(um_buffer *b, int how);
 /* The backtraces of every buffer still registered go (at destroy). */
 void um__obs_frames_free(um_manager *m);
 void um__obs_release(um_buffer *b);

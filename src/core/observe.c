@@ -440,7 +440,7 @@ static void block_event(um_buffer *b, um_history_kind kind, int how, int64_t dev
   um__hist_put(b->m, &e);
 }
 
-void um__obs_alloc(um_buffer *b, bool hit) {
+void um__obs_alloc(um_buffer *b, int how) {
   um_manager *m = b->m;
   um__obs *o = m->obs;
   int64_t dev_now;
@@ -467,7 +467,7 @@ void um__obs_alloc(um_buffer *b, bool hit) {
       um__atomic_max_relaxed(&o->scope_peak, (uint64_t)now);
   }
   if (um__hist_on(m))
-    block_event(b, UM_HIST_ALLOC, hit ? UM_HIST_POOL : UM_HIST_DEVICE, dev_now, b->born_ns);
+    block_event(b, UM_HIST_ALLOC, how, dev_now, b->born_ns);
 }
 
 void um__obs_release(um_buffer *b) {

@@ -394,6 +394,47 @@ Test(observe, history_known_sequence) {
   ut_profile_close(&e);
 }
 
+/* How each allocation was served: the first from the device, the same
+ * size again from the pool, another size beside it from the free extent of
+ * the first's segment where the pool keeps segments (else the device), an
+ * unpooled one from the device. */
+Test(observe, history_allocation_how) {
+  ut_env e = ut_profile_open(NULL);
+  um_history_event ev[16];
+  um_buffer *a, *b, *c;
+  um_snapshot *s;
+  um_device_info info;
+  size_t n;
+  int in_segment = 0;
+  cr_assert_eq(um_device_info_get(e.dev, &info), UM_OK);
+  cr_assert_eq(um_history_start(e.m, 16), UM_OK);
+  cr_assert_eq(um_alloc(e.m, e.dev, 1000, UM_DEVICE, 0, &a), UM_OK);
+  cr_assert_eq(um_release(a), UM_OK);
+  cr_assert_eq(um_alloc(e.m, e.dev, 1000, UM_DEVICE, 0, &a), UM_OK);
+  cr_assert_eq(um_snapshot_take(e.m, &s), UM_OK);
+  for (size_t i = 0; i < s->nsegments; i++)
+    in_segment |= s->segments[i].device == info.index && s->segments[i].loc == UM_DEVICE &&
+                  s->segments[i].size >= 64 * 1024;
+  um_snapshot_free(s);
+  cr_assert_eq(um_alloc(e.m, e.dev, 3000, UM_DEVICE, 0, &b), UM_OK);
+  cr_assert_eq(um_alloc(e.m, e.dev, 1000, UM_DEVICE, UM_ALLOC_UNPOOLED, &c), UM_OK);
+  cr_assert_eq(um_history_stop(e.m), UM_OK);
+  cr_assert_eq(um_history_get(e.m, ev, 16, &n, NULL), UM_OK);
+  cr_assert_eq(n, 5, "%zu events", n);
+  cr_assert_eq(ev[0].kind, UM_HIST_ALLOC);
+  cr_assert_eq(ev[0].how, UM_HIST_DEVICE, "the first block calls the device");
+  cr_assert_eq(ev[1].kind, UM_HIST_RELEASE);
+  cr_assert_eq(ev[2].how, UM_HIST_POOL, "the same size again is a hit");
+  cr_assert_eq(ev[2].address, ev[0].address);
+  cr_assert_eq(ev[3].how, in_segment ? UM_HIST_CARVE : UM_HIST_DEVICE, "another size: how %d (segment %d)",
+               ev[3].how, in_segment);
+  cr_assert_eq(ev[4].how, UM_HIST_DEVICE, "unpooled");
+  cr_assert_eq(um_release(a), UM_OK);
+  cr_assert_eq(um_release(b), UM_OK);
+  cr_assert_eq(um_release(c), UM_OK);
+  ut_profile_close(&e);
+}
+
 /* A full ring keeps the newest events and counts the others. */
 Test(observe, history_ring_overwrites_the_oldest) {
   ut_env e = ut_profile_open(NULL);
