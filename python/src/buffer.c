@@ -281,9 +281,10 @@ PyDoc_STRVAR(map_doc,
 "'r' read, 'w' write, 'rw' both, 'discard' write without fetching the old\n"
 "contents. Use as `with b.map('rw') as view:` where view is a memoryview\n"
 "(read-only for 'r'). Reading modes fetch the device copy first; writes reach\n"
-"the device when the mapping ends: when the with block exits, or, if arrays\n"
-"or views made from view outlive the block, when the last of them is\n"
-"released. One mapping per buffer at a time (InvalidState).");
+"the device when the mapping ends, when the with block exits. Arrays or views\n"
+"made from view that outlive the block make its exit raise BufferError (as\n"
+"memoryview.release does); the buffer then stays mapped until the last of them\n"
+"is released. One mapping per buffer at a time (InvalidState).");
 
 static PyObject *Buffer_map(BufferObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
   static const char *const names[] = {"mode", "offset", "nbytes"};

@@ -1,7 +1,9 @@
 /* unimem.Mapping: one um_map of a Buffer, exported to Python as a
- * memoryview. The mapping ends (um_unmap) at __exit__, or, when views made
- * from it outlive the with block, when the last of them is released: the
- * memory they point into stays the mapped memory until then. */
+ * memoryview. The mapping ends (um_unmap) at __exit__. Views made from it
+ * that outlive the with block make __exit__ raise BufferError (as
+ * memoryview.release does): the memory they point into stays the mapped
+ * memory, and the mapping ends when the last of them is released. With an
+ * exception already leaving the block, that exception goes on instead. */
 #include "pyunimem.h"
 
 typedef struct MappingObject {
@@ -99,10 +101,11 @@ static PyObject *Mapping_enter(MappingObject *self, PyObject *unused) {
   return self->view;
 }
 
-/* End the mapping: now, unless views made from it are still alive. */
+/* End the mapping: now, unless views made from it are still alive
+ * (BufferError, unless the block is leaving with an exception of its own). */
 static PyObject *Mapping_exit(MappingObject *self, PyObject *args) {
   PyObject *view = self->view;
-  (void)args;
+  int leaving_with_error = PyTuple_Check(args) && PyTuple_GET_SIZE(args) > 0 && PyTuple_GET_ITEM(args, 0) != Py_None;
   self->ending = 1;
   self->view = NULL;
   if (view != NULL) {
@@ -115,8 +118,15 @@ static PyObject *Mapping_exit(MappingObject *self, PyObject *args) {
       return NULL;
     Py_XDECREF(r);
   }
-  if (self->exports == 0 && mapping_end(self, 1) != UM_OK)
+  if (self->exports == 0) {
+    if (mapping_end(self, 1) != UM_OK)
+      return NULL;
+  } else if (self->mapped && !leaving_with_error) {
+    PyErr_SetString(PyExc_BufferError,
+                    "unimem.Mapping: views made from the mapping (numpy.frombuffer, a slice, ...) outlive its with "
+                    "block: the buffer stays mapped until the last is released (del them before the block ends)");
     return NULL;
+  }
   Py_RETURN_FALSE;
 }
 
@@ -160,7 +170,8 @@ static PyMethodDef Mapping_methods[] = {
     {"__enter__", (PyCFunction)Mapping_enter, METH_NOARGS,
      PyDoc_STR("A memoryview of the mapped bytes (read-only for mode 'r').")},
     {"__exit__", (PyCFunction)Mapping_exit, METH_VARARGS,
-     PyDoc_STR("End the mapping: writes reach the device. Deferred while views made from it live.")},
+     PyDoc_STR("End the mapping: writes reach the device. BufferError while views made from it live (the mapping "
+               "then ends when the last is released).")},
     {NULL, NULL, 0, NULL},
 };
 

@@ -65,13 +65,14 @@ def test_one_mapping_at_a_time(cpu):
         pass
 
 
-def test_mapping_outlives_its_block_while_views_of_it_live(ocl):
+def test_a_view_that_outlives_the_block_is_a_buffer_error_at_its_exit(ocl):
     d = ocl.alloc(16, device=1)
     d.fill(0)
     mapping = d.map("rw")
-    with mapping as view:
-        arr = numpy.frombuffer(view, numpy.uint8)
-        arr[:] = 5
+    with pytest.raises(BufferError, match="views made from the mapping .* outlive its with block"):
+        with mapping as view:
+            arr = numpy.frombuffer(view, numpy.uint8)
+            arr[:] = 5
     assert not mapping.ended  # arr still points into the mapped memory
     with pytest.raises(unimem.InvalidState):
         d.map("r")
@@ -85,6 +86,40 @@ def test_mapping_outlives_its_block_while_views_of_it_live(ocl):
         mapping.__enter__()
     with pytest.raises(BufferError, match="has ended"):
         memoryview(mapping)
+
+
+def test_views_released_inside_the_block_end_it_at_the_exit(ocl):
+    d = ocl.alloc(16, device=1)
+    d.fill(0)
+    with d.map("rw") as view:
+        arr = numpy.frombuffer(view, numpy.uint8)
+        part = view[4:8]
+        arr[:] = 7
+        del arr
+        part.release()
+    out = bytearray(16)
+    d.copy_to(out)  # unmapped at the exit: the copy works
+    assert out == b"\x07" * 16
+
+
+def test_two_views_outliving_the_block_and_an_exception_leaving_it(ocl):
+    d = ocl.alloc(16, device=1)
+    with pytest.raises(BufferError, match="views made from the mapping .* outlive its with block"):
+        with d.map("w") as view:
+            a, b = numpy.frombuffer(view, numpy.uint8), numpy.frombuffer(view, numpy.uint8)
+    del a, b
+    with d.map("r"):  # the last view's release ended it
+        pass
+    # The block's own exception goes on; the mapping ends with the view.
+    with pytest.raises(KeyError):
+        with d.map("w") as view:
+            c = numpy.frombuffer(view, numpy.uint8)
+            raise KeyError("the body's")
+    with pytest.raises(unimem.InvalidState):
+        d.map("r")
+    del c
+    with d.map("r"):
+        pass
 
 
 def test_mapping_without_with_ends_when_dropped(cpu):
