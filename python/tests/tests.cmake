@@ -63,6 +63,8 @@ add_test(NAME python_gpu COMMAND ${_um_pytest} -rs -m gpu ${CMAKE_CURRENT_SOURCE
                  --ignore=${CMAKE_CURRENT_SOURCE_DIR}/tests/test_fuzz.py)
 add_test(NAME python_install
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/install_check.sh ${CMAKE_BINARY_DIR} ${Python3_EXECUTABLE})
+# pip install and a wheel, as a Python user builds the package (setup.py's CMake build, no registry).
+add_test(NAME python_pip COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/pip_check.sh ${CMAKE_SOURCE_DIR} ${Python3_EXECUTABLE})
 # examples/python: each runs as a test (one without what it needs prints a
 # SKIP line and exits 0).
 file(GLOB _um_py_examples CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/examples/python/*.py)
@@ -72,7 +74,7 @@ foreach(ex ${_um_py_examples})
   add_test(NAME python_example_${name} COMMAND ${Python3_EXECUTABLE} ${ex})
   list(APPEND _um_py_example_tests python_example_${name})
 endforeach()
-foreach(t python_api python_fuzz python_gpu python_install ${_um_py_example_tests})
+foreach(t python_api python_fuzz python_gpu python_install python_pip ${_um_py_example_tests})
   # The tests' scratch files (hypothesis keeps none: see conftest.py) stay
   # in the build tree.
   set_tests_properties(${t} PROPERTIES LABELS "python" TIMEOUT 600 SKIP_RETURN_CODE 77
