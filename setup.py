@@ -56,6 +56,7 @@ setup(
     version=version(),
     packages=["unimem"],
     package_dir={"unimem": "python/unimem"},
+    package_data={"unimem": ["__init__.pyi", "py.typed"]},
     ext_modules=[Extension("unimem._core", sources=[])],
     cmdclass={"build_ext": CMakeBuild},
     options={"build": {"build_base": "build-py"}},  # not build/, the CMake tree of the README's commands

@@ -299,7 +299,7 @@ static PyMethodDef core_methods[] = {
                "is all or none: InvalidArgument (buffers of two devices or managers), InvalidState "
                "(released, mapped, already in an access) with no bracket open. See unimem.Access.")},
     {"stats_fields", core_stats_fields, METH_NOARGS,
-     PyDoc_STR("stats_fields() -> ((name, description), ...): the fields of Manager.stats(), in order.")},
+     PyDoc_STR("stats_fields($module, /)\n--\n\n((name, description), ...): the fields of Manager.stats(), in order.")},
     {"_errors", core_errors, METH_NOARGS, PyDoc_STR("The error codes: ((code, c_name, class_name, text), ...).")},
     {"_set_error_classes", core_set_error_classes, METH_VARARGS,
      PyDoc_STR("Register the Error class and its subclasses by code (done by the package).")},

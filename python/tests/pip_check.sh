@@ -55,7 +55,8 @@ wheel=$(ls "$work"/wheels/unimem-*.whl)
 "$python" - "$wheel" <<'PY' || fail "the wheel lacks files"
 import sys, zipfile
 names = zipfile.ZipFile(sys.argv[1]).namelist()
-for want in ("unimem/__init__.py", "unimem/libunimem.so.0", "unimem/libunimem_torch.so", "unimem/_core."):
+for want in ("unimem/__init__.py", "unimem/__init__.pyi", "unimem/py.typed", "unimem/libunimem.so.0",
+             "unimem/libunimem_torch.so", "unimem/_core."):
     assert any(n.startswith(want) for n in names), (want, names)
 print("wheel:", sys.argv[1].rsplit("/", 1)[-1], len(names), "files")
 PY
