@@ -46,6 +46,11 @@ PyObject *pyum_buffer_new(ManagerObject *mgr, um_buffer *b) {
  * list, which may let a closed manager go. */
 static int buffer_handle_gone(BufferObject *self, int st, int raise_errors) {
   int destroyed;
+  /* A wrap's release returned only once its operations ended: the wrapped
+   * object's memory may go. Refused, the wrap is still live in C: its
+   * memory stays held for good. */
+  if (st == UM_OK && self->source.obj != NULL)
+    PyBuffer_Release(&self->source);
   self->b = NULL;
   self->host = NULL;
   self->release_requested = 1;
@@ -392,6 +397,8 @@ static void Buffer_dealloc(BufferObject *self) {
   if (self->b != NULL)
     buffer_release_handle(self, 0);
   Py_CLEAR(self->cl_view);
+  if (self->source.obj != NULL && (self->mgr == NULL || self->mgr->m == NULL))
+    PyBuffer_Release(&self->source); /* the manager, and with it the wrap, is gone */
   Py_CLEAR(self->mgr);
   Py_TYPE(self)->tp_free((PyObject *)self);
 }

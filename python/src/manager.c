@@ -720,6 +720,10 @@ static PyObject *Manager_repr(ManagerObject *self) {
 
 static PyMethodDef Manager_methods[] = {
     {"alloc", (PyCFunction)(void (*)(void))Manager_alloc, METH_FASTCALL | METH_KEYWORDS, alloc_doc},
+    {"wrap_host", (PyCFunction)(void (*)(void))pyum_manager_wrap_host, METH_FASTCALL | METH_KEYWORDS,
+     pyum_wrap_host_doc},
+    {"map_file", (PyCFunction)(void (*)(void))pyum_manager_map_file, METH_FASTCALL | METH_KEYWORDS,
+     pyum_map_file_doc},
     {"stats", (PyCFunction)(void (*)(void))Manager_stats, METH_FASTCALL | METH_KEYWORDS, stats_doc},
     {"trim", (PyCFunction)(void (*)(void))Manager_trim, METH_FASTCALL | METH_KEYWORDS, trim_doc},
     {"close", (PyCFunction)Manager_close, METH_NOARGS, close_doc},

@@ -79,6 +79,8 @@ struct BufferObject {
   Py_ssize_t pending;    /* Events and orphans of its operations not seen done */
   Py_ssize_t accesses;   /* open Access objects (counted in exports too) */
   PyObject *cl_view;     /* to_pyopencl's pyopencl.Buffer, made once, dropped at release */
+  Py_buffer source;      /* Manager.wrap_host: the object's memory, held until the wrap's release
+                            returned (source.obj NULL: none) */
   BufferObject *prev, *next; /* the manager's list */
   PyObject *weakrefs;
 };
@@ -164,6 +166,10 @@ PyObject *pyum_option_names(void);
 
 /* A new Buffer owning b (registered with mgr). Releases b on failure. */
 PyObject *pyum_buffer_new(ManagerObject *mgr, um_buffer *b);
+/* wrap.c: Manager.wrap_host and Manager.map_file, and their docs. */
+PyObject *pyum_manager_wrap_host(ManagerObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+PyObject *pyum_manager_map_file(ManagerObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+extern const char pyum_wrap_host_doc[], pyum_map_file_doc[];
 /* 0 when the buffer may be used; InvalidState otherwise. */
 int pyum_buffer_check(BufferObject *self);
 /* 'r', 'w', 'rw' or 'discard' as a um_map_mode. */
