@@ -441,6 +441,13 @@ static PyMethodDef Buffer_methods[] = {
                "aliases the memory only while the buffer lives: keep the Buffer until the kernels are done, and "
                "order them with access(); after release() the call raises InvalidState. NotSupported for a buffer "
                "that is not OpenCL device memory; ImportError without pyopencl.")},
+    {"view", (PyCFunction)(void (*)(void))pyum_buffer_view, METH_FASTCALL | METH_KEYWORDS,
+     PyDoc_STR("view($self, dtype, shape=None, strides=None, offset=0)\n--\n\n"
+               "A typed view (ArrayView) of the bytes from offset: elements of dtype (anything numpy.dtype takes:\n"
+               "'float32', numpy.int16, ...) in shape (None: as many as fit, one dimension), strides in bytes\n"
+               "(NumPy's convention; None: C order). numpy.from_dlpack(v), torch.from_dlpack(v) and\n"
+               "numpy.asarray(v) (host-visible memory) give that array at once, zero-copy. The buffer's\n"
+               "release() waits while the view lives. OutOfRange when the elements run past the end.")},
     {"__dlpack__", (PyCFunction)(void (*)(void))pyum_buffer_dlpack, METH_FASTCALL | METH_KEYWORDS,
      PyDoc_STR("__dlpack__($self, *, stream=None, max_version=None, dl_device=None, copy=None)\n--\n\n"
                "The buffer as a DLPack capsule of uint8 (the array API standard's protocol): 'dltensor' "

@@ -351,7 +351,7 @@ PyMODINIT_FUNC PyInit__core(void) {
   if (Device_Type == NULL || add_type(mod, Device_Type, "Device") < 0 ||
       add_type(mod, &Manager_Type, "Manager") < 0 || add_type(mod, &Buffer_Type, "Buffer") < 0 ||
       add_type(mod, &Event_Type, "Event") < 0 || add_type(mod, &Mapping_Type, "Mapping") < 0 ||
-      add_type(mod, pyum_access_type(), "Access") < 0 ||
+      add_type(mod, pyum_access_type(), "Access") < 0 || add_type(mod, pyum_array_type(), "ArrayView") < 0 ||
       PyModule_AddStringConstant(mod, "__version__", um_version_string()) < 0 ||
       PyModule_AddIntConstant(mod, "version_hex", (long)um_version()) < 0 ||
       PyModule_AddObject(mod, "OPTION_NAMES", pyum_option_names()) < 0) {

@@ -256,17 +256,19 @@ static BufferObject *export_source(BufferObject *self, int32_t type, int32_t id,
   return export_copy(self, to_host);
 }
 
-PyObject *pyum_buffer_dlpack(BufferObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
-  static const char *const names[] = {"stream", "max_version", "dl_device", "copy"};
-  PyObject *a[4], *capsule;
+/* __dlpack__ of self's bytes [offset, ...) as ndim dimensions of shape
+ * (strides in elements, NULL: C-contiguous) of a dtype: Buffer.__dlpack__
+ * (uint8, the whole buffer) and ArrayView.__dlpack__ (array.c). a: the
+ * keywords stream, max_version, dl_device, copy (NULL where not given). */
+PyObject *pyum_export_typed(BufferObject *self, PyObject *const *a, size_t offset, int ndim, const int64_t *shape,
+                            const int64_t *strides, uint8_t code, uint8_t bits, uint16_t lanes) {
+  PyObject *capsule;
   BufferObject *src;
   int32_t type, id, want_type = 0, want_id = 0;
   int versioned, dl_given, copy, copied, st;
   void *tensor = NULL;
-  if (nargs > 0)
-    return PyErr_Format(PyExc_TypeError, "__dlpack__() takes keyword arguments only (%zd positional given)", nargs);
-  if (pyum_parse("__dlpack__", args, nargs, kwnames, names, 4, 0, a) < 0 || parse_max_version(a[1], &versioned) < 0 ||
-      parse_dl_device(a[2], &want_type, &want_id, &dl_given) < 0 || pyum_buffer_check(self) < 0)
+  if (parse_max_version(a[1], &versioned) < 0 || parse_dl_device(a[2], &want_type, &want_id, &dl_given) < 0 ||
+      pyum_buffer_check(self) < 0)
     return NULL;
   copy = a[3] == NULL || a[3] == Py_None ? -1 : PyObject_IsTrue(a[3]);
   if (copy == -1 && PyErr_Occurred())
@@ -281,12 +283,22 @@ PyObject *pyum_buffer_dlpack(BufferObject *self, PyObject *const *args, Py_ssize
     return PyErr_Format(PyExc_BufferError, "unimem.Buffer.__dlpack__: the buffer is read-only, which a legacy "
                         "DLPack capsule cannot say; ask for max_version=(1, 0)");
   }
-  int64_t shape[1] = {(int64_t)src->size};
-  st = um_dlpack_export(src->b, 0, 1, shape, NULL, UM_DL_UINT, 8, 1,
+  st = um_dlpack_export(src->b, offset, ndim, shape, strides, code, bits, lanes,
                         (versioned ? UM_DLPACK_VERSIONED : 0) | (copied && versioned ? UM_DLPACK_COPIED : 0), &tensor);
   capsule = st == UM_OK ? export_capsule(src, tensor, versioned) : export_error(st);
   Py_DECREF(src);
   return capsule;
+}
+
+PyObject *pyum_buffer_dlpack(BufferObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+  static const char *const names[] = {"stream", "max_version", "dl_device", "copy"};
+  PyObject *a[4];
+  if (nargs > 0)
+    return PyErr_Format(PyExc_TypeError, "__dlpack__() takes keyword arguments only (%zd positional given)", nargs);
+  if (pyum_parse("__dlpack__", args, nargs, kwnames, names, 4, 0, a) < 0 || pyum_buffer_check(self) < 0)
+    return NULL;
+  int64_t shape[1] = {(int64_t)self->size};
+  return pyum_export_typed(self, a, 0, 1, shape, NULL, UM_DL_UINT, 8, 1);
 }
 
 PyObject *pyum_buffer_dlpack_device(BufferObject *self, PyObject *unused) {

@@ -217,6 +217,10 @@ PyObject *pyum_mapping_new(BufferObject *buf, um_map_mode mode, void *ptr,
 /* ---- dlpack.c --------------------------------------------------------- */
 
 PyObject *pyum_buffer_dlpack(BufferObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+PyObject *pyum_buffer_view(BufferObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+PyTypeObject *pyum_array_type(void);
+PyObject *pyum_export_typed(BufferObject *self, PyObject *const *a, size_t offset, int ndim, const int64_t *shape,
+                            const int64_t *strides, uint8_t code, uint8_t bits, uint16_t lanes);
 PyObject *pyum_buffer_dlpack_device(BufferObject *self, PyObject *unused);
 /* unimem.from_dlpack(m, obj) */
 PyObject *pyum_from_dlpack(PyObject *mod, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);

@@ -9,7 +9,7 @@ import os
 import unimem
 
 STUB = os.path.join(os.path.dirname(__file__), "..", "unimem", "__init__.pyi")
-DUNDERS = {"__enter__", "__exit__", "__array__", "__dlpack__", "__dlpack_device__", "__init__"}
+DUNDERS = {"__enter__", "__exit__", "__array__", "__dlpack__", "__dlpack_device__", "__init__", "__array_interface__"}
 
 
 def stub_tree():

@@ -45,6 +45,7 @@ from . import _core
 from ._core import (  # noqa: F401  (the package's API)
     OPTION_NAMES,
     Access,
+    ArrayView,
     Buffer,
     Device,
     Event,
@@ -249,6 +250,6 @@ _ERROR_NAMES = _make_errors()
 _atexit.register(_core._shutdown)
 
 __all__ = [
-    "Manager", "Buffer", "Event", "Mapping", "Access", "Device", "access", "copy", "from_dlpack", "Error",
+    "Manager", "Buffer", "ArrayView", "Event", "Mapping", "Access", "Device", "access", "copy", "from_dlpack", "Error",
     "stats_fields", "OPTION_NAMES", "__version__", "Tag", "History", "dump_snapshot", "memory_viz_snapshot",
 ] + list(_ERROR_NAMES)
