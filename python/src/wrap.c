@@ -13,8 +13,9 @@ const char pyum_wrap_host_doc[] =
     "raise InvalidState); True makes a writable object read-only to unimem; False\n"
     "asks for a writable export (the object's error when it has none). pin=True\n"
     "page-locks the range while wrapped. The Buffer keeps obj exported (a bytearray\n"
-    "cannot be resized meanwhile) until release() has returned, which waits for\n"
-    "the wrap's operations. InvalidArgument for an empty or non-contiguous object.";
+    "cannot be resized meanwhile) until its release has happened: release() of a\n"
+    "wrap with operations in flight (an Event not yet seen done) is deferred until\n"
+    "they end. InvalidArgument for an empty or non-contiguous object.";
 
 const char pyum_map_file_doc[] =
     "map_file($self, path, mode='r')\n--\n\n"

@@ -50,15 +50,20 @@ def test_a_dropped_object_lives_while_the_wrap_does(cpu):
     assert gone() is None
 
 
-def test_a_pending_copy_finishes_before_the_memory_goes(ocl):
-    src = numpy.full(1 << 20, 3, numpy.uint8)
+def test_a_pending_copy_keeps_the_object_until_it_ends(ocl):
+    src = bytearray(b"\x03" * (1 << 20))
     w = ocl.wrap_host(src)
     d = ocl.alloc(1 << 20, device=1)
     d.fill(9)
     ev = unimem.copy(w, d, 1 << 20, wait=False)  # device -> the wrap, queued
     assert isinstance(ev, unimem.Event)
-    w.release()  # waits for it: the bytes are in src when it returns
-    assert (src == 9).all()
+    w.release()  # deferred while the copy is in flight: src stays exported
+    assert w.released
+    with pytest.raises(BufferError):
+        src.append(0)
+    ev.wait()  # the copy ended: the deferred release ran, the export went
+    assert src == bytearray(b"\t" * (1 << 20))
+    src.append(0)
     d.release()
 
 
