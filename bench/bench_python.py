@@ -21,7 +21,8 @@ Then DLPack (SPEC §6: numpy.from_dlpack of a host buffer copies nothing):
 numpy.from_dlpack, torch.from_dlpack (where PyTorch is installed) and
 unimem.from_dlpack of a 1 GiB buffer whose pages are all touched, each timed
 with the growth of the process's resident memory, next to numpy's own copy
-of the same bytes. --dlpack-only runs only that part.
+of the same bytes. --dlpack-only runs only that part. Last, typed views
+(Buffer.view) against the uint8 export reshaped by hand (--views-only).
 """
 
 import argparse
@@ -140,18 +141,52 @@ def dlpack_rows(nbytes):
         print(f"{name:<38}{t * 1e6:>11.1f} µs{grown / (1 << 20):>10.2f} MiB  {verdict}")
 
 
+def view_rows(reps, iterations):
+    """Typed views (Buffer.view): a 32 x 32 float32 array from a host buffer, as a typed view and as the
+    uint8 export reshaped by hand (what a consumer did before views existed). ns per call, median of reps."""
+    import numpy
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    with unimem.Manager(backends="cpu") as m, m.alloc(4096, location="host") as b:
+        f32 = numpy.dtype(numpy.float32)
+        cases = [("b.view(f32, (32, 32))", lambda: b.view(f32, (32, 32))),
+                 ("numpy.from_dlpack(b.view(...))", lambda: numpy.from_dlpack(b.view(f32, (32, 32)))),
+                 ("numpy.from_dlpack(b).view().reshape()",
+                  lambda: numpy.from_dlpack(b).view(numpy.float32).reshape(32, 32)),
+                 ("numpy.asarray(b.view(...))", lambda: numpy.asarray(b.view(f32, (32, 32))))]
+        if torch is not None:
+            cases += [("torch.from_dlpack(b.view(...))", lambda: torch.from_dlpack(b.view(f32, (32, 32)))),
+                      ("torch.from_dlpack(b).view().reshape()",
+                       lambda: torch.from_dlpack(b).view(torch.float32).reshape(32, 32))]
+        print(f"typed views: ns per call, median of {reps} runs of {iterations}")
+        for name, fn in cases:
+            samples = []
+            for _ in range(reps):
+                t0 = time.perf_counter_ns()
+                for _ in range(iterations):
+                    fn()
+                samples.append((time.perf_counter_ns() - t0) / iterations)
+            print(f"  {name:<40}{statistics.median(samples):>8.0f}  spread {spread(samples):.0f}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer iterations (a smoke run)")
     ap.add_argument("--helper", help="path of libunimem_pybench.so")
     ap.add_argument("--reps", type=int, default=0, help="repetitions per case (default 9, quick 3)")
     ap.add_argument("--dlpack-only", action="store_true", help="only the DLPack rows")
+    ap.add_argument("--views-only", action="store_true", help="only the typed views' rows")
     ap.add_argument("--dlpack-bytes", type=int, default=0, help="buffer size of the DLPack rows (default 1 GiB, "
                     "quick 64 MiB)")
     args = ap.parse_args()
     dlpack_bytes = args.dlpack_bytes or ((64 if args.quick else 1024) << 20)
     if args.dlpack_only:
         dlpack_rows(dlpack_bytes)
+        return
+    if args.views_only:
+        view_rows(args.reps or (3 if args.quick else 9), 2000 if args.quick else 20000)
         return
     helper = ctypes.CDLL(find_helper(args.helper))
     helper.pybench_copy.restype = ctypes.c_int
@@ -191,6 +226,7 @@ def main():
         print(f"largest added cost among the measurable rows: {worst:.0f} ns per call "
               f"({'within' if worst <= TARGET_NS else 'over'} the 2 µs target)")
     dlpack_rows(dlpack_bytes)
+    view_rows(reps, 2000 if args.quick else 20000)
 
 
 if __name__ == "__main__":
