@@ -156,7 +156,7 @@ PyObject *pyum_buffer_view(BufferObject *self, PyObject *const *args, Py_ssize_t
   }
   v->contiguous = 1;
   for (int i = v->ndim - 1, step = 1; i >= 0; step *= (int)(v->shape[i] > 0 ? v->shape[i] : 1), i--) {
-    if (ns < 0) {
+    if (ns < 0 || v->shape[i] <= 1) { /* a dimension of one element or none: its stride says nothing */
       v->strides[i] = (int64_t)step;
       continue;
     }

@@ -59,6 +59,8 @@ def test_strides_and_offsets_are_numpys(cpu):
     col = b.view(numpy.int32, (8,), strides=(32,), offset=4)  # every eighth element from the second
     assert list(numpy.from_dlpack(col)) == list(range(1, 64, 8))
     assert b.view("int32", (4, 4)).strides == (16, 4)  # C order when none are given
+    one = b.view("int32", (4, 1), strides=(16, 2))  # a dimension of one: its stride (even a partial one) is moot
+    assert one.strides == (16, 4) and list(numpy.from_dlpack(one)[:, 0]) == [0, 4, 8, 12]
     assert b.view("int32").shape == (64,) and b.view("int32", offset=16).shape == (60,)
 
 
