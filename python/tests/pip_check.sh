@@ -9,6 +9,9 @@
 #   pip_check.sh SOURCE_DIR PYTHON        (exit 77: venv, pip or build missing)
 set -eu
 unset PYTHONPATH  # the suite points it at the build tree: the installs must stand alone
+# An ASan build preloads its runtime into every process of the suite: not into the compilers, CMake and pip
+# of a user's own build (the package they make is not instrumented).
+unset LD_PRELOAD PYTHONMALLOC ASAN_OPTIONS UBSAN_OPTIONS
 src=$(cd "$1" && pwd)
 python=$2
 fail() { echo "FAIL: $*" >&2; exit 1; }
