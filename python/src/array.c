@@ -155,9 +155,10 @@ PyObject *pyum_buffer_view(BufferObject *self, PyObject *const *args, Py_ssize_t
     goto fail;
   }
   v->contiguous = 1;
-  for (int i = v->ndim - 1, step = 1; i >= 0; step *= (int)(v->shape[i] > 0 ? v->shape[i] : 1), i--) {
+  int64_t step = 1; /* C order's stride of dimension i, in elements */
+  for (int i = v->ndim - 1; i >= 0; step *= v->shape[i] > 0 ? v->shape[i] : 1, i--) {
     if (ns < 0 || v->shape[i] <= 1) { /* a dimension of one element or none: its stride says nothing */
-      v->strides[i] = (int64_t)step;
+      v->strides[i] = step;
       continue;
     }
     if (bstrides[i] % (int64_t)v->itemsize != 0) {

@@ -295,7 +295,7 @@ PyObject *pyum_buffer_dlpack(BufferObject *self, PyObject *const *args, Py_ssize
   PyObject *a[4];
   if (nargs > 0)
     return PyErr_Format(PyExc_TypeError, "__dlpack__() takes keyword arguments only (%zd positional given)", nargs);
-  if (pyum_parse("__dlpack__", args, nargs, kwnames, names, 4, 0, a) < 0 || pyum_buffer_check(self) < 0)
+  if (pyum_parse("__dlpack__", args, nargs, kwnames, names, 4, 0, a) < 0)
     return NULL;
   int64_t shape[1] = {(int64_t)self->size};
   return pyum_export_typed(self, a, 0, 1, shape, NULL, UM_DL_UINT, 8, 1);

@@ -18,7 +18,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 for m in venv pip build setuptools wheel; do
   "$python" -c "import $m" 2>/dev/null || { echo "SKIP: no Python module $m (apt-get install python3-$m)"; exit 77; }
 done
-work=$(mktemp -d "${TMPDIR:-/tmp}/unimem-pip-XXXXXX")
+work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 log=$work/log
 run() { "$@" >"$log" 2>&1 || { tail -n 40 "$log"; fail "$*"; }; }

@@ -1,5 +1,5 @@
-# Type stubs of the unimem package (the extension unimem._core and the Python layer), for type checkers
-# and IDEs. python/tests/test_stubs.py checks them against the built package: every public name, every
+# Type annotations of the unimem package (the extension unimem._core and the Python layer), for type checkers
+# and IDEs. python/tests/test_typing.py checks them against the built package: every public name, every
 # method and property, and each method's parameter names.
 import os
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union

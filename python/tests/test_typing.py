@@ -1,24 +1,24 @@
-"""The type stubs (unimem/__init__.pyi) against the built package: every public name has a stub and every
-stub a name; each class's methods and properties are the runtime's; each method's parameters are named as
+"""The type annotations (unimem/__init__.pyi) against the built package: every public name is declared there
+and every declaration is a name of the package; each class's methods and properties are the runtime's; each method's parameters are named as
 the runtime's text signature names them; Manager's keywords are the option names; the error classes have
-the runtime's bases. A stub that drifts from the package fails here."""
+the runtime's bases. A .pyi that drifts from the package fails here."""
 import ast
 import inspect
 import os
 
 import unimem
 
-STUB = os.path.join(os.path.dirname(__file__), "..", "unimem", "__init__.pyi")
+PYI = os.path.join(os.path.dirname(__file__), "..", "unimem", "__init__.pyi")
 DUNDERS = {"__enter__", "__exit__", "__array__", "__dlpack__", "__dlpack_device__", "__init__", "__array_interface__"}
 
 
-def stub_tree():
-    return ast.parse(open(STUB).read(), STUB)
+def pyi_tree():
+    return ast.parse(open(PYI).read(), PYI)
 
 
-def stub_names():
+def declared():
     out = {}
-    for node in stub_tree().body:
+    for node in pyi_tree().body:
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
             out[node.name] = node
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
@@ -27,7 +27,7 @@ def stub_names():
 
 
 def members(node):
-    """A stub class's methods (name -> FunctionDef) and attributes/properties (names)."""
+    """A declared class's methods (name -> FunctionDef) and attributes/properties (names)."""
     methods, attrs = {}, set()
     for item in node.body:
         if isinstance(item, ast.FunctionDef):
@@ -56,20 +56,20 @@ def runtime_params(obj):
     return out
 
 
-def test_every_public_name_has_a_stub_and_back():
-    stubs = set(stub_names())
+def test_every_public_name_is_declared_and_back():
+    decl = set(declared())
     public = set(unimem.__all__)
-    assert public - stubs == set(), "names without a stub"
-    assert {n for n in stubs if not n.startswith("_")} - public == set(), "stubs of names the package lacks"
+    assert public - decl == set(), "names not declared"
+    assert {n for n in decl if not n.startswith("_")} - public == set(), "declarations of names the package lacks"
 
 
 def test_classes_have_the_runtime_methods_and_properties():
-    stubs = stub_names()
+    decl = declared()
     for name in unimem.__all__:
         obj = getattr(unimem, name)
         if not inspect.isclass(obj) or issubclass(obj, BaseException) or name == "Device":
             continue
-        methods, attrs = members(stubs[name])
+        methods, attrs = members(decl[name])
         have_m, have_a = set(), set()
         for k, v in vars(obj).items():
             if k.startswith("_") and k not in DUNDERS:
@@ -93,11 +93,11 @@ def test_classes_have_the_runtime_methods_and_properties():
 
 
 def test_methods_name_their_parameters_as_the_runtime_does():
-    stubs = stub_names()
+    decl = declared()
     checked = 0
     for name in unimem.__all__:
         obj = getattr(unimem, name)
-        node = stubs[name]
+        node = decl[name]
         if isinstance(node, ast.FunctionDef):
             assert params(node) == runtime_params(obj), name
             checked += 1
@@ -117,18 +117,18 @@ def test_methods_name_their_parameters_as_the_runtime_does():
 
 
 def test_manager_takes_the_option_names():
-    init = members(stub_names()["Manager"])[0]["__init__"]
+    init = members(declared()["Manager"])[0]["__init__"]
     assert [p.arg for p in init.args.kwonlyargs] == list(unimem.OPTION_NAMES)
 
 
 def test_device_fields_and_error_bases():
-    stubs = stub_names()
-    fields = [s.target.id for s in stubs["Device"].body if isinstance(s, ast.AnnAssign)]
+    decl = declared()
+    fields = [s.target.id for s in decl["Device"].body if isinstance(s, ast.AnnAssign)]
     assert fields == list(unimem.Device.__match_args__)
     for name in unimem.__all__:
         obj = getattr(unimem, name)
         if inspect.isclass(obj) and issubclass(obj, BaseException):
-            bases = [b.id for b in stubs[name].bases]
+            bases = [b.id for b in decl[name].bases]
             assert bases == [b.__name__ for b in obj.__bases__], (name, bases)
 
 
